@@ -1,0 +1,6 @@
+"""Generative biomedical entity linking (GenBioEL, ANGEL) for spaCy."""
+from .kb import Concept, KnowledgeBase
+
+__version__ = "0.1.0"
+
+__all__ = ["Concept", "KnowledgeBase", "__version__"]

@@ -1,0 +1,293 @@
+"""The knowledge base: concepts, their names, and the name -> concepts map.
+
+A concept has an ID, raw names (synonyms, the first is its preferred name), an
+optional definition and types. The KB normalizes every name with a swappable
+normalizer (GenBioEL's by default) and keeps a many-to-one map from normalized
+name to concept IDs. With ``dedup=True`` it applies GenBioEL's rule: a name
+shared by several concepts stays only on the concept with the fewest names.
+
+Two plain file formats travel: JSONL (one concept per line, ``{"id", "names",
+"definition", "types"}``) and GenBioEL's ``target_kb.json`` (``{id: [names]}``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import catalogue
+
+PathLike = Union[str, Path]
+Normalizer = Callable[[str], str]
+
+normalizers = catalogue.create("spacy_genbioel", "normalizers", entry_points=True)
+
+# GenBioEL turns these characters into spaces before lower-casing and collapsing.
+_GENBIOEL_PUNCT = re.compile(r"[,.;{}\[\]()+\-_*/?!`\"'=%><]")
+_SPACES = re.compile(r"\s+")
+
+
+@normalizers.register("genbioel")
+def genbioel_normalize(text: str) -> str:
+    """GenBioEL's name normalization: lower-case, punctuation to spaces, spaces collapsed."""
+    return _SPACES.sub(" ", _GENBIOEL_PUNCT.sub(" ", text.lower())).strip()
+
+
+@normalizers.register("lower")
+def lower_normalize(text: str) -> str:
+    """Lower-case and collapse whitespace, keep punctuation."""
+    return _SPACES.sub(" ", text.lower()).strip()
+
+
+@normalizers.register("none")
+def identity_normalize(text: str) -> str:
+    """Only collapse whitespace."""
+    return _SPACES.sub(" ", text).strip()
+
+
+def get_normalizer(name_or_fn: Union[str, Normalizer]) -> Normalizer:
+    if callable(name_or_fn):
+        return name_or_fn
+    try:
+        return normalizers.get(name_or_fn)
+    except catalogue.RegistryError as err:
+        known = ", ".join(sorted(normalizers.get_all()))
+        raise ValueError(f"Unknown normalizer {name_or_fn!r}; known: {known}") from err
+
+
+class KBFormatError(ValueError):
+    """A KB file could not be read; the message names the file and line."""
+
+
+@dataclass
+class Concept:
+    id: str
+    names: List[str]
+    definition: Optional[str] = None
+    types: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        data: dict = {"id": self.id, "names": list(self.names)}
+        if self.definition:
+            data["definition"] = self.definition
+        if self.types:
+            data["types"] = list(self.types)
+        return data
+
+
+class KnowledgeBase:
+    """Concepts and the normalized-name index the linker decodes into.
+
+    Names are kept per concept in their raw form; ``names`` (the decoding
+    vocabulary) are the unique normalized forms. Concepts with the same ID are
+    merged (names unioned, first definition kept).
+    """
+
+    def __init__(
+        self,
+        concepts: Iterable[Concept] = (),
+        *,
+        normalizer: Union[str, Normalizer] = "genbioel",
+        dedup: bool = False,
+        name: str = "kb",
+    ) -> None:
+        self.normalizer_name = normalizer if isinstance(normalizer, str) else getattr(normalizer, "__name__", "custom")
+        self.normalize: Normalizer = get_normalizer(normalizer)
+        self.dedup = dedup
+        self.name = name
+        self._concepts: Dict[str, Concept] = {}
+        for concept in concepts:
+            self._add(concept)
+        self._build_index()
+
+    # -- construction -------------------------------------------------------
+    def _add(self, concept: Concept) -> None:
+        cid = concept.id.strip()
+        if not cid:
+            raise ValueError(f"Concept with empty ID (names {concept.names[:3]})")
+        existing = self._concepts.get(cid)
+        if existing is None:
+            self._concepts[cid] = Concept(cid, list(dict.fromkeys(concept.names)), concept.definition, list(concept.types))
+            return
+        existing.names = list(dict.fromkeys([*existing.names, *concept.names]))
+        if not existing.definition and concept.definition:
+            existing.definition = concept.definition
+        existing.types.extend(t for t in concept.types if t not in existing.types)
+
+    def _build_index(self) -> None:
+        # normalized names per concept, order kept, empty names dropped
+        per_concept: Dict[str, List[str]] = {}
+        for cid, concept in self._concepts.items():
+            normed = dict.fromkeys(n for n in (self.normalize(raw) for raw in concept.names) if n)
+            per_concept[cid] = list(normed)
+        name_to_ids: Dict[str, List[str]] = {}
+        for cid, names in per_concept.items():
+            for name in names:
+                name_to_ids.setdefault(name, []).append(cid)
+        if self.dedup:
+            # GenBioEL: a shared name stays on the concept with the fewest names
+            # (ties: the concept seen first).
+            for name, ids in name_to_ids.items():
+                if len(ids) > 1:
+                    keep = min(ids, key=lambda c: len(per_concept[c]))
+                    name_to_ids[name] = [keep]
+        self._names: List[str] = list(name_to_ids)
+        self._name_index: Dict[str, int] = {n: i for i, n in enumerate(self._names)}
+        self._name_ids: List[Tuple[str, ...]] = [tuple(name_to_ids[n]) for n in self._names]
+        self._concept_names: Dict[str, List[str]] = {cid: [] for cid in self._concepts}
+        for name, ids in zip(self._names, self._name_ids):
+            for cid in ids:
+                self._concept_names[cid].append(name)
+
+    # -- queries ------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._concepts)
+
+    def __contains__(self, concept_id: object) -> bool:
+        return concept_id in self._concepts
+
+    def __iter__(self) -> Iterator[Concept]:
+        return iter(self._concepts.values())
+
+    def __getitem__(self, concept_id: str) -> Concept:
+        return self._concepts[concept_id]
+
+    def __repr__(self) -> str:
+        return f"KnowledgeBase({self.name!r}, {len(self)} concepts, {len(self._names)} names, dedup={self.dedup})"
+
+    @property
+    def names(self) -> List[str]:
+        """Unique normalized names, the vocabulary the linker generates from."""
+        return self._names
+
+    @property
+    def concept_ids(self) -> List[str]:
+        return list(self._concepts)
+
+    def name_index(self, name: str) -> Optional[int]:
+        return self._name_index.get(name)
+
+    def ids_for_name_index(self, index: int) -> Tuple[str, ...]:
+        return self._name_ids[index]
+
+    def ids_for_name(self, name: str, normalize: bool = True) -> Tuple[str, ...]:
+        """Concept IDs of a name (normalized first unless told otherwise); empty if unknown."""
+        key = self.normalize(name) if normalize else name
+        idx = self._name_index.get(key)
+        return self._name_ids[idx] if idx is not None else ()
+
+    def names_of(self, concept_id: str) -> List[str]:
+        """Normalized names that map to a concept (after de-duplication)."""
+        return self._concept_names.get(concept_id, [])
+
+    def preferred_name(self, concept_id: str) -> str:
+        concept = self._concepts[concept_id]
+        return concept.names[0] if concept.names else concept_id
+
+    @property
+    def n_names(self) -> int:
+        return len(self._names)
+
+    def checksum(self) -> str:
+        """SHA-256 over the concept and name index, stable across runs."""
+        digest = hashlib.sha256()
+        for name, ids in zip(self._names, self._name_ids):
+            digest.update(name.encode("utf8"))
+            digest.update(b"\t")
+            digest.update("|".join(ids).encode("utf8"))
+            digest.update(b"\n")
+        return digest.hexdigest()
+
+    def with_extra_names(self, pairs: Iterable[Tuple[str, str]]) -> "KnowledgeBase":
+        """A new KB with (concept_id, name) pairs added, e.g. training mentions
+        (the BioSyn/GenBioEL dictionary augmentation). Unknown IDs are ignored."""
+        extra: Dict[str, List[str]] = {}
+        for cid, name in pairs:
+            if cid in self._concepts:
+                extra.setdefault(cid, []).append(name)
+        concepts = [Concept(c.id, c.names + extra.get(c.id, []), c.definition, c.types) for c in self]
+        return KnowledgeBase(concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name)
+
+    # -- persistence --------------------------------------------------------
+    def to_jsonl(self, path: PathLike) -> None:
+        with Path(path).open("w", encoding="utf8") as out:
+            for concept in self._concepts.values():
+                out.write(json.dumps(concept.to_dict(), ensure_ascii=False) + "\n")
+
+    @classmethod
+    def from_jsonl(cls, path: PathLike, **kwargs) -> "KnowledgeBase":
+        kwargs.setdefault("name", Path(path).stem)
+        return cls(read_concepts_jsonl(path), **kwargs)
+
+    def to_target_kb_json(self, path: PathLike) -> None:
+        """GenBioEL's ``target_kb.json``: ``{concept_id: [normalized names]}``."""
+        data = {cid: self._concept_names[cid] for cid in self._concepts}
+        Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf8")
+
+    @classmethod
+    def from_target_kb_json(cls, path: PathLike, **kwargs) -> "KnowledgeBase":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf8"))
+        except json.JSONDecodeError as err:
+            raise KBFormatError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from err
+        if not isinstance(data, dict):
+            raise KBFormatError(f"{path}: expected a JSON object {{id: [names]}}, got {type(data).__name__}")
+        concepts = []
+        for cid, names in data.items():
+            if isinstance(names, str):
+                names = [names]
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise KBFormatError(f"{path}: concept {cid!r}: names must be a list of strings")
+            concepts.append(Concept(str(cid), names))
+        kwargs.setdefault("name", path.stem)
+        return cls(concepts, **kwargs)
+
+    @classmethod
+    def load(cls, path: PathLike, **kwargs) -> "KnowledgeBase":
+        """Load JSONL (``.jsonl``) or GenBioEL ``target_kb.json`` (``.json``)."""
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"KB file not found: {path}")
+        if path.suffix == ".json":
+            return cls.from_target_kb_json(path, **kwargs)
+        return cls.from_jsonl(path, **kwargs)
+
+
+def read_concepts_jsonl(path: PathLike) -> Iterator[Concept]:
+    """Stream concepts from a JSONL KB file, with errors that name file and line."""
+    path = Path(path)
+    with path.open(encoding="utf8") as lines:
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise KBFormatError(f"{path}:{lineno}: not valid JSON ({err.msg})") from err
+            yield concept_from_record(record, f"{path}:{lineno}")
+
+
+def concept_from_record(record: object, where: str) -> Concept:
+    if not isinstance(record, dict):
+        raise KBFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    cid = record.get("id", record.get("concept_id"))
+    if cid is None or not str(cid).strip():
+        raise KBFormatError(f"{where}: record has no 'id'")
+    names: Sequence = record.get("names", record.get("aliases", []))
+    if isinstance(names, str):
+        names = [names]
+    canonical = record.get("canonical_name")
+    if canonical:
+        names = [canonical, *names]
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise KBFormatError(f"{where}: 'names' must be a list of strings")
+    if not names:
+        raise KBFormatError(f"{where}: concept {cid!r} has no names")
+    types = record.get("types", [])
+    if isinstance(types, str):
+        types = [types]
+    return Concept(str(cid).strip(), list(names), record.get("definition") or None, list(types))
