@@ -1,0 +1,319 @@
+"""Encoder inputs, decoder prompts and trie-constrained batched beam search.
+
+The linker reads ``left START mention END right`` and, prompted with
+``"mention is"``, generates a KB name. Decoding is a vectorized port of the
+Hugging Face beam search (same candidate selection, same finished-hypothesis
+rule, same early-stopping heuristic, scores = mean log-probability of the
+generated tokens with ``length_penalty=1``) with three differences that make it
+fast:
+
+* a whole batch of mentions is encoded once, the decoder prompt is pre-filled
+  once per mention and its KV cache copied to the beams;
+* the trie mask for every beam comes from flat arrays in one vectorized call
+  (``TrieTensors.allowed_mask``), never a Python walk per beam per token;
+* mentions whose search is over leave the batch, so long names do not keep
+  short ones busy.
+
+BART positions are absolute, so left-padded prompts of different lengths would
+change results: mentions are grouped by prompt length and each group decodes
+without decoder padding. Batched output therefore equals one-at-a-time output
+(tests check it).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from transformers.modeling_outputs import BaseModelOutput
+
+from .kb import KnowledgeBase
+from .mentions import Candidate, Mention
+from .model import MARKERS, resolve_device, special_ids
+from .trie import NameTrie
+
+logger = logging.getLogger(__name__)
+
+_SPACES = re.compile(r"\s+")
+_DEAD = -1.0e9  # Hugging Face's "impossible" score
+
+
+@dataclass
+class InputBuilder:
+    """Turns a mention into GenBioEL's encoder text and decoder prompt text."""
+
+    start_marker: str = MARKERS[0]
+    end_marker: str = MARKERS[1]
+    context_words: int = 64
+    max_mention_words: int = 32
+    lowercase: bool = True
+    prompt_suffix: str = "is"
+
+    def _clean(self, text: str) -> str:
+        text = _SPACES.sub(" ", text).strip()
+        return text.lower() if self.lowercase else text
+
+    def mention_text(self, mention: Mention) -> str:
+        return " ".join(self._clean(mention.text).split(" ")[: self.max_mention_words])
+
+    def source(self, mention: Mention) -> str:
+        n = self.context_words
+        left = self._clean(mention.left).split(" ")[-n:] if n > 0 and mention.left.strip() else []
+        right = self._clean(mention.right).split(" ")[:n] if n > 0 and mention.right.strip() else []
+        return " ".join([*left, self.start_marker, self.mention_text(mention), self.end_marker, *right])
+
+    def prompt(self, mention: Mention) -> str:
+        return f"{self.mention_text(mention)} {self.prompt_suffix}".strip()
+
+
+class PromptTokenizer:
+    """Token ids of decoder prompts and targets, shared by inference and training
+    so both see exactly the same decoder prefix (ANGEL's released code does not)."""
+
+    def __init__(self, tokenizer, decoder_start_token_id: int, eos_token_id: int, max_prompt_tokens: int = 48) -> None:
+        self.tokenizer = tokenizer
+        self.decoder_start_token_id = decoder_start_token_id
+        self.eos_token_id = eos_token_id
+        self.max_prompt_tokens = max_prompt_tokens
+        bos = tokenizer.bos_token_id
+        # BART-style models see "</s> <s> ..." after fine-tuning with shifted labels
+        self.prefix = [decoder_start_token_id] + ([bos] if bos is not None and bos != decoder_start_token_id else [])
+
+    def root_token_id(self, suffix: str = "is") -> int:
+        """The last prompt token, which roots the name trie (derived, never hard-coded)."""
+        ids = self.tokenizer(f"x {suffix}", add_special_tokens=False)["input_ids"]
+        return int(ids[-1])
+
+    def prompts(self, texts: Sequence[str]) -> List[List[int]]:
+        encoded = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+        room = self.max_prompt_tokens - len(self.prefix)
+        # keep the end (" is") when a very long mention must be cut
+        return [self.prefix + (ids[-room:] if len(ids) > room else ids) for ids in encoded]
+
+    def targets(self, names: Sequence[str]) -> List[List[int]]:
+        """Name tokens plus EOS: what the trie holds and what training predicts."""
+        encoded = self.tokenizer([" " + n for n in names], add_special_tokens=False)["input_ids"] if names else []
+        return [ids + [self.eos_token_id] for ids in encoded]
+
+
+@dataclass
+class DecodingConfig:
+    num_beams: int = 5
+    top_k: int = 5
+    batch_size: int = 32
+    max_source_tokens: int = 256
+    length_penalty: float = 1.0
+
+
+class GenerativeLinker:
+    """Links mentions to KB concepts with a seq2seq model and a name trie."""
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        kb: KnowledgeBase,
+        trie: Optional[NameTrie] = None,
+        *,
+        inputs: Optional[InputBuilder] = None,
+        config: Optional[DecodingConfig] = None,
+        device: Optional[str] = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.kb = kb
+        self.inputs = inputs or InputBuilder()
+        self.config = config or DecodingConfig()
+        if device is not None:
+            self.model.to(resolve_device(device))
+        self.model.eval()
+        start, eos, pad = special_ids(model, tokenizer)
+        self.eos_token_id, self.pad_token_id = eos, pad
+        self.prompt_tokens = PromptTokenizer(tokenizer, start, eos)
+        if trie is None:
+            trie = NameTrie.from_names(
+                kb.names, tokenizer, eos_token_id=eos, root_token_id=self.prompt_tokens.root_token_id(self.inputs.prompt_suffix),
+                vocab_size=self.vocab_size,
+            )
+        if trie.eos_token_id != eos:
+            raise ValueError(f"Trie was built with EOS {trie.eos_token_id}, model uses {eos}")
+        if trie.vocab_size > self.vocab_size:
+            raise ValueError(f"Trie vocabulary ({trie.vocab_size}) is larger than the model's ({self.vocab_size})")
+        self.trie = trie
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- public API ----------------------------------------------------------
+    def link(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> List[List[Candidate]]:
+        """Ranked candidates per mention (best first); an empty list where the
+        mention has no text to link."""
+        top_k = top_k or self.config.top_k
+        results: List[List[Candidate]] = [[] for _ in mentions]
+        todo = [i for i, m in enumerate(mentions) if self.kb.normalize(m.text)]
+        if not todo or self.trie.n_names == 0:
+            return results
+        sources = [self.inputs.source(mentions[i]) for i in todo]
+        prompts = self.prompt_tokens.prompts([self.inputs.prompt(mentions[i]) for i in todo])
+        for positions, hyps in self._decode(sources, prompts):
+            for pos, hyp in zip(positions, hyps):
+                results[todo[pos]] = self._to_candidates(hyp, top_k)
+        return results
+
+    # -- internals -----------------------------------------------------------
+    def _to_candidates(self, hyps: List[Tuple[float, int]], top_k: int) -> List[Candidate]:
+        out: List[Candidate] = []
+        for score, node in hyps:
+            name_indices = self.trie.names_at(node)
+            if len(name_indices) == 0:
+                continue
+            ids = tuple(dict.fromkeys(cid for ni in name_indices for cid in self.kb.ids_for_name_index(int(ni))))
+            out.append(Candidate(ids, self.kb.names[int(name_indices[0])], float(score)))
+            if len(out) == top_k:
+                break
+        return out
+
+    def _decode(self, sources: List[str], prompts: List[List[int]]):
+        """Yield (positions, hypotheses) per batch; batches share a prompt length."""
+        groups: Dict[int, List[int]] = defaultdict(list)
+        for i, p in enumerate(prompts):
+            groups[len(p)].append(i)
+        bs = self.config.batch_size
+        for length in sorted(groups):
+            members = sorted(groups[length], key=lambda i: len(sources[i]))
+            for begin in range(0, len(members), bs):
+                chunk = members[begin : begin + bs]
+                enc = self.tokenizer(
+                    [sources[i] for i in chunk], return_tensors="pt", padding=True, truncation=True,
+                    max_length=min(self.config.max_source_tokens, self.tokenizer.model_max_length or 10**6),
+                )
+                prompt_ids = torch.tensor([prompts[i] for i in chunk], dtype=torch.long)
+                yield chunk, self.beam_search(enc["input_ids"], enc["attention_mask"], prompt_ids)
+
+    @torch.inference_mode()
+    def beam_search(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_ids: torch.Tensor
+    ) -> List[List[Tuple[float, int]]]:
+        """Constrained beam search for mentions whose prompts have one length.
+
+        Returns per mention the finished hypotheses as (score, terminal trie
+        node), best first, with Hugging Face's junk placeholders removed.
+        """
+        device = self.device
+        model = self.model
+        trie = self.trie.on_device(device)
+        K = self.config.num_beams
+        lp = self.config.length_penalty
+        V = self.vocab_size
+        n = input_ids.shape[0]
+        input_ids, attention_mask, prompt_ids = input_ids.to(device), attention_mask.to(device), prompt_ids.to(device)
+
+        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        out = model(
+            encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=prompt_ids, use_cache=True
+        )
+        cache = out.past_key_values
+        # the prompt is read once per mention; beams start from copies of its cache
+        cache.batch_repeat_interleave(K)
+        logits = out.logits[:, -1, :].float().repeat_interleave(K, dim=0)
+        hidden = encoder_outputs.last_hidden_state.repeat_interleave(K, dim=0)
+        enc_mask = attention_mask.repeat_interleave(K, dim=0)
+        del out
+
+        max_new = self.trie.max_depth
+        running = torch.full((n, K), _DEAD, device=device)
+        running[:, 0] = 0.0
+        nodes = torch.zeros(n * K, dtype=torch.long, device=device)
+        fin_scores = torch.full((n, K), _DEAD, device=device)
+        fin_nodes = torch.full((n, K), -1, dtype=torch.long, device=device)
+        fin_done = torch.zeros((n, K), dtype=torch.bool, device=device)
+        improvable = torch.ones(n, dtype=torch.bool, device=device)
+        top_num_beam = torch.arange(2 * K, device=device) < K
+        active = torch.arange(n, device=device)  # original row of each live mention
+        results: List[List[Tuple[float, int]]] = [[] for _ in range(n)]
+        beam_offsets = torch.arange(n, device=device)[:, None] * K
+
+        for step in range(max_new):
+            m = active.shape[0]
+            log_probs = torch.log_softmax(logits, dim=-1)
+            log_probs = log_probs.masked_fill(~trie.allowed_mask(nodes, V), float("-inf"))
+            acc = (log_probs.view(m, K, V) + running[:, :, None]).view(m, K * V)
+            top_scores, top_idx = torch.topk(acc, 2 * K, dim=1)
+            parent = top_idx // V
+            token = top_idx % V
+            hits = token == self.eos_token_id
+            if step + 1 >= max_new:
+                hits = torch.ones_like(hits)
+            parent_rows = (parent + beam_offsets[:m]).view(-1)
+            child = trie.advance(nodes[parent_rows], token.view(-1)).view(m, 2 * K)
+
+            # running beams for the next step: best K that did not just finish
+            run_all = top_scores + hits.float() * _DEAD
+            keep = torch.topk(run_all, K, dim=1).indices
+            running = torch.gather(run_all, 1, keep)
+            keep_rows = torch.gather(parent, 1, keep) + beam_offsets[:m]
+            nodes = torch.gather(child, 1, keep).view(-1)
+
+            # finished hypotheses: only candidates within the top K count; those
+            # grown from Hugging Face's dead placeholder beams are junk and skipped
+            just = hits & top_num_beam[None, :] & (top_scores > _DEAD / 2)
+            cand = top_scores / float((step + 1) ** lp)
+            cand = cand + (~improvable[:, None]).float() * _DEAD + (~just).float() * _DEAD
+            merged = torch.cat([fin_scores, cand], dim=1)
+            best = torch.topk(merged, K, dim=1).indices
+            fin_scores = torch.gather(merged, 1, best)
+            fin_nodes = torch.gather(torch.cat([fin_nodes, child], dim=1), 1, best)
+            fin_done = torch.gather(torch.cat([fin_done, just], dim=1), 1, best)
+
+            # Hugging Face's stopping heuristic (early_stopping=False), per mention
+            best_possible = running[:, :1] / float((step + 1) ** lp)
+            worst = torch.where(fin_done, fin_scores.min(dim=1, keepdim=True).values, torch.full_like(fin_scores, _DEAD))
+            improvable = improvable & (best_possible > worst).any(dim=1) & ~hits.all(dim=1)
+
+            next_tokens = torch.gather(token, 1, keep)
+            finished = ~improvable
+            if bool(finished.any()):
+                for row in torch.nonzero(finished).view(-1).tolist():
+                    results[int(active[row])] = self._collect(fin_scores[row], fin_nodes[row], fin_done[row])
+                if bool(finished.all()):
+                    break
+                live = torch.nonzero(improvable).view(-1)
+                live_beams = (live[:, None] * K + torch.arange(K, device=device)).view(-1)
+                # keep_rows index the old rows, so one gather both reorders and drops
+                keep_rows, next_tokens = keep_rows[live], next_tokens[live]
+                active, running, improvable = active[live], running[live], improvable[live]
+                fin_scores, fin_nodes, fin_done = fin_scores[live], fin_nodes[live], fin_done[live]
+                nodes = nodes.view(-1, K)[live].view(-1)
+                hidden, enc_mask = hidden[live_beams], enc_mask[live_beams]
+                cache.reorder_cache(keep_rows.view(-1))
+            else:
+                self._reorder_self_attention(cache, keep_rows.view(-1))
+            out = model(
+                encoder_outputs=BaseModelOutput(last_hidden_state=hidden), attention_mask=enc_mask,
+                decoder_input_ids=next_tokens.reshape(-1, 1), past_key_values=cache, use_cache=True,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            del out
+        return results
+
+    @staticmethod
+    def _reorder_self_attention(cache, beam_idx: torch.Tensor) -> None:
+        # Beams of one mention share their cross-attention keys and values, so a
+        # reorder within mentions only needs to touch the self-attention cache.
+        self_cache = getattr(cache, "self_attention_cache", None)
+        (self_cache if self_cache is not None else cache).reorder_cache(beam_idx)
+
+    @staticmethod
+    def _collect(scores: torch.Tensor, nodes: torch.Tensor, done: torch.Tensor) -> List[Tuple[float, int]]:
+        keep = done
+        return [(float(s), int(n)) for s, n in zip(scores[keep].tolist(), nodes[keep].tolist())]
