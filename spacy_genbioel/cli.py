@@ -1,0 +1,108 @@
+"""Command line: ``python -m spacy_genbioel COMMAND``."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from wasabi import msg
+
+app = typer.Typer(help="Generative biomedical entity linking for spaCy.", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+@app.command("init-model")
+def init_model_cmd(
+    kb: Path = typer.Option(..., help="KB file (.jsonl or target_kb.json)"),
+    out: Path = typer.Option(..., help="Output model directory"),
+    preset: str = typer.Option("tiny", help="tiny | base | large"),
+    texts: Optional[Path] = typer.Option(None, help="Extra text for the tokenizer, one document per line"),
+    vocab_size: Optional[int] = typer.Option(None, help="Tokenizer vocabulary (default: the preset's)"),
+    seed: int = typer.Option(0),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Train a byte-level BPE tokenizer on KB names (+ texts) and build a from-scratch BART."""
+    _setup_logging(verbose)
+    from .kb import KnowledgeBase
+    from .model import init_model
+
+    knowledge_base = KnowledgeBase.load(kb)
+    lines = (line.strip() for line in texts.open(encoding="utf8")) if texts else ()
+    model, tokenizer = init_model(preset, knowledge_base.names, out, texts=lines, vocab_size=vocab_size, seed=seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    msg.good(f"{preset} model ({n_params / 1e6:.1f}M parameters, vocabulary {len(tokenizer)}) saved to {out}")
+
+
+@app.command("demo")
+def demo_cmd(
+    out: Path = typer.Option(Path("demo_pipeline"), help="Where to write the demo pipeline"),
+    train_seconds: float = typer.Option(120.0, help="CPU training budget"),
+    seed: int = typer.Option(0),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Train a tiny linker on the embedded demo KB, save it as a spaCy pipeline, and link sample texts."""
+    _setup_logging(verbose)
+    from .demo import run_demo
+
+    with msg.loading(f"Training a tiny model on the demo KB for {train_seconds:.0f}s..."):
+        result = run_demo(out, train_seconds=train_seconds, seed=seed)
+    msg.good(f"Pipeline saved to {result.pipeline_dir} (built in {result.train_seconds:.0f}s)")
+    msg.table(
+        [(m, label, cid, name, f"{score:.3f}") for m, label, cid, name, score in result.rows],
+        header=("mention", "label", "concept ID", "name", "score"),
+        divider=True,
+    )
+    msg.info(f"recall@1 against the demo's gold mentions: {result.recall_at_1:.3f} ({result.n_gold} mentions)")
+
+
+@app.command("benchmark")
+def benchmark_cmd(
+    data_dir: Optional[Path] = typer.Option(None, envvar="GENBIOEL_DATA", help="Shared data folder (MEDIC, NCBI dev, MeSH)"),
+    model: Optional[Path] = typer.Option(None, help="Model directory; default: a tiny model trained here briefly"),
+    train_seconds: float = typer.Option(180.0, help="Training budget when no model is given"),
+    n_mentions: int = typer.Option(300, help="Mentions to link"),
+    num_beams: int = typer.Option(5),
+    batch_size: int = typer.Option(64),
+    device: str = typer.Option("cpu"),
+    skip_mesh: bool = typer.Option(False, help="Skip the full-MeSH trie build measurement"),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Batched decoder versus the one-at-a-time dict-trie reference, plus the MeSH trie build."""
+    _setup_logging(verbose)
+    from .benchmark import run_benchmark
+
+    result = run_benchmark(
+        data_dir=data_dir, model_dir=model, train_seconds=train_seconds, n_mentions=n_mentions,
+        num_beams=num_beams, batch_size=batch_size, device=device, mesh=not skip_mesh,
+    )
+    if json_out:
+        print(json.dumps(result))
+    else:
+        msg.table(sorted(result.items()), header=("figure", "value"), divider=True)
+
+
+@app.command("mesh-trie-memory", hidden=True)
+def mesh_trie_memory_cmd(data_dir: Path, tokenizer: Path) -> None:
+    """Build the full-MeSH trie in this process and print JSON (run in a subprocess by `benchmark`)."""
+    _setup_logging(False)
+    from .benchmark import measure_mesh_trie
+
+    print(json.dumps(measure_mesh_trie(data_dir, tokenizer)))
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    app(args=argv)
+
+
+if __name__ == "__main__":
+    main()

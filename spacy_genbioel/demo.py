@@ -1,0 +1,109 @@
+"""The embedded demo: a tiny linker trained on a small KB of common diseases
+and chemicals, packaged as a spaCy pipeline and run on sample texts."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import spacy
+import torch
+from spacy.language import Language
+
+from .decoding import DecodingConfig, GenerativeLinker
+from .kb import KnowledgeBase
+from .model import init_model
+from .training import TrainConfig, kb_name_examples, train_seq2seq
+
+logger = logging.getLogger(__name__)
+
+
+def asset_path(name: str) -> Path:
+    return Path(str(resources.files("spacy_genbioel") / "assets" / name))
+
+
+def demo_kb() -> KnowledgeBase:
+    return KnowledgeBase.load(asset_path("demo_kb.jsonl"))
+
+
+def demo_texts() -> List[str]:
+    return [line.strip() for line in asset_path("demo_texts.txt").read_text(encoding="utf8").splitlines() if line.strip()]
+
+
+def demo_gold() -> List[Dict]:
+    return [json.loads(line) for line in asset_path("demo_mentions.jsonl").read_text(encoding="utf8").splitlines() if line.strip()]
+
+
+def add_entity_ruler(nlp: Language, kb: KnowledgeBase, label_of: Optional[Dict[str, str]] = None) -> None:
+    """A dictionary NER over the KB's raw names (case-insensitive): the demo's entity
+    source, since no trained NER can be downloaded here."""
+    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
+    patterns = []
+    for concept in kb:
+        label = (concept.types[0] if concept.types else "ENTITY") if label_of is None else label_of.get(concept.id, "ENTITY")
+        patterns.extend({"label": label, "pattern": name} for name in concept.names)
+    ruler.add_patterns(patterns)
+
+
+def abbreviation_detector_available() -> bool:
+    try:
+        import scispacy.abbreviation  # noqa: F401  (registers the factory)
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class DemoResult:
+    pipeline_dir: Path
+    rows: List[Tuple[str, str, str, str, float]]
+    recall_at_1: float
+    n_gold: int
+    train_seconds: float
+    train_steps: int
+
+
+def build_demo_pipeline(out: Path, train_seconds: float = 120.0, seed: int = 0, device: str = "cpu") -> Path:
+    """Train a tiny model on the demo KB and save a complete pipeline to ``out``."""
+    torch.manual_seed(seed)
+    kb = demo_kb()
+    model_dir = out.parent / (out.name + "_model")
+    model, tokenizer = init_model("tiny", kb.names, model_dir, vocab_size=2000, seed=seed)
+    examples = kb_name_examples(kb, synonyms_per_name=1, seed=seed)
+    config = TrainConfig(max_steps=100_000, max_seconds=train_seconds, batch_size=32, learning_rate=1e-3, warmup_steps=50, seed=seed)
+    began = time.monotonic()
+    losses = train_seq2seq(model, tokenizer, examples, config)
+    logger.info("Trained %d steps in %.0fs, final loss %.3f", len(losses), time.monotonic() - began, losses[-1])
+    nlp = spacy.blank("en")
+    if abbreviation_detector_available():
+        nlp.add_pipe("abbreviation_detector")
+    add_entity_ruler(nlp, kb)
+    linker = nlp.add_pipe("genbioel", config={"device": device})
+    linker.set_linker(GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(num_beams=5, top_k=5)))
+    nlp.to_disk(out)
+    return out
+
+
+def run_demo(out: Path, train_seconds: float = 120.0, seed: int = 0) -> DemoResult:
+    began = time.monotonic()
+    build_demo_pipeline(out, train_seconds=train_seconds, seed=seed)
+    trained = time.monotonic() - began
+    nlp = spacy.load(out)
+    texts = demo_texts()
+    gold = {(g["doc"], g["start"], g["end"]): set(g["ids"]) for g in demo_gold()}
+    rows = []
+    hits = 0
+    for i, doc in enumerate(nlp.pipe(texts)):
+        for ent in doc.ents:
+            cands = ent._.kb_candidates or []
+            name = cands[0][1] if cands else ""
+            score = cands[0][2] if cands else float("nan")
+            rows.append((ent.text, ent.label_, ent._.kb_id or "-", name, score))
+            ids = gold.get((i, ent.start_char, ent.end_char))
+            if ids and ent._.kb_id in ids:
+                hits += 1
+    return DemoResult(out, rows, hits / max(1, len(gold)), len(gold), trained, 0)

@@ -1,0 +1,273 @@
+"""The ``genbioel`` spaCy component: links the spans an NER pipe found.
+
+    nlp.add_pipe("genbioel", config={"model": "model_dir", "kb": "kb.jsonl"})
+
+writes ``span._.kb_id`` (top concept ID or None), spaCy's ``span.kb_id_`` and
+``span._.kb_candidates`` (up to ``top_k`` ``(id, name, score)`` tuples). Model,
+tokenizer, KB and trie load lazily on first use (or ``initialize``), and travel
+inside the pipeline directory, so ``spacy.load(dir)`` works once the original
+files are gone.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from spacy.language import Language
+from spacy.pipeline import Pipe
+from spacy.tokens import Doc, Span, SpanGroup
+from spacy.util import minibatch
+
+from .decoding import DecodingConfig, GenerativeLinker, InputBuilder
+from .kb import KnowledgeBase
+from .mentions import Candidate, Mention
+from .model import load_model, resolve_device, save_model
+from .trie import NameTrie
+
+logger = logging.getLogger(__name__)
+
+for _attr in ("kb_id", "kb_candidates"):
+    if not Span.has_extension(_attr):
+        Span.set_extension(_attr, default=None)
+
+DEFAULT_CONFIG = {
+    "model": None,
+    "tokenizer": None,
+    "kb": None,
+    "kb_normalizer": "genbioel",
+    "kb_dedup": False,
+    "batch_size": 32,
+    "num_beams": 5,
+    "top_k": 5,
+    "context_words": 64,
+    "max_source_tokens": 256,
+    "lowercase": True,
+    "start_marker": "START",
+    "end_marker": "END",
+    "labels": [],
+    "spans_key": None,
+    "device": "auto",
+    "dtype": "auto",
+    "resolve_abbreviations": True,
+}
+
+
+@Language.factory("genbioel", default_config=DEFAULT_CONFIG)
+def make_genbioel(
+    nlp: Language,
+    name: str,
+    model: Optional[str],
+    tokenizer: Optional[str],
+    kb: Optional[str],
+    kb_normalizer: str,
+    kb_dedup: bool,
+    batch_size: int,
+    num_beams: int,
+    top_k: int,
+    context_words: int,
+    max_source_tokens: int,
+    lowercase: bool,
+    start_marker: str,
+    end_marker: str,
+    labels: List[str],
+    spans_key: Optional[str],
+    device: str,
+    dtype: str,
+    resolve_abbreviations: bool,
+) -> "GenBioELLinker":
+    if top_k > num_beams:
+        raise ValueError(f"top_k ({top_k}) cannot exceed num_beams ({num_beams})")
+    return GenBioELLinker(
+        nlp.vocab,
+        name=name,
+        model_path=model,
+        tokenizer_path=tokenizer,
+        kb_path=kb,
+        kb_normalizer=kb_normalizer,
+        kb_dedup=kb_dedup,
+        inputs=InputBuilder(start_marker, end_marker, context_words=context_words, lowercase=lowercase),
+        decoding=DecodingConfig(num_beams=num_beams, top_k=top_k, batch_size=batch_size, max_source_tokens=max_source_tokens),
+        labels=labels,
+        spans_key=spans_key,
+        device=device,
+        dtype=dtype,
+        resolve_abbreviations=resolve_abbreviations,
+    )
+
+
+class GenBioELLinker(Pipe):
+    def __init__(
+        self,
+        vocab,
+        name: str = "genbioel",
+        *,
+        model_path: Optional[str] = None,
+        tokenizer_path: Optional[str] = None,
+        kb_path: Optional[str] = None,
+        kb_normalizer: str = "genbioel",
+        kb_dedup: bool = False,
+        inputs: Optional[InputBuilder] = None,
+        decoding: Optional[DecodingConfig] = None,
+        labels: Sequence[str] = (),
+        spans_key: Optional[str] = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        resolve_abbreviations: bool = True,
+    ) -> None:
+        self.vocab = vocab
+        self.name = name
+        self.model_path = model_path
+        self.tokenizer_path = tokenizer_path
+        self.kb_path = kb_path
+        self.kb_normalizer = kb_normalizer
+        self.kb_dedup = kb_dedup
+        self.inputs = inputs or InputBuilder()
+        self.decoding = decoding or DecodingConfig()
+        self.link_labels = set(labels)
+        self.spans_key = spans_key
+        self.device = device
+        self.dtype = dtype
+        self.resolve_abbreviations = resolve_abbreviations
+        self._linker: Optional[GenerativeLinker] = None
+
+    # -- resources -------------------------------------------------------------
+    @property
+    def linker(self) -> GenerativeLinker:
+        if self._linker is None:
+            self.initialize()
+        assert self._linker is not None
+        return self._linker
+
+    def initialize(
+        self,
+        get_examples: Optional[Callable[[], Iterable]] = None,
+        *,
+        nlp: Optional[Language] = None,
+        model: Optional[str] = None,
+        kb: Optional[str] = None,
+    ) -> None:
+        """Load model, tokenizer and KB from the configured (or given) paths and build the trie."""
+        model_path = model or self.model_path
+        kb_path = kb or self.kb_path
+        if not model_path or not kb_path:
+            raise ValueError(
+                f"The '{self.name}' component has no model or KB: set config 'model' and 'kb' "
+                "(paths), or load a saved pipeline with spacy.load"
+            )
+        kb_obj = KnowledgeBase.load(kb_path, normalizer=self.kb_normalizer, dedup=self.kb_dedup)
+        hf_model, tokenizer = load_model(model_path, self.tokenizer_path, device=resolve_device(self.device), dtype=self.dtype)
+        self._linker = GenerativeLinker(hf_model, tokenizer, kb_obj, inputs=self.inputs, config=self.decoding)
+
+    def set_linker(self, linker: GenerativeLinker) -> None:
+        """Use an already built linker (for example one fresh from training)."""
+        self._linker = linker
+
+    # -- processing -------------------------------------------------------------
+    def __call__(self, doc: Doc) -> Doc:
+        self._process([doc])
+        return doc
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        for docs in minibatch(stream, size=batch_size):
+            self._process(docs)
+            yield from docs
+
+    def _spans(self, doc: Doc) -> List[Span]:
+        spans = list(doc.ents) if self.spans_key is None else list(doc.spans.get(self.spans_key, []))
+        return [s for s in spans if not self.link_labels or s.label_ in self.link_labels]
+
+    def _mention(self, doc: Doc, span: Span, long_forms: Dict[Tuple[int, int], str], by_text: Dict[str, str]) -> Mention:
+        # enough characters for the context window without copying huge documents
+        window = max(self.inputs.context_words, 1) * 30
+        text = long_forms.get((span.start_char, span.end_char)) or by_text.get(span.text) or span.text
+        return Mention(
+            text=text,
+            left=doc.text[max(0, span.start_char - window) : span.start_char],
+            right=doc.text[span.end_char : span.end_char + window],
+            start=span.start_char,
+            end=span.end_char,
+            label=span.label_,
+        )
+
+    def _abbreviations(self, doc: Doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:
+        """Long forms from scispacy's abbreviation_detector, when it ran."""
+        if not self.resolve_abbreviations or not Doc.has_extension("abbreviations"):
+            return {}, {}
+        by_span: Dict[Tuple[int, int], str] = {}
+        by_text: Dict[str, str] = {}
+        for short in doc._.abbreviations or []:
+            long_form = getattr(short._, "long_form", None)
+            if long_form is None:
+                continue
+            by_span[(short.start_char, short.end_char)] = long_form.text
+            by_text.setdefault(short.text, long_form.text)
+        return by_span, by_text
+
+    def _process(self, docs: Sequence[Doc]) -> None:
+        spans_per_doc = [self._spans(doc) for doc in docs]
+        mentions: List[Mention] = []
+        for doc, spans in zip(docs, spans_per_doc):
+            long_forms, by_text = self._abbreviations(doc)
+            mentions.extend(self._mention(doc, s, long_forms, by_text) for s in spans)
+        results = self.linker.link(mentions) if mentions else []
+        cursor = 0
+        for doc, spans in zip(docs, spans_per_doc):
+            self._write(doc, spans, results[cursor : cursor + len(spans)])
+            cursor += len(spans)
+
+    def _write(self, doc: Doc, spans: List[Span], results: List[List[Candidate]]) -> None:
+        if not spans:
+            return
+        linked: Dict[Tuple[int, int, str], str] = {}
+        for span, candidates in zip(spans, results):
+            kb_id = candidates[0].ids[0] if candidates and candidates[0].ids else None
+            span._.kb_id = kb_id
+            span._.kb_candidates = [(cid, c.name, round(c.score, 6)) for c in candidates for cid in c.ids]
+            linked[(span.start, span.end, span.label_)] = kb_id or ""
+        # spaCy's own kb_id lives on the stored spans, so rebuild them with it
+        if self.spans_key is None:
+            doc.ents = [
+                Span(doc, e.start, e.end, label=e.label, kb_id=linked.get((e.start, e.end, e.label_), e.kb_id_))
+                for e in doc.ents
+            ]
+        else:
+            group = doc.spans[self.spans_key]
+            doc.spans[self.spans_key] = SpanGroup(
+                doc,
+                name=self.spans_key,
+                attrs=group.attrs,
+                spans=[
+                    Span(doc, s.start, s.end, label=s.label, kb_id=linked.get((s.start, s.end, s.label_), s.kb_id_))
+                    for s in group
+                ],
+            )
+
+    # -- serialization ---------------------------------------------------------------
+    def to_disk(self, path, *, exclude: Iterable[str] = tuple()) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        meta = {"kb_normalizer": self.kb_normalizer, "kb_dedup": self.kb_dedup, "has_linker": self._linker is not None}
+        if self._linker is not None:
+            lk = self._linker
+            save_model(lk.model, lk.tokenizer, path / "model")
+            lk.kb.to_jsonl(path / "kb.jsonl")
+            lk.trie.to_disk(path / "trie.safetensors")
+            meta["kb_checksum"] = lk.kb.checksum()
+        (path / "cfg.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
+
+    def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "GenBioELLinker":
+        path = Path(path)
+        meta = json.loads((path / "cfg.json").read_text(encoding="utf8"))
+        if not meta.get("has_linker"):
+            return self
+        self.kb_normalizer, self.kb_dedup = meta["kb_normalizer"], meta["kb_dedup"]
+        kb = KnowledgeBase.load(path / "kb.jsonl", normalizer=self.kb_normalizer, dedup=self.kb_dedup)
+        trie: Optional[NameTrie] = NameTrie.from_disk(path / "trie.safetensors")
+        if kb.checksum() != meta.get("kb_checksum"):
+            logger.warning("KB in %s changed since the trie was built; rebuilding the trie", path)
+            trie = None
+        hf_model, tokenizer = load_model(path / "model", device=resolve_device(self.device), dtype=self.dtype)
+        self._linker = GenerativeLinker(hf_model, tokenizer, kb, trie, inputs=self.inputs, config=self.decoding)
+        return self

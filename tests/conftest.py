@@ -1,0 +1,57 @@
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from spacy_genbioel.kb import Concept, KnowledgeBase
+from spacy_genbioel.model import Preset, build_model, train_tokenizer
+
+WORDS = [
+    "acute", "chronic", "renal", "failure", "cancer", "breast", "lung", "syndrome", "disease", "type",
+    "diabetes", "heart", "attack", "arthritis", "reactive", "reiter", "pain", "liver", "fibrosis", "cystic",
+]
+# small enough that a forward pass takes milliseconds on CPU
+MICRO = Preset(d_model=32, encoder_layers=1, decoder_layers=1, attention_heads=2, ffn_dim=64, max_position_embeddings=128, vocab_size=400)
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+def data_dir():
+    path = Path(os.environ.get("GENBIOEL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    return path if path.is_dir() else None
+
+
+def random_kb(seed: int, n_concepts: int = 60) -> KnowledgeBase:
+    rng = random.Random(seed)
+    concepts = [
+        Concept(f"D{i:04d}", [" ".join(rng.choices(WORDS, k=rng.randint(1, 4))) for _ in range(rng.randint(1, 4))])
+        for i in range(n_concepts)
+    ]
+    return KnowledgeBase(concepts)
+
+
+@pytest.fixture(scope="session")
+def word_tokenizer():
+    """A byte-level BPE tokenizer that knows the test vocabulary (and bytes for anything else)."""
+    return train_tokenizer([" ".join(WORDS)] * 5 + WORDS * 5, vocab_size=400, min_frequency=1)
+
+
+@pytest.fixture(scope="session")
+def micro_model(word_tokenizer):
+    """A randomly initialized micro BART: enough to test decoding mechanics, not accuracy."""
+    torch.manual_seed(0)
+    return build_model(MICRO, word_tokenizer, seed=0, dropout=0.0).eval()
+
+
+@pytest.fixture()
+def small_kb():
+    return random_kb(0)

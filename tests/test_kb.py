@@ -1,0 +1,87 @@
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spacy_genbioel.kb import Concept, KBFormatError, KnowledgeBase, genbioel_normalize, get_normalizer
+
+
+def test_genbioel_normalization():
+    assert genbioel_normalize("Reiter's  Syndrome (ReA)") == "reiter s syndrome rea"
+    assert genbioel_normalize("Tooth Agenesis, Selective, 6") == "tooth agenesis selective 6"
+    assert genbioel_normalize('a-b_c*d/e?f!g`h"i=j%k>l<m;n{o}p[q]r+s') == "a b c d e f g h i j k l m n o p q r s"
+    assert genbioel_normalize(" ,.; ") == ""
+
+
+@given(st.text())
+def test_normalization_is_idempotent(text):
+    once = genbioel_normalize(text)
+    assert genbioel_normalize(once) == once
+    assert "  " not in once and once == once.strip()
+
+
+def test_unknown_normalizer_is_named():
+    with pytest.raises(ValueError, match="nope"):
+        get_normalizer("nope")
+
+
+def test_many_to_one_and_dedup_rule():
+    concepts = [
+        Concept("C1", ["Reiter Syndrome", "Reactive arthritis", "ReA"]),
+        Concept("C2", ["ReA", "Retinal artery"]),
+    ]
+    kept = KnowledgeBase(concepts, dedup=False)
+    assert kept.ids_for_name("REA") == ("C1", "C2")
+    dedup = KnowledgeBase(concepts, dedup=True)
+    # the shared name stays on the concept with fewer names
+    assert dedup.ids_for_name("rea") == ("C2",)
+    assert "rea" not in dedup.names_of("C1")
+    assert dedup.names_of("C2") == ["rea", "retinal artery"]
+
+
+def test_same_id_merges_and_empty_names_drop():
+    kb = KnowledgeBase([Concept("C1", ["A b"], definition=None), Concept("C1", ["c", "()"], definition="def")])
+    assert len(kb) == 1
+    assert kb.names_of("C1") == ["a b", "c"]
+    assert kb["C1"].definition == "def"
+
+
+def test_jsonl_round_trip(tmp_path):
+    kb = KnowledgeBase([Concept("C1", ["Alpha", "Beta"], "a definition", ["Disease"]), Concept("C2", ["Gamma"])])
+    kb.to_jsonl(tmp_path / "kb.jsonl")
+    again = KnowledgeBase.load(tmp_path / "kb.jsonl")
+    assert again.names == kb.names
+    assert again["C1"].definition == "a definition" and again["C1"].types == ["Disease"]
+    assert again.checksum() == kb.checksum()
+
+
+def test_target_kb_json_round_trip(tmp_path):
+    kb = KnowledgeBase([Concept("C1", ["Alpha", "Beta"]), Concept("613097", ["Alpha"])])
+    kb.to_target_kb_json(tmp_path / "target_kb.json")
+    data = json.loads((tmp_path / "target_kb.json").read_text())
+    assert data == {"C1": ["alpha", "beta"], "613097": ["alpha"]}
+    again = KnowledgeBase.load(tmp_path / "target_kb.json")
+    assert again.ids_for_name("alpha") == ("C1", "613097")
+
+
+def test_malformed_jsonl_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "C1", "names": ["a"]}\n{"id": "C2", "names": ["b"\n')
+    with pytest.raises(KBFormatError, match=r"bad\.jsonl:2"):
+        KnowledgeBase.load(path)
+    path.write_text('{"id": "C1", "names": ["a"]}\n\n{"names": ["b"]}\n')
+    with pytest.raises(KBFormatError, match=r"bad\.jsonl:3: record has no 'id'"):
+        KnowledgeBase.load(path)
+
+
+def test_missing_file():
+    with pytest.raises(FileNotFoundError):
+        KnowledgeBase.load("/nonexistent/kb.jsonl")
+
+
+def test_extra_names_augmentation():
+    kb = KnowledgeBase([Concept("C1", ["alpha"])])
+    more = kb.with_extra_names([("C1", "Alfa"), ("C9", "ignored")])
+    assert more.ids_for_name("alfa") == ("C1",)
+    assert "ignored" not in more.names and kb.ids_for_name("alfa") == ()
