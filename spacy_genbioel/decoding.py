@@ -100,6 +100,16 @@ class PromptTokenizer:
         return [ids + [self.eos_token_id] for ids in encoded]
 
 
+def model_max_positions(model) -> int:
+    """Longest input the model's position embeddings allow (T5's relative positions: no limit)."""
+    config = model.config
+    for cfg in (getattr(config, "encoder", None), config):
+        value = getattr(cfg, "max_position_embeddings", None) if cfg is not None else None
+        if value:
+            return int(value)
+    return 4096
+
+
 @dataclass
 class DecodingConfig:
     num_beams: int = 5
@@ -133,11 +143,12 @@ class GenerativeLinker:
         self.model.eval()
         start, eos, pad = special_ids(model, tokenizer)
         self.eos_token_id, self.pad_token_id = eos, pad
-        self.prompt_tokens = PromptTokenizer(tokenizer, start, eos)
+        self.max_positions = model_max_positions(model)
+        self.prompt_tokens = PromptTokenizer(tokenizer, start, eos, max_prompt_tokens=min(48, self.max_positions // 4))
         if trie is None:
             trie = NameTrie.from_names(
                 kb.names, tokenizer, eos_token_id=eos, root_token_id=self.prompt_tokens.root_token_id(self.inputs.prompt_suffix),
-                vocab_size=self.vocab_size,
+                vocab_size=self.vocab_size, max_name_tokens=min(128, self.max_positions - self.prompt_tokens.max_prompt_tokens),
             )
         if trie.eos_token_id != eos:
             raise ValueError(f"Trie was built with EOS {trie.eos_token_id}, model uses {eos}")
@@ -148,6 +159,10 @@ class GenerativeLinker:
     @property
     def vocab_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def max_source_tokens(self) -> int:
+        return min(self.config.max_source_tokens, self.max_positions, self.tokenizer.model_max_length or 10**6)
 
     @property
     def device(self) -> torch.device:
@@ -194,7 +209,7 @@ class GenerativeLinker:
                 chunk = members[begin : begin + bs]
                 enc = self.tokenizer(
                     [sources[i] for i in chunk], return_tensors="pt", padding=True, truncation=True,
-                    max_length=min(self.config.max_source_tokens, self.tokenizer.model_max_length or 10**6),
+                    max_length=self.max_source_tokens,
                 )
                 prompt_ids = torch.tensor([prompts[i] for i in chunk], dtype=torch.long)
                 yield chunk, self.beam_search(enc["input_ids"], enc["attention_mask"], prompt_ids)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Tuple
+from typing import List, NamedTuple, Protocol, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -27,3 +27,18 @@ class Mention:
     @property
     def is_composite(self) -> bool:
         return self.composite or len(self.ids) > 1
+
+
+class Candidate(NamedTuple):
+    """A ranked linking result: the concept IDs a KB name maps to, the name, its score."""
+
+    ids: Tuple[str, ...]
+    name: str
+    score: float
+
+
+class Linker(Protocol):
+    """Anything that ranks KB names for mentions: the generative linker and its peers."""
+
+    def link(self, mentions: Sequence[Mention], top_k: int = 5) -> List[List[Candidate]]:
+        ...

@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 PathLike = Union[str, Path]
 MARKERS = ("START", "END")
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,11 @@ def load_tokenizer(path: PathLike):
     from transformers import AutoTokenizer
 
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"Tokenizer directory not found: {path}")
+    if not any((path / name).exists() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"No tokenizer in {path} (looked for {', '.join(TOKENIZER_FILES)}); "
+            "checkpoints such as dmis-lab/ANGEL_* ship without one: pass the tokenizer directory separately"
+        )
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 

@@ -206,12 +206,13 @@ class GenBioELLinker(Pipe):
         return by_span, by_text
 
     def _process(self, docs: Sequence[Doc]) -> None:
+        linker = self.linker  # fail on the first call, not on the first entity
         spans_per_doc = [self._spans(doc) for doc in docs]
         mentions: List[Mention] = []
         for doc, spans in zip(docs, spans_per_doc):
             long_forms, by_text = self._abbreviations(doc)
             mentions.extend(self._mention(doc, s, long_forms, by_text) for s in spans)
-        results = self.linker.link(mentions) if mentions else []
+        results = linker.link(mentions) if mentions else []
         cursor = 0
         for doc, spans in zip(docs, spans_per_doc):
             self._write(doc, spans, results[cursor : cursor + len(spans)])

@@ -61,7 +61,7 @@ class ReferenceLinker:
                 continue
             enc = lk.tokenizer(
                 [lk.inputs.source(mention)], return_tensors="pt", truncation=True,
-                max_length=min(cfg.max_source_tokens, lk.tokenizer.model_max_length or 10**6),
+                max_length=lk.max_source_tokens,
             ).to(lk.device)
             prompt = lk.prompt_tokens.prompts([lk.inputs.prompt(mention)])[0]
             prompt_len = len(prompt)

@@ -125,7 +125,7 @@ def train_seq2seq(
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
         scheduler.step()
-        losses.append(float(loss))
+        losses.append(loss.detach().item())
         if config.log_every and step % config.log_every == 0:
             logger.info("step %d loss %.4f lr %.2e", step, losses[-1], scheduler.get_last_lr()[0])
         if config.max_seconds is not None and time.monotonic() - began > config.max_seconds:

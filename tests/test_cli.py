@@ -1,0 +1,41 @@
+import json
+
+from typer.testing import CliRunner
+
+from spacy_genbioel.cli import app
+from spacy_genbioel.model import load_model
+
+runner = CliRunner()
+
+
+def test_init_model_command(tmp_path, small_kb):
+    small_kb.to_jsonl(tmp_path / "kb.jsonl")
+    (tmp_path / "texts.txt").write_text("renal failure was seen in the patients\n" * 20)
+    result = runner.invoke(app, ["init-model", "--preset", "tiny", "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "m"),
+                                 "--texts", str(tmp_path / "texts.txt"), "--vocab-size", "300"])
+    assert result.exit_code == 0, result.output
+    model, tokenizer = load_model(tmp_path / "m")
+    assert model.config.d_model == 256 and len(tokenizer) <= 300
+
+
+def test_init_model_rejects_unknown_preset(tmp_path, small_kb):
+    small_kb.to_jsonl(tmp_path / "kb.jsonl")
+    result = runner.invoke(app, ["init-model", "--preset", "huge", "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "m")])
+    assert result.exit_code != 0
+    assert "huge" in str(result.exception)
+
+
+def test_benchmark_command_json(tmp_path, micro_model, word_tokenizer, monkeypatch):
+    from spacy_genbioel import benchmark
+    from conftest import random_kb
+
+    micro_model.save_pretrained(tmp_path / "m")
+    word_tokenizer.save_pretrained(tmp_path / "m")
+    monkeypatch.setattr(benchmark, "benchmark_kb", lambda data_dir: (random_kb(3), "random"))
+    monkeypatch.setattr(benchmark, "default_data_dir", lambda: None)
+    result = runner.invoke(app, ["benchmark", "--model", str(tmp_path / "m"), "--n-mentions", "12", "--num-beams", "3",
+                                 "--batch-size", "4", "--skip-mesh", "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output.strip().splitlines()[-1])
+    assert figures["mentions"] == 12 and figures["top1_agreement"] == 1.0
+    assert figures["batched_mentions_per_s"] > 0 and figures["reference_mentions_per_s"] > 0

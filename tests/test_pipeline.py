@@ -1,0 +1,146 @@
+import shutil
+from importlib.metadata import entry_points
+
+import pytest
+import spacy
+from spacy.tokens import Span
+
+import spacy_genbioel  # noqa: F401  (registers the factory)
+from spacy_genbioel.model import save_model
+
+from conftest import random_kb
+
+
+@pytest.fixture()
+def resources(tmp_path, micro_model, word_tokenizer):
+    kb = random_kb(1, n_concepts=30)
+    save_model(micro_model, word_tokenizer, tmp_path / "model")
+    kb.to_jsonl(tmp_path / "kb.jsonl")
+    return kb, tmp_path
+
+
+def make_nlp(tmp_path, **config):
+    nlp = spacy.blank("en")
+    ruler = nlp.add_pipe("entity_ruler")
+    ruler.add_patterns([
+        {"label": "Disease", "pattern": "renal failure"},
+        {"label": "Disease", "pattern": "cystic fibrosis"},
+        {"label": "Chemical", "pattern": "liver"},
+        {"label": "Disease", "pattern": "!!"},
+    ])
+    cfg = {"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "num_beams": 3, "top_k": 3, "device": "cpu"}
+    cfg.update(config)
+    nlp.add_pipe("genbioel", config=cfg)
+    return nlp
+
+
+TEXTS = [
+    "The patient had renal failure and cystic fibrosis of the liver .",
+    "",
+    "No entities here at all .",
+    "Shouting !! about renal failure",
+]
+
+
+def linked(doc):
+    return [(e.text, e.label_, e.kb_id_, e._.kb_id, tuple(e._.kb_candidates or ())) for e in doc.ents]
+
+
+def test_factory_is_an_entry_point():
+    names = {ep.name for ep in entry_points(group="spacy_factories")}
+    assert "genbioel" in names
+
+
+def test_links_entities(resources):
+    kb, tmp_path = resources
+    nlp = make_nlp(tmp_path)
+    doc = nlp(TEXTS[0])
+    assert [e.text for e in doc.ents] == ["renal failure", "cystic fibrosis", "liver"]
+    for ent in doc.ents:
+        assert ent._.kb_id in kb
+        assert ent.kb_id_ == ent._.kb_id
+        assert 1 <= len(ent._.kb_candidates) and all(c[0] in kb for c in ent._.kb_candidates)
+        assert ent._.kb_candidates[0][0] == ent._.kb_id
+
+
+def test_edge_documents_never_crash(resources):
+    _, tmp_path = resources
+    nlp = make_nlp(tmp_path)
+    docs = list(nlp.pipe(TEXTS, batch_size=2))
+    assert docs[1].ents == () and docs[2].ents == ()
+    punct = [e for e in docs[3].ents if e.text == "!!"][0]
+    assert punct._.kb_id is None and punct._.kb_candidates == [] and punct.kb_id_ == ""
+    huge = nlp("word " * 5000 + "renal failure " + "word " * 5000)
+    assert huge.ents[0]._.kb_id is not None
+
+
+def test_pipe_equals_call(resources):
+    _, tmp_path = resources
+    nlp = make_nlp(tmp_path)
+    assert [linked(d) for d in nlp.pipe(TEXTS, batch_size=3)] == [linked(nlp(t)) for t in TEXTS]
+
+
+def test_label_filter_and_spans_key(resources):
+    _, tmp_path = resources
+    nlp = make_nlp(tmp_path, labels=["Chemical"])
+    doc = nlp(TEXTS[0])
+    assert [e._.kb_id is not None for e in doc.ents] == [False, False, True]
+
+    nlp2 = spacy.blank("en")
+    nlp2.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"),
+                                       "spans_key": "mentions", "num_beams": 2, "top_k": 2})
+    doc = nlp2.make_doc("acute renal failure and lung cancer")
+    doc.spans["mentions"] = [Span(doc, 1, 3, "Disease"), Span(doc, 4, 6, "Disease"), Span(doc, 0, 3, "Disease")]
+    doc = nlp2(doc)
+    assert all(s.kb_id_ and s._.kb_id == s.kb_id_ for s in doc.spans["mentions"])
+
+
+def test_missing_resources_error_is_clear():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("genbioel")
+    with pytest.raises(ValueError, match="no model or KB"):
+        nlp("text")
+
+
+def test_top_k_cannot_exceed_beams():
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="top_k"):
+        nlp.add_pipe("genbioel", config={"num_beams": 2, "top_k": 5})
+
+
+def test_to_disk_from_disk_round_trip_after_originals_are_gone(resources, tmp_path_factory):
+    _, tmp_path = resources
+    nlp = make_nlp(tmp_path)
+    before = [linked(d) for d in nlp.pipe(TEXTS)]
+    out = tmp_path_factory.mktemp("pipeline") / "nlp"
+    nlp.to_disk(out)
+    shutil.rmtree(tmp_path / "model")
+    (tmp_path / "kb.jsonl").unlink()
+    loaded = spacy.load(out)
+    assert loaded.pipe_names == ["entity_ruler", "genbioel"]
+    assert [linked(d) for d in loaded.pipe(TEXTS)] == before
+    assert (out / "genbioel" / "trie.safetensors").exists()
+    assert not list((out / "genbioel").rglob("*.bin")) and not list(out.rglob("*.pkl"))
+
+
+def test_abbreviation_long_form_is_linked(resources):
+    pytest.importorskip("scispacy")
+    import scispacy.abbreviation  # noqa: F401
+
+    _, tmp_path = resources
+    nlp = spacy.blank("en")
+    nlp.add_pipe("abbreviation_detector")
+    ruler = nlp.add_pipe("entity_ruler")
+    ruler.add_patterns([{"label": "Disease", "pattern": "CF"}])
+    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "num_beams": 2, "top_k": 2})
+    linker = nlp.get_pipe("genbioel")
+    seen = []
+    original = linker.linker.link
+
+    def spy(mentions, top_k=None):
+        seen.extend(m.text for m in mentions)
+        return original(mentions, top_k)
+
+    linker.linker.link = spy
+    nlp("Patients with cystic fibrosis (CF) were seen. CF is common.")
+    assert seen and all(t == "cystic fibrosis" for t in seen)
