@@ -10,8 +10,11 @@ files are gone.
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -257,6 +260,21 @@ class GenBioELLinker(Pipe):
             lk.trie.to_disk(path / "trie.safetensors")
             meta["kb_checksum"] = lk.kb.checksum()
         (path / "cfg.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        """The ``to_disk`` directory as an in-memory tar archive."""
+        with tempfile.TemporaryDirectory() as tmp:
+            self.to_disk(Path(tmp) / "component")
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w") as tar:
+                tar.add(Path(tmp) / "component", arcname="component")
+            return buffer.getvalue()
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "GenBioELLinker":
+        with tempfile.TemporaryDirectory() as tmp:
+            with tarfile.open(fileobj=io.BytesIO(bytes_data), mode="r") as tar:
+                tar.extractall(tmp, filter="data")
+            return self.from_disk(Path(tmp) / "component")
 
     def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "GenBioELLinker":
         path = Path(path)

@@ -144,3 +144,12 @@ def test_abbreviation_long_form_is_linked(resources):
     linker.linker.link = spy
     nlp("Patients with cystic fibrosis (CF) were seen. CF is common.")
     assert seen and all(t == "cystic fibrosis" for t in seen)
+
+
+def test_to_bytes_round_trip(resources):
+    _, tmp_path = resources
+    nlp = make_nlp(tmp_path)
+    before = [linked(d) for d in nlp.pipe(TEXTS)]
+    clone = make_nlp(tmp_path, model=None, kb=None)
+    clone.get_pipe("genbioel").from_bytes(nlp.get_pipe("genbioel").to_bytes())
+    assert [linked(d) for d in clone.pipe(TEXTS)] == before
