@@ -20,6 +20,42 @@ def _setup_logging(verbose: bool) -> None:
     hf_logging.set_verbosity_error()
 
 
+@app.command("build-kb")
+def build_kb_cmd(
+    sources: List[Path] = typer.Argument(..., help="Vocabulary files"),
+    format: str = typer.Option(..., "--format", "-f", help="medic | ctd | mesh-tsv | mesh-xml | umls | obo | genbioel | jsonl | scispacy"),
+    out: Path = typer.Option(..., help="Output KB (.jsonl, or .json for GenBioEL's target_kb.json)"),
+    dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="GenBioEL's rule: a shared name stays on the concept with the fewest names"),
+    crosswalk: Optional[Path] = typer.Option(None, help="TSV of old -> new concept IDs applied to the KB"),
+    augment_pubtator: List[Path] = typer.Option([], help="Add the mentions of these PubTator files as names of their gold concepts (training splits only)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Read vocabularies into one KB (with ID clean-up), optionally augmented with training mentions."""
+    _setup_logging(verbose)
+    import time
+
+    import psutil
+
+    from .kb_sources import build_kb
+
+    began = time.monotonic()
+    kb = build_kb(format, [str(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem)
+    if augment_pubtator:
+        from .corpus import mentions_from_pubtator
+
+        pairs = [(cid, m.text) for path in augment_pubtator for m in mentions_from_pubtator(path, context_chars=0)
+                 if not m.is_composite for cid in m.ids]
+        n_names = kb.n_names
+        kb = kb.with_extra_names(pairs)
+        msg.info(f"Dictionary augmentation: {len(pairs)} training mentions, {kb.n_names - n_names} new names")
+    if out.suffix == ".json":
+        kb.to_target_kb_json(out)
+    else:
+        kb.to_jsonl(out)
+    rss = psutil.Process().memory_info().rss / 2**20
+    msg.good(f"{len(kb)} concepts, {kb.n_names} names -> {out} ({time.monotonic() - began:.1f}s, RSS {rss:.0f} MB)")
+
+
 @app.command("init-model")
 def init_model_cmd(
     kb: Path = typer.Option(..., help="KB file (.jsonl or target_kb.json)"),

@@ -134,7 +134,14 @@ class KnowledgeBase:
                 if len(ids) > 1:
                     keep = min(ids, key=lambda c: len(per_concept[c]))
                     name_to_ids[name] = [keep]
-        self._names: List[str] = list(name_to_ids)
+        # canonical order: first kept occurrence, so a saved de-duplicated KB
+        # reloads with the same name indices (the trie depends on them)
+        order: Dict[str, None] = {}
+        for cid, names in per_concept.items():
+            for name in names:
+                if cid in name_to_ids[name]:
+                    order.setdefault(name, None)
+        self._names: List[str] = list(order)
         self._name_index: Dict[str, int] = {n: i for i, n in enumerate(self._names)}
         self._name_ids: List[Tuple[str, ...]] = [tuple(name_to_ids[n]) for n in self._names]
         self._concept_names: Dict[str, List[str]] = {cid: [] for cid in self._concepts}
@@ -213,9 +220,14 @@ class KnowledgeBase:
 
     # -- persistence --------------------------------------------------------
     def to_jsonl(self, path: PathLike) -> None:
+        """One concept per line, with the raw names whose normalized form this
+        KB keeps for it (so a de-duplicated KB reloads as the same index)."""
         with Path(path).open("w", encoding="utf8") as out:
             for concept in self._concepts.values():
-                out.write(json.dumps(concept.to_dict(), ensure_ascii=False) + "\n")
+                kept = set(self._concept_names[concept.id])
+                names = [raw for raw in concept.names if self.normalize(raw) in kept]
+                record = Concept(concept.id, names, concept.definition, concept.types).to_dict()
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     @classmethod
     def from_jsonl(cls, path: PathLike, **kwargs) -> "KnowledgeBase":
@@ -285,8 +297,6 @@ def concept_from_record(record: object, where: str) -> Concept:
         names = [canonical, *names]
     if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
         raise KBFormatError(f"{where}: 'names' must be a list of strings")
-    if not names:
-        raise KBFormatError(f"{where}: concept {cid!r} has no names")
     types = record.get("types", [])
     if isinstance(types, str):
         types = [types]

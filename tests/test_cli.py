@@ -39,3 +39,20 @@ def test_benchmark_command_json(tmp_path, micro_model, word_tokenizer, monkeypat
     figures = json.loads(result.output.strip().splitlines()[-1])
     assert figures["mentions"] == 12 and figures["top1_agreement"] == 1.0
     assert figures["batched_mentions_per_s"] > 0 and figures["reference_mentions_per_s"] > 0
+
+
+def test_build_kb_command_with_augmentation(tmp_path):
+    (tmp_path / "medic.txt").write_text("D001||Reiter Syndrome|Reactive Arthritis\nD002|613097||Tumor|Neoplasm\n")
+    (tmp_path / "train.txt").write_text(
+        "1|t|ReA was seen.\n1|a|\n1\t0\t3\tReA\tDisease\tD001\n\n"
+    )
+    result = runner.invoke(app, ["build-kb", "-f", "medic", str(tmp_path / "medic.txt"), "--out", str(tmp_path / "kb.jsonl"),
+                                 "--no-dedup", "--augment-pubtator", str(tmp_path / "train.txt")])
+    assert result.exit_code == 0, result.output
+    from spacy_genbioel.kb import KnowledgeBase
+
+    kb = KnowledgeBase.load(tmp_path / "kb.jsonl")
+    assert kb.ids_for_name("rea") == ("D001",)
+    assert kb.ids_for_name("tumor") == ("D002", "613097")
+    bad = runner.invoke(app, ["build-kb", "-f", "nope", str(tmp_path / "medic.txt"), "--out", str(tmp_path / "x.jsonl")])
+    assert bad.exit_code != 0

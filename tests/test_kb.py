@@ -85,3 +85,12 @@ def test_extra_names_augmentation():
     more = kb.with_extra_names([("C1", "Alfa"), ("C9", "ignored")])
     assert more.ids_for_name("alfa") == ("C1",)
     assert "ignored" not in more.names and kb.ids_for_name("alfa") == ()
+
+
+def test_deduplicated_kb_reloads_as_the_same_index(tmp_path):
+    concepts = [Concept("C1", ["A", "B", "Shared"]), Concept("C2", ["Shared"]), Concept("C3", ["B"])]
+    kb = KnowledgeBase(concepts, dedup=True)
+    kb.to_jsonl(tmp_path / "kb.jsonl")
+    again = KnowledgeBase.load(tmp_path / "kb.jsonl", dedup=False)
+    assert [(n, again.ids_for_name(n)) for n in again.names] == [(n, kb.ids_for_name(n)) for n in kb.names]
+    assert len(again) == 3
