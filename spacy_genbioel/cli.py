@@ -56,6 +56,78 @@ def build_kb_cmd(
     msg.good(f"{len(kb)} concepts, {kb.n_names} names -> {out} ({time.monotonic() - began:.1f}s, RSS {rss:.0f} MB)")
 
 
+def load_corpus(path: Path, fmt: str, crosswalk: Optional[Path] = None):
+    """Gold mentions (with context) and document texts of a corpus file."""
+    from . import corpus
+    from .kb_sources import read_crosswalk
+
+    walk = read_crosswalk(crosswalk) if crosswalk else None
+    if fmt == "askapatient":
+        return list(corpus.read_askapatient(path)), {}
+    readers = {"pubtator": lambda p: corpus.read_pubtator(p, crosswalk=walk), "bioc": corpus.read_bioc, "jsonl": corpus.read_jsonl_corpus}
+    if fmt not in readers:
+        raise typer.BadParameter(f"unknown corpus format {fmt!r}; use pubtator, bioc, jsonl or askapatient")
+    documents = list(readers[fmt](path))
+    mentions = [m for doc in documents for m in corpus.document_mentions(doc)]
+    return mentions, {doc.pmid: doc.text for doc in documents}
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    corpus_path: Path = typer.Option(..., "--corpus", help="Evaluation corpus (dev split)"),
+    fmt: str = typer.Option("pubtator", "--format", help="pubtator | bioc | jsonl | askapatient"),
+    linker: str = typer.Option("genbioel", help="genbioel | exact | tfidf | scispacy"),
+    pipeline: Optional[Path] = typer.Option(None, help="spaCy pipeline directory with a genbioel component"),
+    kb: Optional[Path] = typer.Option(None, help="KB for the peers (genbioel uses the pipeline's)"),
+    train: Optional[Path] = typer.Option(None, help="Training split, for GenBioEL's sub-population table"),
+    labels: List[str] = typer.Option([], help="Only gold mentions with these labels"),
+    abbreviations: bool = typer.Option(False, help="Expand short forms with scispacy before linking"),
+    crosswalk: Optional[Path] = typer.Option(None, help="Old -> new ID TSV applied to gold IDs"),
+    top_k: int = typer.Option(5),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON"),
+    plots: Optional[Path] = typer.Option(None, help="Folder for the similarity-bin plot"),
+    device: str = typer.Option("auto"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Recall@1/@5 with GenBioEL's rules, KB coverage, sub-populations and similarity bins."""
+    _setup_logging(verbose)
+    from .evaluation import evaluate_linker, plot_similarity_bins
+    from .kb import KnowledgeBase
+
+    mentions, texts = load_corpus(corpus_path, fmt, crosswalk)
+    if labels:
+        mentions = [m for m in mentions if m.label in labels]
+    train_mentions = load_corpus(train, fmt, crosswalk)[0] if train else None
+    if abbreviations:
+        from .abbreviations import AbbreviationExpander
+
+        mentions, n_expanded = AbbreviationExpander().expand(mentions, texts)
+        msg.info(f"{n_expanded} mentions expanded from abbreviations")
+    if linker == "genbioel":
+        if pipeline is None:
+            raise typer.BadParameter("--pipeline is required for --linker genbioel")
+        import spacy
+
+        nlp = spacy.load(pipeline, config={"components": {"genbioel": {"device": device}}})
+        model = nlp.get_pipe("genbioel").linker
+        knowledge_base = model.kb
+    else:
+        if kb is None:
+            raise typer.BadParameter(f"--kb is required for --linker {linker}")
+        from .peers import get_linker
+
+        knowledge_base = KnowledgeBase.load(kb)
+        model = get_linker(linker, knowledge_base)
+    report = evaluate_linker(model, mentions, top_k=top_k, train_mentions=train_mentions, kb=knowledge_base, name=linker)
+    report.meta.update({"corpus": str(corpus_path), "abbreviations": abbreviations, "kb_names": knowledge_base.n_names})
+    print(report.format_table())
+    if json_path:
+        json_path.write_text(json.dumps(report.to_dict(), indent=2), encoding="utf8")
+    if plots and report.similarity is not None:
+        plots.mkdir(parents=True, exist_ok=True)
+        plot_similarity_bins(report.similarity, plots / f"similarity_bins_{linker}.png")
+
+
 @app.command("init-model")
 def init_model_cmd(
     kb: Path = typer.Option(..., help="KB file (.jsonl or target_kb.json)"),

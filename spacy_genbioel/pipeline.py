@@ -23,6 +23,7 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
+from .abbreviations import doc_long_forms
 from .decoding import DecodingConfig, GenerativeLinker, InputBuilder
 from .kb import KnowledgeBase
 from .mentions import Candidate, Mention
@@ -198,15 +199,7 @@ class GenBioELLinker(Pipe):
         """Long forms from scispacy's abbreviation_detector, when it ran."""
         if not self.resolve_abbreviations or not Doc.has_extension("abbreviations"):
             return {}, {}
-        by_span: Dict[Tuple[int, int], str] = {}
-        by_text: Dict[str, str] = {}
-        for short in doc._.abbreviations or []:
-            long_form = getattr(short._, "long_form", None)
-            if long_form is None:
-                continue
-            by_span[(short.start_char, short.end_char)] = long_form.text
-            by_text.setdefault(short.text, long_form.text)
-        return by_span, by_text
+        return doc_long_forms(doc)
 
     def _process(self, docs: Sequence[Doc]) -> None:
         linker = self.linker  # fail on the first call, not on the first entity

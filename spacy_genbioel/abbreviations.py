@@ -1,0 +1,56 @@
+"""Abbreviation expansion for gold mentions (GenBioEL used Ab3P; we use
+scispacy's ``abbreviation_detector``, the same detector the pipeline runs)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Sequence, Tuple
+
+from .mentions import Mention
+
+
+def doc_long_forms(doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:
+    """Long forms found by scispacy's detector in a Doc: by short-form character
+    span, and by short-form text (for mentions the detector did not mark)."""
+    by_span: Dict[Tuple[int, int], str] = {}
+    by_text: Dict[str, str] = {}
+    for short in getattr(doc._, "abbreviations", None) or []:
+        long_form = getattr(short._, "long_form", None)
+        if long_form is None:
+            continue
+        by_span[(short.start_char, short.end_char)] = long_form.text
+        by_text.setdefault(short.text, long_form.text)
+    return by_span, by_text
+
+
+class AbbreviationExpander:
+    def __init__(self) -> None:
+        import spacy
+        import scispacy.abbreviation  # noqa: F401  (registers the factory)
+
+        self.nlp = spacy.blank("en")
+        self.nlp.add_pipe("abbreviation_detector")
+
+    def long_forms(self, text: str) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:
+        return doc_long_forms(self.nlp(text))
+
+    def expand(self, mentions: Sequence[Mention], texts: Dict[str, str]) -> Tuple[List[Mention], int]:
+        """Mentions whose text is a detected short form get its long form;
+        returns the new list and how many were expanded."""
+        cache: Dict[str, Tuple[Dict[Tuple[int, int], str], Dict[str, str]]] = {}
+        out: List[Mention] = []
+        expanded = 0
+        for m in mentions:
+            text = texts.get(m.doc_id)
+            if text is None:
+                out.append(m)
+                continue
+            if m.doc_id not in cache:
+                cache[m.doc_id] = self.long_forms(text)
+            by_span, by_text = cache[m.doc_id]
+            long_form = by_span.get((m.start, m.end)) or by_text.get(m.text)
+            if long_form and long_form != m.text:
+                out.append(dataclasses.replace(m, text=long_form))
+                expanded += 1
+            else:
+                out.append(m)
+        return out, expanded
