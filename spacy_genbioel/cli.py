@@ -181,6 +181,7 @@ def benchmark_cmd(
     num_beams: int = typer.Option(5),
     batch_size: int = typer.Option(64),
     device: str = typer.Option("cpu"),
+    context_words: str = typer.Option("0,16,64", help="Context windows (words per side) to compare, comma-separated"),
     skip_mesh: bool = typer.Option(False, help="Skip the full-MeSH trie build measurement"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -192,11 +193,14 @@ def benchmark_cmd(
     result = run_benchmark(
         data_dir=data_dir, model_dir=model, train_seconds=train_seconds, n_mentions=n_mentions,
         num_beams=num_beams, batch_size=batch_size, device=device, mesh=not skip_mesh,
+        context_words=[int(c) for c in context_words.split(",") if c.strip()],
     )
     if json_out:
         print(json.dumps(result))
     else:
+        runs = result.pop("runs")
         msg.table(sorted(result.items()), header=("figure", "value"), divider=True)
+        msg.table([tuple(r.values()) for r in runs], header=tuple(runs[0]), divider=True)
 
 
 @app.command("mesh-trie-memory", hidden=True)

@@ -240,7 +240,12 @@ class GenerativeLinker:
         # the prompt is read once per mention; beams start from copies of its cache
         cache.batch_repeat_interleave(K)
         logits = out.logits[:, -1, :].float().repeat_interleave(K, dim=0)
-        hidden = encoder_outputs.last_hidden_state.repeat_interleave(K, dim=0)
+        # After the prefill the cross-attention keys and values sit in the
+        # cache and the decoder only reads the encoder states' shape, so a
+        # zero-stride view stands in for n * K copies of them.
+        enc_shape = encoder_outputs.last_hidden_state.shape
+        hidden_dtype = encoder_outputs.last_hidden_state.dtype
+        del encoder_outputs
         enc_mask = attention_mask.repeat_interleave(K, dim=0)
         del out
 
@@ -308,12 +313,15 @@ class GenerativeLinker:
                 active, running, improvable = active[live], running[live], improvable[live]
                 fin_scores, fin_nodes, fin_done = fin_scores[live], fin_nodes[live], fin_done[live]
                 nodes = nodes.view(-1, K)[live].view(-1)
-                hidden, enc_mask = hidden[live_beams], enc_mask[live_beams]
+                enc_mask = enc_mask[live_beams]
                 cache.reorder_cache(keep_rows.view(-1))
             else:
                 self._reorder_self_attention(cache, keep_rows.view(-1))
             out = model(
-                encoder_outputs=BaseModelOutput(last_hidden_state=hidden), attention_mask=enc_mask,
+                encoder_outputs=BaseModelOutput(
+                    last_hidden_state=torch.zeros((), dtype=hidden_dtype, device=device).expand(enc_mask.shape[0], *enc_shape[1:])
+                ),
+                attention_mask=enc_mask,
                 decoder_input_ids=next_tokens.reshape(-1, 1), past_key_values=cache, use_cache=True,
             )
             cache = out.past_key_values

@@ -52,9 +52,12 @@ class NameTrie:
         self.root_token_id = int(root_token_id)
         self.max_depth = int(max_depth)
         self.n_nodes = len(self.edge_keys) + 1
-        parents = self.edge_keys // self.vocab_size
-        self.child_tokens = (self.edge_keys % self.vocab_size).astype(np.int64)
-        self.child_ptr = np.searchsorted(parents, np.arange(self.n_nodes + 1), side="left").astype(np.int64)
+        # children of node p: child_tokens[child_ptr[p]:child_ptr[p + 1]]
+        self.child_tokens = (self.edge_keys % self.vocab_size).astype(np.int32)
+        counts = np.bincount(self.edge_keys // self.vocab_size, minlength=self.n_nodes)
+        self.child_ptr = np.zeros(self.n_nodes + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.child_ptr[1:])
+        del counts
         self._device_cache: dict = {}
 
     # -- construction -------------------------------------------------------
@@ -85,31 +88,39 @@ class NameTrie:
         root_token_id: int,
         name_indices: Optional[np.ndarray] = None,
     ) -> "NameTrie":
-        """Build from concatenated token ids and per-name lengths (EOS appended here).
-
-        Level-by-level construction: at depth ``d`` every live sequence has a
-        node id; the keys ``node * V + token_d`` of all sequences are made
-        unique with one sort, which both creates the next level's nodes and
-        keeps edges globally sorted by (parent, token).
-        """
+        """Build from concatenated token ids and per-name lengths (EOS appended here)."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        n = len(lengths)
-        if name_indices is None:
-            name_indices = np.arange(n, dtype=np.int64)
-        if n and lengths.min() < 1:
+        flat = np.asarray(flat)
+        if len(lengths) and lengths.min() < 1:
             raise ValueError("Every name needs at least one token")
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths + 1, out=offsets[1:])
-        # re-lay the tokens with EOS after each name
-        with_eos = np.full(int(offsets[-1]), eos_token_id, dtype=np.int64)
-        src_offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=src_offsets[1:])
-        positions = np.arange(len(flat), dtype=np.int64)
-        owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        with_eos[positions - src_offsets[owner] + offsets[owner]] = flat
         if len(flat) and (flat.max() >= vocab_size or flat.min() < 0):
             raise ValueError("Token id outside the vocabulary")
-        full_len = lengths + 1
+        ends = np.cumsum(lengths)
+        with_eos = np.insert(flat.astype(np.int32, copy=False), ends, eos_token_id)
+        return cls._build(with_eos, lengths + 1, vocab_size, eos_token_id, root_token_id, name_indices)
+
+    @classmethod
+    def _build(
+        cls,
+        tokens: np.ndarray,
+        full_len: np.ndarray,
+        vocab_size: int,
+        eos_token_id: int,
+        root_token_id: int,
+        name_indices: Optional[np.ndarray],
+    ) -> "NameTrie":
+        """Level-by-level construction over names laid end to end (EOS included).
+
+        At depth ``d`` every live name has a node id; the keys ``node * V +
+        token_d`` of all names are made unique with one sort, which both
+        creates the next level's nodes and keeps edges globally sorted by
+        (parent, token). Memory stays at a few arrays of one entry per name.
+        """
+        n = len(full_len)
+        if name_indices is None:
+            name_indices = np.arange(n, dtype=np.int64)
+        starts = np.zeros(n, dtype=np.int64)
+        np.cumsum(full_len[:-1], out=starts[1:])
         node = np.zeros(n, dtype=np.int64)
         levels: List[np.ndarray] = []
         next_id = 1
@@ -117,17 +128,19 @@ class NameTrie:
         alive = np.arange(n, dtype=np.int64)
         for depth in range(max_depth):
             alive = alive[full_len[alive] > depth]
-            keys = node[alive] * vocab_size + with_eos[offsets[alive] + depth]
+            keys = node[alive] * vocab_size + tokens[starts[alive] + depth]
             unique, inverse = np.unique(keys, return_inverse=True)
             node[alive] = next_id + inverse
             next_id += len(unique)
             levels.append(unique)
+            del keys, inverse
         edge_keys = np.concatenate(levels) if levels else np.zeros(0, dtype=np.int64)
+        del levels
         # `node` now holds each name's terminal (post-EOS) node
         order = np.argsort(node, kind="stable")
         term_sorted = node[order]
-        terminal_nodes, starts = np.unique(term_sorted, return_index=True)
-        terminal_ptr = np.append(starts, n).astype(np.int64)
+        terminal_nodes, first = np.unique(term_sorted, return_index=True)
+        terminal_ptr = np.append(first, n).astype(np.int64)
         collisions = n - len(terminal_nodes)
         if collisions:
             logger.info("%d names share their token sequence with another name", collisions)
@@ -135,7 +148,7 @@ class NameTrie:
             edge_keys,
             terminal_nodes,
             terminal_ptr,
-            name_indices[order],
+            np.asarray(name_indices, dtype=np.int64)[order],
             vocab_size=vocab_size,
             eos_token_id=eos_token_id,
             root_token_id=root_token_id,
@@ -151,36 +164,39 @@ class NameTrie:
         eos_token_id: int,
         root_token_id: int,
         vocab_size: Optional[int] = None,
-        chunk_size: int = 50_000,
+        chunk_size: int = 20_000,
         max_name_tokens: int = 128,
     ) -> "NameTrie":
         """Tokenize ``" " + name`` for every name (in chunks, so a million names
         never sit in memory as Python lists) and build the trie. Names longer
         than ``max_name_tokens`` tokens cannot be generated and are left out."""
         vocab_size = vocab_size or len(tokenizer)
-        flats: List[np.ndarray] = []
+        chunks: List[np.ndarray] = []
         lens: List[np.ndarray] = []
         kept: List[np.ndarray] = []
         skipped = 0
         for begin in range(0, len(names), chunk_size):
-            chunk = [" " + name for name in names[begin : begin + chunk_size]]
-            ids = tokenizer(chunk, add_special_tokens=False)["input_ids"]
-            chunk_lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-            ok = (chunk_lens > 0) & (chunk_lens <= max_name_tokens)
-            skipped += int((~ok).sum())
-            flats.append(np.fromiter((t for x, good in zip(ids, ok) if good for t in x), dtype=np.int64))
-            lens.append(chunk_lens[ok])
-            kept.append(np.nonzero(ok)[0] + begin)
+            ids = tokenizer([" " + name for name in names[begin : begin + chunk_size]], add_special_tokens=False)["input_ids"]
+            ok = [0 < len(x) <= max_name_tokens for x in ids]
+            good = [x + [eos_token_id] for x, keep in zip(ids, ok) if keep]
+            skipped += len(ids) - len(good)
+            chunks.append(np.fromiter((t for x in good for t in x), dtype=np.int32))
+            lens.append(np.fromiter((len(x) for x in good), dtype=np.int64, count=len(good)))
+            kept.append(np.flatnonzero(ok) + begin)
+            del ids, good
         if skipped:
             logger.warning("%d names left out of the trie (empty or longer than %d tokens)", skipped, max_name_tokens)
-        flat = np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
-        return cls.from_flat(
-            flat,
+        tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
+        del chunks
+        if len(tokens) and (int(tokens.max()) >= vocab_size or int(tokens.min()) < 0):
+            raise ValueError("Token id outside the vocabulary")
+        return cls._build(
+            tokens,
             np.concatenate(lens) if lens else np.zeros(0, dtype=np.int64),
-            vocab_size=vocab_size,
-            eos_token_id=eos_token_id,
-            root_token_id=root_token_id,
-            name_indices=np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64),
+            vocab_size,
+            eos_token_id,
+            root_token_id,
+            np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64),
         )
 
     # -- queries (numpy, single sequences; used by tests and tooling) -------
@@ -312,5 +328,5 @@ class TrieTensors:
         first = torch.cumsum(counts, 0) - counts
         offsets = torch.arange(int(counts.sum()), device=nodes.device) - first[rows] + starts[rows]
         mask = torch.zeros((len(unique), vocab_size), dtype=torch.bool, device=nodes.device)
-        mask[rows, self.child_tokens[offsets]] = True
+        mask[rows, self.child_tokens[offsets].long()] = True
         return mask[inverse]

@@ -37,8 +37,10 @@ def test_benchmark_command_json(tmp_path, micro_model, word_tokenizer, monkeypat
                                  "--batch-size", "4", "--skip-mesh", "--json"])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output.strip().splitlines()[-1])
-    assert figures["mentions"] == 12 and figures["top1_agreement"] == 1.0
-    assert figures["batched_mentions_per_s"] > 0 and figures["reference_mentions_per_s"] > 0
+    assert figures["mentions"] == 12 and [r["context_words"] for r in figures["runs"]] == [0, 16, 64]
+    for run in figures["runs"]:
+        assert run["top1_agreement"] == 1.0
+        assert run["batched_mentions_per_s"] > 0 and run["reference_mentions_per_s"] > 0
 
 
 def test_build_kb_command_with_augmentation(tmp_path):
@@ -56,3 +58,21 @@ def test_build_kb_command_with_augmentation(tmp_path):
     assert kb.ids_for_name("tumor") == ("D002", "613097")
     bad = runner.invoke(app, ["build-kb", "-f", "nope", str(tmp_path / "medic.txt"), "--out", str(tmp_path / "x.jsonl")])
     assert bad.exit_code != 0
+
+
+def test_evaluate_command_with_a_peer(tmp_path):
+    from spacy_genbioel.kb import Concept, KnowledgeBase
+
+    KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]).to_jsonl(tmp_path / "kb.jsonl")
+    text = "Renal failure and cystic fibrosis."
+    (tmp_path / "dev.txt").write_text(
+        f"1|t|{text}\n1|a|\n1\t0\t13\tRenal failure\tDisease\tD1\n1\t18\t33\tcystic fibrosis\tDisease\tD2|D9\n\n"
+    )
+    result = runner.invoke(app, ["evaluate", "--corpus", str(tmp_path / "dev.txt"), "--linker", "exact", "--kb", str(tmp_path / "kb.jsonl"),
+                                 "--train", str(tmp_path / "dev.txt"), "--json", str(tmp_path / "r.json"), "--plots", str(tmp_path / "plots")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["recall"]["recall"]["recall@1"] == 1.0
+    assert (tmp_path / "plots" / "similarity_bins_exact.png").exists()
+    missing = runner.invoke(app, ["evaluate", "--corpus", str(tmp_path / "dev.txt"), "--linker", "genbioel"])
+    assert missing.exit_code != 0
