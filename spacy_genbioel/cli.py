@@ -22,7 +22,7 @@ def _setup_logging(verbose: bool) -> None:
 
 @app.command("build-kb")
 def build_kb_cmd(
-    sources: List[Path] = typer.Argument(..., help="Vocabulary files"),
+    sources: List[str] = typer.Argument(..., help="Vocabulary files; FORMAT:PATH reads one with another format"),
     format: str = typer.Option(..., "--format", "-f", help="medic | ctd | mesh-tsv | mesh-xml | umls | obo | genbioel | jsonl | scispacy"),
     out: Path = typer.Option(..., help="Output KB (.jsonl, or .json for GenBioEL's target_kb.json)"),
     dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="GenBioEL's rule: a shared name stays on the concept with the fewest names"),
@@ -36,10 +36,14 @@ def build_kb_cmd(
 
     import psutil
 
-    from .kb_sources import build_kb
+    from .kb_sources import FORMATS, build_kb
+
+    def source(spec: str):
+        prefix, _, rest = spec.partition(":")
+        return (prefix, rest) if rest and prefix in FORMATS else spec
 
     began = time.monotonic()
-    kb = build_kb(format, [str(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem)
+    kb = build_kb(format, [source(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem)
     if augment_pubtator:
         from .corpus import mentions_from_pubtator
 
