@@ -588,27 +588,26 @@ def read_genbioel_target_kb(path: PathLike, clean_ids: bool = True) -> Iterator[
             yield Concept(cid, names)
 
 
-def read_jsonl(path: PathLike) -> Iterator[Concept]:
-    """The project's JSONL (``{"id", "names", "definition", "types"}``); scispacy keys also work."""
+def _json_records(path: PathLike) -> Iterator[Tuple[int, Any]]:
+    """(line number, parsed JSON) for every non-blank line."""
     for lineno, line in _lines(path):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            yield lineno, json.loads(line)
         except json.JSONDecodeError as err:
             raise _error(path, lineno, f"not valid JSON ({err.msg})") from err
+
+
+def read_jsonl(path: PathLike) -> Iterator[Concept]:
+    """The project's JSONL (``{"id", "names", "definition", "types"}``); scispacy keys also work."""
+    for lineno, record in _json_records(path):
         yield concept_from_record(record, f"{path}:{lineno}")
 
 
 def read_scispacy_jsonl(path: PathLike) -> Iterator[Concept]:
     """scispacy KB JSONL: ``concept_id, canonical_name, aliases, types, definition``."""
-    for lineno, line in _lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise _error(path, lineno, f"not valid JSON ({err.msg})") from err
+    for lineno, record in _json_records(path):
         if not isinstance(record, dict):
             raise _error(path, lineno, f"expected a JSON object, got {type(record).__name__}")
         if "concept_id" not in record:
