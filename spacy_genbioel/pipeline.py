@@ -221,7 +221,8 @@ class GenBioELLinker(Pipe):
         for span, candidates in zip(spans, results):
             kb_id = candidates[0].ids[0] if candidates and candidates[0].ids else None
             span._.kb_id = kb_id
-            span._.kb_candidates = [(cid, c.name, round(c.score, 6)) for c in candidates for cid in c.ids]
+            # one tuple per concept ID (a name may map to several), at most top_k
+            span._.kb_candidates = [(cid, c.name, round(c.score, 6)) for c in candidates for cid in c.ids][: self.decoding.top_k]
             linked[(span.start, span.end, span.label_)] = kb_id or ""
         # spaCy's own kb_id lives on the stored spans, so rebuild them with it
         if self.spans_key is None:
