@@ -134,16 +134,25 @@ def evaluate_cmd(
 
 @app.command("init-model")
 def init_model_cmd(
-    kb: Path = typer.Option(..., help="KB file (.jsonl or target_kb.json)"),
     out: Path = typer.Option(..., help="Output model directory"),
+    kb: Optional[Path] = typer.Option(None, help="KB file (.jsonl or target_kb.json) to train a tokenizer on"),
+    tokenizer: Optional[Path] = typer.Option(None, help="Use this trained tokenizer directory instead of training one"),
     preset: str = typer.Option("tiny", help="tiny | base | large"),
     texts: Optional[Path] = typer.Option(None, help="Extra text for the tokenizer, one document per line"),
     vocab_size: Optional[int] = typer.Option(None, help="Tokenizer vocabulary (default: the preset's)"),
     seed: int = typer.Option(0),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Train a byte-level BPE tokenizer on KB names (+ texts) and build a from-scratch BART."""
+    """Train a byte-level BPE tokenizer on KB names (+ texts), or take one, and build a from-scratch BART."""
     _setup_logging(verbose)
+    if tokenizer is not None:
+        from .training.cli_steps import init_model_step
+
+        init_model_step(tokenizer, out, preset=preset, seed=seed)
+        msg.good(f"{preset} model with the tokenizer of {tokenizer} saved to {out}")
+        return
+    if kb is None:
+        raise typer.BadParameter("give --kb (to train a tokenizer) or --tokenizer")
     from .kb import KnowledgeBase
     from .model import init_model
 
@@ -214,6 +223,11 @@ def mesh_trie_memory_cmd(data_dir: Path, tokenizer: Path) -> None:
     from .benchmark import measure_mesh_trie
 
     print(json.dumps(measure_mesh_trie(data_dir, tokenizer)))
+
+
+from .training.cli_steps import register_commands  # noqa: E402  (corpus, tokenizer, pretrain, finetune, package)
+
+register_commands(app)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
