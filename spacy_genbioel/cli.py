@@ -52,6 +52,7 @@ def build_kb_cmd(
         n_names = kb.n_names
         kb = kb.with_extra_names(pairs)
         msg.info(f"Dictionary augmentation: {len(pairs)} training mentions, {kb.n_names - n_names} new names")
+    out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".json":
         kb.to_target_kb_json(out)
     else:
