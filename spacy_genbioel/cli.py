@@ -230,6 +230,10 @@ from .training.cli_steps import register_commands  # noqa: E402  (corpus, tokeni
 
 register_commands(app)
 
+from .annotate import register_annotate  # noqa: E402
+
+register_annotate(app)
+
 
 def main(argv: Optional[List[str]] = None) -> None:
     app(args=argv)
