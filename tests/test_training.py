@@ -562,3 +562,12 @@ def test_rerun_resumes_only_from_the_same_start_and_data(tmp_path, word_tokenize
     assert again.resumed_from == 2 and not again.losses  # finished already: nothing to do
     KnowledgeBase([*kb, Concept("D3", ["lung cancer"])]).to_jsonl(tmp_path / "kb.jsonl")
     assert run().resumed_from is None  # the KB changed: a fresh run
+
+
+def test_project_paths_survive_variable_interpolation():
+    # confection joins consecutive list items that end and start with a variable
+    from weasel.util import load_project_config
+
+    config = load_project_config(ROOT)
+    joined = [(c["name"], p) for c in config["commands"] for key in ("deps", "outputs") for p in c.get(key, []) if ", " in p]
+    assert joined == []
