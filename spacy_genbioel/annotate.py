@@ -1039,6 +1039,13 @@ def _run_parallel(nlp: Any, records: Iterable[InputRecord], batch_size: int, n_p
         worker_errors.append(err)  # a worker's batch came back empty: spotted below
 
     nlp.set_error_handler(on_error)
+    # torch's OpenMP pool (libgomp) is not fork-safe: a forked worker of a
+    # process whose pool has threads hangs. Workers run one thread each
+    # anyway, so the parent drops to one thread while they are forked.
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         for doc, seq in nlp.pipe(feed(), as_tuples=True, batch_size=batch_size, n_process=n_process):
             while inflight and inflight[0][0] < seq:
@@ -1054,6 +1061,7 @@ def _run_parallel(nlp: Any, records: Iterable[InputRecord], batch_size: int, n_p
         from spacy.util import raise_error
 
         nlp.set_error_handler(raise_error)
+        torch.set_num_threads(threads)
 
 
 def _provenance(nlp: Any, pipeline_dir: Path, component: Any, device: str, settings: Dict[str, Any], command: str) -> Dict[str, Any]:
