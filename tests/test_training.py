@@ -362,6 +362,25 @@ def test_learning_rate_schedules():
         lr_factor(EngineConfig(scheduler="bogus", warmup_steps=0), 5)
 
 
+def test_budget_horizon_decays_by_the_end_of_the_time_budget():
+    # max_steps far out of reach: under the budget horizon the decay follows time
+    cfg = EngineConfig(max_steps=100_000, warmup_steps=0, scheduler="linear", min_lr_ratio=0.0, max_seconds=100.0)
+    assert lr_factor(cfg, 10, time_fraction=0.5) == pytest.approx(0.5, abs=1e-3)
+    assert lr_factor(cfg, 10, time_fraction=1.0) == pytest.approx(0.0)
+    # steps ahead of time: steps rule
+    steps_first = EngineConfig(max_steps=100, warmup_steps=0, scheduler="linear", min_lr_ratio=0.0, max_seconds=100.0)
+    assert lr_factor(steps_first, 75, time_fraction=0.1) == pytest.approx(0.25)
+    # the step horizon ignores time; no budget ignores time
+    on_steps = EngineConfig(max_steps=100_000, warmup_steps=0, scheduler="linear", min_lr_ratio=0.0,
+                            max_seconds=100.0, schedule_horizon="steps")
+    assert lr_factor(on_steps, 10, time_fraction=0.9) == pytest.approx(1.0, abs=1e-3)
+    no_budget = EngineConfig(max_steps=100_000, warmup_steps=0, scheduler="linear", min_lr_ratio=0.0)
+    assert lr_factor(no_budget, 10, time_fraction=0.9) == pytest.approx(1.0, abs=1e-3)
+    with pytest.raises(ValueError, match="schedule_horizon"):
+        lr_factor(EngineConfig(max_seconds=1.0, schedule_horizon="bogus", warmup_steps=0), 5)
+
+
+
 def test_bf16_autocast_on_cpu_trains(word_tokenizer, small_kb):
     model = _micro(word_tokenizer, dropout=0.0)
     engine = TrainingEngine(model, word_tokenizer, _cfg(max_steps=2, precision="bf16"))

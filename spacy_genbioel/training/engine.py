@@ -50,7 +50,7 @@ import torch
 from ..decoding import InputBuilder, PromptTokenizer
 from ..model import resolve_device, save_model, special_ids
 from .examples import TrainingExample
-from .seq2seq import TrainConfig, encode_examples, sequence_loss, set_seed
+from .seq2seq import TrainConfig, budget_clock, encode_examples, sequence_loss, set_seed
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +84,11 @@ class EngineConfig(TrainConfig):
     save_every: int = 0  # steps between checkpoints (0: at evaluations and at the end)
     precision: str = "auto"  # auto: bf16 autocast on CUDA; fp32; bf16
     progress: bool = True
+    # what the decay runs over: "steps" (max_steps only) or "budget" (whichever
+    # of max_steps and max_seconds runs out first: under a time budget the
+    # learning rate still reaches its floor by the end of the run instead of
+    # stopping high up the curve of an unreachable max_steps)
+    schedule_horizon: str = "budget"
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "EngineConfig":
@@ -161,13 +166,24 @@ def as_source(examples: Union[ExampleSource, Sequence[TrainingExample]]) -> Exam
 
 
 # -- schedule, RNG --------------------------------------------------------------------
-def lr_factor(config: EngineConfig, step: int) -> float:
-    """Multiplier of the peak learning rate at optimizer step ``step`` (0-based)."""
+def lr_factor(config: EngineConfig, step: int, time_fraction: float = 0.0) -> float:
+    """Multiplier of the peak learning rate at optimizer step ``step`` (0-based).
+
+    ``time_fraction`` is the share of ``max_seconds`` already spent; with
+    ``schedule_horizon = "budget"`` the decay follows whichever of steps and
+    time is further along.
+    """
     if config.warmup_steps and step < config.warmup_steps:
         return (step + 1) / config.warmup_steps
     if config.scheduler == "constant":
         return 1.0
-    progress = min(1.0, (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps))
+    progress = (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps)
+    if config.schedule_horizon == "budget":
+        if config.max_seconds:
+            progress = max(progress, time_fraction)
+    elif config.schedule_horizon != "steps":
+        raise ValueError(f"Unknown schedule_horizon {config.schedule_horizon!r}; use steps or budget")
+    progress = min(1.0, progress)
     floor = config.min_lr_ratio
     if config.scheduler == "cosine":
         shape = 0.5 * (1 + math.cos(math.pi * progress))
@@ -392,7 +408,9 @@ class TrainingEngine:
         cfg = self.config
         source = as_source(examples)
         optimizer = self._optimizer()
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(cfg, s))
+        clock = budget_clock(cfg.budget_clock)
+        spent = [0.0]  # share of max_seconds used, read by the schedule
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(cfg, s, spent[0]))
         step, epoch, position, elapsed_before = 0, 0, 0, 0.0
         best_metric: Optional[float] = None
         best_step: Optional[int] = None
@@ -426,7 +444,7 @@ class TrainingEngine:
         sampler = _Sampler(source, cfg.seed, epoch, position)
         result = TrainResult(step=step, best_step=best_step, best_metric=best_metric, resumed_from=resumed_from)
         stop_at = min(cfg.max_steps, until_step) if until_step is not None else cfg.max_steps
-        began = time.monotonic()
+        began = clock()
         last_eval_step = step if resumed_from is not None else -1
         bar = None
         if cfg.progress and step < stop_at:
@@ -447,6 +465,9 @@ class TrainingEngine:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 lr = scheduler.get_last_lr()[0]
                 optimizer.step()
+                elapsed = elapsed_before + clock() - began
+                if cfg.max_seconds:
+                    spent[0] = elapsed / cfg.max_seconds
                 scheduler.step()
                 step += 1
                 step_loss = total / cfg.grad_accumulation
@@ -457,9 +478,10 @@ class TrainingEngine:
                     bar.set_postfix(loss=f"{step_loss:.4f}", lr=f"{lr:.2e}", refresh=False)
                 if cfg.log_every and (step % cfg.log_every == 0 or step == 1):
                     self._log({"step": step, "loss": sum(window) / len(window), "lr": lr, "epoch": sampler.epoch,
-                               "elapsed": round(elapsed_before + time.monotonic() - began, 2)})
+                               "elapsed": round(elapsed_before + clock() - began, 2)})
                     window = []
-                out_of_time = cfg.max_seconds is not None and time.monotonic() - began > cfg.max_seconds
+                # the budget covers the whole run, resumed parts included
+                out_of_time = cfg.max_seconds is not None and elapsed_before + clock() - began > cfg.max_seconds
                 finished = step >= stop_at or out_of_time
                 if self.evaluate is not None and (
                     (cfg.eval_every and step % cfg.eval_every == 0) or (finished and step >= cfg.max_steps) or out_of_time
@@ -470,7 +492,7 @@ class TrainingEngine:
                 if self.out_dir is not None and (
                     finished or evaluated_now or (cfg.save_every and step % cfg.save_every == 0)
                 ):
-                    self._save_checkpoint(optimizer, scheduler, sampler, step, elapsed_before + time.monotonic() - began,
+                    self._save_checkpoint(optimizer, scheduler, sampler, step, elapsed_before + clock() - began,
                                           best_metric, best_step)
                 if out_of_time:
                     result.stopped_by = "max_seconds"
@@ -484,7 +506,7 @@ class TrainingEngine:
             self.model.eval()
         result.step = step
         result.best_metric, result.best_step = best_metric, best_step
-        result.seconds = elapsed_before + time.monotonic() - began
+        result.seconds = elapsed_before + clock() - began
         if self.out_dir is not None and result.stopped_by != "until_step":
             result.model_dir = self._export()
             self._log({"event": "end", **{k: v for k, v in result.to_dict().items() if k != "evaluations"}})
