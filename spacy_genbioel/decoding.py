@@ -18,6 +18,14 @@ BART positions are absolute, so left-padded prompts of different lengths would
 change results: mentions are grouped by prompt length and each group decodes
 without decoder padding. Batched output therefore equals one-at-a-time output
 (tests check it).
+
+Retrieve, then generate: ``link(mentions, allowed=...)`` (or a
+``candidate_generator`` such as :class:`~spacy_genbioel.peers.TfidfLinker`
+proposing ``num_candidates`` concepts per mention) limits each mention's beam
+search to the names of its allowed concepts, through per-mention sub-tries built
+for the whole batch at once (:meth:`NameTrie.restrict`). With
+``exact_match=True`` a mention whose normalized text is a KB name gets that name
+first (score 0, the highest a mean log-probability can be) without generating it.
 """
 from __future__ import annotations
 
@@ -32,9 +40,9 @@ import torch
 from transformers.modeling_outputs import BaseModelOutput
 
 from .kb import KnowledgeBase
-from .mentions import Candidate, Mention
+from .mentions import Candidate, Linker, Mention
 from .model import MARKERS, resolve_device, special_ids
-from .trie import NameTrie
+from .trie import NameTrie, TrieRestriction
 
 logger = logging.getLogger(__name__)
 
@@ -117,10 +125,20 @@ class DecodingConfig:
     batch_size: int = 32
     max_source_tokens: int = 256
     length_penalty: float = 1.0
+    #: concepts a ``candidate_generator`` proposes per mention (its top names' IDs)
+    num_candidates: int = 20
+    #: a mention whose normalized text is a KB name takes that name first
+    exact_match: bool = False
 
 
 class GenerativeLinker:
-    """Links mentions to KB concepts with a seq2seq model and a name trie."""
+    """Links mentions to KB concepts with a seq2seq model and a name trie.
+
+    ``candidate_generator``: any :class:`~spacy_genbioel.mentions.Linker`
+    (``link(mentions, top_k)``); when set, ``link`` asks it for
+    ``config.num_candidates`` candidates per mention and decodes only names of
+    the concepts they carry.
+    """
 
     def __init__(
         self,
@@ -132,8 +150,10 @@ class GenerativeLinker:
         inputs: Optional[InputBuilder] = None,
         config: Optional[DecodingConfig] = None,
         device: Optional[str] = None,
+        candidate_generator: Optional[Linker] = None,
     ) -> None:
         self.model = model
+        self.candidate_generator = candidate_generator
         self.tokenizer = tokenizer
         self.kb = kb
         self.inputs = inputs or InputBuilder()
@@ -169,36 +189,103 @@ class GenerativeLinker:
         return next(self.model.parameters()).device
 
     # -- public API ----------------------------------------------------------
-    def link(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> List[List[Candidate]]:
+    def link(
+        self,
+        mentions: Sequence[Mention],
+        top_k: Optional[int] = None,
+        allowed: Optional[Sequence[Optional[Sequence[str]]]] = None,
+    ) -> List[List[Candidate]]:
         """Ranked candidates per mention (best first); an empty list where the
-        mention has no text to link."""
+        mention has no text to link.
+
+        ``allowed``: per mention, the concept IDs its name may come from (None:
+        any). A name is allowed when any of its concepts is; the candidate still
+        lists all the name's concepts. A mention whose allowed set is empty (or
+        holds no concept with a name in the trie) is decoded unrestricted rather
+        than left without an answer. Without ``allowed``, a
+        ``candidate_generator`` (if set) supplies the sets.
+        """
         top_k = top_k or self.config.top_k
         results: List[List[Candidate]] = [[] for _ in mentions]
+        if allowed is not None and len(allowed) != len(mentions):
+            raise ValueError(f"allowed has {len(allowed)} entries for {len(mentions)} mentions")
         todo = [i for i, m in enumerate(mentions) if self.kb.normalize(m.text)]
+        exact = self._exact_matches(mentions, todo) if self.config.exact_match else {}
+        for i, cand in exact.items():
+            results[i] = [cand]
+        if top_k == 1:  # an exact match already fills the list: skip generation
+            todo = [i for i in todo if i not in exact]
         if not todo or self.trie.n_names == 0:
             return results
+        if allowed is None and self.candidate_generator is not None:
+            allowed = self.propose(mentions, todo)
+        name_sets = self._name_sets([allowed[i] for i in todo]) if allowed is not None else None
         sources = [self.inputs.source(mentions[i]) for i in todo]
         prompts = self.prompt_tokens.prompts([self.inputs.prompt(mentions[i]) for i in todo])
-        for positions, hyps in self._decode(sources, prompts):
+        for positions, hyps in self._decode(sources, prompts, name_sets):
             for pos, hyp in zip(positions, hyps):
-                results[todo[pos]] = self._to_candidates(hyp, top_k)
+                i = todo[pos]
+                results[i] = self._to_candidates(hyp, top_k, first=exact.get(i))
         return results
 
+    def propose(self, mentions: Sequence[Mention], which: Optional[Sequence[int]] = None) -> List[Optional[List[str]]]:
+        """Allowed concept IDs per mention from the ``candidate_generator``: the IDs
+        of its top ``num_candidates`` candidates, in rank order (None for mentions
+        not in ``which``)."""
+        if self.candidate_generator is None:
+            raise ValueError("GenerativeLinker has no candidate_generator")
+        which = range(len(mentions)) if which is None else which
+        proposals = self.candidate_generator.link([mentions[i] for i in which], self.config.num_candidates)
+        out: List[Optional[List[str]]] = [None] * len(mentions)
+        for i, cands in zip(which, proposals):
+            out[i] = list(dict.fromkeys(cid for c in cands for cid in c.ids))
+        return out
+
     # -- internals -----------------------------------------------------------
-    def _to_candidates(self, hyps: List[Tuple[float, int]], top_k: int) -> List[Candidate]:
-        out: List[Candidate] = []
+    def _exact_matches(self, mentions: Sequence[Mention], todo: Sequence[int]) -> Dict[int, Candidate]:
+        kb = self.kb
+        out: Dict[int, Candidate] = {}
+        for i in todo:
+            idx = kb.name_index(kb.normalize(mentions[i].text))
+            if idx is not None:
+                out[i] = Candidate(tuple(kb.ids_for_name_index(idx)), kb.names[idx], 0.0)
+        return out
+
+    def _name_sets(self, allowed: Sequence[Optional[Sequence[str]]]) -> Optional[List[Optional[np.ndarray]]]:
+        """KB name indices of the allowed concepts, per mention (None: unrestricted)."""
+        kb = self.kb
+        sets: List[Optional[np.ndarray]] = []
+        for ids in allowed:
+            if ids is None:
+                sets.append(None)
+                continue
+            found = [kb.name_index(name) for cid in ids for name in kb.names_of(cid)]
+            sets.append(np.fromiter((x for x in found if x is not None), dtype=np.int64))
+        if all(s is None for s in sets):
+            return None
+        n_empty = sum(1 for s in sets if s is not None and not len(s))
+        if n_empty:
+            logger.debug("%d mentions have no allowed name; decoding them unrestricted", n_empty)
+        return sets
+
+    def _to_candidates(self, hyps: List[Tuple[float, int]], top_k: int, first: Optional[Candidate] = None) -> List[Candidate]:
+        out: List[Candidate] = [first] if first is not None else []
+        first_index = self.kb.name_index(first.name) if first is not None else None
         for score, node in hyps:
+            if len(out) >= top_k:
+                break
             name_indices = self.trie.names_at(node)
             if len(name_indices) == 0:
                 continue
+            if first_index is not None and bool((name_indices == first_index).any()):
+                continue
             ids = tuple(dict.fromkeys(cid for ni in name_indices for cid in self.kb.ids_for_name_index(int(ni))))
             out.append(Candidate(ids, self.kb.names[int(name_indices[0])], float(score)))
-            if len(out) == top_k:
-                break
         return out
 
-    def _decode(self, sources: List[str], prompts: List[List[int]]):
-        """Yield (positions, hypotheses) per batch; batches share a prompt length."""
+    def _decode(self, sources: List[str], prompts: List[List[int]], name_sets: Optional[List[Optional[np.ndarray]]] = None):
+        """Yield (positions, hypotheses) per batch; batches share a prompt length.
+        ``name_sets`` (parallel to ``sources``) restricts mentions to those names."""
         groups: Dict[int, List[int]] = defaultdict(list)
         for i, p in enumerate(prompts):
             groups[len(p)].append(i)
@@ -212,16 +299,23 @@ class GenerativeLinker:
                     max_length=self.max_source_tokens,
                 )
                 prompt_ids = torch.tensor([prompts[i] for i in chunk], dtype=torch.long)
-                yield chunk, self.beam_search(enc["input_ids"], enc["attention_mask"], prompt_ids)
+                restriction = self.trie.restrict([name_sets[i] for i in chunk], self.device) if name_sets else None
+                yield chunk, self.beam_search(enc["input_ids"], enc["attention_mask"], prompt_ids, restriction=restriction)
 
     @torch.inference_mode()
     def beam_search(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_ids: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_ids: torch.Tensor,
+        *,
+        restriction: Optional[TrieRestriction] = None,
     ) -> List[List[Tuple[float, int]]]:
         """Constrained beam search for mentions whose prompts have one length.
 
         Returns per mention the finished hypotheses as (score, terminal trie
         node), best first, with Hugging Face's junk placeholders removed.
+        ``restriction`` (rows = mentions of this batch) narrows the trie per mention.
         """
         device = self.device
         model = self.model
@@ -265,7 +359,11 @@ class GenerativeLinker:
         for step in range(max_new):
             m = active.shape[0]
             log_probs = torch.log_softmax(logits, dim=-1)
-            log_probs = log_probs.masked_fill(~trie.allowed_mask(nodes, V), float("-inf"))
+            if restriction is None:
+                allowed_tokens = trie.allowed_mask(nodes, V)
+            else:
+                allowed_tokens = restriction.allowed_mask(trie, nodes, active.repeat_interleave(K), V)
+            log_probs = log_probs.masked_fill(~allowed_tokens, float("-inf"))
             acc = (log_probs.view(m, K, V) + running[:, :, None]).view(m, K * V)
             top_scores, top_idx = torch.topk(acc, 2 * K, dim=1)
             parent = top_idx // V

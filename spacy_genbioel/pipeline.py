@@ -7,6 +7,12 @@ writes ``span._.kb_id`` (top concept ID or None), spaCy's ``span.kb_id_`` and
 tokenizer, KB and trie load lazily on first use (or ``initialize``), and travel
 inside the pipeline directory, so ``spacy.load(dir)`` works once the original
 files are gone.
+
+Retrieve, then generate: ``candidates`` names a registered candidate generator
+(``"none"``, ``"tfidf"``, ``"dense"``; see :mod:`spacy_genbioel.candidates`),
+built from the component's KB on first use; each mention's beam search is then
+limited to the names of the concepts among its ``num_candidates`` retrieved
+candidates. ``exact_match`` puts a KB name equal to the normalized mention first.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
 from .abbreviations import doc_long_forms
+from .candidates import check_candidates, make_candidate_generator
 from .decoding import DecodingConfig, GenerativeLinker, InputBuilder
 from .kb import KnowledgeBase
 from .mentions import Candidate, Mention
@@ -55,6 +62,9 @@ DEFAULT_CONFIG = {
     "device": "auto",
     "dtype": "auto",
     "resolve_abbreviations": True,
+    "candidates": "none",
+    "num_candidates": 20,
+    "exact_match": False,
 }
 
 
@@ -80,9 +90,15 @@ def make_genbioel(
     device: str,
     dtype: str,
     resolve_abbreviations: bool,
+    candidates: str,
+    num_candidates: int,
+    exact_match: bool,
 ) -> "GenBioELLinker":
     if top_k > num_beams:
         raise ValueError(f"top_k ({top_k}) cannot exceed num_beams ({num_beams})")
+    if num_candidates < 1:
+        raise ValueError(f"num_candidates must be at least 1 (got {num_candidates})")
+    check_candidates(candidates)
     return GenBioELLinker(
         nlp.vocab,
         name=name,
@@ -92,12 +108,16 @@ def make_genbioel(
         kb_normalizer=kb_normalizer,
         kb_dedup=kb_dedup,
         inputs=InputBuilder(start_marker, end_marker, context_words=context_words, lowercase=lowercase),
-        decoding=DecodingConfig(num_beams=num_beams, top_k=top_k, batch_size=batch_size, max_source_tokens=max_source_tokens),
+        decoding=DecodingConfig(
+            num_beams=num_beams, top_k=top_k, batch_size=batch_size, max_source_tokens=max_source_tokens,
+            num_candidates=num_candidates, exact_match=exact_match,
+        ),
         labels=labels,
         spans_key=spans_key,
         device=device,
         dtype=dtype,
         resolve_abbreviations=resolve_abbreviations,
+        candidates=candidates,
     )
 
 
@@ -119,6 +139,7 @@ class GenBioELLinker(Pipe):
         device: str = "auto",
         dtype: str = "auto",
         resolve_abbreviations: bool = True,
+        candidates: str = "none",
     ) -> None:
         self.vocab = vocab
         self.name = name
@@ -134,6 +155,7 @@ class GenBioELLinker(Pipe):
         self.device = device
         self.dtype = dtype
         self.resolve_abbreviations = resolve_abbreviations
+        self.candidates = candidates
         self._linker: Optional[GenerativeLinker] = None
 
     # -- resources -------------------------------------------------------------
@@ -162,11 +184,18 @@ class GenBioELLinker(Pipe):
             )
         kb_obj = KnowledgeBase.load(kb_path, normalizer=self.kb_normalizer, dedup=self.kb_dedup)
         hf_model, tokenizer = load_model(model_path, self.tokenizer_path, device=resolve_device(self.device), dtype=self.dtype)
-        self._linker = GenerativeLinker(hf_model, tokenizer, kb_obj, inputs=self.inputs, config=self.decoding)
+        self._linker = self._with_candidates(GenerativeLinker(hf_model, tokenizer, kb_obj, inputs=self.inputs, config=self.decoding))
 
     def set_linker(self, linker: GenerativeLinker) -> None:
         """Use an already built linker (for example one fresh from training)."""
-        self._linker = linker
+        self._linker = self._with_candidates(linker)
+
+    def _with_candidates(self, linker: GenerativeLinker) -> GenerativeLinker:
+        """Give the linker the configured candidate generator (lazy: fitted on first use)."""
+        generator = make_candidate_generator(self.candidates, linker.kb)
+        if generator is not None:
+            linker.candidate_generator = generator
+        return linker
 
     # -- processing -------------------------------------------------------------
     def __call__(self, doc: Doc) -> Doc:
@@ -282,5 +311,5 @@ class GenBioELLinker(Pipe):
             logger.warning("KB in %s changed since the trie was built; rebuilding the trie", path)
             trie = None
         hf_model, tokenizer = load_model(path / "model", device=resolve_device(self.device), dtype=self.dtype)
-        self._linker = GenerativeLinker(hf_model, tokenizer, kb, trie, inputs=self.inputs, config=self.decoding)
+        self._linker = self._with_candidates(GenerativeLinker(hf_model, tokenizer, kb, trie, inputs=self.inputs, config=self.decoding))
         return self

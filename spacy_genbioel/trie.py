@@ -14,6 +14,13 @@ Python loop per beam. A million MeSH names fit in a few tens of MB.
 
 Terminal nodes (reached through EOS) map to name indices of the KB through a
 small CSR table, so two names that tokenize alike both stay reachable.
+
+Candidate-restricted decoding (``restrict``) narrows each mention to the names of
+a few allowed concepts: the nodes on those names' paths become sorted int64 keys
+``row * n_nodes + parent`` with their tokens, one sub-trie per mention of a
+batch, answered by the same kind of binary search (``TrieRestriction``). Name
+-> terminal node and node -> parent are derived from the stored arrays, so the
+file format did not change.
 """
 from __future__ import annotations
 
@@ -59,6 +66,7 @@ class NameTrie:
         np.cumsum(counts, out=self.child_ptr[1:])
         del counts
         self._device_cache: dict = {}
+        self._name_terminals: Optional[np.ndarray] = None
 
     # -- construction -------------------------------------------------------
     @classmethod
@@ -221,6 +229,72 @@ class NameTrie:
             return self.terminal_names[self.terminal_ptr[pos] : self.terminal_ptr[pos + 1]]
         return self.terminal_names[:0]
 
+    @property
+    def parents(self) -> np.ndarray:
+        """Parent of node ``n`` is ``parents[n - 1]`` (node 0, the root, has none)."""
+        return self.edge_keys // self.vocab_size
+
+    @property
+    def name_terminals(self) -> np.ndarray:
+        """Terminal node of every name index (-1 for a name left out of the trie)."""
+        if self._name_terminals is None:
+            size = int(self.terminal_names.max()) + 1 if len(self.terminal_names) else 0
+            out = np.full(size, -1, dtype=np.int64)
+            out[self.terminal_names] = np.repeat(self.terminal_nodes, np.diff(self.terminal_ptr))
+            self._name_terminals = out
+        return self._name_terminals
+
+    def terminals_of(self, name_indices: np.ndarray) -> np.ndarray:
+        """Terminal nodes of the given name indices that are in the trie."""
+        name_indices = np.asarray(name_indices, dtype=np.int64)
+        table = self.name_terminals
+        ok = (name_indices >= 0) & (name_indices < len(table))
+        nodes = table[name_indices[ok]]
+        return nodes[nodes >= 0]
+
+    def path_keys(self, rows: np.ndarray, terminals: np.ndarray) -> np.ndarray:
+        """Sorted unique ``row * n_nodes + node`` of every node (root excluded) on the
+        path from the root to each ``(row, terminal)``: one vectorized step per level."""
+        rows = np.asarray(rows, dtype=np.int64)
+        cur = np.asarray(terminals, dtype=np.int64)
+        parents = self.parents
+        keys: List[np.ndarray] = []
+        while len(cur):
+            keys.append(rows * self.n_nodes + cur)
+            cur = parents[cur - 1]
+            live = cur > 0
+            rows, cur = rows[live], cur[live]
+        return np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+
+    def restrict(
+        self, name_sets: Sequence[Optional[np.ndarray]], device: Union[str, torch.device] = "cpu"
+    ) -> Optional["TrieRestriction"]:
+        """Per-row sub-tries over the names in ``name_sets`` (KB name indices).
+
+        Row ``r`` of a batch may only generate names in ``name_sets[r]``; a row
+        whose set is None, empty, or has no name in the trie stays unrestricted.
+        Returns None when no row is restricted (decoding then does no extra work).
+        """
+        rows_list: List[np.ndarray] = []
+        terms_list: List[np.ndarray] = []
+        restricted = np.zeros(len(name_sets), dtype=bool)
+        for row, names in enumerate(name_sets):
+            if names is None:
+                continue
+            terms = np.unique(self.terminals_of(names))
+            if len(terms):
+                restricted[row] = True
+                rows_list.append(np.full(len(terms), row, dtype=np.int64))
+                terms_list.append(terms)
+        if not restricted.any():
+            return None
+        keys = self.path_keys(np.concatenate(rows_list), np.concatenate(terms_list))
+        rows, nodes = np.divmod(keys, self.n_nodes)
+        # Node ids grow with (level, parent, token), so keys sorted by node are
+        # also sorted by (row, parent, token): no second sort is needed.
+        edge_keys = rows * self.n_nodes + self.parents[nodes - 1]
+        return TrieRestriction(edge_keys, self.child_tokens[nodes - 1], restricted, self.n_nodes, torch.device(device))
+
     def sequences(self) -> List[Tuple[int, List[int]]]:
         """(name index, tokens including EOS) for every name: the inverse of construction."""
         parents = self.edge_keys // self.vocab_size
@@ -293,6 +367,14 @@ class NameTrie:
         return f"NameTrie({self.n_names} names, {self.n_nodes} nodes, depth {self.max_depth}, {self.nbytes() / 1e6:.1f} MB)"
 
 
+def _ragged(starts: torch.Tensor, counts: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Flatten the ranges ``starts[i] : starts[i] + counts[i]``: (owner i, position) per element."""
+    rows = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+    first = torch.cumsum(counts, 0) - counts
+    offsets = torch.arange(int(counts.sum()), device=counts.device) - first[rows] + starts[rows]
+    return rows, offsets
+
+
 class TrieTensors:
     """The trie's arrays as torch tensors on one device, with batched queries."""
 
@@ -324,9 +406,46 @@ class TrieTensors:
         safe = unique.clamp(min=0)
         starts = self.child_ptr[safe]
         counts = torch.where(unique >= 0, self.child_ptr[safe + 1] - starts, torch.zeros_like(starts))
-        rows = torch.repeat_interleave(torch.arange(len(unique), device=nodes.device), counts)
-        first = torch.cumsum(counts, 0) - counts
-        offsets = torch.arange(int(counts.sum()), device=nodes.device) - first[rows] + starts[rows]
+        rows, offsets = _ragged(starts, counts)
         mask = torch.zeros((len(unique), vocab_size), dtype=torch.bool, device=nodes.device)
         mask[rows, self.child_tokens[offsets].long()] = True
         return mask[inverse]
+
+
+class TrieRestriction:
+    """One sub-trie per row of a batch: the trie edges on the paths of the row's
+    allowed names, as sorted keys ``row * n_nodes + parent`` and their tokens.
+
+    Rows are positions in the batch given to :meth:`NameTrie.restrict`; rows not
+    marked ``restricted`` fall through to the full trie. Child node ids are the
+    full trie's, so ``TrieTensors.advance`` is unchanged.
+    """
+
+    def __init__(
+        self, edge_keys: np.ndarray, tokens: np.ndarray, restricted: np.ndarray, n_nodes: int, device: torch.device
+    ) -> None:
+        self.n_nodes = int(n_nodes)
+        self.edge_keys = torch.from_numpy(np.ascontiguousarray(edge_keys, dtype=np.int64)).to(device)
+        self.tokens = torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64)).to(device)
+        self.restricted = torch.from_numpy(restricted).to(device)
+
+    def allowed_mask(self, trie: TrieTensors, nodes: torch.Tensor, rows: torch.Tensor, vocab_size: Optional[int] = None) -> torch.Tensor:
+        """Like ``trie.allowed_mask(nodes)``, with each restricted row's beams
+        limited to its sub-trie (a subset of the trie's children by construction)."""
+        vocab_size = vocab_size or trie.vocab_size
+        limited = self.restricted[rows]
+        free = torch.nonzero(~limited).view(-1)
+        if len(free) == len(nodes):
+            return trie.allowed_mask(nodes, vocab_size)
+        mask = torch.zeros((len(nodes), vocab_size), dtype=torch.bool, device=nodes.device)
+        if len(free):
+            mask[free] = trie.allowed_mask(nodes[free], vocab_size)
+        beams = torch.nonzero(limited).view(-1)
+        sub = nodes[beams]
+        keys = rows[beams] * self.n_nodes + sub.clamp(min=0)
+        lo = torch.searchsorted(self.edge_keys, keys)
+        hi = torch.searchsorted(self.edge_keys, keys, right=True)
+        counts = torch.where(sub >= 0, hi - lo, torch.zeros_like(lo))
+        owner, offsets = _ragged(lo, counts)
+        mask[beams[owner], self.tokens[offsets]] = True
+        return mask

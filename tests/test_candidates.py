@@ -1,0 +1,300 @@
+"""Candidate-restricted decoding (retrieve, then generate) and the exact-match shortcut."""
+import random
+
+import numpy as np
+import pytest
+import spacy
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import spacy_genbioel  # noqa: F401  (registers the factory)
+from spacy_genbioel import peers
+from spacy_genbioel.candidates import LazyCandidateGenerator, candidate_generators, make_candidate_generator
+from spacy_genbioel.decoding import DecodingConfig, GenerativeLinker
+from spacy_genbioel.kb import Concept, KnowledgeBase
+from spacy_genbioel.mentions import Candidate, Mention
+from spacy_genbioel.peers import TfidfLinker
+from spacy_genbioel.trie import NameTrie
+
+from conftest import random_kb
+from test_decoding import mentions_for
+from test_pipeline import TEXTS, linked, make_nlp, resources  # noqa: F401  (fixture)
+
+V, EOS, ROOT = 20, 2, 3
+sequences_strategy = st.lists(st.lists(st.integers(4, V - 1), min_size=1, max_size=6), min_size=1, max_size=30)
+
+
+def build(seqs):
+    return NameTrie.from_sequences(seqs, vocab_size=V, eos_token_id=EOS, root_token_id=ROOT)
+
+
+def brute_force_children(seqs, names, prefix):
+    """Tokens that extend ``prefix`` towards one of ``names`` (EOS appended)."""
+    out = set()
+    for i in names:
+        full = [*seqs[i], EOS]
+        if len(full) > len(prefix) and full[: len(prefix)] == list(prefix):
+            out.add(full[len(prefix)])
+    return out
+
+
+# -- trie level ------------------------------------------------------------------
+
+@given(sequences_strategy, st.data())
+@settings(max_examples=60, deadline=None)
+def test_restricted_mask_equals_brute_force(seqs, data):
+    trie = build(seqs)
+    n_rows = data.draw(st.integers(1, 4))
+    name_sets = [
+        data.draw(st.none() | st.lists(st.integers(0, len(seqs) + 2), max_size=6).map(lambda x: np.array(x, dtype=np.int64)))
+        for _ in range(n_rows)
+    ]
+    restriction = trie.restrict(name_sets)
+    # every prefix of every name, plus nodes off the trie
+    prefixes = {tuple(s[:d]) for s in ([*q, EOS] for q in seqs) for d in range(len(s) + 1)}
+    queries = [(row, trie.walk(p), p) for row in range(n_rows) for p in sorted(prefixes)]
+    queries += [(row, -1, None) for row in range(n_rows)]
+    rows = torch.tensor([q[0] for q in queries])
+    nodes = torch.tensor([q[1] for q in queries])
+    tensors = trie.on_device("cpu")
+    mask = tensors.allowed_mask(nodes) if restriction is None else restriction.allowed_mask(tensors, nodes, rows)
+    for k, (row, node, prefix) in enumerate(queries):
+        names = name_sets[row]
+        valid = [] if names is None else [int(i) for i in names if 0 <= i < len(seqs)]
+        if node < 0:
+            expected = set()
+        elif not valid:  # None or nothing in the trie: unrestricted
+            expected = set(trie.children(node).tolist())
+        else:
+            expected = brute_force_children(seqs, valid, prefix)
+        assert set(torch.nonzero(mask[k]).view(-1).tolist()) == expected, (row, prefix, names)
+    if all(s is None or not any(0 <= i < len(seqs) for i in s) for s in name_sets):
+        assert restriction is None
+
+
+def test_name_terminals_survive_the_file_round_trip(tmp_path):
+    seqs = [[5, 6], [5, 6], [7], [5, 7, 8]]
+    trie = build(seqs)
+    trie.to_disk(tmp_path / "trie.safetensors")
+    again = NameTrie.from_disk(tmp_path / "trie.safetensors")
+    for t in (trie, again):
+        assert [t.walk([*s, EOS]) for s in seqs] == t.name_terminals.tolist()
+        assert t.terminals_of(np.array([1, 9, -1, 3])).tolist() == [t.walk([5, 6, EOS]), t.walk([5, 7, 8, EOS])]
+    keys = trie.path_keys(np.array([0, 1]), np.array([trie.walk([5, 6, EOS]), trie.walk([7, EOS])]))
+    n = trie.n_nodes
+    assert keys.tolist() == sorted([trie.walk([5]), trie.walk([5, 6]), trie.walk([5, 6, EOS]), n + trie.walk([7]), n + trie.walk([7, EOS])])
+
+
+# -- decoding --------------------------------------------------------------------
+
+def make_linker(model, tokenizer, kb, **config):
+    cfg = dict(num_beams=4, top_k=4, batch_size=4)
+    cfg.update(config)
+    return GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(**cfg))
+
+
+def generated_from(kb, cand, allowed):
+    """The candidate's name belongs to an allowed concept."""
+    return bool(set(kb.ids_for_name(cand.name, normalize=False)) & set(allowed))
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_outputs_come_from_allowed_concepts(micro_model, word_tokenizer, seed):
+    kb = random_kb(seed, n_concepts=25)
+    rng = random.Random(seed)
+    linker = make_linker(micro_model, word_tokenizer, kb, num_beams=3, top_k=3)
+    mentions = mentions_for(kb, n=6)
+    allowed = [None if rng.random() < 0.25 else rng.sample(kb.concept_ids, rng.randint(1, 4)) for _ in mentions]
+    restricted = linker.link(mentions, allowed=allowed)
+    free = linker.link(mentions)
+    for ranked, ids, unrestricted in zip(restricted, allowed, free):
+        assert ranked
+        if ids is None:
+            assert ranked == unrestricted
+        for cand in ranked:
+            assert cand.ids == kb.ids_for_name(cand.name, normalize=False)
+            if ids is not None:
+                assert generated_from(kb, cand, ids)
+    # allowing everything is unrestricted decoding, names and scores alike
+    assert linker.link(mentions, allowed=[kb.concept_ids] * len(mentions)) == free
+
+
+def test_mixed_batch_equals_each_mention_alone(micro_model, word_tokenizer, small_kb):
+    linker = make_linker(micro_model, word_tokenizer, small_kb, batch_size=5)
+    mentions = mentions_for(small_kb, n=12)
+    ids = small_kb.concept_ids
+    allowed = [None if i % 3 == 0 else ids[i : i + 1 + i % 4] for i in range(len(mentions))]
+    batched = linker.link(mentions, allowed=allowed)
+    singles = [linker.link([m], allowed=[a])[0] for m, a in zip(mentions, allowed)]
+    assert batched == singles
+    assert all(batched)
+
+
+def test_shared_name_is_allowed_through_any_of_its_concepts(micro_model, word_tokenizer):
+    kb = KnowledgeBase([
+        Concept("A", ["renal failure", "acute renal failure"]),
+        Concept("B", ["renal failure", "chronic renal failure"]),
+        Concept("C", ["lung cancer"]),
+    ])
+    linker = make_linker(micro_model, word_tokenizer, kb, num_beams=4, top_k=4)
+    mention = Mention("renal failure")
+    only_b = linker.link([mention], allowed=[["B"]])[0]
+    assert {c.name for c in only_b} == {"renal failure", "chronic renal failure"}
+    shared = [c for c in only_b if c.name == "renal failure"][0]
+    assert shared.ids == ("A", "B")  # the name still lists all its concepts
+    only_c = linker.link([mention], allowed=[["C", "C"]])[0]
+    assert [c.name for c in only_c] == ["lung cancer"]
+
+
+@pytest.mark.parametrize("empty", [[], ["NOT-IN-KB"], ()])
+def test_empty_allowed_set_falls_back_to_unrestricted(micro_model, word_tokenizer, small_kb, empty):
+    linker = make_linker(micro_model, word_tokenizer, small_kb)
+    mentions = mentions_for(small_kb, n=3)
+    assert linker.link(mentions, allowed=[empty] * 3) == linker.link(mentions)
+    with pytest.raises(ValueError, match="allowed"):
+        linker.link(mentions, allowed=[None])
+
+
+def test_unrestricted_decoding_builds_no_restriction(micro_model, word_tokenizer, small_kb, monkeypatch):
+    linker = make_linker(micro_model, word_tokenizer, small_kb)
+
+    def boom(*args, **kwargs):
+        raise AssertionError("restrict called without a restriction")
+
+    monkeypatch.setattr(NameTrie, "restrict", boom)
+    assert all(linker.link(mentions_for(small_kb, n=4)))
+    assert all(linker.link(mentions_for(small_kb, n=4), allowed=[None] * 4))
+
+
+def test_candidate_generator_restricts_link(micro_model, word_tokenizer, small_kb):
+    tfidf = TfidfLinker(small_kb)
+    linker = make_linker(micro_model, word_tokenizer, small_kb, num_candidates=3)
+    mentions = mentions_for(small_kb, n=8)
+    linker.candidate_generator = tfidf
+    allowed = linker.propose(mentions)
+    expected = [list(dict.fromkeys(cid for c in cands for cid in c.ids)) for cands in tfidf.link(mentions, 3)]
+    assert allowed == expected
+    through_generator = linker.link(mentions)
+    assert through_generator == linker.link(mentions, allowed=allowed)
+    for ranked, ids in zip(through_generator, allowed):
+        assert ranked and all(generated_from(small_kb, c, ids) for c in ranked if ids)
+    # more candidates than the KB has names: everything TF-IDF finds is allowed
+    linker.config.num_candidates = 10 * small_kb.n_names
+    assert all(linker.link(mentions))
+    # an explicit allowed list wins over the generator
+    everything = [small_kb.concept_ids] * len(mentions)
+    linker.candidate_generator = None
+    free = linker.link(mentions)
+    linker.candidate_generator = tfidf
+    assert linker.link(mentions, allowed=everything) == free
+
+
+def test_exact_match_shortcut(micro_model, word_tokenizer, small_kb, monkeypatch):
+    name = small_kb.names[5]
+    mentions = [Mention(name.upper() + " ."), Mention("zzz unknown words")]
+    plain = make_linker(micro_model, word_tokenizer, small_kb).link(mentions)
+    linker = make_linker(micro_model, word_tokenizer, small_kb, exact_match=True)
+    ranked = linker.link(mentions)
+    assert ranked[0][0] == Candidate(small_kb.ids_for_name_index(5), name, 0.0)
+    rest = [c for c in plain[0] if c.name != name]
+    assert ranked[0][1:] == rest[: len(ranked[0]) - 1] and len(ranked[0]) == 4
+    assert ranked[1] == plain[1]  # no exact match: the model's answer
+    # top_k=1: nothing left to generate for an exact match
+    calls = []
+    original = linker._decode
+    monkeypatch.setattr(linker, "_decode", lambda sources, *a: calls.append(len(sources)) or original(sources, *a))
+    assert linker.link(mentions, top_k=1) == [[ranked[0][0]], plain[1][:1]]
+    assert calls == [1]
+    calls.clear()
+    assert linker.link(mentions[:1], top_k=1) == [[ranked[0][0]]] and calls == []
+
+
+# -- registry and pipeline ---------------------------------------------------------
+
+def test_registry_builds_lazily(small_kb, monkeypatch):
+    assert make_candidate_generator("none", small_kb) is None
+    with pytest.raises(ValueError, match="tfidf"):
+        make_candidate_generator("nope", small_kb)
+    built = []
+
+    class Dense:
+        def __init__(self, kb):
+            built.append(kb)
+
+        def link(self, mentions, top_k=5):
+            return [[] for _ in mentions]
+
+    monkeypatch.setattr(peers, "get_linker", lambda name, kb, **kw: Dense(kb) if name == "dense" else None)
+    lazy = make_candidate_generator("dense", small_kb)
+    assert isinstance(lazy, LazyCandidateGenerator) and built == []
+    assert lazy.link([Mention("pain")], 3) == [[]] and built == [small_kb]
+    assert "tfidf" in candidate_generators and "dense" in candidate_generators
+
+
+def test_pipeline_config_round_trip(resources, tmp_path_factory):
+    kb, tmp_path = resources
+    nlp = make_nlp(tmp_path, candidates="tfidf", num_candidates=2, exact_match=True)
+    pipe = nlp.get_pipe("genbioel")
+    before = [linked(d) for d in nlp.pipe(TEXTS)]
+    generator = pipe.linker.candidate_generator
+    assert isinstance(generator, LazyCandidateGenerator) and generator.name == "tfidf"
+    assert pipe.linker.config.num_candidates == 2 and pipe.linker.config.exact_match
+    allowed = pipe.linker.propose([Mention("renal failure")])[0]
+    first = before[0][0]
+    assert first[0] == "renal failure" and allowed
+    exact = kb.name_index("renal failure")
+    for cid, name, score in first[4]:
+        if exact is not None and name == "renal failure":
+            assert score == 0.0
+        else:
+            assert set(kb.ids_for_name(name, normalize=False)) & set(allowed)
+    out = tmp_path_factory.mktemp("pipeline") / "nlp"
+    nlp.to_disk(out)
+    assert not list((out / "genbioel").glob("*tfidf*"))
+    loaded = spacy.load(out)
+    cfg = loaded.config["components"]["genbioel"]
+    assert (cfg["candidates"], cfg["num_candidates"], cfg["exact_match"]) == ("tfidf", 2, True)
+    assert [linked(d) for d in loaded.pipe(TEXTS)] == before
+    # overriding at load time, as `evaluate --candidates none` does
+    plain = spacy.load(out, config={"components": {"genbioel": {"candidates": "none", "exact_match": False}}})
+    assert plain.get_pipe("genbioel").linker.candidate_generator is None
+    assert [linked(d) for d in plain.pipe(TEXTS)] == [linked(d) for d in make_nlp(tmp_path).pipe(TEXTS)]
+
+
+def test_pipeline_rejects_bad_candidate_config():
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="candidate generator"):
+        nlp.add_pipe("genbioel", config={"candidates": "nope"})
+    with pytest.raises(ValueError, match="num_candidates"):
+        nlp.add_pipe("genbioel", config={"num_candidates": 0})
+
+
+def test_evaluate_command_overrides_candidates(resources, tmp_path_factory):
+    import json
+
+    from typer.testing import CliRunner
+
+    from spacy_genbioel.cli import app
+
+    kb, tmp_path = resources
+    out = tmp_path_factory.mktemp("pipeline") / "nlp"
+    make_nlp(tmp_path).to_disk(out)
+    name = kb.names[0]
+    text = f"The patient had {name} and renal failure ."
+    start = text.index(name)
+    ids = "|".join(kb.ids_for_name(name, normalize=False))
+    (tmp_path / "dev.txt").write_text(
+        f"1|t|{text}\n1|a|\n1\t{start}\t{start + len(name)}\t{name}\tDisease\t{ids}\n"
+        f"1\t{text.index('renal')}\t{text.index('renal') + 13}\trenal failure\tDisease\t{kb.concept_ids[1]}\n\n"
+    )
+    args = ["evaluate", "--corpus", str(tmp_path / "dev.txt"), "--linker", "genbioel", "--pipeline", str(out), "--device", "cpu"]
+    result = CliRunner().invoke(app, [*args, "--candidates", "tfidf", "--num-candidates", "3", "--exact-match", "--top-k", "3",
+                                      "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (report["meta"]["candidates"], report["meta"]["num_candidates"], report["meta"]["exact_match"]) == ("tfidf", 3, True)
+    assert report["recall"]["recall"]["recall@1"] >= 0.5  # the exact match
+    bad = CliRunner().invoke(app, [*args, "--candidates", "nope"])
+    assert bad.exit_code != 0
