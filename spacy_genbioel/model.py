@@ -5,7 +5,8 @@ dmis-lab ANGEL checkpoints whose tokenizer lives elsewhere, an
 ``EncoderDecoderModel``, T5), always with ``local_files_only``: these machines
 reach no model hub. Since no pretrained weights can be downloaded here, the
 presets build a BART from scratch with a byte-level BPE tokenizer trained on the
-KB names (and optional corpus text).
+KB names (and optional corpus text). Warm-start presets (``minilm``) and any local
+BERT directory build a BERT2BERT instead: see :mod:`spacy_genbioel.warm_start`.
 """
 from __future__ import annotations
 
@@ -204,9 +205,15 @@ def init_model(
     vocab_size: Optional[int] = None,
     seed: int = 0,
 ):
-    """Train a tokenizer on KB names (+ texts), build a preset model, save both to ``out``."""
+    """Train a tokenizer on KB names (+ texts), build a preset model, save both to ``out``.
+    A warm-start preset (``minilm``) brings its own tokenizer and weights: ``names``,
+    ``texts`` and ``vocab_size`` are not used."""
+    from .warm_start import WARM_START_PRESETS, init_warm_start
+
+    if preset in WARM_START_PRESETS:
+        return init_warm_start(preset, out, seed=seed)
     if preset not in PRESETS:
-        raise ValueError(f"Unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+        raise ValueError(f"Unknown preset {preset!r}; choose from {', '.join([*PRESETS, *WARM_START_PRESETS])}")
     tokenizer = train_tokenizer(names, texts, vocab_size=vocab_size or PRESETS[preset].vocab_size)
     model = build_model(preset, tokenizer, seed=seed)
     save_model(model, tokenizer, out)
