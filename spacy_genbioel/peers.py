@@ -16,7 +16,8 @@ peers directly comparable with GenBioEL under the same recall@k rule.
   HNSW approximate nearest neighbours) built in memory on our KB; concepts
   ranked the way scispacy's ``EntityLinker`` ranks them.
 
-Use :func:`get_linker` to build one by name (``exact``, ``tfidf``, ``scispacy``).
+Use :func:`get_linker` to build one by name (``exact``, ``tfidf``, ``scispacy``;
+``dense``/``sapbert`` build the dense retriever of :mod:`~spacy_genbioel.dense`).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ __all__ = [
     "ScispacyLinker",
     "get_linker",
     "LINKERS",
+    "LAZY_LINKERS",
     "kb_to_scispacy_entities",
     "write_scispacy_jsonl",
 ]
@@ -437,12 +439,25 @@ LINKERS: Dict[str, Any] = {
     "tfidf": TfidfLinker,
     "scispacy": ScispacyLinker,
 }
+# peers that need torch and transformers, imported only when asked for
+LAZY_LINKERS: Dict[str, str] = {
+    "dense": "spacy_genbioel.dense:DenseLinker",
+    "sapbert": "spacy_genbioel.dense:DenseLinker",
+}
 
 
 def get_linker(name: str, kb: KnowledgeBase, **kwargs: Any):
-    """Build a peer linker by name: ``exact``, ``tfidf`` or ``scispacy``."""
+    """Build a peer linker by name: ``exact``, ``tfidf``, ``scispacy``, or
+    ``dense``/``sapbert`` (:class:`~spacy_genbioel.dense.DenseLinker`, e.g. ``model=DIR``)."""
+    key = name.lower()
+    if key in LAZY_LINKERS:
+        import importlib
+
+        module, _, attr = LAZY_LINKERS[key].partition(":")
+        return getattr(importlib.import_module(module), attr)(kb, **kwargs)
     try:
-        cls = LINKERS[name.lower()]
+        cls = LINKERS[key]
     except KeyError:
-        raise ValueError(f"Unknown linker {name!r}; known: {', '.join(sorted(LINKERS))}") from None
+        known = ", ".join(sorted([*LINKERS, *LAZY_LINKERS]))
+        raise ValueError(f"Unknown linker {name!r}; known: {known}") from None
     return cls(kb, **kwargs)

@@ -1,0 +1,446 @@
+"""SapBERT-style self-alignment of a dense encoder on KB synonyms (Liu et al. 2021).
+
+A batch holds ``batch_size`` positive pairs: two names of one concept (every
+name of every concept with at least two names is paired with a random other
+synonym once per epoch) and, with ``--train``, training mentions paired with
+their gold KB name (SapBERT's fine-tuning on a task's training set). Both
+sides are encoded in one pass, every in-batch pair is scored by cosine
+similarity, hard pairs are mined online, and the multi-similarity loss (Wang
+et al. 2019) is taken over them:
+
+``L = mean_i [ 1/alpha log(1 + sum_{p in P_i} exp(-alpha (S_ip - base)))
+              + 1/beta log(1 + sum_{n in N_i} exp(beta (S_in - base))) ]``
+
+where ``P_i``/``N_i`` are the mined positive/negative partners of item ``i``.
+Two items are positives when their concept sets meet (a name shared by
+several concepts belongs to all of them, so MEDIC's MeSH/OMIM twins are never
+pushed apart), negatives otherwise.
+
+Miners (``[loss] miner``):
+
+* ``ms`` (default): the multi-similarity miner -- a positive pair is hard when
+  ``S_ip - epsilon < max_n S_in``, a negative pair when
+  ``S_in + epsilon > min_p S_ip`` (pytorch-metric-learning's
+  ``MultiSimilarityMiner``);
+* ``triplet``: what SapBERT's released code runs -- pairs of the triplets
+  ``(a, p, n)`` with ``d_an - d_ap <= triplet_margin`` in Euclidean distance
+  of the unit vectors (pytorch-metric-learning's
+  ``TripletMarginMiner(margin=0.2, type_of_triplets="all")``);
+* ``none``: all in-batch pairs.
+
+Defaults: ``alpha=2, beta=50, base=0.5, epsilon=0.1`` are the
+multi-similarity paper's and pytorch-metric-learning's defaults (``base`` is
+the paper's lambda); SapBERT's ``train/pretrain.sh`` and
+``src/metric_learning.py`` use ``MultiSimilarityLoss(alpha=1, beta=60,
+base=0.5)`` with the triplet miner at margin 0.2, batch 256 pairs, lr 2e-5,
+25 tokens, ``[CLS]`` pooling, AdamW with weight decay 0.01, one epoch; set
+those in the config to follow it exactly. The loss and miners are written
+here (about 40 lines, tested against a brute-force computation and, when it
+is installed, pytorch-metric-learning itself) rather than adding a
+dependency.
+
+Outputs in ``OUT``: ``model/`` (safetensors weights, tokenizer and
+``dense_config.json`` with the pooling, read by
+:class:`~spacy_genbioel.dense.DenseLinker`), ``train_log.jsonl``,
+``config.cfg`` and ``result.json``. Settings live in ``configs/dense_*.cfg``
+(sections ``[encoder]``, ``[training]``, ``[loss]``, ``[data]``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import typer  # light; the command-line app imports this module, torch waits until a step runs
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..dense import DenseEncoder
+    from ..kb import KnowledgeBase
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, Path]
+LOG_FILE = "train_log.jsonl"
+MINERS = ("ms", "triplet", "none")
+
+
+# -- loss and miners ---------------------------------------------------------------------
+def same_concept(id_sets: Sequence[FrozenSet[str]]) -> "torch.Tensor":
+    """(n, n) bool: items ``i`` and ``j`` share a concept (diagonal included)."""
+    import torch
+
+    index: Dict[str, int] = {}
+    incidence = torch.zeros(len(id_sets), max(1, sum(len(s) for s in id_sets)))
+    for row, ids in enumerate(id_sets):
+        for cid in ids:
+            incidence[row, index.setdefault(cid, len(index))] = 1.0
+    return (incidence @ incidence.T) > 0
+
+
+def _pairs(same: "torch.Tensor") -> Tuple["torch.Tensor", "torch.Tensor"]:
+    """All positive (off-diagonal) and negative pairs of a ``same`` relation."""
+    import torch
+
+    eye = torch.eye(same.shape[0], dtype=torch.bool, device=same.device)
+    return same & ~eye, ~same
+
+
+def ms_mine(sim: "torch.Tensor", same: "torch.Tensor", epsilon: float = 0.1) -> Tuple["torch.Tensor", "torch.Tensor"]:
+    """Multi-similarity mining: (hard positive mask, hard negative mask)."""
+    pos, neg = _pairs(same)
+    hardest_neg = sim.masked_fill(~neg, float("-inf")).max(dim=1, keepdim=True).values
+    easiest_pos = sim.masked_fill(~pos, float("inf")).min(dim=1, keepdim=True).values
+    return pos & (sim - epsilon < hardest_neg), neg & (sim + epsilon > easiest_pos)
+
+
+def triplet_mine(sim: "torch.Tensor", same: "torch.Tensor", margin: float = 0.2) -> Tuple["torch.Tensor", "torch.Tensor"]:
+    """The pairs of all triplets ``(a, p, n)`` with ``d(a, n) - d(a, p) <= margin``,
+    ``d`` the Euclidean distance of unit vectors (SapBERT's miner)."""
+    pos, neg = _pairs(same)
+    dist = (2.0 - 2.0 * sim).clamp(min=0.0).sqrt()
+    nearest_neg = dist.masked_fill(~neg, float("inf")).min(dim=1, keepdim=True).values
+    farthest_pos = dist.masked_fill(~pos, float("-inf")).max(dim=1, keepdim=True).values
+    return pos & (nearest_neg - dist <= margin), neg & (dist - farthest_pos <= margin)
+
+
+def mine(sim: "torch.Tensor", same: "torch.Tensor", miner: str = "ms", epsilon: float = 0.1,
+         triplet_margin: float = 0.2) -> Tuple["torch.Tensor", "torch.Tensor"]:
+    """Hard (positive, negative) pair masks by ``miner`` (``ms``, ``triplet`` or ``none``)."""
+    if miner == "ms":
+        return ms_mine(sim, same, epsilon)
+    if miner == "triplet":
+        return triplet_mine(sim, same, triplet_margin)
+    if miner == "none":
+        return _pairs(same)
+    raise ValueError(f"Unknown miner {miner!r}; use one of {MINERS}")
+
+
+def multi_similarity_loss(sim: "torch.Tensor", pos: "torch.Tensor", neg: "torch.Tensor", alpha: float = 2.0,
+                          beta: float = 50.0, base: float = 0.5) -> "torch.Tensor":
+    """Mean over items of the multi-similarity loss on the masked pairs (an item
+    without pairs adds 0, as in pytorch-metric-learning)."""
+    import torch
+
+    zero = sim.new_zeros(sim.shape[0], 1)
+    pos_logits = (-alpha * (sim - base)).masked_fill(~pos, float("-inf"))
+    neg_logits = (beta * (sim - base)).masked_fill(~neg, float("-inf"))
+    pos_loss = torch.logsumexp(torch.cat([pos_logits, zero], dim=1), dim=1) / alpha
+    neg_loss = torch.logsumexp(torch.cat([neg_logits, zero], dim=1), dim=1) / beta
+    return (pos_loss + neg_loss).mean()
+
+
+# -- data -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SynonymPair:
+    """Two texts of one concept, each with every concept it may stand for."""
+
+    left: str
+    right: str
+    left_ids: FrozenSet[str]
+    right_ids: FrozenSet[str]
+
+
+class SynonymPairs:
+    """Positive pairs, regenerated and shuffled each epoch from a seed.
+
+    KB pairs: every normalized name of a concept with two or more names,
+    paired with a random other name of it (concepts with the very same name
+    list, such as a MeSH ID and its OMIM twin, are visited once). Mention pairs:
+    ``(normalized mention, gold KB name)`` from training examples, de-duplicated,
+    ``mention_repeats`` times per epoch.
+    """
+
+    def __init__(self, kb: KnowledgeBase, mention_pairs: Iterable[Tuple[str, str, Iterable[str]]] = (), *,
+                 kb_pairs: bool = True, mention_repeats: int = 1, seed: int = 0) -> None:
+        self.kb, self.seed = kb, seed
+        self.mention_repeats = max(0, int(mention_repeats))
+        self.groups: List[List[str]] = []
+        if kb_pairs:
+            seen = set()
+            for cid in kb.concept_ids:
+                names = kb.names_of(cid)
+                if len(names) >= 2 and tuple(names) not in seen:
+                    seen.add(tuple(names))
+                    self.groups.append(names)
+        self.mention_pairs: List[SynonymPair] = []
+        unique = set()
+        for mention, target, ids in mention_pairs:
+            left = kb.normalize(mention)
+            gold = frozenset(i for i in ids if i in kb)
+            if not left or not gold or not self._ids(target) or left == target or (left, target) in unique:
+                continue
+            unique.add((left, target))
+            self.mention_pairs.append(SynonymPair(left, target, gold | self._ids(left), self._ids(target)))
+        if not self.groups and not self.mention_pairs:
+            raise ValueError("No positive pairs: the KB has no concept with two names and no training mentions were given")
+
+    def _ids(self, name: str) -> FrozenSet[str]:
+        return frozenset(self.kb.ids_for_name(name, normalize=False))
+
+    def __len__(self) -> int:
+        return sum(len(g) for g in self.groups) + len(self.mention_pairs) * self.mention_repeats
+
+    def epoch(self, epoch: int) -> List[SynonymPair]:
+        rng = random.Random(f"{self.seed}/{epoch}/pairs")
+        pairs: List[SynonymPair] = []
+        for names in self.groups:
+            for i, name in enumerate(names):
+                other = names[(i + rng.randrange(1, len(names))) % len(names)]
+                pairs.append(SynonymPair(name, other, self._ids(name), self._ids(other)))
+        pairs.extend(self.mention_pairs * self.mention_repeats)
+        rng.shuffle(pairs)
+        return pairs
+
+
+def mention_pairs_from_jsonl(path: PathLike) -> List[Tuple[str, str, Tuple[str, ...]]]:
+    """``(mention text, target name, gold ids)`` of an examples file (``corpus`` output)."""
+    from .examples import read_examples_jsonl
+
+    return [(e.mention.text, e.target, e.mention.ids) for e in read_examples_jsonl(path)]
+
+
+# -- configuration ------------------------------------------------------------------------------
+@dataclass
+class DenseTrainConfig:
+    """All settings of ``train-dense``; the config file groups them in sections."""
+
+    # [encoder]
+    pooling: str = "cls"
+    max_length: int = 25
+    # [training]
+    max_steps: int = 10000
+    max_seconds: Optional[float] = None
+    batch_size: int = 64  # positive pairs per step (2 x batch_size texts)
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    scheduler: str = "constant"  # constant | linear | cosine | polynomial (engine.lr_factor)
+    min_lr_ratio: float = 0.0
+    poly_power: float = 1.0
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    log_every: int = 20
+    precision: str = "auto"  # auto | fp32 | bf16: autocast of the encoder (dense.autocast_dtype)
+    progress: bool = True
+    # [loss]
+    miner: str = "ms"
+    alpha: float = 2.0
+    beta: float = 50.0
+    base: float = 0.5
+    epsilon: float = 0.1
+    triplet_margin: float = 0.2
+    # [data]
+    kb_pairs: bool = True
+    mention_repeats: int = 1
+
+    def __post_init__(self) -> None:
+        if self.miner not in MINERS:
+            raise ValueError(f"Unknown miner {self.miner!r}; use one of {MINERS}")
+
+
+_SECTIONS = {
+    "encoder": ("pooling", "max_length"),
+    "training": ("max_steps", "max_seconds", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "scheduler",
+                 "min_lr_ratio", "poly_power", "max_grad_norm", "seed", "log_every", "precision", "progress"),
+    "loss": ("miner", "alpha", "beta", "base", "epsilon", "triplet_margin"),
+    "data": ("kb_pairs", "mention_repeats"),
+}
+
+
+def load_dense_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> Tuple[DenseTrainConfig, str]:
+    """A ``configs/dense_*.cfg`` file with dotted overrides (``{"training.max_seconds": 600}``);
+    returns the settings and the resolved config text."""
+    from confection import Config
+
+    config = Config().from_disk(str(path), overrides=dict(overrides or {}))
+    values: Dict[str, Any] = {}
+    for section, settings in config.items():
+        if section not in _SECTIONS:
+            raise ValueError(f"{path}: unknown section [{section}]; use {', '.join(f'[{s}]' for s in _SECTIONS)}")
+        unknown = sorted(set(settings) - set(_SECTIONS[section]))
+        if unknown:
+            raise ValueError(f"{path}: unknown [{section}] settings {unknown}; known: {list(_SECTIONS[section])}")
+        values.update(settings)
+    return DenseTrainConfig(**values), config.to_str()
+
+
+# -- training ------------------------------------------------------------------------------------------
+@dataclass
+class DenseTrainResult:
+    step: int = 0
+    epoch: int = 0
+    seconds: float = 0.0
+    stopped_by: str = "max_steps"
+    losses: List[float] = field(default_factory=list)
+    model_dir: Optional[Path] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["model_dir"] = str(self.model_dir) if self.model_dir else None
+        data["losses"] = [round(x, 6) for x in self.losses]
+        return data
+
+
+def batch_loss(encoder: DenseEncoder, pairs: Sequence[SynonymPair], config: DenseTrainConfig,
+               autocast: Optional["torch.dtype"] = None) -> Tuple["torch.Tensor", Dict[str, int]]:
+    """The multi-similarity loss of one batch of pairs, and the mined pair counts.
+    ``autocast`` covers the encoder only: similarities and loss stay in float32."""
+    import torch
+
+    texts = [p.left for p in pairs] + [p.right for p in pairs]
+    same = same_concept([p.left_ids for p in pairs] + [p.right_ids for p in pairs]).to(encoder.device)
+    with torch.autocast(encoder.device.type, dtype=autocast, enabled=autocast is not None):
+        vectors = encoder.embed(encoder.tokenize(texts))
+    vectors = vectors.float()
+    sim = vectors @ vectors.T
+    pos, neg = mine(sim.detach(), same, config.miner, config.epsilon, config.triplet_margin)
+    loss = multi_similarity_loss(sim, pos, neg, config.alpha, config.beta, config.base)
+    return loss, {"hard_pos": int(pos.sum()), "hard_neg": int(neg.sum())}
+
+
+def _write_log(path: Optional[Path], record: Dict[str, Any]) -> None:
+    if path is not None:
+        with path.open("a", encoding="utf8") as out:
+            out.write(json.dumps(record, default=str) + "\n")
+
+
+def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrainConfig,
+                  out_dir: Optional[PathLike] = None) -> DenseTrainResult:
+    """Train ``encoder`` in place until ``max_steps`` or ``max_seconds``; with
+    ``out_dir``, write the log and save the encoder to ``out_dir/model``."""
+    import torch
+
+    from ..dense import autocast_dtype
+    from .engine import lr_factor
+    from .seq2seq import set_seed
+
+    set_seed(config.seed)
+    out = Path(out_dir) if out_dir is not None else None
+    log_path = out / LOG_FILE if out is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        if log_path.exists():
+            log_path.unlink()
+    device = encoder.device
+    autocast = autocast_dtype(config.precision, device)
+    _write_log(log_path, {"event": "start", "config": asdict(config), "device": str(device), "autocast": str(autocast),
+                          "pairs_per_epoch": len(pairs)})
+    model = encoder.model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(config, s))
+    result = DenseTrainResult()
+    epoch_pairs = pairs.epoch(0)
+    position = 0
+    bar = None
+    if config.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=config.max_steps, desc="train-dense", unit="step", dynamic_ncols=True)
+    began = time.monotonic()
+    window: List[float] = []
+    model.train()
+    try:
+        while result.step < config.max_steps:
+            if position + config.batch_size > len(epoch_pairs):
+                # the tail of an epoch that does not fill a batch is dropped
+                result.epoch += 1
+                epoch_pairs, position = pairs.epoch(result.epoch), 0
+            batch = epoch_pairs[position:position + config.batch_size]
+            position += config.batch_size
+            optimizer.zero_grad(set_to_none=True)
+            loss, counts = batch_loss(encoder, batch, config, autocast)
+            loss.backward()
+            if config.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            lr = scheduler.get_last_lr()[0]
+            optimizer.step()
+            scheduler.step()
+            result.step += 1
+            value = float(loss.detach())
+            result.losses.append(value)
+            window.append(value)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{value:.4f}", pos=counts["hard_pos"], neg=counts["hard_neg"], refresh=False)
+            if config.log_every and (result.step % config.log_every == 0 or result.step == 1):
+                _write_log(log_path, {"step": result.step, "loss": sum(window) / len(window), "lr": lr, "epoch": result.epoch,
+                                      **counts, "elapsed": round(time.monotonic() - began, 2)})
+                window = []
+            if config.max_seconds is not None and time.monotonic() - began > config.max_seconds:
+                result.stopped_by = "max_seconds"
+                logger.info("Time budget of %.0fs reached at step %d", config.max_seconds, result.step)
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+        model.eval()
+    result.seconds = time.monotonic() - began
+    if out is not None:
+        tmp = out / "model.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        encoder.save(tmp, base_model=str(encoder.source_dir) if encoder.source_dir else None, steps=result.step)
+        final = out / "model"
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        result.model_dir = final
+        _write_log(log_path, {"event": "end", **{k: v for k, v in result.to_dict().items() if k != "losses"}})
+    return result
+
+
+def train_dense(kb_path: PathLike, out_dir: PathLike, config_path: PathLike, model_dir: Optional[PathLike] = None,
+                train_jsonl: Optional[PathLike] = None, overrides: Optional[Mapping[str, Any]] = None,
+                device: str = "auto") -> DenseTrainResult:
+    """The ``train-dense`` step: KB (+ training mentions) -> ``out_dir/model``."""
+    from ..dense import DenseEncoder
+    from ..kb import KnowledgeBase
+
+    config, text = load_dense_config(config_path, overrides)
+    kb = KnowledgeBase.load(kb_path)
+    mentions = mention_pairs_from_jsonl(train_jsonl) if train_jsonl else []
+    pairs = SynonymPairs(kb, mentions, kb_pairs=config.kb_pairs, mention_repeats=config.mention_repeats, seed=config.seed)
+    logger.info("%d synonym groups, %d mention pairs: %d pairs per epoch", len(pairs.groups), len(pairs.mention_pairs), len(pairs))
+    encoder = DenseEncoder.load(model_dir, pooling=config.pooling, max_length=config.max_length, device=device)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.cfg").write_text(text, encoding="utf8")
+    result = train_sapbert(encoder, pairs, config, out)
+    (out / "result.json").write_text(json.dumps(result.to_dict(), indent=2), encoding="utf8")
+    return result
+
+
+# -- command line --------------------------------------------------------------------------------------------
+def register_dense_commands(app) -> None:
+    """Add ``train-dense`` to a typer app (``cli.py``); extra options override the
+    config (``--training.max_seconds 900``)."""
+    from wasabi import msg
+
+    @app.command("train-dense", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def train_dense_cmd(
+        ctx: typer.Context,
+        kb: Path = typer.Option(..., help="KB whose synonyms make the positive pairs"),
+        out: Path = typer.Option(..., help="Output folder: model/, train_log.jsonl, config.cfg, result.json"),
+        config: Path = typer.Option(Path("configs/dense_minilm.cfg"), help="Settings, e.g. configs/dense_minilm.cfg"),
+        model: Optional[Path] = typer.Option(None, help="Encoder directory to start from (default: the installed all-MiniLM-L6-v2)"),
+        train: Optional[Path] = typer.Option(None, help="Training examples (corpus output train.jsonl): mention -> gold name pairs"),
+        device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
+        verbose: bool = typer.Option(False, "--verbose", "-v"),
+    ) -> None:
+        """SapBERT-style fine-tuning of a dense encoder on KB synonym pairs (multi-similarity loss, online hard mining)."""
+        from ..cli import _setup_logging
+        from .cli_steps import parse_overrides
+
+        _setup_logging(verbose)
+        result = train_dense(kb, out, config, model_dir=model, train_jsonl=train, overrides=parse_overrides(ctx.args),
+                             device=device)
+        last = sum(result.losses[-50:]) / max(1, len(result.losses[-50:]))
+        msg.good(f"Trained {result.step} steps, {result.epoch} full epochs ({result.stopped_by}, {result.seconds:.0f}s, "
+                 f"loss {last:.4f}) -> {result.model_dir}")
