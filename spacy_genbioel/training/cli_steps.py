@@ -52,6 +52,9 @@ _DATA_DEFAULTS: Dict[str, Any] = {
     "eval_beams": 5,
     "eval_batch_size": 64,
 }
+#: further sections that the stage owning them reads and checks itself
+#: (``[angel]``: :mod:`~spacy_genbioel.training.angel`), kept in ``StageConfig.sections``
+_STAGE_SECTIONS = ("angel",)
 
 
 @dataclass
@@ -62,6 +65,7 @@ class StageConfig:
     inputs: InputBuilder
     data: Dict[str, Any] = field(default_factory=dict)
     text: str = ""  # the resolved config, written next to the outputs
+    sections: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # e.g. {"angel": {...}}
 
     def to_dict(self) -> Dict[str, Any]:
         return {"training": asdict(self.training), "inputs": {k: getattr(self.inputs, k) for k in _INPUT_KEYS}, "data": self.data}
@@ -75,7 +79,7 @@ def load_stage_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = N
     from .engine import EngineConfig
 
     config = Config().from_disk(str(path), overrides=dict(overrides or {}))
-    unknown_sections = sorted(set(config) - {"training", "inputs", "data"})
+    unknown_sections = sorted(set(config) - {"training", "inputs", "data", *_STAGE_SECTIONS})
     if unknown_sections:
         raise ValueError(f"{path}: unknown sections {unknown_sections}; use [training], [inputs] and [data]")
     training = EngineConfig.from_dict(dict(config.get("training", {})))
@@ -88,7 +92,8 @@ def load_stage_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = N
     if extra:
         raise ValueError(f"{path}: unknown [data] settings {extra}; known: {sorted(_DATA_DEFAULTS)}")
     data.update(config.get("data", {}))
-    return StageConfig(training, InputBuilder(**inputs_cfg), data, config.to_str())
+    sections = {name: dict(config[name]) for name in _STAGE_SECTIONS if name in config}
+    return StageConfig(training, InputBuilder(**inputs_cfg), data, config.to_str(), sections)
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -176,10 +181,15 @@ def train_tokenizer_step(
     vocab_size: Optional[int] = None,
     preset: str = "tiny",
 ) -> Path:
-    """A byte-level BPE tokenizer trained on the KB names (and ``texts``, one document per line)."""
+    """A byte-level BPE tokenizer trained on the KB names (and ``texts``, one document per line).
+    A warm-start preset (``minilm``) brings its own tokenizer: it is saved with the
+    START/END markers added, and nothing is trained (``kb_path``, ``texts`` unused)."""
     from ..kb import KnowledgeBase
     from ..model import PRESETS, train_tokenizer
+    from ..warm_start import is_warm_start, save_marker_tokenizer
 
+    if is_warm_start(preset):
+        return save_marker_tokenizer(preset, out_dir)
     kb = KnowledgeBase.load(kb_path)
     size = vocab_size or PRESETS[preset].vocab_size
     lines: Iterable[str] = ()
@@ -195,11 +205,16 @@ def train_tokenizer_step(
 
 def init_model_step(tokenizer_dir: PathLike, out_dir: PathLike, preset: Union[str, Any] = "tiny", seed: int = 0) -> Path:
     """A randomly initialized preset model (a name or a :class:`~spacy_genbioel.model.Preset`)
-    for a saved tokenizer, saved with it."""
+    for a saved tokenizer, saved with it; a warm-start preset (``minilm``) builds a
+    BERT2BERT from its checkpoint with that tokenizer (the ``tokenizer`` step's output)."""
     from ..model import PRESETS, build_model, load_tokenizer, save_model
+    from ..warm_start import WARM_START_PRESETS, init_warm_start, is_warm_start
 
+    if is_warm_start(preset):
+        init_warm_start(preset, out_dir, tokenizer_dir=tokenizer_dir, seed=seed)
+        return Path(out_dir)
     if isinstance(preset, str) and preset not in PRESETS:
-        raise ValueError(f"Unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+        raise ValueError(f"Unknown preset {preset!r}; choose from {', '.join([*PRESETS, *WARM_START_PRESETS])}")
     tokenizer = load_tokenizer(tokenizer_dir)
     model = build_model(preset, tokenizer, seed=seed)
     save_model(model, tokenizer, out_dir)
@@ -372,13 +387,17 @@ def package(
     top_k: int = 5,
     min_name_chars: int = 3,
     lang: str = "en",
+    ner: Optional[PathLike] = None,
 ) -> Path:
     """A spaCy pipeline directory: scispacy's ``abbreviation_detector`` (when
     installed), an ``entity_ruler`` over the KB names, and ``genbioel`` with
     the trained model, KB and trie inside. ``spacy.load(out_dir)`` reads it;
     ``spacy package out_dir dist`` makes an installable package of it.
     ``config_path`` (the fine-tuning config) supplies the encoder-input settings
-    the model was trained with."""
+    the model was trained with. ``ner`` (a trained spaCy pipeline directory)
+    replaces the entity ruler: its tokenizer, ``tok2vec`` and ``ner`` are
+    sourced (:func:`~spacy_genbioel.ner.source_ner`), giving tokenizer,
+    abbreviation_detector, tok2vec, ner, genbioel."""
     import spacy
 
     from ..decoding import DecodingConfig, GenerativeLinker, InputBuilder
@@ -395,11 +414,16 @@ def package(
                            inputs.max_mention_words, InputBuilder().max_mention_words)
     kb = KnowledgeBase.load(kb_path)
     model, tokenizer = load_model(model_dir, device="cpu", dtype="fp32")
+    ner_nlp = spacy.load(ner) if ner is not None else None
+    if ner_nlp is not None and ner_nlp.lang != lang:
+        logger.warning("The NER pipeline's language is %r, not %r: the package uses %r", ner_nlp.lang, lang, ner_nlp.lang)
+        lang = ner_nlp.lang
     nlp = spacy.blank(lang)
+    source = f"the NER trained in {ner}" if ner is not None else "a dictionary entity source"
     nlp.meta.update({
         "name": name,
         "version": version,
-        "description": "Generative biomedical entity linking (GenBioEL) with a dictionary entity source",
+        "description": f"Generative biomedical entity linking (GenBioEL) with {source}",
         "requirements": _requirements(),
     })
     if abbreviations:
@@ -409,7 +433,11 @@ def package(
             nlp.add_pipe("abbreviation_detector")
         else:
             logger.warning("scispacy is not installed: the pipeline has no abbreviation detector")
-    if entity_ruler:
+    if ner_nlp is not None:
+        from ..ner import source_ner
+
+        logger.info("Sourced %s from %s", source_ner(nlp, ner_nlp), ner)
+    elif entity_ruler:
         n_patterns = add_kb_entity_ruler(nlp, kb, entity_label, min_name_chars)
         logger.info("entity_ruler with %d patterns", n_patterns)
     component = nlp.add_pipe("genbioel", config={
@@ -481,15 +509,20 @@ def register_commands(app) -> None:
 
     @app.command("tokenizer")
     def tokenizer_cmd(
-        kb: Path = typer.Option(..., help="KB whose names the tokenizer learns"),
+        kb: Optional[Path] = typer.Option(None, help="KB whose names the tokenizer learns (not needed for minilm)"),
         out: Path = typer.Option(..., help="Output tokenizer directory"),
         texts: Optional[Path] = typer.Option(None, help="Extra text, one document per line"),
-        preset: str = typer.Option("tiny", help="Preset whose vocabulary size to use"),
+        preset: str = typer.Option("tiny", help="Preset whose vocabulary size to use; minilm: save its pretrained tokenizer"),
         vocab_size: Optional[int] = typer.Option(None, help="Vocabulary size (default: the preset's)"),
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
-        """Train a byte-level BPE tokenizer (BART's special tokens, START/END markers) on KB names and text."""
+        """Train a byte-level BPE tokenizer (BART's special tokens, START/END markers) on KB names and text
+        (a warm-start preset such as minilm: its pretrained WordPiece tokenizer plus the markers)."""
         setup(verbose)
+        from ..warm_start import is_warm_start
+
+        if kb is None and not is_warm_start(preset):
+            raise typer.BadParameter("--kb is required to train a tokenizer")
         train_tokenizer_step(kb, out, texts=texts, vocab_size=vocab_size, preset=preset)
         msg.good(f"Tokenizer saved to {out}")
 
@@ -547,11 +580,12 @@ def register_commands(app) -> None:
         top_k: int = typer.Option(5),
         min_name_chars: int = typer.Option(3, help="Shortest KB name the entity ruler matches"),
         lang: str = typer.Option("en"),
+        ner: Optional[Path] = typer.Option(None, help="Trained spaCy NER pipeline whose tokenizer, tok2vec and ner replace the entity ruler"),
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
-        """A spaCy pipeline directory (abbreviation detector, entity ruler, genbioel) for spacy.load / spacy package."""
+        """A spaCy pipeline directory (abbreviation detector, entity ruler or trained NER, genbioel) for spacy.load / spacy package."""
         setup(verbose)
         path = package(model, kb, out, name=name, version=version, config_path=config, entity_label=entity_label,
                        entity_ruler=entity_ruler, abbreviations=abbreviations, num_beams=num_beams, top_k=top_k,
-                       min_name_chars=min_name_chars, lang=lang)
+                       min_name_chars=min_name_chars, lang=lang, ner=ner)
         msg.good(f"Pipeline saved to {path}")
