@@ -28,6 +28,7 @@ def build_kb_cmd(
     dedup: bool = typer.Option(True, "--dedup/--no-dedup", help="GenBioEL's rule: a shared name stays on the concept with the fewest names"),
     crosswalk: Optional[Path] = typer.Option(None, help="TSV of old -> new concept IDs applied to the KB"),
     augment_pubtator: List[Path] = typer.Option([], help="Add the mentions of these PubTator files as names of their gold concepts (training splits only)"),
+    prior_pubtator: List[Path] = typer.Option([], help="Count the gold IDs of these PubTator files (training splits only) as concept priors: a name shared by several concepts lists the most frequent answer first"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Read vocabularies into one KB (with ID clean-up), optionally augmented with training mentions."""
@@ -44,14 +45,29 @@ def build_kb_cmd(
 
     began = time.monotonic()
     kb = build_kb(format, [source(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem)
+    walk = None
+    if crosswalk and (augment_pubtator or prior_pubtator):
+        from .kb_sources import read_crosswalk
+
+        walk = read_crosswalk(crosswalk)
     if augment_pubtator:
         from .corpus import mentions_from_pubtator
 
-        pairs = [(cid, m.text) for path in augment_pubtator for m in mentions_from_pubtator(path, context_chars=0)
+        pairs = [(cid, m.text) for path in augment_pubtator
+                 for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk)
                  if not m.is_composite for cid in m.ids]
         n_names = kb.n_names
         kb = kb.with_extra_names(pairs)
         msg.info(f"Dictionary augmentation: {len(pairs)} training mentions, {kb.n_names - n_names} new names")
+    if prior_pubtator:
+        from collections import Counter
+
+        from .corpus import mentions_from_pubtator
+
+        counts = Counter(cid for path in prior_pubtator for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk)
+                         for cid in m.ids)
+        kb = kb.with_priors(counts)
+        msg.info(f"Concept priors from {sum(counts.values())} gold IDs ({len(counts)} concepts)")
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".json":
         kb.to_target_kb_json(out)
@@ -81,8 +97,12 @@ def load_corpus(path: Path, fmt: str, crosswalk: Optional[Path] = None):
 def evaluate_cmd(
     corpus_path: Path = typer.Option(..., "--corpus", help="Evaluation corpus (dev split)"),
     fmt: str = typer.Option("pubtator", "--format", help="pubtator | bioc | jsonl | askapatient"),
-    linker: str = typer.Option("genbioel", help="genbioel | exact | tfidf | scispacy"),
+    linker: str = typer.Option("genbioel", help="genbioel | exact | tfidf | scispacy | dense"),
+    dense_model: Optional[Path] = typer.Option(None, "--model", help="--linker dense: encoder directory (default: the installed all-MiniLM-L6-v2)"),
     pipeline: Optional[Path] = typer.Option(None, help="spaCy pipeline directory with a genbioel component"),
+    candidates: Optional[str] = typer.Option(None, help="genbioel: decode only names of retrieved concepts: none | tfidf | dense (default: the pipeline's config)"),
+    num_candidates: Optional[int] = typer.Option(None, help="genbioel: concepts retrieved per mention (default: the pipeline's config)"),
+    exact_match: Optional[bool] = typer.Option(None, "--exact-match/--no-exact-match", help="genbioel: a KB name equal to the mention comes first (default: the pipeline's config)"),
     kb: Optional[Path] = typer.Option(None, help="KB for the peers (genbioel uses the pipeline's)"),
     train: Optional[Path] = typer.Option(None, help="Training split, for GenBioEL's sub-population table"),
     labels: List[str] = typer.Option([], help="Only gold mentions with these labels"),
@@ -92,10 +112,27 @@ def evaluate_cmd(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON"),
     plots: Optional[Path] = typer.Option(None, help="Folder for the similarity-bin plot"),
     device: str = typer.Option("auto"),
+    end_to_end: bool = typer.Option(False, "--end-to-end", help="Score the pipeline's own entities: NER + linking P/R/F1, strict and partial (a peer --linker links the pipeline's NER entities)"),
+    label_map: Optional[str] = typer.Option(None, help="--end-to-end: gold labels -> NER labels: ncbi or FROM=TO,FROM=TO"),
+    single_label: Optional[str] = typer.Option(None, help="--end-to-end: every gold label becomes this one"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Recall@1/@5 with GenBioEL's rules, KB coverage, sub-populations and similarity bins."""
+    """Recall@1/@5 with GenBioEL's rules, KB coverage, sub-populations and similarity bins
+    (or, with --end-to-end, NER + linking P/R/F1 on the pipeline's own entities)."""
     _setup_logging(verbose)
+    if end_to_end:
+        from .end_to_end import run_end_to_end
+
+        e2e = run_end_to_end(
+            corpus_path, pipeline=pipeline, fmt=fmt, linker=linker, kb=kb, labels=labels, abbreviations=abbreviations,
+            crosswalk=crosswalk, label_map=label_map, single_label=single_label,
+            component_config={"device": device, "candidates": candidates, "num_candidates": num_candidates, "exact_match": exact_match},
+            linker_options={"model": dense_model} if dense_model else {},
+        )
+        print(e2e.format_table())
+        if json_path:
+            json_path.write_text(json.dumps(e2e.to_dict(), indent=2), encoding="utf8")
+        return
     from .evaluation import evaluate_linker, plot_similarity_bins
     from .kb import KnowledgeBase
 
@@ -113,18 +150,23 @@ def evaluate_cmd(
             raise typer.BadParameter("--pipeline is required for --linker genbioel")
         import spacy
 
-        nlp = spacy.load(pipeline, config={"components": {"genbioel": {"device": device}}})
+        overrides = {"device": device, "candidates": candidates, "num_candidates": num_candidates, "exact_match": exact_match}
+        nlp = spacy.load(pipeline, config={"components": {"genbioel": {k: v for k, v in overrides.items() if v is not None}}})
         model = nlp.get_pipe("genbioel").linker
         knowledge_base = model.kb
+        getattr(model.candidate_generator, "generator", None)  # fit a lazy retriever before the clock starts
+        component_cfg = nlp.config["components"]["genbioel"]
+        run_meta = {k: component_cfg.get(k) for k in ("candidates", "num_candidates", "exact_match")}
     else:
         if kb is None:
             raise typer.BadParameter(f"--kb is required for --linker {linker}")
         from .peers import get_linker
 
         knowledge_base = KnowledgeBase.load(kb)
-        model = get_linker(linker, knowledge_base)
+        model = get_linker(linker, knowledge_base, **({"model": dense_model} if dense_model else {}))
+        run_meta = {}
     report = evaluate_linker(model, mentions, top_k=top_k, train_mentions=train_mentions, kb=knowledge_base, name=linker)
-    report.meta.update({"corpus": str(corpus_path), "abbreviations": abbreviations, "kb_names": knowledge_base.n_names})
+    report.meta.update({"corpus": str(corpus_path), "abbreviations": abbreviations, "kb_names": knowledge_base.n_names, **run_meta})
     print(report.format_table())
     if json_path:
         json_path.write_text(json.dumps(report.to_dict(), indent=2), encoding="utf8")
@@ -138,14 +180,26 @@ def init_model_cmd(
     out: Path = typer.Option(..., help="Output model directory"),
     kb: Optional[Path] = typer.Option(None, help="KB file (.jsonl or target_kb.json) to train a tokenizer on"),
     tokenizer: Optional[Path] = typer.Option(None, help="Use this trained tokenizer directory instead of training one"),
-    preset: str = typer.Option("tiny", help="tiny | base | large"),
+    preset: str = typer.Option("tiny", help="tiny | base | large (from scratch) | minilm (BERT2BERT warm start)"),
+    base_model: Optional[Path] = typer.Option(None, help="Warm-start a BERT2BERT from this local BERT-like directory"),
     texts: Optional[Path] = typer.Option(None, help="Extra text for the tokenizer, one document per line"),
     vocab_size: Optional[int] = typer.Option(None, help="Tokenizer vocabulary (default: the preset's)"),
     seed: int = typer.Option(0),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Train a byte-level BPE tokenizer on KB names (+ texts), or take one, and build a from-scratch BART."""
+    """Train a byte-level BPE tokenizer on KB names (+ texts), or take one, and build a from-scratch BART;
+    or warm-start a BERT2BERT from pretrained weights (--preset minilm, --base-model DIR)."""
     _setup_logging(verbose)
+    from .warm_start import is_warm_start
+
+    if base_model is not None or is_warm_start(preset):
+        from .warm_start import init_warm_start
+
+        source = base_model if base_model is not None else preset
+        model, tok = init_warm_start(source, out, tokenizer_dir=tokenizer, seed=seed)
+        n_params = sum(p.numel() for p in model.parameters())
+        msg.good(f"BERT2BERT from {source} ({n_params / 1e6:.1f}M parameters, vocabulary {len(tok)}) saved to {out}")
+        return
     if tokenizer is not None:
         from .training.cli_steps import init_model_step
 
@@ -233,6 +287,18 @@ register_commands(app)
 from .annotate import register_annotate  # noqa: E402
 
 register_annotate(app)
+
+from .ner import register_ner_commands  # noqa: E402
+
+register_ner_commands(app)
+
+from .training.angel import register_angel_commands  # noqa: E402
+
+register_angel_commands(app)
+
+from .training.sapbert import register_dense_commands  # noqa: E402  (train-dense)
+
+register_dense_commands(app)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

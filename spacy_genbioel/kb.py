@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import catalogue
 
@@ -68,6 +68,10 @@ class Concept:
     names: List[str]
     definition: Optional[str] = None
     types: List[str] = field(default_factory=list)
+    # how often the concept is the gold answer in a training corpus: orders the
+    # concepts of a shared name (MEDIC lists "breast cancer" under OMIM 114480
+    # and MeSH D001943; a linker writes the first)
+    prior: float = 0.0
 
     def to_dict(self) -> dict:
         data: dict = {"id": self.id, "names": list(self.names)}
@@ -75,6 +79,8 @@ class Concept:
             data["definition"] = self.definition
         if self.types:
             data["types"] = list(self.types)
+        if self.prior:
+            data["prior"] = self.prior
         return data
 
 
@@ -110,8 +116,10 @@ class KnowledgeBase:
             raise ValueError(f"Concept with empty ID (names {concept.names[:3]})")
         existing = self._concepts.get(cid)
         if existing is None:
-            self._concepts[cid] = Concept(cid, list(dict.fromkeys(concept.names)), concept.definition, list(concept.types))
+            self._concepts[cid] = Concept(cid, list(dict.fromkeys(concept.names)), concept.definition, list(concept.types),
+                                          concept.prior)
             return
+        existing.prior = max(existing.prior, concept.prior)
         existing.names = list(dict.fromkeys([*existing.names, *concept.names]))
         if not existing.definition and concept.definition:
             existing.definition = concept.definition
@@ -134,6 +142,10 @@ class KnowledgeBase:
                 if len(ids) > 1:
                     keep = min(ids, key=lambda c: len(per_concept[c]))
                     name_to_ids[name] = [keep]
+        # concepts of a shared name: highest prior first (stable: KB order on ties)
+        for name, ids in name_to_ids.items():
+            if len(ids) > 1:
+                ids.sort(key=lambda c: -self._concepts[c].prior)
         # canonical order: first kept occurrence, so a saved de-duplicated KB
         # reloads with the same name indices (the trie depends on them)
         order: Dict[str, None] = {}
@@ -215,7 +227,15 @@ class KnowledgeBase:
         for cid, name in pairs:
             if cid in self._concepts:
                 extra.setdefault(cid, []).append(name)
-        concepts = [Concept(c.id, c.names + extra.get(c.id, []), c.definition, c.types) for c in self]
+        concepts = [Concept(c.id, c.names + extra.get(c.id, []), c.definition, c.types, c.prior) for c in self]
+        return KnowledgeBase(concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name)
+
+    def with_priors(self, counts: Mapping[str, float]) -> "KnowledgeBase":
+        """A new KB whose concepts carry ``counts`` (e.g. gold IDs of a training
+        split) as priors, so a name shared by several concepts lists the most
+        frequent answer first. Unknown IDs are ignored; names are unchanged, so
+        a trie built for this KB stays valid."""
+        concepts = [Concept(c.id, c.names, c.definition, c.types, float(counts.get(c.id, 0.0))) for c in self]
         return KnowledgeBase(concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name)
 
     # -- persistence --------------------------------------------------------
@@ -226,7 +246,7 @@ class KnowledgeBase:
             for concept in self._concepts.values():
                 kept = set(self._concept_names[concept.id])
                 names = [raw for raw in concept.names if self.normalize(raw) in kept]
-                record = Concept(concept.id, names, concept.definition, concept.types).to_dict()
+                record = Concept(concept.id, names, concept.definition, concept.types, concept.prior).to_dict()
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     @classmethod
@@ -300,4 +320,7 @@ def concept_from_record(record: object, where: str) -> Concept:
     types = record.get("types", [])
     if isinstance(types, str):
         types = [types]
-    return Concept(str(cid).strip(), list(names), record.get("definition") or None, list(types))
+    prior = record.get("prior", 0.0)
+    if not isinstance(prior, (int, float)) or isinstance(prior, bool):
+        raise KBFormatError(f"{where}: 'prior' must be a number")
+    return Concept(str(cid).strip(), list(names), record.get("definition") or None, list(types), float(prior))

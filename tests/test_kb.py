@@ -94,3 +94,25 @@ def test_deduplicated_kb_reloads_as_the_same_index(tmp_path):
     again = KnowledgeBase.load(tmp_path / "kb.jsonl", dedup=False)
     assert [(n, again.ids_for_name(n)) for n in again.names] == [(n, kb.ids_for_name(n)) for n in kb.names]
     assert len(again) == 3
+
+
+def test_priors_order_the_concepts_of_a_shared_name(tmp_path):
+    concepts = [Concept("OMIM:1", ["Breast cancer", "BRCA1 cancer"]), Concept("D001943", ["Breast Neoplasms", "breast cancer"])]
+    kb = KnowledgeBase(concepts)
+    assert kb.ids_for_name("breast cancer") == ("OMIM:1", "D001943")  # KB order without priors
+    ranked = kb.with_priors({"D001943": 12, "unknown": 3})
+    assert ranked.ids_for_name("breast cancer") == ("D001943", "OMIM:1")
+    assert ranked.names == kb.names  # name indices (and so a trie) unchanged
+    assert ranked["D001943"].prior == 12.0 and ranked["OMIM:1"].prior == 0.0
+    path = tmp_path / "kb.jsonl"
+    ranked.to_jsonl(path)
+    reloaded = KnowledgeBase.load(path)
+    assert reloaded.ids_for_name("breast cancer") == ("D001943", "OMIM:1")
+    assert reloaded.checksum() == ranked.checksum() != kb.checksum()
+
+
+def test_prior_must_be_a_number(tmp_path):
+    path = tmp_path / "kb.jsonl"
+    path.write_text('{"id": "D1", "names": ["a"]}\n{"id": "D2", "names": ["b"], "prior": "often"}\n', encoding="utf8")
+    with pytest.raises(KBFormatError, match=r"kb.jsonl:2: 'prior'"):
+        KnowledgeBase.load(path)
