@@ -6,14 +6,15 @@ it for ``num_candidates`` candidates per mention and decodes only names of the
 concepts they carry (:meth:`GenerativeLinker.link`).
 
 Generators are registered by name in the ``candidate_generators`` registry as
-functions ``(kb) -> Linker``, so the component config can pick one
+functions ``(kb, model=None) -> Linker`` (``model``: a directory for generators
+that need one, e.g. a trained dense retriever), so the component config can pick one
 (``candidates = "tfidf"``) and packages can add their own::
 
     from spacy_genbioel.candidates import candidate_generators
 
     @candidate_generators.register("my_retriever")
-    def make_my_retriever(kb):
-        return MyRetriever(kb)
+    def make_my_retriever(kb, model=None):
+        return MyRetriever(kb, model)
 
 Generators are built from the component's KB on first use
 (:class:`LazyCandidateGenerator`), so nothing extra is stored with a pipeline:
@@ -40,19 +41,20 @@ candidate_generators = catalogue.create("spacy_genbioel", "candidate_generators"
 
 
 @candidate_generators.register("tfidf")
-def make_tfidf(kb: KnowledgeBase) -> Linker:
-    """Character 3-gram TF-IDF over the KB names (:class:`~spacy_genbioel.peers.TfidfLinker`)."""
+def make_tfidf(kb: KnowledgeBase, model: Optional[str] = None) -> Linker:
+    """Character 3-gram TF-IDF over the KB names (:class:`~spacy_genbioel.peers.TfidfLinker`); no model."""
     from .peers import get_linker
 
     return get_linker("tfidf", kb)
 
 
 @candidate_generators.register("dense")
-def make_dense(kb: KnowledgeBase) -> Linker:
-    """The dense (SapBERT-style) retriever, whatever ``peers.get_linker("dense")`` builds."""
+def make_dense(kb: KnowledgeBase, model: Optional[str] = None) -> Linker:
+    """The dense (SapBERT-style) retriever of ``peers.get_linker("dense")``; ``model``:
+    its encoder directory (default: the installed all-MiniLM-L6-v2, untrained for linking)."""
     from .peers import get_linker
 
-    return get_linker("dense", kb)
+    return get_linker("dense", kb, **({"model": model} if model else {}))
 
 
 def known_candidates() -> List[str]:
@@ -68,9 +70,10 @@ def check_candidates(name: str) -> None:
 class LazyCandidateGenerator:
     """Builds the named generator from ``kb`` on the first ``link`` call."""
 
-    def __init__(self, name: str, kb: KnowledgeBase, factory: Callable[[KnowledgeBase], Linker]) -> None:
+    def __init__(self, name: str, kb: KnowledgeBase, factory: Callable[..., Linker], model: Optional[str] = None) -> None:
         self.name = name
         self.kb = kb
+        self.model = model
         self._factory = factory
         self._generator: Optional[Linker] = None
 
@@ -78,7 +81,7 @@ class LazyCandidateGenerator:
     def generator(self) -> Linker:
         if self._generator is None:
             began = time.perf_counter()
-            self._generator = self._factory(self.kb)
+            self._generator = self._factory(self.kb, model=self.model)
             logger.info("Candidate generator %r built on %d KB names in %.1f s", self.name, self.kb.n_names, time.perf_counter() - began)
         return self._generator
 
@@ -90,9 +93,9 @@ class LazyCandidateGenerator:
         return f"LazyCandidateGenerator({self.name!r}, {state})"
 
 
-def make_candidate_generator(name: str, kb: KnowledgeBase) -> Optional[LazyCandidateGenerator]:
+def make_candidate_generator(name: str, kb: KnowledgeBase, model: Optional[str] = None) -> Optional[LazyCandidateGenerator]:
     """The registered generator ``name`` over ``kb``, built lazily; None for ``"none"``."""
     check_candidates(name)
     if name == NO_CANDIDATES:
         return None
-    return LazyCandidateGenerator(name, kb, candidate_generators.get(name))
+    return LazyCandidateGenerator(name, kb, candidate_generators.get(name), model=model)

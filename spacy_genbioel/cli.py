@@ -98,7 +98,7 @@ def evaluate_cmd(
     corpus_path: Path = typer.Option(..., "--corpus", help="Evaluation corpus (dev split)"),
     fmt: str = typer.Option("pubtator", "--format", help="pubtator | bioc | jsonl | askapatient"),
     linker: str = typer.Option("genbioel", help="genbioel | exact | tfidf | scispacy | dense"),
-    dense_model: Optional[Path] = typer.Option(None, "--model", help="--linker dense: encoder directory (default: the installed all-MiniLM-L6-v2)"),
+    dense_model: Optional[Path] = typer.Option(None, "--model", help="--linker dense (or genbioel --candidates dense): encoder directory (default: the installed all-MiniLM-L6-v2)"),
     pipeline: Optional[Path] = typer.Option(None, help="spaCy pipeline directory with a genbioel component"),
     candidates: Optional[str] = typer.Option(None, help="genbioel: decode only names of retrieved concepts: none | tfidf | dense (default: the pipeline's config)"),
     num_candidates: Optional[int] = typer.Option(None, help="genbioel: concepts retrieved per mention (default: the pipeline's config)"),
@@ -150,13 +150,14 @@ def evaluate_cmd(
             raise typer.BadParameter("--pipeline is required for --linker genbioel")
         import spacy
 
-        overrides = {"device": device, "candidates": candidates, "num_candidates": num_candidates, "exact_match": exact_match}
+        overrides = {"device": device, "candidates": candidates, "num_candidates": num_candidates, "exact_match": exact_match,
+                     "candidates_model": str(dense_model) if dense_model and candidates == "dense" else None}
         nlp = spacy.load(pipeline, config={"components": {"genbioel": {k: v for k, v in overrides.items() if v is not None}}})
         model = nlp.get_pipe("genbioel").linker
         knowledge_base = model.kb
         getattr(model.candidate_generator, "generator", None)  # fit a lazy retriever before the clock starts
         component_cfg = nlp.config["components"]["genbioel"]
-        run_meta = {k: component_cfg.get(k) for k in ("candidates", "num_candidates", "exact_match")}
+        run_meta = {k: component_cfg.get(k) for k in ("candidates", "num_candidates", "candidates_model", "exact_match")}
     else:
         if kb is None:
             raise typer.BadParameter(f"--kb is required for --linker {linker}")

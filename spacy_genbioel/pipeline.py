@@ -64,6 +64,9 @@ DEFAULT_CONFIG = {
     "resolve_abbreviations": True,
     "candidates": "none",
     "num_candidates": 20,
+    # directory of the generator's model, for generators that need one (dense);
+    # a path outside the pipeline: it does not travel with to_disk
+    "candidates_model": None,
     "exact_match": False,
 }
 
@@ -92,6 +95,7 @@ def make_genbioel(
     resolve_abbreviations: bool,
     candidates: str,
     num_candidates: int,
+    candidates_model: Optional[str],
     exact_match: bool,
 ) -> "GenBioELLinker":
     if top_k > num_beams:
@@ -118,6 +122,7 @@ def make_genbioel(
         dtype=dtype,
         resolve_abbreviations=resolve_abbreviations,
         candidates=candidates,
+        candidates_model=candidates_model,
     )
 
 
@@ -140,6 +145,7 @@ class GenBioELLinker(Pipe):
         dtype: str = "auto",
         resolve_abbreviations: bool = True,
         candidates: str = "none",
+        candidates_model: Optional[str] = None,
     ) -> None:
         self.vocab = vocab
         self.name = name
@@ -156,6 +162,7 @@ class GenBioELLinker(Pipe):
         self.dtype = dtype
         self.resolve_abbreviations = resolve_abbreviations
         self.candidates = candidates
+        self.candidates_model = candidates_model
         self._linker: Optional[GenerativeLinker] = None
 
     # -- resources -------------------------------------------------------------
@@ -192,7 +199,7 @@ class GenBioELLinker(Pipe):
 
     def _with_candidates(self, linker: GenerativeLinker) -> GenerativeLinker:
         """Give the linker the configured candidate generator (lazy: fitted on first use)."""
-        generator = make_candidate_generator(self.candidates, linker.kb)
+        generator = make_candidate_generator(self.candidates, linker.kb, model=self.candidates_model)
         if generator is not None:
             linker.candidate_generator = generator
         return linker

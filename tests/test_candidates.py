@@ -233,6 +233,17 @@ def test_registry_builds_lazily(small_kb, monkeypatch):
     assert "tfidf" in candidate_generators and "dense" in candidate_generators
 
 
+def test_dense_generator_gets_its_model_directory(small_kb, monkeypatch):
+    from spacy_genbioel import peers
+
+    seen = []
+    monkeypatch.setattr(peers, "get_linker", lambda name, kb, **kw: seen.append((name, kw)) or object())
+    make_candidate_generator("dense", small_kb, model="trained/dense/model").generator
+    make_candidate_generator("dense", small_kb).generator
+    make_candidate_generator("tfidf", small_kb, model="ignored").generator
+    assert seen == [("dense", {"model": "trained/dense/model"}), ("dense", {}), ("tfidf", {})]
+
+
 def test_pipeline_config_round_trip(resources, tmp_path_factory):
     kb, tmp_path = resources
     nlp = make_nlp(tmp_path, candidates="tfidf", num_candidates=2, exact_match=True)
