@@ -88,7 +88,7 @@ import math
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -135,11 +135,9 @@ class AngelConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "AngelConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"Unknown [angel] settings: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**data)
+        from .seq2seq import config_from_dict
+
+        return config_from_dict(cls, data, "[angel]")
 
 
 # -- preference pairs ---------------------------------------------------------------------

@@ -40,7 +40,7 @@ import math
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
@@ -50,7 +50,7 @@ import torch
 from ..decoding import InputBuilder, PromptTokenizer
 from ..model import resolve_device, save_model, special_ids
 from .examples import TrainingExample
-from .seq2seq import TrainConfig, budget_clock, encode_examples, sequence_loss, set_seed
+from .seq2seq import TrainConfig, budget_clock, config_from_dict, encode_examples, sequence_loss, set_seed
 
 logger = logging.getLogger(__name__)
 
@@ -92,11 +92,7 @@ class EngineConfig(TrainConfig):
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "EngineConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"Unknown training settings: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**data)
+        return config_from_dict(cls, data, "training")
 
 
 # -- data -----------------------------------------------------------------------------

@@ -52,6 +52,17 @@ def budget_clock(name: str):
     raise ValueError(f"Unknown budget_clock {name!r}; use wall or cpu")
 
 
+def config_from_dict(cls, data, what: str):
+    """``cls(**data)`` for a settings dataclass, naming unknown keys and the known ones."""
+    from dataclasses import fields
+
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"Unknown {what} settings: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return cls(**data)
+
+
 def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
