@@ -54,3 +54,24 @@ class AbbreviationExpander:
             else:
                 out.append(m)
         return out, expanded
+
+
+def make_abbreviation_detector(nlp, name: str = "abbreviation_detector", make_serializable: bool = False):
+    """Entry point (``spacy_factories``) for scispacy's ``abbreviation_detector``.
+
+    scispacy registers its factory only when ``scispacy.abbreviation`` is
+    imported, so ``spacy.load`` of a pipeline that lists the detector before
+    ``genbioel`` failed with E002 unless the caller imported scispacy first.
+    spaCy finds this entry point by name and imports this module, whose
+    import of ``scispacy.abbreviation`` registers the real factory (with its
+    default config), which spaCy then uses.
+    """
+    from scispacy.abbreviation import AbbreviationDetector
+
+    return AbbreviationDetector(nlp, name=name, make_serializable=make_serializable)
+
+
+try:  # register scispacy's factory as soon as this module is imported (see above)
+    import scispacy.abbreviation  # noqa: F401
+except ImportError:  # scispacy is an optional extra
+    pass

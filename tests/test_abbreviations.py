@@ -18,3 +18,26 @@ def test_expander_uses_detected_long_forms():
     out, n = AbbreviationExpander().expand(mentions, {"1": text})
     assert [m.text for m in out] == ["cystic fibrosis", "cystic fibrosis", "cystic fibrosis", "CF"]
     assert n == 2 and out[0].ids == ("D003550",) and out[0].start == 31
+
+
+def test_spacy_load_finds_the_detector_without_importing_scispacy(tmp_path):
+    """The spacy_factories entry point registers scispacy's factory for spacy.load."""
+    import subprocess
+    import sys
+
+    import spacy
+    import scispacy.abbreviation  # noqa: F401
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("abbreviation_detector")
+    nlp.to_disk(tmp_path / "pipeline")
+    code = (
+        "import sys, spacy\n"
+        "nlp = spacy.load(sys.argv[1])\n"
+        "assert 'scispacy.abbreviation' in sys.modules\n"
+        "doc = nlp('Spinal and bulbar muscular atrophy (SBMA) is inherited. SBMA is rare.')\n"
+        "print(nlp.pipe_names, [(a.text, a._.long_form.text) for a in doc._.abbreviations])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "pipeline")], capture_output=True, text=True, check=True)
+    assert "['abbreviation_detector']" in out.stdout
+    assert "('SBMA', 'Spinal and bulbar muscular atrophy')" in out.stdout
