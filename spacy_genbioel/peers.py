@@ -397,6 +397,10 @@ class ScispacyLinker:
         )
         logger.debug("ScispacyLinker: %d aliases indexed, %d concepts", len(aliases), len(entities))
 
+    def _kb_order(self, alias: str, ids: List[str]) -> List[str]:
+        rank = {cid: i for i, cid in enumerate(self.kb.ids_for_name(alias))}
+        return sorted(ids, key=lambda cid: rank.get(cid, len(rank)))
+
     def link(self, mentions: Sequence[MentionLike], top_k: int = 5) -> List[List[Candidate]]:
         n = len(mentions)
         if n == 0:
@@ -427,7 +431,9 @@ class ScispacyLinker:
                 for cid, alias, score in predicted:
                     entry = grouped.setdefault(alias, [[], score])
                     entry[0].append(cid)
-                ranked = [Candidate(tuple(ids), alias, min(score, 1.0)) for alias, (ids, score) in grouped.items()]
+                # concepts of a shared name in the KB's order (priors first), not scispacy's ID order
+                ranked = [Candidate(tuple(self._kb_order(alias, ids)), alias, min(score, 1.0))
+                          for alias, (ids, score) in grouped.items()]
             else:
                 ranked = [Candidate((cid,), alias, min(score, 1.0)) for cid, alias, score in predicted]
             results.append(ranked[:top_k])

@@ -228,3 +228,13 @@ def test_scispacy_returns_only_kb_names(kb, texts, top_k):
     assert_kb_candidates(kb, linker.link(mentions, top_k=top_k), len(mentions), top_k)
     ids = {i for cands in ScispacyLinker(kb, group_by_name=False).link(mentions, top_k=top_k) for c in cands for i in c.ids}
     assert ids <= set(kb.concept_ids)
+
+
+def test_shared_name_concepts_follow_the_kb_order_in_every_peer(kb):
+    """kb_id is the first concept of the top name: every peer must list a shared
+    name's concepts in the KB's order (highest prior first), not its own."""
+    ranked = kb.with_priors({"OMIM:120435": 5})
+    assert ranked.ids_for_name("HNPCC") == ("OMIM:120435", "D015179")
+    for linker in (ExactLinker(ranked), TfidfLinker(ranked), ScispacyLinker(ranked)):
+        top = linker.link([m("HNPCC")], top_k=1)[0][0]
+        assert top.ids == ("OMIM:120435", "D015179"), type(linker).__name__
