@@ -243,12 +243,9 @@ def read_pubtator_records(path: PathLike) -> Iterator[Item]:
 
 
 # -- JSONL and plain text -------------------------------------------------------------------------
-def read_jsonl_records(path: PathLike) -> Iterator[Item]:
-    """``{"id", "text"}`` or ``{"id", "title", "abstract"}`` per line (``pmid``/``doc_id`` also name the ID).
-
-    Blank lines are not records. Other keys (``mentions``...) are ignored.
-    """
-    path = Path(path)
+def _json_lines(path: Path) -> Iterator[Union[RecordError, Tuple[int, Any]]]:
+    """``(line number, parsed value)`` per non-blank line of a JSON-lines file, or a
+    :class:`RecordError` for a line that cannot be decoded or parsed."""
     file = str(path)
     for lineno, line, problem in _decoded_lines(path):
         if line is None:
@@ -257,10 +254,23 @@ def read_jsonl_records(path: PathLike) -> Iterator[Item]:
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            yield lineno, json.loads(line)
         except json.JSONDecodeError as err:
             yield RecordError(file, f"not valid JSON ({err.msg} at column {err.colno})", lineno)
+
+
+def read_jsonl_records(path: PathLike) -> Iterator[Item]:
+    """``{"id", "text"}`` or ``{"id", "title", "abstract"}`` per line (``pmid``/``doc_id`` also name the ID).
+
+    Blank lines are not records. Other keys (``mentions``...) are ignored.
+    """
+    path = Path(path)
+    file = str(path)
+    for item in _json_lines(path):
+        if isinstance(item, RecordError):
+            yield item
             continue
+        lineno, data = item
         if not isinstance(data, dict):
             yield RecordError(file, f"expected a JSON object, got {type(data).__name__}", lineno)
             continue
@@ -461,14 +471,12 @@ def read_bioc_records(path: PathLike) -> Iterator[Item]:
         return
     first = _first_json_line(path)
     if isinstance(first, dict) and "passages" in first:  # BioC JSON lines
-        for lineno, line, problem in _decoded_lines(path):
-            if line is None:
-                yield RecordError(file, problem or "unreadable line", lineno)
+        for item in _json_lines(path):
+            if isinstance(item, RecordError):
+                yield item
                 continue
-            if not line.strip():
-                continue
+            lineno, data = item
             try:
-                data = json.loads(line)
                 if not isinstance(data, dict) or not isinstance(data.get("passages"), list):
                     raise ValueError("a BioC document needs 'passages'")
                 doc_id, title, abstract = _bioc_record(data)
