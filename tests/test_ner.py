@@ -209,6 +209,11 @@ def test_package_with_a_trained_ner(tmp_path, trained_ner, micro_model, word_tok
     # without --ner the entity ruler stays the entity source
     ruler = spacy.load(package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg2", num_beams=2, top_k=2))
     assert "entity_ruler" in ruler.pipe_names and "ner" not in ruler.pipe_names
+    assert not ruler.get_pipe("genbioel").linker.config.exact_match
+    exact = spacy.load(package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg3", num_beams=2, top_k=2,
+                               exact_match=True))
+    assert exact.config["components"]["genbioel"]["exact_match"] is True
+    assert exact.get_pipe("genbioel").linker.config.exact_match
 
 
 def test_source_ner_needs_an_ner(trained_ner):
