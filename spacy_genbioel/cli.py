@@ -29,6 +29,7 @@ def build_kb_cmd(
     crosswalk: Optional[Path] = typer.Option(None, help="TSV of old -> new concept IDs applied to the KB"),
     augment_pubtator: List[Path] = typer.Option([], help="Add the mentions of these PubTator files as names of their gold concepts (training splits only)"),
     prior_pubtator: List[Path] = typer.Option([], help="Count the gold IDs of these PubTator files (training splits only) as concept priors: a name shared by several concepts lists the most frequent answer first"),
+    first_names_only: bool = typer.Option(False, "--first-names-only", help="Keep one name per concept, its first (the N-to-1 trie ablation)"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Read vocabularies into one KB (with ID clean-up), optionally augmented with training mentions."""
@@ -68,6 +69,10 @@ def build_kb_cmd(
                          for cid in m.ids)
         kb = kb.with_priors(counts)
         msg.info(f"Concept priors from {sum(counts.values())} gold IDs ({len(counts)} concepts)")
+    if first_names_only:
+        n_names = kb.n_names
+        kb = kb.with_first_names_only()
+        msg.info(f"One name per concept: {n_names} -> {kb.n_names} names")
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".json":
         kb.to_target_kb_json(out)

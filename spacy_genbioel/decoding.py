@@ -60,6 +60,9 @@ class InputBuilder:
     max_mention_words: int = 32
     lowercase: bool = True
     prompt_suffix: str = "is"
+    #: GenBioEL prompts the decoder with "mention is"; False starts the name
+    #: right after the decoder's start tokens (GenBioEL's Table 4 ablation)
+    decoder_prompt: bool = True
 
     def _clean(self, text: str) -> str:
         text = _SPACES.sub(" ", text).strip()
@@ -75,6 +78,8 @@ class InputBuilder:
         return " ".join([*left, self.start_marker, self.mention_text(mention), self.end_marker, *right])
 
     def prompt(self, mention: Mention) -> str:
+        if not self.decoder_prompt:
+            return ""
         return f"{self.mention_text(mention)} {self.prompt_suffix}".strip()
 
 
@@ -91,13 +96,18 @@ class PromptTokenizer:
         # BART-style models see "</s> <s> ..." after fine-tuning with shifted labels
         self.prefix = [decoder_start_token_id] + ([bos] if bos is not None and bos != decoder_start_token_id else [])
 
-    def root_token_id(self, suffix: str = "is") -> int:
-        """The last prompt token, which roots the name trie (derived, never hard-coded)."""
+    def root_token_id(self, suffix: Optional[str] = "is") -> int:
+        """The last prompt token, which roots the name trie (derived, never
+        hard-coded); without a prompt (``suffix=None``), the last start token."""
+        if suffix is None:
+            return int(self.prefix[-1])
         ids = self.tokenizer(f"x {suffix}", add_special_tokens=False)["input_ids"]
         return int(ids[-1])
 
     def prompts(self, texts: Sequence[str]) -> List[List[int]]:
-        encoded = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+        texts = list(texts)
+        # no decoder prompt: empty texts, the prompt is the start tokens alone
+        encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if any(texts) else [[] for _ in texts]
         room = self.max_prompt_tokens - len(self.prefix)
         # keep the end (" is") when a very long mention must be cut
         return [self.prefix + (ids[-room:] if len(ids) > room else ids) for ids in encoded]
@@ -167,7 +177,7 @@ class GenerativeLinker:
         self.prompt_tokens = PromptTokenizer(tokenizer, start, eos, max_prompt_tokens=min(48, self.max_positions // 4))
         if trie is None:
             trie = NameTrie.from_names(
-                kb.names, tokenizer, eos_token_id=eos, root_token_id=self.prompt_tokens.root_token_id(self.inputs.prompt_suffix),
+                kb.names, tokenizer, eos_token_id=eos, root_token_id=self.prompt_tokens.root_token_id(self.inputs.prompt_suffix if self.inputs.decoder_prompt else None),
                 vocab_size=self.vocab_size, max_name_tokens=min(128, self.max_positions - self.prompt_tokens.max_prompt_tokens),
             )
         if trie.eos_token_id != eos:

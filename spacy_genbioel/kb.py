@@ -230,6 +230,14 @@ class KnowledgeBase:
         concepts = [Concept(c.id, c.names + extra.get(c.id, []), c.definition, c.types, c.prior) for c in self]
         return KnowledgeBase(concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name)
 
+    def with_first_names_only(self) -> "KnowledgeBase":
+        """A new KB in which every concept keeps one name: its first normalized
+        name after de-duplication (the preferred name unless a shared name
+        moved it). GenBioEL's ablation of the N-to-1 trie: one name per
+        concept, so training can only target that name."""
+        concepts = [Concept(c.id, self.names_of(c.id)[:1], c.definition, c.types, c.prior) for c in self]
+        return KnowledgeBase(concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name)
+
     def with_priors(self, counts: Mapping[str, float]) -> "KnowledgeBase":
         """A new KB whose concepts carry ``counts`` (e.g. gold IDs of a training
         split) as priors, so a name shared by several concepts lists the most

@@ -58,6 +58,12 @@ def test_build_kb_command_with_augmentation(tmp_path):
     assert kb.ids_for_name("tumor") == ("D002", "613097")
     bad = runner.invoke(app, ["build-kb", "-f", "nope", str(tmp_path / "medic.txt"), "--out", str(tmp_path / "x.jsonl")])
     assert bad.exit_code != 0
+    one = runner.invoke(app, ["build-kb", "-f", "jsonl", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "one.jsonl"),
+                              "--no-dedup", "--first-names-only"])
+    assert one.exit_code == 0, one.output
+    one_kb = KnowledgeBase.load(tmp_path / "one.jsonl")
+    assert one_kb.names_of("D001") == ["reiter syndrome"] and len(one_kb) == len(kb)
+    assert one_kb.ids_for_name("tumor") == ("D002", "613097") and one_kb.n_names == 2  # a shared first name stays shared
 
 
 def test_evaluate_command_with_a_peer(tmp_path):

@@ -36,6 +36,24 @@ def test_prompt_keeps_prompt_end_for_long_mentions(word_tokenizer):
     assert ids[:2] == [2, word_tokenizer.bos_token_id]
 
 
+def test_without_decoder_prompt_the_name_follows_the_start_tokens(micro_model, word_tokenizer, small_kb):
+    inputs = InputBuilder(decoder_prompt=False)
+    m = Mention("renal failure", left="acute", right="")
+    assert inputs.prompt(m) == "" and inputs.source(m) == InputBuilder().source(m)
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, inputs=inputs,
+                              config=DecodingConfig(num_beams=4, top_k=4, batch_size=5))
+    prefix = linker.prompt_tokens.prefix
+    assert linker.prompt_tokens.prompts(["", ""]) == [prefix, prefix]
+    assert linker.trie.root_token_id == prefix[-1]
+    mentions = mentions_for(small_kb)
+    batched = linker.link(mentions)
+    reference = ReferenceLinker(linker).link(mentions)
+    assert any(batched)
+    for b, r in zip(batched, reference):
+        assert [c.name for c in b] == [c.name for c in r]
+        assert all(c.name in small_kb.names for c in b)
+
+
 def test_batched_equals_one_at_a_time_and_reference(micro_model, word_tokenizer, small_kb):
     linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=4, top_k=4, batch_size=5))
     mentions = mentions_for(small_kb)

@@ -73,6 +73,35 @@ def test_top_k_targets_are_separate_examples_best_first(target_kb):
     assert stats["examples"] == 4 and stats["used"] == 2
 
 
+def test_ablation_target_strategies(target_kb):
+    mentions = [Mention("breast cancers", ("D1",)), Mention("arthritis, reactive", ("D2",)), Mention("CF", ("D3",))]
+    shortest, stats = select_targets(target_kb, mentions, strategy="shortest")
+    assert [e.target for e in shortest] == ["breast cancer", "reiter syndrome", "cystic fibrosis"]
+    assert stats["used"] == 3
+    first, _ = select_targets(target_kb, mentions, strategy="first")
+    assert [e.target for e in first] == ["breast cancer", "reiter syndrome", "cystic fibrosis"]
+    # top_k under "first" follows KB order
+    first3, _ = select_targets(target_kb, mentions[:1], strategy="first", top_k=3)
+    assert [e.target for e in first3] == target_kb.names_of("D1")[:3]
+    # random: a name of the gold concept, reproducible by seed, and not always the first
+    many = [Mention("breast cancers", ("D1",))] * 40
+    picks = [e.target for e in select_targets(target_kb, many, strategy="random", seed=1)[0]]
+    assert picks == [e.target for e in select_targets(target_kb, many, strategy="random", seed=1)[0]]
+    assert set(picks) <= set(target_kb.names_of("D1")) and len(set(picks)) > 1
+    with pytest.raises(ValueError, match="Unknown target strategy"):
+        select_targets(target_kb, mentions, strategy="longest")
+
+
+def test_first_names_only_kb_keeps_one_name_per_concept(target_kb):
+    one = target_kb.with_first_names_only()
+    assert one.concept_ids == target_kb.concept_ids
+    assert all(one.names_of(c) == target_kb.names_of(c)[:1] for c in one.concept_ids)
+    assert one.n_names == len(target_kb)
+    # every target is then the concept's one name, whatever the mention
+    examples, _ = select_targets(one, [Mention("mammary carcinoma", ("D1",))])
+    assert [e.target for e in examples] == ["breast cancer"]
+
+
 def test_composite_nil_and_unknown_gold_are_left_out_and_counted(target_kb):
     mentions = [
         Mention("breast and ovarian cancer", ("D1", "D4"), composite=True),
@@ -421,6 +450,10 @@ def test_every_config_loads_with_overrides():
     assert (large.training.learning_rate, large.training.batch_size, large.training.max_grad_norm) == (3e-7, 8, 0.1)
     with pytest.raises(ValueError, match="Unknown training settings"):
         load_stage_config(ROOT / "configs" / "finetune_tiny.cfg", {"training.lr": 1.0})
+    # the prompt ablation is an [inputs] override
+    tiny = ROOT / "configs" / "finetune_tiny.cfg"
+    assert load_stage_config(tiny).inputs.decoder_prompt is True
+    assert load_stage_config(tiny, {"inputs.decoder_prompt": False}).inputs.decoder_prompt is False
 
 
 # -- project steps end to end ------------------------------------------------------------------
@@ -479,6 +512,13 @@ def test_project_steps_end_to_end(tmp_path):
     assert nlp.meta["name"] == "test_linker"
     assert "entity_ruler" in nlp.pipe_names and nlp.pipe_names[-1] == "genbioel"
     assert nlp.get_pipe("genbioel").inputs.context_words == 8
+    assert nlp.get_pipe("genbioel").inputs.decoder_prompt is True
+    # a model trained without the decoder prompt is packaged without it
+    cfg_np = tmp_path / "no_prompt.cfg"
+    cfg_np.write_text(cfg.read_text(encoding="utf8").replace("context_words = 8\n", "context_words = 8\ndecoder_prompt = false\n"),
+                      encoding="utf8")
+    out_np = cli_steps.package(tmp_path / "fine" / "model", tmp_path / "kb.jsonl", tmp_path / "pipeline_np", config_path=cfg_np)
+    assert spacy.load(out_np).get_pipe("genbioel").inputs.decoder_prompt is False
     doc = nlp("A child with cystic fibrosis and kidney failure.")
     assert [e.text for e in doc.ents] == ["cystic fibrosis", "kidney failure"]
     assert all(e.label_ == "Disease" and e._.kb_id in kb for e in doc.ents)

@@ -7,7 +7,7 @@ Settings of the training stages live in ``configs/<stage>_<preset>.cfg``
 
 * ``[training]``: :class:`~spacy_genbioel.training.engine.EngineConfig`;
 * ``[inputs]``: the encoder input (``context_words``, ``max_mention_words``,
-  ``lowercase``), shared with the packaged pipeline;
+  ``lowercase``, ``decoder_prompt``), shared with the packaged pipeline;
 * ``[data]``: stage-specific data settings (pre-training templates; how many
   KB-guided examples fine-tuning mixes in; the dev subset and beams used for
   evaluation during training).
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 PathLike = Union[str, Path]
 
-_INPUT_KEYS = ("context_words", "max_mention_words", "lowercase")
+_INPUT_KEYS = ("context_words", "max_mention_words", "lowercase", "decoder_prompt")
 _DATA_DEFAULTS: Dict[str, Any] = {
     # pre-training (GenBioEL section 2.2)
     "max_context_synonyms": 3,
@@ -120,6 +120,8 @@ def make_corpus(
     crosswalk: Optional[PathLike] = None,
     context_chars: int = 2000,
     labels: Sequence[str] = (),
+    target_strategy: str = "tfidf",
+    seed: int = 0,
 ) -> Dict[str, Any]:
     """Training and dev examples from PubTator corpora.
 
@@ -130,7 +132,9 @@ def make_corpus(
     per line, for the tokenizer) and ``out_dir/stats.json``. ``abbreviations``
     replaces short forms by their long forms (scispacy's detector) before the
     targets are chosen, as GenBioEL did with Ab3P. ``labels`` keeps only
-    mentions of those entity types.
+    mentions of those entity types. ``target_strategy`` picks the synonym a
+    training mention is taught (``tfidf``, GenBioEL's synonyms-aware choice;
+    ``shortest``, ``random`` and ``first`` for ablations).
     """
     from ..kb import KnowledgeBase
     from ..kb_sources import read_crosswalk
@@ -160,8 +164,8 @@ def make_corpus(
         return dataclasses.replace(m, left=m.left[len(m.left) - context_chars:] if context_chars else "",
                                    right=m.right[:context_chars])
 
-    examples, target_stats = select_targets(kb, train_mentions, top_k=top_k_targets)
-    stats["targets"] = target_stats
+    examples, target_stats = select_targets(kb, train_mentions, top_k=top_k_targets, strategy=target_strategy, seed=seed)
+    stats["targets"] = {**target_stats, "strategy": target_strategy}
     stats["train_lines"] = write_examples_jsonl(((cut(e.mention), e.target) for e in examples), out / "train.jsonl")
     stats["dev_lines"] = write_examples_jsonl(((cut(m), None) for m in dev_mentions), out / "dev.jsonl")
     with (out / "texts.txt").open("w", encoding="utf8") as texts:
@@ -444,7 +448,8 @@ def package(
         logger.info("entity_ruler with %d patterns", n_patterns)
     component = nlp.add_pipe("genbioel", config={
         "num_beams": num_beams, "top_k": top_k, "exact_match": exact_match, "context_words": inputs.context_words,
-        "lowercase": inputs.lowercase, "max_source_tokens": max_source_tokens, "device": "auto",
+        "lowercase": inputs.lowercase, "decoder_prompt": inputs.decoder_prompt, "max_source_tokens": max_source_tokens,
+        "device": "auto",
     })
     component.set_linker(GenerativeLinker(model, tokenizer, kb, inputs=component.inputs, config=component.decoding))
     out = Path(out_dir)
@@ -497,12 +502,19 @@ def register_commands(app) -> None:
         crosswalk: Optional[Path] = typer.Option(None, help="Old -> new ID TSV applied to gold IDs"),
         context_chars: int = typer.Option(2000, help="Characters of context kept on each side"),
         labels: List[str] = typer.Option([], help="Only mentions with these entity types"),
+        targets: str = typer.Option("tfidf", help="Target synonym: tfidf (synonyms-aware) | shortest | random | first (ablations)"),
+        seed: int = typer.Option(0, help="Seed of --targets random"),
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
         """Training examples with synonyms-aware targets (char 3-gram TF-IDF) and dev mentions."""
         setup(verbose)
+        from .targets import TARGET_STRATEGIES
+
+        if targets not in TARGET_STRATEGIES:
+            raise typer.BadParameter(f"--targets must be one of {', '.join(TARGET_STRATEGIES)}")
         stats = make_corpus(train, dev, kb, out, top_k_targets=top_k_targets, abbreviations=abbreviations,
-                            crosswalk=crosswalk, context_chars=context_chars, labels=labels)
+                            crosswalk=crosswalk, context_chars=context_chars, labels=labels,
+                            target_strategy=targets, seed=seed)
         t = stats["targets"]
         msg.good(f"{stats['train_lines']} training examples from {t['used']} of {t['mentions']} mentions "
                  f"(composite {t['composite']}, no gold {t['no_gold']}, not in KB {t['not_in_kb']}); "

@@ -66,13 +66,24 @@ def _gold_ids(mention: Mention) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(i.strip() for i in mention.ids if i.strip() not in _NO_GOLD))
 
 
+#: how a training mention's target synonym is chosen (GenBioEL's Table 4
+#: compares the first three): ``tfidf`` the most similar by char 3-gram TF-IDF
+#: (synonyms-aware fine-tuning), ``shortest`` the shortest name, ``random`` a
+#: random name (seeded), ``first`` the concept's first name in the KB (its
+#: preferred name unless de-duplication moved it)
+TARGET_STRATEGIES = ("tfidf", "shortest", "random", "first")
+
+
 def select_targets(
     kb: KnowledgeBase,
     mentions: Sequence[Mention],
     top_k: int = 1,
     vectorizer=None,
+    strategy: str = "tfidf",
+    seed: int = 0,
 ) -> Tuple[List[TrainingExample], Dict[str, int]]:
-    """Training examples whose targets are the gold concept's most similar synonyms.
+    """Training examples whose targets are the gold concept's most similar synonyms
+    (or, for ablations, chosen by another ``strategy``: see :data:`TARGET_STRATEGIES`).
 
     Returns the examples (up to ``top_k`` per usable mention, best first, in
     mention order) and counts: ``mentions``, ``used`` (mentions with at least
@@ -82,6 +93,8 @@ def select_targets(
     """
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
+    if strategy not in TARGET_STRATEGIES:
+        raise ValueError(f"Unknown target strategy {strategy!r}; choose from {', '.join(TARGET_STRATEGIES)}")
     stats = {"mentions": len(mentions), "used": 0, "examples": 0, "composite": 0, "no_gold": 0, "not_in_kb": 0, "exact": 0}
     kept: List[int] = []
     kept_cid: List[str] = []
@@ -98,9 +111,7 @@ def select_targets(
             kept_cid.append(ids[0])
     if not kept:
         return [], stats
-    vectorizer = vectorizer or fit_name_vectorizer(kb)
     texts = [kb.normalize(mentions[i].text) for i in kept]
-    mention_vectors = vectorizer.transform(texts).tocsr()
 
     # the flat list of (kept mention, candidate name) pairs
     names_per_concept = {cid: kb.names_of(cid) for cid in dict.fromkeys(kept_cid)}
@@ -111,19 +122,28 @@ def select_targets(
         owner.extend([row] * len(names))
         cand_names.extend(names)
     owner_arr = np.asarray(owner, dtype=np.int64)
-    # names repeat across mentions of the same concept: embed each once
-    unique_names = list(dict.fromkeys(cand_names))
-    position = {name: j for j, name in enumerate(unique_names)}
-    name_rows = np.fromiter((position[n] for n in cand_names), dtype=np.int64, count=len(cand_names))
-    name_vectors = vectorizer.transform(unique_names).tocsr()
-    sims = np.asarray(mention_vectors[owner_arr].multiply(name_vectors[name_rows]).sum(axis=1)).ravel()
     lengths = np.fromiter((len(n) for n in cand_names), dtype=np.int64, count=len(cand_names))
-    # char_wb n-grams ignore word order ("ovarian cancer" and "cancer ovarian"
-    # tie exactly): among equal scores the mention's own string goes first
-    not_exact = np.fromiter((n != texts[r] for n, r in zip(cand_names, owner)), dtype=np.int8, count=len(cand_names))
     order_in_kb = np.arange(len(cand_names))
-    # by mention, then similarity (desc), then the exact string, then shorter name, then KB order
-    order = np.lexsort((order_in_kb, lengths, not_exact, -np.round(sims, 5), owner_arr))
+    if strategy == "tfidf":
+        vectorizer = vectorizer or fit_name_vectorizer(kb)
+        mention_vectors = vectorizer.transform(texts).tocsr()
+        # names repeat across mentions of the same concept: embed each once
+        unique_names = list(dict.fromkeys(cand_names))
+        position = {name: j for j, name in enumerate(unique_names)}
+        name_rows = np.fromiter((position[n] for n in cand_names), dtype=np.int64, count=len(cand_names))
+        name_vectors = vectorizer.transform(unique_names).tocsr()
+        sims = np.asarray(mention_vectors[owner_arr].multiply(name_vectors[name_rows]).sum(axis=1)).ravel()
+        # char_wb n-grams ignore word order ("ovarian cancer" and "cancer ovarian"
+        # tie exactly): among equal scores the mention's own string goes first
+        not_exact = np.fromiter((n != texts[r] for n, r in zip(cand_names, owner)), dtype=np.int8, count=len(cand_names))
+        # by mention, then similarity (desc), then the exact string, then shorter name, then KB order
+        order = np.lexsort((order_in_kb, lengths, not_exact, -np.round(sims, 5), owner_arr))
+    elif strategy == "shortest":
+        order = np.lexsort((order_in_kb, lengths, owner_arr))
+    elif strategy == "first":
+        order = np.lexsort((order_in_kb, owner_arr))
+    else:  # random, reproducible
+        order = np.lexsort((np.random.default_rng(seed).random(len(cand_names)), owner_arr))
     starts = np.searchsorted(owner_arr[order], np.arange(len(kept)))
 
     examples: List[TrainingExample] = []
