@@ -26,6 +26,11 @@ search to the names of its allowed concepts, through per-mention sub-tries built
 for the whole batch at once (:meth:`NameTrie.restrict`). With
 ``exact_match=True`` a mention whose normalized text is a KB name gets that name
 first (score 0, the highest a mean log-probability can be) without generating it.
+``shortcut_threshold`` generalizes that to the candidate generator: a mention
+whose top retrieved candidate scores at least the threshold (TF-IDF or dense
+cosine) takes it first, the same way; with ``restrict_to_candidates=False`` the
+generator serves only that shortcut and the other mentions decode unrestricted
+(retrieve the easy mentions, generate the hard ones).
 """
 from __future__ import annotations
 
@@ -139,6 +144,10 @@ class DecodingConfig:
     num_candidates: int = 20
     #: a mention whose normalized text is a KB name takes that name first
     exact_match: bool = False
+    #: decode only names of the retrieved concepts (False: the generator serves the shortcut only)
+    restrict_to_candidates: bool = True
+    #: a mention whose top retrieved candidate scores at least this takes it first (None: off)
+    shortcut_threshold: Optional[float] = None
 
 
 class GenerativeLinker:
@@ -220,36 +229,54 @@ class GenerativeLinker:
         if allowed is not None and len(allowed) != len(mentions):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(mentions)} mentions")
         todo = [i for i, m in enumerate(mentions) if self.kb.normalize(m.text)]
-        exact = self._exact_matches(mentions, todo) if self.config.exact_match else {}
-        for i, cand in exact.items():
-            results[i] = [cand]
+        firsts = self._exact_matches(mentions, todo) if self.config.exact_match else {}
         if top_k == 1:  # an exact match already fills the list: skip generation
-            todo = [i for i in todo if i not in exact]
+            todo = [i for i in todo if i not in firsts]
+        cfg = self.config
+        retrieved: Dict[int, List[Candidate]] = {}
+        if self.candidate_generator is not None and todo and (
+                cfg.shortcut_threshold is not None or (allowed is None and cfg.restrict_to_candidates)):
+            retrieved = self._retrieve(mentions, todo)
+        if cfg.shortcut_threshold is not None:
+            for i, cands in retrieved.items():
+                if i not in firsts and cands and cands[0].score >= cfg.shortcut_threshold:
+                    firsts[i] = Candidate(cands[0].ids, cands[0].name, 0.0)
+            if top_k == 1:
+                todo = [i for i in todo if i not in firsts]
+        for i, cand in firsts.items():
+            results[i] = [cand]
         if not todo or self.trie.n_names == 0:
             return results
-        if allowed is None and self.candidate_generator is not None:
-            allowed = self.propose(mentions, todo)
+        if allowed is None and retrieved and cfg.restrict_to_candidates:
+            allowed = [self._concept_ids(retrieved[i]) if i in retrieved else None for i in range(len(mentions))]
         name_sets = self._name_sets([allowed[i] for i in todo]) if allowed is not None else None
         sources = [self.inputs.source(mentions[i]) for i in todo]
         prompts = self.prompt_tokens.prompts([self.inputs.prompt(mentions[i]) for i in todo])
         for positions, hyps in self._decode(sources, prompts, name_sets):
             for pos, hyp in zip(positions, hyps):
                 i = todo[pos]
-                results[i] = self._to_candidates(hyp, top_k, first=exact.get(i))
+                results[i] = self._to_candidates(hyp, top_k, first=firsts.get(i))
         return results
 
     def propose(self, mentions: Sequence[Mention], which: Optional[Sequence[int]] = None) -> List[Optional[List[str]]]:
         """Allowed concept IDs per mention from the ``candidate_generator``: the IDs
         of its top ``num_candidates`` candidates, in rank order (None for mentions
         not in ``which``)."""
+        which = range(len(mentions)) if which is None else which
+        retrieved = self._retrieve(mentions, which)
+        return [self._concept_ids(retrieved[i]) if i in retrieved else None for i in range(len(mentions))]
+
+    def _retrieve(self, mentions: Sequence[Mention], which: Sequence[int]) -> Dict[int, List[Candidate]]:
+        """The ``candidate_generator``'s top ``num_candidates`` candidates for the mentions in ``which``."""
         if self.candidate_generator is None:
             raise ValueError("GenerativeLinker has no candidate_generator")
-        which = range(len(mentions)) if which is None else which
+        which = list(which)
         proposals = self.candidate_generator.link([mentions[i] for i in which], self.config.num_candidates)
-        out: List[Optional[List[str]]] = [None] * len(mentions)
-        for i, cands in zip(which, proposals):
-            out[i] = list(dict.fromkeys(cid for c in cands for cid in c.ids))
-        return out
+        return dict(zip(which, proposals))
+
+    @staticmethod
+    def _concept_ids(candidates: Sequence[Candidate]) -> List[str]:
+        return list(dict.fromkeys(cid for c in candidates for cid in c.ids))
 
     # -- internals -----------------------------------------------------------
     def _exact_matches(self, mentions: Sequence[Mention], todo: Sequence[int]) -> Dict[int, Candidate]:

@@ -336,17 +336,21 @@ class DenseLinker:
         if key is not None:
             stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.kb.name)[:40] or "kb"
             self.cache_path = self.cache_dir / f"{stem}-{key[:24]}.safetensors"
-            if self.cache_path.exists():
+            # content-addressed: the same names under another KB name (a packaged copy) hit too
+            found = [self.cache_path] if self.cache_path.exists() else []
+            if self.cache_dir.is_dir():
+                found += sorted(p for p in self.cache_dir.glob(f"*-{key[:24]}.safetensors") if p != self.cache_path)
+            for path in found:
                 try:
-                    with safe_open(str(self.cache_path), framework="pt") as handle:
+                    with safe_open(str(path), framework="pt") as handle:
                         if (handle.metadata() or {}).get("key") == key:
                             matrix = handle.get_tensor("names")
                             if tuple(matrix.shape) == (len(names), self.encoder.dim):
                                 self.from_cache = True
-                                logger.info("Name vectors of %d names read from %s", len(names), self.cache_path)
+                                logger.info("Name vectors of %d names read from %s", len(names), path)
                                 return matrix.float().to(self.encoder.device)
                 except Exception as err:  # a damaged cache file is rebuilt, never fatal
-                    logger.warning("Ignoring unreadable name cache %s (%s)", self.cache_path, err)
+                    logger.warning("Ignoring unreadable name cache %s (%s)", path, err)
         began = time.monotonic()
         stored = self.encoder.encode(names, batch_size=self.batch_size, progress=self.progress).to(
             _STORAGE_DTYPES[self.cache_dtype])

@@ -446,6 +446,8 @@ class EvaluationReport:
     subpopulations: Optional[List[SubpopulationRow]] = None
     similarity: Optional[SimilarityBins] = None
     meta: Dict[str, Any] = field(default_factory=dict)
+    #: the linker's ranked candidates per mention (not part of ``to_dict``; see :func:`write_predictions`)
+    predictions: Optional[List[List[Candidate]]] = field(default=None, repr=False)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -553,4 +555,27 @@ def evaluate_linker(
         subpopulations=subpopulations,
         similarity=similarity,
         meta={"kb": kb.name if kb is not None else None, "kb_concepts": len(kb) if kb is not None else None},
+        predictions=predictions,
     )
+
+
+def write_predictions(path: Any, mentions: Sequence[Mention], predictions: Sequence[Sequence[Candidate]]) -> int:
+    """One JSON line per mention, in corpus order, for error analysis and for
+    combining linkers offline: document, offsets, text (after abbreviation
+    expansion), gold IDs, the rank of the first hit (:func:`recall_at_k`'s
+    rule; None: a miss or no gold) and the ranked candidates as
+    ``[ids, name, score]``. Returns the number of lines written."""
+    import json
+    from pathlib import Path
+
+    _check_lengths(mentions, predictions)
+    with Path(path).open("w", encoding="utf8") as out:
+        for m, cands in zip(mentions, predictions):
+            gold = gold_id_set(m)
+            record = {
+                "doc_id": m.doc_id, "start": m.start, "end": m.end, "text": m.text, "gold": list(m.ids),
+                "hit_rank": hit_rank(gold, cands) if gold else None,
+                "candidates": [[list(c.ids), c.name, round(float(c.score), 6)] for c in cands],
+            }
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return len(mentions)

@@ -12,7 +12,10 @@ Retrieve, then generate: ``candidates`` names a registered candidate generator
 (``"none"``, ``"tfidf"``, ``"dense"``; see :mod:`spacy_genbioel.candidates`),
 built from the component's KB on first use; each mention's beam search is then
 limited to the names of the concepts among its ``num_candidates`` retrieved
-candidates. ``exact_match`` puts a KB name equal to the normalized mention first.
+candidates. ``exact_match`` puts a KB name equal to the normalized mention first;
+``shortcut_threshold`` does the same for a retrieved candidate scoring at least
+that much, and ``restrict_to_candidates = false`` keeps the generator for that
+shortcut only (retrieve the easy mentions, generate the hard ones).
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
 from .abbreviations import doc_long_forms
-from .candidates import check_candidates, make_candidate_generator
+from .candidates import NO_CANDIDATES, check_candidates, make_candidate_generator
 from .decoding import DecodingConfig, GenerativeLinker, InputBuilder
 from .kb import KnowledgeBase
 from .mentions import Candidate, Mention
@@ -69,6 +72,10 @@ DEFAULT_CONFIG = {
     # a path outside the pipeline: it does not travel with to_disk
     "candidates_model": None,
     "exact_match": False,
+    # with a generator: decode only its concepts' names (false: it serves shortcut_threshold only)
+    "restrict_to_candidates": True,
+    # with a generator: a mention whose top candidate scores at least this takes it without generating
+    "shortcut_threshold": None,
 }
 
 
@@ -99,12 +106,16 @@ def make_genbioel(
     num_candidates: int,
     candidates_model: Optional[str],
     exact_match: bool,
+    restrict_to_candidates: bool,
+    shortcut_threshold: Optional[float],
 ) -> "GenBioELLinker":
     if top_k > num_beams:
         raise ValueError(f"top_k ({top_k}) cannot exceed num_beams ({num_beams})")
     if num_candidates < 1:
         raise ValueError(f"num_candidates must be at least 1 (got {num_candidates})")
     check_candidates(candidates)
+    if shortcut_threshold is not None and candidates == NO_CANDIDATES:
+        logger.warning("shortcut_threshold (%s) has no effect without a candidate generator (candidates = %r)", shortcut_threshold, candidates)
     return GenBioELLinker(
         nlp.vocab,
         name=name,
@@ -118,6 +129,7 @@ def make_genbioel(
         decoding=DecodingConfig(
             num_beams=num_beams, top_k=top_k, batch_size=batch_size, max_source_tokens=max_source_tokens,
             num_candidates=num_candidates, exact_match=exact_match,
+            restrict_to_candidates=restrict_to_candidates, shortcut_threshold=shortcut_threshold,
         ),
         labels=labels,
         spans_key=spans_key,

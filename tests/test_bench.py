@@ -31,3 +31,29 @@ def test_ablation_table_reads_results(tmp_path):
     out = subprocess.run(["bash", str(BENCH / "ablations.sh"), "table"], capture_output=True, text=True, check=True,
                          env={"PATH": os.environ["PATH"], "OUT": str(tmp_path)})
     assert "| tfidf | 400 | 0.8500 | 0.9000 | 900 |" in out.stdout
+
+
+def test_shortcut_sweep_replays_the_component_rule(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import shortcut_sweep
+    finally:
+        sys.path.remove(str(BENCH))
+    from spacy_genbioel.evaluation import write_predictions
+    from spacy_genbioel.mentions import Candidate, Mention
+
+    mentions = [Mention("a", ("A",), doc_id="1", start=0, end=1), Mention("b", ("B",), doc_id="1", start=2, end=3),
+                Mention("c", ("-1",), doc_id="2", start=0, end=1)]
+    retrieved = [[Candidate(("A",), "a", 0.95)], [Candidate(("X",), "x", 0.7), Candidate(("B",), "b", 0.6)], []]
+    generated = [[Candidate(("Y",), "y", -0.1), Candidate(("A",), "a", -0.5)], [Candidate(("B",), "b", -0.2)], []]
+    write_predictions(tmp_path / "r.jsonl", mentions, retrieved)
+    write_predictions(tmp_path / "g.jsonl", mentions, generated)
+    rows = shortcut_sweep.sweep(tmp_path / "r.jsonl", tmp_path / "g.jsonl", [None, 0.9, 0.5])
+    assert [(r["shortcut"], r["recall@1"], r["recall@5"], r["mentions"]) for r in rows] == [
+        (0, 0.5, 1.0, 2), (1, 1.0, 1.0, 2), (2, 0.5, 1.0, 2)]
+    assert shortcut_sweep.combine(retrieved[0], generated[0], 0.9)[0] == [retrieved[0][0], generated[0][0]]
+    write_predictions(tmp_path / "other.jsonl", mentions[::-1], generated)
+    with pytest.raises(ValueError, match="different mentions"):
+        shortcut_sweep.sweep(tmp_path / "r.jsonl", tmp_path / "other.jsonl", [None])

@@ -211,6 +211,73 @@ def test_exact_match_shortcut(micro_model, word_tokenizer, small_kb, monkeypatch
     assert linker.link(mentions[:1], top_k=1) == [[ranked[0][0]]] and calls == []
 
 
+class FixedRetriever:
+    """A candidate generator with given (id, score) answers per mention text."""
+
+    def __init__(self, kb, answers):
+        self.kb, self.answers, self.calls = kb, answers, []
+
+    def link(self, mentions, top_k=5):
+        self.calls.append([m.text for m in mentions])
+        out = []
+        for m in mentions:
+            cands = []
+            for cid, score in self.answers.get(m.text, [])[:top_k]:
+                cands.append(Candidate((cid,), self.kb.names_of(cid)[0], score))
+            out.append(cands)
+        return out
+
+
+def test_retriever_shortcut(micro_model, word_tokenizer, small_kb, monkeypatch):
+    ids = small_kb.concept_ids
+    mentions = [Mention("sure thing"), Mention("unsure thing"), Mention("nothing retrieved")]
+    retriever = FixedRetriever(small_kb, {"sure thing": [(ids[3], 0.95), (ids[4], 0.5)], "unsure thing": [(ids[5], 0.6), (ids[6], 0.55)]})
+    free = make_linker(micro_model, word_tokenizer, small_kb).link(mentions)
+    restricted = make_linker(micro_model, word_tokenizer, small_kb, num_candidates=2)
+    restricted.candidate_generator = retriever
+    restricted_out = restricted.link(mentions)
+
+    # retrieve for the shortcut only: the rest decodes unrestricted
+    linker = make_linker(micro_model, word_tokenizer, small_kb, num_candidates=2, restrict_to_candidates=False, shortcut_threshold=0.9)
+    linker.candidate_generator = retriever
+    ranked = linker.link(mentions)
+    top = Candidate((ids[3],), small_kb.names_of(ids[3])[0], 0.0)
+    assert ranked[0][0] == top
+    assert ranked[0][1:] == [c for c in free[0] if c.name != top.name][:3]
+    assert ranked[1:] == free[1:]  # below the threshold, nothing retrieved: the model's answer
+
+    # with restriction, the shortcut comes first and the rest is the restricted answer
+    linker.config.restrict_to_candidates = True
+    both = linker.link(mentions)
+    assert both[0][0] == top and both[1:] == restricted_out[1:]
+    assert [c for c in both[0][1:]] == [c for c in restricted_out[0] if c.name != top.name][:3]
+
+    # top_k=1: shortcut mentions are not decoded at all
+    calls = []
+    original = linker._decode
+    monkeypatch.setattr(linker, "_decode", lambda sources, *a: calls.append(len(sources)) or original(sources, *a))
+    assert linker.link(mentions, top_k=1)[0] == [top]
+    assert calls == [2]
+
+    # an exact match wins over the shortcut and is not retrieved for
+    name = small_kb.names_of(ids[7])[0]
+    linker.config.exact_match = True
+    retriever.answers[name] = [(ids[3], 0.99)]
+    retriever.calls.clear()
+    exact = linker.link([Mention(name), mentions[0]], top_k=1)
+    assert exact[0][0].name == name and exact[1] == [top]
+    assert retriever.calls == [["sure thing"]]
+
+
+def test_shortcut_off_retrieves_nothing_without_restriction(micro_model, word_tokenizer, small_kb):
+    retriever = FixedRetriever(small_kb, {})
+    linker = make_linker(micro_model, word_tokenizer, small_kb, restrict_to_candidates=False)
+    linker.candidate_generator = retriever
+    mentions = mentions_for(small_kb, n=3)
+    assert linker.link(mentions) == make_linker(micro_model, word_tokenizer, small_kb).link(mentions)
+    assert retriever.calls == []
+
+
 # -- registry and pipeline ---------------------------------------------------------
 
 def test_registry_builds_lazily(small_kb, monkeypatch):
@@ -282,6 +349,13 @@ def test_pipeline_rejects_bad_candidate_config():
         nlp.add_pipe("genbioel", config={"num_candidates": 0})
 
 
+def test_pipeline_warns_on_a_shortcut_without_retriever(caplog):
+    with caplog.at_level("WARNING", logger="spacy_genbioel.pipeline"):
+        pipe = spacy.blank("en").add_pipe("genbioel", config={"shortcut_threshold": 0.9})
+    assert "no effect" in caplog.text
+    assert pipe.decoding.shortcut_threshold == 0.9 and pipe.decoding.restrict_to_candidates
+
+
 def test_evaluate_command_overrides_candidates(resources, tmp_path_factory):
     import json
 
@@ -309,3 +383,10 @@ def test_evaluate_command_overrides_candidates(resources, tmp_path_factory):
     assert report["recall"]["recall"]["recall@1"] >= 0.5  # the exact match
     bad = CliRunner().invoke(app, [*args, "--candidates", "nope"])
     assert bad.exit_code != 0
+    result = CliRunner().invoke(app, [*args, "--candidates", "tfidf", "--no-restrict", "--shortcut-threshold", "0.99",
+                                      "--json", str(tmp_path / "s.json")])
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "s.json").read_text())["meta"]
+    assert (meta["candidates"], meta["restrict_to_candidates"], meta["shortcut_threshold"]) == ("tfidf", False, 0.99)
+    bad = CliRunner().invoke(app, [*args, "--candidates", "none", "--shortcut-threshold", "0.9"])
+    assert bad.exit_code != 0 and "retriever" in bad.output

@@ -260,6 +260,12 @@ def test_name_cache_skips_encoding_and_follows_the_kb(tiny_bert_dir, tmp_path, m
     assert not DenseLinker(kb, tiny_bert_dir, pooling="mean", cache_dir=tmp_path).from_cache
     assert not DenseLinker(kb, tiny_bert_dir, pooling="cls", cache_dir=tmp_path, cache_dtype="float32").from_cache
     assert DenseLinker(bigger, tiny_bert_dir, pooling="cls", cache_dir=tmp_path).from_cache
+    # content-addressed: the same names under another KB name (a pipeline's copy) read the same file
+    monkeypatch.setattr(DenseEncoder, "encode", no_names)
+    renamed = DenseLinker(KnowledgeBase(list(kb), name="packaged copy"), tiny_bert_dir, pooling="cls", cache_dir=tmp_path)
+    assert renamed.from_cache and torch.equal(renamed.name_vectors, first.name_vectors)
+    assert not renamed.cache_path.exists()  # nothing written: it read the other file
+    monkeypatch.setattr(DenseEncoder, "encode", original)
     # a damaged file is rebuilt
     first.cache_path.write_bytes(b"not safetensors")
     again = DenseLinker(kb, tiny_bert_dir, pooling="cls", cache_dir=tmp_path)

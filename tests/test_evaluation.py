@@ -17,6 +17,7 @@ from spacy_genbioel.evaluation import (
     recall_at_k,
     similarity_bins,
     subpopulation_table,
+    write_predictions,
 )
 from spacy_genbioel.kb import Concept, KnowledgeBase
 from spacy_genbioel.mentions import Candidate, Mention
@@ -235,6 +236,22 @@ def test_evaluate_linker_without_kb_and_ks(kb):
     assert "recall@10" in report.format_table()
     one = evaluate_linker(_FixedLinker(preds), [m("a", "C2"), m("b", "C1")], top_k=1, kb=kb, bins=None)
     assert one.recall.ks == (1,) and one.similarity is None and one.recall.coverage is not None
+
+
+def test_write_predictions_one_line_per_mention(tmp_path):
+    preds = [[c("C1", name="heart attack", score=0.5), c("C2", "C4", name="d")], [], [c("C3")]]
+    mentions = [Mention("MI", ("C2",), doc_id="7", start=3, end=5), m("none", "-1"), m("bc", "C3", "C9")]
+    report = evaluate_linker(_FixedLinker(preds), mentions, top_k=5, name="fixed")
+    assert report.predictions == preds and "predictions" not in report.to_dict()
+    path = tmp_path / "p.jsonl"
+    assert write_predictions(path, mentions, report.predictions) == 3
+    lines = [json.loads(line) for line in path.read_text(encoding="utf8").splitlines()]
+    assert lines[0] == {"doc_id": "7", "start": 3, "end": 5, "text": "MI", "gold": ["C2"], "hit_rank": 2,
+                        "candidates": [[["C1"], "heart attack", 0.5], [["C2", "C4"], "d", 1.0]]}
+    assert lines[1]["hit_rank"] is None and lines[1]["candidates"] == []  # no gold concept
+    assert lines[2]["hit_rank"] == 1
+    with pytest.raises(ValueError, match="prediction lists"):
+        write_predictions(path, mentions[:2], preds)
 
 
 def test_evaluate_linker_rejects_wrong_prediction_count():

@@ -233,6 +233,15 @@ def test_package_command_takes_ner(tmp_path, trained_ner, micro_model, word_toke
     assert result.exit_code == 0, result.output
     config = spacy.util.load_config(tmp_path / "pkg" / "config.cfg")
     assert config["nlp"]["pipeline"] == ["abbreviation_detector", "tok2vec", "ner", "genbioel"]
+    assert (config["components"]["genbioel"]["candidates"], config["components"]["genbioel"]["shortcut_threshold"]) == ("none", None)
+    # retrieve the easy mentions, generate the rest: the settings travel in the config
+    result = runner.invoke(app, ["package", "--model", str(tmp_path / "model"), "--kb", str(tmp_path / "kb.jsonl"),
+                                 "--out", str(tmp_path / "pkg2"), "--num-beams", "2", "--top-k", "2", "--candidates", "tfidf",
+                                 "--num-candidates", "7", "--no-restrict", "--shortcut-threshold", "0.8"])
+    assert result.exit_code == 0, result.output
+    linker = spacy.load(tmp_path / "pkg2").get_pipe("genbioel").linker
+    assert (linker.config.num_candidates, linker.config.restrict_to_candidates, linker.config.shortcut_threshold) == (7, False, 0.8)
+    assert linker.candidate_generator.name == "tfidf"
 
 
 # -- the shared data ---------------------------------------------------------------------------------------

@@ -393,6 +393,10 @@ def package(
     lang: str = "en",
     ner: Optional[PathLike] = None,
     exact_match: bool = False,
+    candidates: str = "none",
+    num_candidates: int = 20,
+    restrict_to_candidates: bool = True,
+    shortcut_threshold: Optional[float] = None,
 ) -> Path:
     """A spaCy pipeline directory: scispacy's ``abbreviation_detector`` (when
     installed), an ``entity_ruler`` over the KB names, and ``genbioel`` with
@@ -402,8 +406,10 @@ def package(
     the model was trained with. ``ner`` (a trained spaCy pipeline directory)
     replaces the entity ruler: its tokenizer, ``tok2vec`` and ``ner`` are
     sourced (:func:`~spacy_genbioel.ner.source_ner`), giving tokenizer,
-    abbreviation_detector, tok2vec, ner, genbioel. ``exact_match`` sets the
-    component's exact-match shortcut (a KB name equal to the mention first)."""
+    abbreviation_detector, tok2vec, ner, genbioel. ``exact_match``,
+    ``candidates``, ``num_candidates``, ``restrict_to_candidates`` and
+    ``shortcut_threshold`` set the component's settings of those names (a
+    retriever is rebuilt from the KB on first use; nothing extra is stored)."""
     import spacy
 
     from ..decoding import GenerativeLinker, InputBuilder
@@ -447,7 +453,9 @@ def package(
         n_patterns = add_kb_entity_ruler(nlp, kb, entity_label, min_name_chars)
         logger.info("entity_ruler with %d patterns", n_patterns)
     component = nlp.add_pipe("genbioel", config={
-        "num_beams": num_beams, "top_k": top_k, "exact_match": exact_match, "context_words": inputs.context_words,
+        "num_beams": num_beams, "top_k": top_k, "exact_match": exact_match, "candidates": candidates,
+        "num_candidates": num_candidates, "restrict_to_candidates": restrict_to_candidates,
+        "shortcut_threshold": shortcut_threshold, "context_words": inputs.context_words,
         "lowercase": inputs.lowercase, "decoder_prompt": inputs.decoder_prompt, "max_source_tokens": max_source_tokens,
         "device": "auto",
     })
@@ -595,11 +603,16 @@ def register_commands(app) -> None:
         lang: str = typer.Option("en"),
         ner: Optional[Path] = typer.Option(None, help="Trained spaCy NER pipeline whose tokenizer, tok2vec and ner replace the entity ruler"),
         exact_match: bool = typer.Option(False, "--exact-match/--no-exact-match", help="A KB name equal to the mention is ranked first (measure it on dev: it helps on BC5CDR, hurts on NCBI)"),
+        candidates: str = typer.Option("none", help="Retriever over the KB names: none | tfidf | dense"),
+        num_candidates: int = typer.Option(20, help="Concepts the retriever proposes per mention"),
+        restrict: bool = typer.Option(True, "--restrict/--no-restrict", help="Decode only the retrieved concepts' names (--no-restrict: the retriever serves --shortcut-threshold only)"),
+        shortcut_threshold: Optional[float] = typer.Option(None, help="A mention whose top retrieved candidate scores at least this takes it without generating"),
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
         """A spaCy pipeline directory (abbreviation detector, entity ruler or trained NER, genbioel) for spacy.load / spacy package."""
         setup(verbose)
         path = package(model, kb, out, name=name, version=version, config_path=config, entity_label=entity_label,
                        entity_ruler=entity_ruler, abbreviations=abbreviations, num_beams=num_beams, top_k=top_k,
-                       min_name_chars=min_name_chars, lang=lang, ner=ner, exact_match=exact_match)
+                       min_name_chars=min_name_chars, lang=lang, ner=ner, exact_match=exact_match, candidates=candidates,
+                       num_candidates=num_candidates, restrict_to_candidates=restrict, shortcut_threshold=shortcut_threshold)
         msg.good(f"Pipeline saved to {path}")
