@@ -18,11 +18,14 @@
 #   bash bench/ablations.sh prepare          # corpora and the one-name KB
 #   bash bench/ablations.sh run tfidf        # one variant (run two at once on 2 cores)
 #   bash bench/ablations.sh table            # markdown table of what has run
-# Environment: DATA (../shared/data), STEPS (400), OUT (bench_out/ablations).
+# Environment: DATA (../shared/data), STEPS (400), OUT (bench_out/ablations),
+# SEED (0): the training seed (example order, dropout); runs with another seed
+# go to run_<variant>_seed<SEED>, so a second seed prices the noise of a row.
 set -euo pipefail
 DATA=${DATA:-../shared/data}
 STEPS=${STEPS:-400}
 OUT=${OUT:-bench_out/ablations}
+SEED=${SEED:-0}
 TRAIN=$DATA/ncbi_disease/NCBItrainset_corpus.txt
 DEV=$DATA/ncbi_disease/NCBIdevelopset_corpus.txt
 PRE=training/ncbi/tiny/pretrain/model
@@ -44,7 +47,8 @@ case "${1:-}" in
     corpus one_name "$OUT/kb_one_name.jsonl" tfidf
     ;;
   run)
-    name=$2 kb=corpus/ncbi/kb.jsonl start=$PRE corpus=tfidf extra=()
+    name=$2 kb=corpus/ncbi/kb.jsonl start=$PRE corpus=tfidf extra=() suffix=""
+    [ "$SEED" = 0 ] || suffix="_seed$SEED"
     case $name in
       tfidf) ;;
       shortest|random) corpus=$name ;;
@@ -55,9 +59,9 @@ case "${1:-}" in
       *) echo "unknown variant $name" >&2; exit 2 ;;
     esac
     $PY finetune --model "$start" --train "$OUT/corpus_$corpus/train.jsonl" --dev "$OUT/corpus_$corpus/dev.jsonl" \
-      --kb "$kb" --config configs/finetune_tiny.cfg --out "$OUT/run_$name" --device cpu --no-resume \
+      --kb "$kb" --config configs/finetune_tiny.cfg --out "$OUT/run_$name${suffix}" --device cpu --no-resume \
       --training.max_steps "$STEPS" --training.max_seconds 36000 --training.eval_every "$STEPS" \
-      --training.save_every "$STEPS" --training.seed 0 "${extra[@]}"
+      --training.save_every "$STEPS" --training.seed "$SEED" "${extra[@]}"
     ;;
   table)
     python - "$OUT" <<'EOF'
@@ -65,15 +69,18 @@ import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
 rows = ["tfidf", "shortest", "random", "one-name", "no-prompt", "no-pretrain", "no-pretrain-no-prompt"]
-print("| variant | steps | recall@1 | recall@5 | seconds |")
-print("|---|---:|---:|---:|---:|")
+print("| variant | seed | steps | recall@1 | recall@5 | seconds |")
+print("|---|---:|---:|---:|---:|---:|")
 for name in rows:
-    path = out / f"run_{name}" / "result.json"
-    if not path.exists():
-        continue
-    r = json.loads(path.read_text())
-    last = r["evaluations"][-1]["eval"]
-    print(f"| {name} | {r['step']} | {last['recall@1']:.4f} | {last['recall@5']:.4f} | {r['seconds']:.0f} |")
+    runs = [(0, out / f"run_{name}")]
+    runs += sorted((int(p.name.rsplit("_seed", 1)[1]), p) for p in out.glob(f"run_{name}_seed*") if p.name.rsplit("_seed", 1)[1].isdigit())
+    for seed, run in runs:
+        path = run / "result.json"
+        if not path.exists():
+            continue
+        r = json.loads(path.read_text())
+        last = r["evaluations"][-1]["eval"]
+        print(f"| {name} | {seed} | {r['step']} | {last['recall@1']:.4f} | {last['recall@5']:.4f} | {r['seconds']:.0f} |")
 EOF
     ;;
   *) sed -n 2,24p "$0"; exit 2 ;;

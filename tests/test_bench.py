@@ -24,13 +24,16 @@ def test_variants_and_ablations_reject_unknown_names(tmp_path):
 
 
 def test_ablation_table_reads_results(tmp_path):
-    run = tmp_path / "run_tfidf"
-    run.mkdir()
-    (run / "result.json").write_text('{"step": 400, "seconds": 900.4, "evaluations": '
-                                     '[{"step": 400, "eval": {"recall@1": 0.85, "recall@5": 0.9}}]}')
+    for name, r1 in (("run_tfidf", 0.85), ("run_tfidf_seed1", 0.84), ("run_no-pretrain-no-prompt", 0.1)):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "result.json").write_text('{"step": 400, "seconds": 900.4, "evaluations": '
+                                         f'[{{"step": 400, "eval": {{"recall@1": {r1}, "recall@5": 0.9}}}}]}}')
     out = subprocess.run(["bash", str(BENCH / "ablations.sh"), "table"], capture_output=True, text=True, check=True,
                          env={"PATH": os.environ["PATH"], "OUT": str(tmp_path)})
-    assert "| tfidf | 400 | 0.8500 | 0.9000 | 900 |" in out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "variant" not in line]
+    assert rows == ["| tfidf | 0 | 400 | 0.8500 | 0.9000 | 900 |", "| tfidf | 1 | 400 | 0.8400 | 0.9000 | 900 |",
+                    "| no-pretrain-no-prompt | 0 | 400 | 0.1000 | 0.9000 | 900 |"]
 
 
 def test_shortcut_sweep_replays_the_component_rule(tmp_path):
