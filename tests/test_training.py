@@ -554,14 +554,18 @@ def _main_command():
 
 
 def test_project_commands_use_existing_options():
+    import re
     import shlex
 
     import srsly
 
     main = _main_command()
     project = srsly.read_yaml(ROOT / "project.yml")
+    variables = {name: str(value) for name, value in project["vars"].items()}
     for command in project["commands"]:
         for line in command["script"]:
+            # options held in vars (abbreviations, bc5cdr_linking) are checked too
+            line = re.sub(r"\$\{vars\.(\w+)\}", lambda m: variables[m.group(1)], line)
             args = shlex.split(line)
             if args[:3] == ["python", "-m", "spacy"]:  # spaCy's own CLI, checked in test_ner
                 continue
