@@ -18,6 +18,9 @@
 #   SCISPACY     1: scispacy's CandidateGenerator peer (14 min on BC5CDR's 788k names)
 #   QUICK        1: generative rows free + TF-IDF K=20 only (for slow models such as minilm)
 #   VARIANTS     KBs to run ("plain aug"); one each in two processes uses both cores
+# Each row writes its JSON report and per-mention candidates (JSONL); price
+# every shortcut threshold from them with
+#   python bench/shortcut_sweep.py OUT/plain_tfidf.jsonl OUT/plain_genbioel.jsonl
 # One thread per process, so it can share the machine with a training run.
 # Every row is skipped when its JSON exists: rerun after a crash to finish.
 set -euo pipefail
@@ -65,12 +68,15 @@ for variant in ${VARIANTS:-plain aug}; do
   [ -d "$pipeline" ] || $G package --model "$MODEL" --kb "$kb" --config "$CONFIG" --out "$pipeline" \
       ${LABEL:+--entity-label $LABEL}
   E=($G evaluate --corpus "$DEV" "${EVAL_EXTRA[@]}" --abbreviations --device cpu)
-  peer() { local name=$1; shift; [ -f "$OUT/${variant}_$name.json" ] || "${E[@]}" --kb "$kb" "$@" --json "$OUT/${variant}_$name.json"; }
+  # every row also writes its per-mention candidates (.jsonl) for bench/shortcut_sweep.py
+  peer() { local name=$1; shift; [ -f "$OUT/${variant}_$name.json" ] || "${E[@]}" --kb "$kb" "$@" \
+      --json "$OUT/${variant}_$name.json" --predictions "$OUT/${variant}_$name.jsonl"; }
   peer exact --linker exact
   peer tfidf --linker tfidf
   [ "${SCISPACY:-0}" = 1 ] && peer scispacy --linker scispacy
   [ "${DENSE:-0}" = 1 ] && peer dense --linker dense "${DENSE_ARGS[@]}"
-  run() { local name=$1; shift; [ -f "$OUT/${variant}_${TAG}$name.json" ] || "${E[@]}" --linker genbioel --pipeline "$pipeline" "$@" --json "$OUT/${variant}_${TAG}$name.json"; }
+  run() { local name=$1; shift; [ -f "$OUT/${variant}_${TAG}$name.json" ] || "${E[@]}" --linker genbioel --pipeline "$pipeline" "$@" \
+      --json "$OUT/${variant}_${TAG}$name.json" --predictions "$OUT/${variant}_${TAG}$name.jsonl"; }
   run "" --candidates none --no-exact-match
   run _tfidf20 --candidates tfidf --num-candidates 20 --no-exact-match
   [ "${QUICK:-0}" = 1 ] && continue
@@ -79,6 +85,8 @@ for variant in ${VARIANTS:-plain aug}; do
     [ "$k" = 20 ] || run _tfidf$k --candidates tfidf --num-candidates "$k" --no-exact-match
   done
   run _tfidf20_exact --candidates tfidf --num-candidates 20 --exact-match
+  # retrieve the easy mentions, generate the rest (the bc5cdr packages' setting)
+  run _exact_shortcut95 --candidates tfidf --no-restrict --shortcut-threshold 0.95 --exact-match
   if [ "${DENSE:-0}" = 1 ]; then
     for k in ${DENSE_KS:-5 20}; do
       run _dense$k --candidates dense --num-candidates "$k" --no-exact-match "${DENSE_ARGS[@]}"
