@@ -18,6 +18,7 @@ never dropped silently.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
@@ -565,9 +566,6 @@ def write_predictions(path: Any, mentions: Sequence[Mention], predictions: Seque
     expansion), gold IDs, the rank of the first hit (:func:`recall_at_k`'s
     rule; None: a miss or no gold) and the ranked candidates as
     ``[ids, name, score]``. Returns the number of lines written."""
-    import json
-    from pathlib import Path
-
     _check_lengths(mentions, predictions)
     with Path(path).open("w", encoding="utf8") as out:
         for m, cands in zip(mentions, predictions):
