@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from spacy_genbioel.evaluation import NO_GOLD_IDS, hit_rank
-from spacy_genbioel.mentions import Candidate
+from spacy_genbioel.evaluation.report import NO_GOLD_IDS, hit_rank
+from spacy_genbioel.ty import Candidate
 
 
 def read_predictions(path: Path) -> Iterator[dict]:

@@ -1,3 +1,3 @@
-from .cli import app
+from spacy_genbioel.cli import app
 
 app(prog_name="python -m spacy_genbioel")

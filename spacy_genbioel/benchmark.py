@@ -19,11 +19,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .decoding import DecodingConfig, GenerativeLinker
-from .kb import Concept, KnowledgeBase
-from .mentions import Mention
-from .model import init_model, load_model, special_ids
-from .reference import ReferenceLinker
+from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.ty import Mention
+from spacy_genbioel.models.bart import init_model, load_model, special_ids
+from spacy_genbioel.linking.reference import ReferenceLinker
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def _synthetic_kb(n_concepts: int = 30_000, seed: int = 0) -> KnowledgeBase:
 def benchmark_kb(data_dir: Optional[Path]) -> Tuple[KnowledgeBase, str]:
     """MEDIC (about 100k names with GenBioEL's normalization) or a synthetic KB of that size."""
     if data_dir and (data_dir / "vocab" / "medic_06Jul2012.txt").exists():
-        from .kb_sources import read_medic
+        from spacy_genbioel.kb.sources import read_medic
 
         return KnowledgeBase(read_medic(data_dir / "vocab" / "medic_06Jul2012.txt"), name="medic"), "MEDIC 2012"
     return _synthetic_kb(), "synthetic"
@@ -60,7 +60,7 @@ def benchmark_kb(data_dir: Optional[Path]) -> Tuple[KnowledgeBase, str]:
 
 def benchmark_mentions(data_dir: Optional[Path], kb: KnowledgeBase, n: int, seed: int = 0) -> Tuple[List[Mention], str]:
     if data_dir and (data_dir / "ncbi_disease" / "NCBIdevelopset_corpus.txt").exists():
-        from .corpus import mentions_from_pubtator
+        from spacy_genbioel.corpus.readers import mentions_from_pubtator
 
         mentions = list(mentions_from_pubtator(data_dir / "ncbi_disease" / "NCBIdevelopset_corpus.txt", context_chars=1000))
         return mentions[:n], "NCBI-disease dev"
@@ -70,7 +70,7 @@ def benchmark_mentions(data_dir: Optional[Path], kb: KnowledgeBase, n: int, seed
 
 
 def _train_quick(kb: KnowledgeBase, out: Path, seconds: float, seed: int = 0):
-    from .training import TrainConfig, kb_name_examples, train_seq2seq
+    from spacy_genbioel.training import TrainConfig, kb_name_examples, train_seq2seq
 
     model, tokenizer = init_model("tiny", kb.names, out, seed=seed)
     examples = kb_name_examples(kb, seed=seed)
@@ -83,9 +83,9 @@ def measure_mesh_trie(data_dir: Path, tokenizer_dir: Path) -> Dict:
     """Build the trie over all MeSH descriptor and supplementary names; report time and RSS growth."""
     import psutil
 
-    from .kb_sources import read_mesh_tsv
-    from .model import load_tokenizer
-    from .trie import NameTrie
+    from spacy_genbioel.kb.sources import read_mesh_tsv
+    from spacy_genbioel.models.bart import load_tokenizer
+    from spacy_genbioel.linking.trie import NameTrie
 
     mesh = data_dir / "vocab" / "mesh"
     tokenizer = load_tokenizer(tokenizer_dir)
@@ -172,7 +172,7 @@ def run_benchmark(
     if model_dir is None:
         model, tokenizer = _train_quick(kb, work / "model", train_seconds)
         model_dir = work / "model"
-        from .model import save_model
+        from spacy_genbioel.models.bart import save_model
 
         save_model(model, tokenizer, model_dir)
     model, tokenizer = load_model(model_dir, device=device)

@@ -14,10 +14,10 @@ import spacy
 import torch
 from spacy.language import Language
 
-from .decoding import DecodingConfig, GenerativeLinker
-from .kb import KnowledgeBase
-from .model import init_model
-from .training import TrainConfig, kb_name_examples, train_seq2seq
+from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.models.bart import init_model
+from spacy_genbioel.training import TrainConfig, kb_name_examples, train_seq2seq
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 the tokenizer they are cut with, and the pipes a trained NER brings into a package.
 
 * :func:`convert_pubtator` -- PubTator files (read with
-  :func:`~spacy_genbioel.corpus.read_pubtator`) to one spaCy ``DocBin`` with
+  :func:`~spacy_genbioel.corpus.readers.read_pubtator`) to one spaCy ``DocBin`` with
   ``doc.ents``; ``python -m spacy_genbioel ner-corpus`` on the command line.
 * :func:`make_tokenizer_nlp` -- the blank pipeline whose tokenizer cuts the
   training data; the trained NER and the package built from it keep it.
@@ -33,7 +33,7 @@ Decisions:
   callback: ``python -m spacy train`` needs no ``--code`` and ``spacy.load``
   no import of this package.
 * Mention offsets inside a token expand to whole tokens (``char_span(...,
-  alignment_mode="expand")``, in :func:`~spacy_genbioel.corpus.to_spacy_docs`);
+  alignment_mode="expand")``, in :func:`~spacy_genbioel.corpus.readers.to_spacy_docs`);
   such changes are counted and logged. Of overlapping mentions the longer is
   kept (``spacy.util.filter_spans``; same length: the earlier), the others are
   counted; every mention stays in ``doc.spans["gold"]``.
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from spacy.language import Language
     from spacy.tokens import Doc, Span
 
-    from .corpus import PubTatorAnnotation, PubTatorDocument
+    from spacy_genbioel.corpus.readers import PubTatorAnnotation, PubTatorDocument
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def ner_docs(
     """spaCy Docs with ``doc.ents`` (mapped labels) for PubTator documents,
     tokenized by ``nlp``; ``stats`` (when given) is updated as they go.
     ``source`` names the file in messages."""
-    from .corpus import CorpusFormatError, to_spacy_docs
+    from spacy_genbioel.corpus.readers import CorpusFormatError, to_spacy_docs
 
     stats = stats if stats is not None else NerCorpusStats()
     for document in documents:
@@ -223,7 +223,7 @@ def convert_pubtator(
     training config's ``paths.tokenizer``. Format errors name file and line."""
     from spacy.tokens import DocBin
 
-    from .corpus import read_pubtator
+    from spacy_genbioel.corpus.readers import read_pubtator
 
     nlp = nlp if nlp is not None else make_tokenizer_nlp(tokenizer)
     map_label = label_mapper(label_map, single_label)

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from spacy_genbioel.kb import Concept, KnowledgeBase
-from spacy_genbioel.model import Preset, build_model, train_tokenizer
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.models.bart import Preset, build_model, train_tokenizer
 
 WORDS = [
     "acute", "chronic", "renal", "failure", "cancer", "breast", "lung", "syndrome", "disease", "type",

@@ -1,12 +1,12 @@
 import pytest
 
-from spacy_genbioel.mentions import Mention
+from spacy_genbioel.ty import Mention
 
 pytest.importorskip("scispacy")
 
 
 def test_expander_uses_detected_long_forms():
-    from spacy_genbioel.abbreviations import AbbreviationExpander
+    from spacy_genbioel.linking.abbreviations import AbbreviationExpander
 
     text = "Patients with cystic fibrosis (CF) were seen. CF is common."
     mentions = [

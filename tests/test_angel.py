@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from spacy_genbioel.decoding import DecodingConfig, GenerativeLinker, InputBuilder
-from spacy_genbioel.kb import Concept, KnowledgeBase
-from spacy_genbioel.mentions import Candidate, Mention
-from spacy_genbioel.model import build_model, save_model, special_ids
+from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker, InputBuilder
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.models.bart import build_model, save_model, special_ids
 from spacy_genbioel.training import encode_examples
 from spacy_genbioel.training.angel import (
     AngelConfig,
@@ -252,7 +252,7 @@ def _corpus(kb, n, seed):
 
 
 def test_rounds_keep_the_best_model_and_stop_on_patience(tmp_path, word_tokenizer):
-    from spacy_genbioel.model import load_model
+    from spacy_genbioel.models.bart import load_model
 
     kb = random_kb(1, n_concepts=10)
     model = build_model(MICRO, word_tokenizer, seed=0, dropout=0.0)

@@ -15,10 +15,10 @@ import pytest
 import spacy
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel import annotate as ann
-from spacy_genbioel.annotate import AnnotateError, InputRecord, RecordError, annotate, detect_format, read_records
-from spacy_genbioel.corpus import read_bioc, read_jsonl_corpus, read_pubtator
-from spacy_genbioel.model import save_model
+from spacy_genbioel.annotate import runner as ann
+from spacy_genbioel.annotate.runner import AnnotateError, InputRecord, RecordError, annotate, detect_format, read_records
+from spacy_genbioel.corpus.readers import read_bioc, read_jsonl_corpus, read_pubtator
+from spacy_genbioel.models.bart import save_model
 
 from conftest import WORDS, data_dir, random_kb
 
@@ -429,7 +429,7 @@ def test_pubtator_output_rejects_ids_it_cannot_hold(tmp_path, pipeline_dir):
 
 
 def poison(monkeypatch):
-    from spacy_genbioel.pipeline import GenBioELLinker
+    from spacy_genbioel.linking.component import GenBioELLinker
 
     original = GenBioELLinker._process
 
@@ -578,7 +578,7 @@ def test_missing_chunk_and_stray_entries_are_reconciled(tmp_path, pipeline_dir, 
 
 KILL_SCRIPT = """
 import sys, time
-import spacy_genbioel.annotate as ann
+import spacy_genbioel.annotate.runner as ann
 
 original = ann.JsonlWriter.write
 
@@ -677,7 +677,7 @@ def test_cli_command(tmp_path, pipeline_dir, mixed_input):
     import typer
     from typer.testing import CliRunner
 
-    from spacy_genbioel.annotate import register_annotate
+    from spacy_genbioel.annotate.runner import register_annotate
 
     app = typer.Typer()
 

@@ -44,8 +44,8 @@ def test_shortcut_sweep_replays_the_component_rule(tmp_path):
         import shortcut_sweep
     finally:
         sys.path.remove(str(BENCH))
-    from spacy_genbioel.evaluation import write_predictions
-    from spacy_genbioel.mentions import Candidate, Mention
+    from spacy_genbioel.evaluation.report import write_predictions
+    from spacy_genbioel.ty import Candidate, Mention
 
     mentions = [Mention("a", ("A",), doc_id="1", start=0, end=1), Mention("b", ("B",), doc_id="1", start=2, end=3),
                 Mention("c", ("-1",), doc_id="2", start=0, end=1)]

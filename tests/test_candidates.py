@@ -9,13 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel import peers
-from spacy_genbioel.candidates import LazyCandidateGenerator, candidate_generators, make_candidate_generator
-from spacy_genbioel.decoding import DecodingConfig, GenerativeLinker
-from spacy_genbioel.kb import Concept, KnowledgeBase
-from spacy_genbioel.mentions import Candidate, Mention
-from spacy_genbioel.peers import TfidfLinker
-from spacy_genbioel.trie import NameTrie
+from spacy_genbioel.retrieval import peers
+from spacy_genbioel.linking.candidates import LazyCandidateGenerator, candidate_generators, make_candidate_generator
+from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.retrieval.peers import TfidfLinker
+from spacy_genbioel.linking.trie import NameTrie
 
 from conftest import random_kb
 from test_decoding import mentions_for
@@ -301,7 +301,7 @@ def test_registry_builds_lazily(small_kb, monkeypatch):
 
 
 def test_dense_generator_gets_its_model_directory(small_kb, monkeypatch):
-    from spacy_genbioel import peers
+    from spacy_genbioel.retrieval import peers
 
     seen = []
     monkeypatch.setattr(peers, "get_linker", lambda name, kb, **kw: seen.append((name, kw)) or object())
@@ -350,7 +350,7 @@ def test_pipeline_rejects_bad_candidate_config():
 
 
 def test_pipeline_warns_on_a_shortcut_without_retriever(caplog):
-    with caplog.at_level("WARNING", logger="spacy_genbioel.pipeline"):
+    with caplog.at_level("WARNING", logger="spacy_genbioel.linking.component"):
         pipe = spacy.blank("en").add_pipe("genbioel", config={"shortcut_threshold": 0.9})
     assert "no effect" in caplog.text
     assert pipe.decoding.shortcut_threshold == 0.9 and pipe.decoding.restrict_to_candidates

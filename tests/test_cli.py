@@ -3,7 +3,7 @@ import json
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.model import load_model
+from spacy_genbioel.models.bart import load_model
 
 runner = CliRunner()
 
@@ -51,7 +51,7 @@ def test_build_kb_command_with_augmentation(tmp_path):
     result = runner.invoke(app, ["build-kb", "-f", "medic", str(tmp_path / "medic.txt"), "--out", str(tmp_path / "kb.jsonl"),
                                  "--no-dedup", "--augment-pubtator", str(tmp_path / "train.txt")])
     assert result.exit_code == 0, result.output
-    from spacy_genbioel.kb import KnowledgeBase
+    from spacy_genbioel.kb.base import KnowledgeBase
 
     kb = KnowledgeBase.load(tmp_path / "kb.jsonl")
     assert kb.ids_for_name("rea") == ("D001",)
@@ -67,7 +67,7 @@ def test_build_kb_command_with_augmentation(tmp_path):
 
 
 def test_evaluate_command_with_a_peer(tmp_path):
-    from spacy_genbioel.kb import Concept, KnowledgeBase
+    from spacy_genbioel.kb.base import Concept, KnowledgeBase
 
     KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]).to_jsonl(tmp_path / "kb.jsonl")
     text = "Renal failure and cystic fibrosis."

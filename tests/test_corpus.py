@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import spacy
 
-from spacy_genbioel.corpus import (
+from spacy_genbioel.corpus.readers import (
     CorpusFormatError,
     PubTatorAnnotation,
     PubTatorDocument,
@@ -108,7 +108,7 @@ def test_duplicate_pmids_are_kept(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     block = "5|t|Same title.\n5|a|Same abstract.\n5\t0\t4\tSame\tDisease\tD1\n\n"
     path = tmp_path / "dup.txt"
     path.write_text(block + block, encoding="utf8")
-    with caplog.at_level(logging.WARNING, logger="spacy_genbioel.corpus"):
+    with caplog.at_level(logging.WARNING, logger="spacy_genbioel.corpus.readers"):
         docs = list(read_pubtator(path))
     assert len(docs) == 2 and docs[0] == docs[1]
     assert "PMID 5 seen before (line 1)" in caplog.text

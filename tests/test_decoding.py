@@ -3,9 +3,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.decoding import DecodingConfig, GenerativeLinker, InputBuilder, PromptTokenizer
-from spacy_genbioel.mentions import Mention
-from spacy_genbioel.reference import ReferenceLinker
+from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker, InputBuilder, PromptTokenizer
+from spacy_genbioel.ty import Mention
+from spacy_genbioel.linking.reference import ReferenceLinker
 
 from conftest import WORDS, random_kb
 

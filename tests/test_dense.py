@@ -1,4 +1,4 @@
-"""The dense retriever (spacy_genbioel.dense) and its SapBERT-style training (training.sapbert)."""
+"""The dense retriever (spacy_genbioel.retrieval.dense) and its SapBERT-style training (training.sapbert)."""
 import json
 import math
 from dataclasses import fields
@@ -7,9 +7,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from spacy_genbioel.dense import DENSE_CONFIG, DenseEncoder, DenseLinker, autocast_dtype, detect_pooling, pool
-from spacy_genbioel.kb import Concept, KnowledgeBase
-from spacy_genbioel.peers import get_linker
+from spacy_genbioel.retrieval.dense import DENSE_CONFIG, DenseEncoder, DenseLinker, autocast_dtype, detect_pooling, pool
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.retrieval.peers import get_linker
 from spacy_genbioel.training.sapbert import (
     _SECTIONS,
     DenseTrainConfig,
@@ -382,7 +382,7 @@ def test_bf16_autocast(encoder):
 def test_train_dense_and_evaluate_commands(tiny_bert_dir, tmp_path, monkeypatch):
     from spacy_genbioel.cli import app
     from spacy_genbioel.training.examples import write_examples_jsonl
-    from spacy_genbioel.mentions import Mention
+    from spacy_genbioel.ty import Mention
 
     monkeypatch.setenv("SPACY_GENBIOEL_CACHE", str(tmp_path / "cache"))
     kb = toy_kb()

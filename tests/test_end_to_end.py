@@ -7,8 +7,8 @@ import spacy
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.corpus import PubTatorAnnotation, PubTatorDocument
-from spacy_genbioel.end_to_end import (
+from spacy_genbioel.corpus.readers import PubTatorAnnotation, PubTatorDocument
+from spacy_genbioel.evaluation.end_to_end import (
     PRF,
     PredictedEntity,
     evaluate_end_to_end,
@@ -17,8 +17,8 @@ from spacy_genbioel.end_to_end import (
     run_end_to_end,
     score_end_to_end,
 )
-from spacy_genbioel.kb import Concept, KnowledgeBase
-from spacy_genbioel.peers import ExactLinker
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.retrieval.peers import ExactLinker
 
 from conftest import data_dir
 
@@ -170,7 +170,7 @@ def test_evaluate_end_to_end_maps_gold_labels():
 
 
 def test_a_linking_pipeline_writes_kb_id_and_top_name_ids(micro_model, word_tokenizer):
-    from spacy_genbioel.decoding import GenerativeLinker
+    from spacy_genbioel.linking.decoder import GenerativeLinker
 
     kb = KnowledgeBase([Concept("D1", ["renal failure"]), Concept("OMIM1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])])
     nlp = spacy.blank("en")
@@ -186,7 +186,7 @@ def test_a_linking_pipeline_writes_kb_id_and_top_name_ids(micro_model, word_toke
 # -- the command ----------------------------------------------------------------------------------------
 @pytest.fixture()
 def package_dir(tmp_path, micro_model, word_tokenizer):
-    from spacy_genbioel.model import save_model
+    from spacy_genbioel.models.bart import save_model
     from spacy_genbioel.training.cli_steps import package
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
@@ -231,7 +231,7 @@ def test_end_to_end_errors(tmp_path, package_dir):
 @pytest.mark.slow
 @pytest.mark.skipif(data_dir() is None, reason="needs ../shared/data")
 def test_dictionary_ner_and_exact_linker_on_ncbi_dev():
-    from spacy_genbioel.kb_sources import build_kb
+    from spacy_genbioel.kb.sources import build_kb
     from spacy_genbioel.training.cli_steps import add_kb_entity_ruler
 
     data = data_dir()

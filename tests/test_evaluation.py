@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from spacy_genbioel.evaluation import (
+from spacy_genbioel.evaluation.report import (
     EvaluationReport,
     SimilarityBins,
     evaluate_linker,
@@ -19,9 +19,9 @@ from spacy_genbioel.evaluation import (
     subpopulation_table,
     write_predictions,
 )
-from spacy_genbioel.kb import Concept, KnowledgeBase
-from spacy_genbioel.mentions import Candidate, Mention
-from spacy_genbioel.peers import ExactLinker, TfidfLinker
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.retrieval.peers import ExactLinker, TfidfLinker
 
 
 def m(text: str, *ids: str) -> Mention:
@@ -190,7 +190,7 @@ def test_plot_similarity_bins_writes_png(kb, tmp_path):
 
 
 def test_evaluation_module_imports_matplotlib_lazily():
-    code = "import sys, spacy_genbioel.evaluation; assert 'matplotlib' not in sys.modules"
+    code = "import sys, spacy_genbioel.evaluation.report; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

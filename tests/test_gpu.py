@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from spacy_genbioel.decoding import DecodingConfig, GenerativeLinker
+from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
 
 from test_decoding import mentions_for
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spacy_genbioel.kb import Concept, KBFormatError, KnowledgeBase, genbioel_normalize, get_normalizer
+from spacy_genbioel.kb.base import Concept, KBFormatError, KnowledgeBase, genbioel_normalize, get_normalizer
 
 
 def test_genbioel_normalization():

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.kb import Concept, KBFormatError
-from spacy_genbioel.kb_sources import (
+from spacy_genbioel.kb.base import Concept, KBFormatError
+from spacy_genbioel.kb.sources import (
     FORMATS,
     apply_crosswalk,
     build_kb,
@@ -28,7 +28,7 @@ from spacy_genbioel.kb_sources import (
     read_umls,
     split_ids,
 )
-from spacy_genbioel.mentions import Mention
+from spacy_genbioel.ty import Mention
 
 
 def write(path: Path, text: str) -> Path:

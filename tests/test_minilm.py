@@ -8,14 +8,14 @@ import torch
 from typer.testing import CliRunner
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.decoding import DecodingConfig, GenerativeLinker, InputBuilder, model_max_positions
-from spacy_genbioel.kb import Concept, KnowledgeBase
-from spacy_genbioel.mentions import Mention
-from spacy_genbioel.model import MARKERS, init_model, load_model, special_ids
+from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker, InputBuilder, model_max_positions
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.ty import Mention
+from spacy_genbioel.models.bart import MARKERS, init_model, load_model, special_ids
 from spacy_genbioel.training import cli_steps
 from spacy_genbioel.training.examples import TrainingExample, write_examples_jsonl
 from spacy_genbioel.training.seq2seq import TrainConfig, train_seq2seq
-from spacy_genbioel.warm_start import build_bert2bert, checkpoint_dir, init_warm_start, marker_tokenizer
+from spacy_genbioel.models.bert2bert import build_bert2bert, checkpoint_dir, init_warm_start, marker_tokenizer
 
 from conftest import WORDS
 from test_model import assert_links_like_reference
@@ -194,7 +194,7 @@ def test_init_model_dispatches_warm_start_presets(tmp_path, monkeypatch):
         seen.update(preset=preset, out=out, seed=seed)
         return "model", "tokenizer"
 
-    monkeypatch.setattr("spacy_genbioel.warm_start.init_warm_start", fake)
+    monkeypatch.setattr("spacy_genbioel.models.bert2bert.init_warm_start", fake)
     assert init_model("minilm", ["never", "used"], tmp_path / "m", seed=3) == ("model", "tokenizer")
     assert seen == {"preset": "minilm", "out": tmp_path / "m", "seed": 3}
 

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from spacy_genbioel.decoding import DecodingConfig, GenerativeLinker
-from spacy_genbioel.model import PRESETS, build_model, init_model, load_model, resolve_device, resolve_dtype, special_ids
-from spacy_genbioel.reference import ReferenceLinker
+from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+from spacy_genbioel.models.bart import PRESETS, build_model, init_model, load_model, resolve_device, resolve_dtype, special_ids
+from spacy_genbioel.linking.reference import ReferenceLinker
 
 from test_decoding import mentions_for
 

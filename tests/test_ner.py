@@ -7,7 +7,7 @@ from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.corpus import CorpusFormatError
+from spacy_genbioel.corpus.readers import CorpusFormatError
 from spacy_genbioel.ner import (
     NCBI_LABEL_MAP,
     convert_pubtator,
@@ -188,7 +188,7 @@ def test_trained_ner_keeps_the_corpus_tokenizer(trained_ner):
 
 
 def test_package_with_a_trained_ner(tmp_path, trained_ner, micro_model, word_tokenizer, small_kb):
-    from spacy_genbioel.model import save_model
+    from spacy_genbioel.models.bart import save_model
     from spacy_genbioel.training.cli_steps import package
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
@@ -224,7 +224,7 @@ def test_source_ner_needs_an_ner(trained_ner):
 
 
 def test_package_command_takes_ner(tmp_path, trained_ner, micro_model, word_tokenizer, small_kb):
-    from spacy_genbioel.model import save_model
+    from spacy_genbioel.models.bart import save_model
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     small_kb.to_jsonl(tmp_path / "kb.jsonl")

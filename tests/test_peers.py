@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.kb import Concept, KnowledgeBase
-from spacy_genbioel.mentions import Candidate, Mention
-from spacy_genbioel.peers import (
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.retrieval.peers import (
     LINKERS,
     ExactLinker,
     ScispacyLinker,

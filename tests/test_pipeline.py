@@ -6,7 +6,7 @@ import spacy
 from spacy.tokens import Span
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.model import save_model
+from spacy_genbioel.models.bart import save_model
 
 from conftest import random_kb
 

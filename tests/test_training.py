@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_genbioel.decoding import InputBuilder, PromptTokenizer
-from spacy_genbioel.kb import Concept, KnowledgeBase
-from spacy_genbioel.mentions import Mention
-from spacy_genbioel.model import build_model, special_ids
+from spacy_genbioel.linking.decoder import InputBuilder, PromptTokenizer
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.ty import Mention
+from spacy_genbioel.models.bart import build_model, special_ids
 from spacy_genbioel.training import (
     DEFINITION_TEMPLATES,
     SELF_TEMPLATES,
@@ -151,8 +151,8 @@ def test_agreement_with_a_reference_file(tmp_path, target_kb):
 
 @pytest.mark.skipif(data_dir() is None, reason="needs ../shared/data")
 def test_agreement_with_genbioel_train_target_on_ncbi():
-    from spacy_genbioel.corpus import mentions_from_pubtator
-    from spacy_genbioel.kb_sources import read_medic
+    from spacy_genbioel.corpus.readers import mentions_from_pubtator
+    from spacy_genbioel.kb.sources import read_medic
 
     data = data_dir()
     kb = KnowledgeBase(read_medic(data / "vocab" / "medic_06Jul2012.txt"), dedup=False)
@@ -356,7 +356,7 @@ def test_gradient_accumulation_counts_micro_batches(word_tokenizer, small_kb):
 
 
 def test_evaluation_keeps_the_best_checkpoint(tmp_path, word_tokenizer, small_kb):
-    from spacy_genbioel.model import load_model
+    from spacy_genbioel.models.bart import load_model
 
     scores = iter([0.2, 0.7, 0.4])
     snapshots = []
@@ -611,7 +611,7 @@ def test_step_commands_run_with_config_overrides(tmp_path):
 
 
 def test_rerun_resumes_only_from_the_same_start_and_data(tmp_path, word_tokenizer):
-    from spacy_genbioel.model import save_model
+    from spacy_genbioel.models.bart import save_model
     from spacy_genbioel.training import cli_steps
 
     save_model(_micro(word_tokenizer), word_tokenizer, tmp_path / "init")

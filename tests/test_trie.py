@@ -4,8 +4,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.reference import DictTrie
-from spacy_genbioel.trie import NameTrie
+from spacy_genbioel.linking.reference import DictTrie
+from spacy_genbioel.linking.trie import NameTrie
 
 V, EOS, ROOT = 20, 2, 3
 sequences_strategy = st.lists(st.lists(st.integers(4, V - 1), min_size=1, max_size=6), min_size=1, max_size=40)

@@ -32,7 +32,7 @@ Decisions, and where they depart from ANGEL's released code
 * Sequence log-probabilities are the sum over the name tokens and EOS after
   *exactly* the inference decoder prompt: the pairs are encoded by
   :func:`~spacy_genbioel.training.seq2seq.encode_examples` with the mining
-  linker's own :class:`~spacy_genbioel.decoding.PromptTokenizer`, so chosen
+  linker's own :class:`~spacy_genbioel.linking.decoder.PromptTokenizer`, so chosen
   and rejected share the prompt and decoder start the trie search used, and
   ``log p / length`` of a candidate equals its beam score (a test checks it).
   ANGEL decodes the beams to text and gives TRL ``"mention is name"``
@@ -94,14 +94,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, 
 
 import typer  # light; the command's annotations are resolved in this module
 
-from ..mentions import Candidate, Linker, Mention
-from .examples import TrainingExample, mention_from_dict, mention_to_dict
+from spacy_genbioel.ty import Candidate, Linker, Mention
+from spacy_genbioel.training.examples import TrainingExample, mention_from_dict, mention_to_dict
 
 if TYPE_CHECKING:
     import torch
 
-    from ..kb import KnowledgeBase
-    from .engine import EngineConfig, ExampleSource
+    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.training.engine import EngineConfig, ExampleSource
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class AngelConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "AngelConfig":
-        from .seq2seq import config_from_dict
+        from spacy_genbioel.training.seq2seq import config_from_dict
 
         return config_from_dict(cls, data, "[angel]")
 
@@ -244,7 +244,7 @@ def mine_pairs(
     with the top wrong prediction. ``chunk_size`` mentions are linked at a time
     (0: all at once), which is what the progress bar counts.
     """
-    from ..evaluation import gold_id_set
+    from spacy_genbioel.evaluation.report import gold_id_set
 
     if gold_fallback and kb is None:
         raise ValueError("gold_fallback needs the KB")
@@ -295,7 +295,7 @@ def gold_fallback_pairs(
     most similar synonym (char 3-gram TF-IDF) against the top (wrong) candidate.
     Mentions without candidates, composite ones and those whose gold concept
     has no name in the KB give no pair."""
-    from .targets import select_targets
+    from spacy_genbioel.training.targets import select_targets
 
     with_candidates = [(m, c) for m, c in missing if c]
     if not with_candidates:
@@ -324,14 +324,14 @@ def kb_negative_pairs(
 
     ``chosen`` is the example's target (a name of its concept); ``rejected`` is
     the name of *another* concept most similar to the target by character
-    3-gram TF-IDF (``tfidf``: a :class:`~spacy_genbioel.peers.TfidfLinker` on
+    3-gram TF-IDF (``tfidf``: a :class:`~spacy_genbioel.retrieval.peers.TfidfLinker` on
     ``kb``, built when not given), or one of the ``pool`` most similar, drawn
     with ``seed``. A name the example's concept shares with others is never a
     negative. An example gives no pair when no other concept's name shares a
     character 3-gram with its target, or when its own concept's names crowd
     out every other one among the nearest names.
     """
-    from ..peers import TfidfLinker
+    from spacy_genbioel.retrieval.peers import TfidfLinker
 
     if not examples:
         return []
@@ -357,7 +357,7 @@ def encode_pairs(pairs: Sequence[PreferencePair], tokenizer, prompts, inputs, pa
     """The chosen names (first half of the rows) and the rejected ones (second
     half) after each mention's inference prompt, by
     :func:`~spacy_genbioel.training.seq2seq.encode_examples`."""
-    from .seq2seq import encode_examples
+    from spacy_genbioel.training.seq2seq import encode_examples
 
     examples = [TrainingExample(p.mention, p.chosen) for p in pairs] + [TrainingExample(p.mention, p.rejected) for p in pairs]
     return encode_examples(examples, tokenizer, prompts, inputs, pad_token_id, max_source_tokens)
@@ -453,8 +453,8 @@ class AngelTrainer:
         device=None,
         kb_examples: Optional[ExampleSource] = None,
     ) -> None:
-        from ..decoding import DecodingConfig, GenerativeLinker
-        from .engine import TrainingEngine
+        from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+        from spacy_genbioel.training.engine import TrainingEngine
 
         self.angel = angel or AngelConfig()
         if self.angel.kb_negatives and kb_examples is None:
@@ -531,7 +531,7 @@ class AngelTrainer:
         ``kb_negatives`` KB-negative pairs; returns them with mining statistics."""
         ang = self.angel
         if ang.gold_fallback and self._vectorizer is None:
-            from .targets import fit_name_vectorizer
+            from spacy_genbioel.training.targets import fit_name_vectorizer
 
             self._vectorizer = fit_name_vectorizer(self.kb)
         self.model.eval()
@@ -540,8 +540,8 @@ class AngelTrainer:
                                   progress=self.config.progress)
         info = stats.to_dict()
         if ang.kb_negatives:
-            from ..peers import TfidfLinker
-            from .cli_steps import SampledSource
+            from spacy_genbioel.retrieval.peers import TfidfLinker
+            from spacy_genbioel.training.cli_steps import SampledSource
 
             if self._tfidf is None:
                 self._tfidf = TfidfLinker(self.kb)
@@ -561,7 +561,7 @@ class AngelTrainer:
         import numpy as np
         import torch
 
-        from .engine import lr_factor
+        from spacy_genbioel.training.engine import lr_factor
 
         cfg, ang = self.config, self.angel
         began = time.monotonic()
@@ -659,9 +659,9 @@ class AngelTrainer:
         evaluated first and stays the best unless a round beats it; a round that
         mines no pair trains nothing and counts as a round without improvement.
         Rounds go on from the last model, better or not (as ANGEL's)."""
-        from ..evaluation import gold_id_set
-        from .engine import TrainResult
-        from .seq2seq import set_seed
+        from spacy_genbioel.evaluation.report import gold_id_set
+        from spacy_genbioel.training.engine import TrainResult
+        from spacy_genbioel.training.seq2seq import set_seed
 
         cfg, ang, engine = self.config, self.angel, self.engine
         pool = [m for m in dict.fromkeys(mentions) if gold_id_set(m)]
@@ -764,10 +764,10 @@ def angel(
     ``out_dir/model``. Settings: ``[training]``, ``[inputs]``, ``[data]``
     (dev evaluation) and ``[angel]`` of ``config_path``; overrides use dotted
     keys (``{"angel.kb_negatives": 500}``)."""
-    from ..kb import KnowledgeBase
-    from .cli_steps import _evaluator, _load_for_training, _write_json, load_stage_config
-    from .examples import read_mentions_jsonl
-    from .pretraining import PretrainingExamples
+    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.training.cli_steps import _evaluator, _load_for_training, _write_json, load_stage_config
+    from spacy_genbioel.training.examples import read_mentions_jsonl
+    from spacy_genbioel.training.pretraining import PretrainingExamples
 
     stage = load_stage_config(config_path, overrides)
     settings = AngelConfig.from_dict(stage.sections.get("angel", {}))
@@ -808,8 +808,8 @@ def register_angel_commands(app) -> None:
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
         """ANGEL negative-aware training: mine the model's own wrong candidates, DPO, rounds until dev recall@1 stops improving."""
-        from ..cli import _setup_logging
-        from .cli_steps import parse_overrides
+        from spacy_genbioel.cli import _setup_logging
+        from spacy_genbioel.training.cli_steps import parse_overrides
 
         _setup_logging(verbose)
         overrides = parse_overrides(ctx.args)

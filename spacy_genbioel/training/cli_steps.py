@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 import typer  # light; annotations of the commands below are resolved in this module
 
 if TYPE_CHECKING:  # the command-line app imports this module: keep torch out until a step runs
-    from ..decoding import InputBuilder
-    from ..kb import KnowledgeBase
-    from ..mentions import Mention
-    from .engine import EngineConfig, ExampleSource, TrainResult
-    from .examples import TrainingExample
+    from spacy_genbioel.linking.decoder import InputBuilder
+    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.ty import Mention
+    from spacy_genbioel.training.engine import EngineConfig, ExampleSource, TrainResult
+    from spacy_genbioel.training.examples import TrainingExample
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ def load_stage_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = N
     """Read a stage config (``configs/*.cfg``) with dotted-key overrides."""
     from confection import Config
 
-    from ..decoding import InputBuilder
-    from .engine import EngineConfig
+    from spacy_genbioel.linking.decoder import InputBuilder
+    from spacy_genbioel.training.engine import EngineConfig
 
     config = Config().from_disk(str(path), overrides=dict(overrides or {}))
     unknown_sections = sorted(set(config) - {"training", "inputs", "data", *_STAGE_SECTIONS})
@@ -103,7 +103,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 # -- corpus ---------------------------------------------------------------------------
 def _read_corpus(path: PathLike, crosswalk: Optional[Mapping[str, str]], context_chars: Optional[int]):
-    from ..corpus import document_mentions, read_pubtator
+    from spacy_genbioel.corpus.readers import document_mentions, read_pubtator
 
     documents = list(read_pubtator(path, crosswalk=crosswalk))
     mentions = [m for doc in documents for m in document_mentions(doc, context_chars=context_chars)]
@@ -136,10 +136,10 @@ def make_corpus(
     training mention is taught (``tfidf``, GenBioEL's synonyms-aware choice;
     ``shortest``, ``random`` and ``first`` for ablations).
     """
-    from ..kb import KnowledgeBase
-    from ..kb_sources import read_crosswalk
-    from .examples import write_examples_jsonl
-    from .targets import select_targets
+    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.kb.sources import read_crosswalk
+    from spacy_genbioel.training.examples import write_examples_jsonl
+    from spacy_genbioel.training.targets import select_targets
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -152,7 +152,7 @@ def make_corpus(
         dev_mentions = [m for m in dev_mentions if m.label in labels]
     stats: Dict[str, Any] = {"train_documents": len(train_docs), "dev_documents": len(dev_docs)}
     if abbreviations:
-        from ..abbreviations import AbbreviationExpander
+        from spacy_genbioel.linking.abbreviations import AbbreviationExpander
 
         expander = AbbreviationExpander()
         train_mentions, stats["train_expanded"] = expander.expand(train_mentions, {d.pmid: d.text for d in train_docs})
@@ -188,9 +188,9 @@ def train_tokenizer_step(
     """A byte-level BPE tokenizer trained on the KB names (and ``texts``, one document per line).
     A warm-start preset (``minilm``) brings its own tokenizer: it is saved with the
     START/END markers added, and nothing is trained (``kb_path``, ``texts`` unused)."""
-    from ..kb import KnowledgeBase
-    from ..model import PRESETS, train_tokenizer
-    from ..warm_start import is_warm_start, save_marker_tokenizer
+    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.models.bart import PRESETS, train_tokenizer
+    from spacy_genbioel.models.bert2bert import is_warm_start, save_marker_tokenizer
 
     if is_warm_start(preset):
         return save_marker_tokenizer(preset, out_dir)
@@ -208,11 +208,11 @@ def train_tokenizer_step(
 
 
 def init_model_step(tokenizer_dir: PathLike, out_dir: PathLike, preset: Union[str, Any] = "tiny", seed: int = 0) -> Path:
-    """A randomly initialized preset model (a name or a :class:`~spacy_genbioel.model.Preset`)
+    """A randomly initialized preset model (a name or a :class:`~spacy_genbioel.models.bart.Preset`)
     for a saved tokenizer, saved with it; a warm-start preset (``minilm``) builds a
     BERT2BERT from its checkpoint with that tokenizer (the ``tokenizer`` step's output)."""
-    from ..model import PRESETS, build_model, load_tokenizer, save_model
-    from ..warm_start import WARM_START_PRESETS, init_warm_start, is_warm_start
+    from spacy_genbioel.models.bart import PRESETS, build_model, load_tokenizer, save_model
+    from spacy_genbioel.models.bert2bert import WARM_START_PRESETS, init_warm_start, is_warm_start
 
     if is_warm_start(preset):
         init_warm_start(preset, out_dir, tokenizer_dir=tokenizer_dir, seed=seed)
@@ -241,7 +241,7 @@ class SampledSource:
 
 
 def _load_for_training(model_dir: PathLike, device: str):
-    from ..model import load_model, resolve_device
+    from spacy_genbioel.models.bart import load_model, resolve_device
 
     dev = resolve_device(device)
     model, tokenizer = load_model(model_dir, device=dev, dtype="fp32")  # fp32 master weights; bf16 via autocast
@@ -249,8 +249,8 @@ def _load_for_training(model_dir: PathLike, device: str):
 
 
 def _evaluator(stage: StageConfig, kb: KnowledgeBase, dev_jsonl: Optional[PathLike]):
-    from .engine import linking_evaluator
-    from .examples import read_mentions_jsonl
+    from spacy_genbioel.training.engine import linking_evaluator
+    from spacy_genbioel.training.examples import read_mentions_jsonl
 
     if not dev_jsonl:
         return None
@@ -279,7 +279,7 @@ def _fingerprint(paths: Sequence[PathLike]) -> str:
 
 def _run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, source: ExampleSource, out_dir: PathLike,
                dev_jsonl: Optional[PathLike], device: str, resume: bool, inputs: Sequence[PathLike] = ()) -> TrainResult:
-    from .engine import TrainingEngine
+    from spacy_genbioel.training.engine import TrainingEngine
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -311,8 +311,8 @@ def pretrain(
     resume: bool = True,
 ) -> TrainResult:
     """KB-guided pre-training; the model ends in ``out_dir/model`` (best on dev when ``dev_jsonl`` is given)."""
-    from ..kb import KnowledgeBase
-    from .pretraining import PretrainingExamples
+    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.training.pretraining import PretrainingExamples
 
     stage = load_stage_config(config_path, overrides)
     kb = KnowledgeBase.load(kb_path)
@@ -336,10 +336,10 @@ def finetune(
 ) -> TrainResult:
     """Synonyms-aware fine-tuning on ``train_jsonl``, evaluated on ``dev_jsonl``
     every ``eval_every`` steps; the best model ends in ``out_dir/model``."""
-    from ..kb import KnowledgeBase
-    from .engine import FixedExamples, MixedExamples
-    from .examples import read_examples_jsonl
-    from .pretraining import PretrainingExamples
+    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.training.engine import FixedExamples, MixedExamples
+    from spacy_genbioel.training.examples import read_examples_jsonl
+    from spacy_genbioel.training.pretraining import PretrainingExamples
 
     stage = load_stage_config(config_path, overrides)
     kb = KnowledgeBase.load(kb_path)
@@ -412,9 +412,9 @@ def package(
     retriever is rebuilt from the KB on first use; nothing extra is stored)."""
     import spacy
 
-    from ..decoding import GenerativeLinker, InputBuilder
-    from ..kb import KnowledgeBase
-    from ..model import load_model
+    from spacy_genbioel.linking.decoder import GenerativeLinker, InputBuilder
+    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.models.bart import load_model
 
     inputs = InputBuilder()
     max_source_tokens = 256
@@ -439,14 +439,14 @@ def package(
         "requirements": _requirements(),
     })
     if abbreviations:
-        from ..demo import abbreviation_detector_available
+        from spacy_genbioel.demo import abbreviation_detector_available
 
         if abbreviation_detector_available():
             nlp.add_pipe("abbreviation_detector")
         else:
             logger.warning("scispacy is not installed: the pipeline has no abbreviation detector")
     if ner_nlp is not None:
-        from ..ner import source_ner
+        from spacy_genbioel.ner import source_ner
 
         logger.info("Sourced %s from %s", source_ner(nlp, ner_nlp), ner)
     elif entity_ruler:
@@ -516,7 +516,7 @@ def register_commands(app) -> None:
     ) -> None:
         """Training examples with synonyms-aware targets (char 3-gram TF-IDF) and dev mentions."""
         setup(verbose)
-        from .targets import TARGET_STRATEGIES
+        from spacy_genbioel.training.targets import TARGET_STRATEGIES
 
         if targets not in TARGET_STRATEGIES:
             raise typer.BadParameter(f"--targets must be one of {', '.join(TARGET_STRATEGIES)}")
@@ -540,7 +540,7 @@ def register_commands(app) -> None:
         """Train a byte-level BPE tokenizer (BART's special tokens, START/END markers) on KB names and text
         (a warm-start preset such as minilm: its pretrained WordPiece tokenizer plus the markers)."""
         setup(verbose)
-        from ..warm_start import is_warm_start
+        from spacy_genbioel.models.bert2bert import is_warm_start
 
         if kb is None and not is_warm_start(preset):
             raise typer.BadParameter("--kb is required to train a tokenizer")

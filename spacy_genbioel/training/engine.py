@@ -10,7 +10,7 @@ JSONL log and a loss/accuracy curve.
 Why a short loop rather than ``Seq2SeqTrainer`` (or accelerate):
 
 * the decoder input is a *prompt* (``"mention is"``) built exactly as at
-  inference by :class:`~spacy_genbioel.decoding.PromptTokenizer`, and the loss
+  inference by :class:`~spacy_genbioel.linking.decoder.PromptTokenizer`, and the loss
   covers only the name tokens and EOS; ``Seq2SeqTrainer`` wants ``labels``
   that it shifts itself, so the prompt would have to be smuggled in through a
   custom collator *and* a ``compute_loss`` override, i.e. most of this file
@@ -47,10 +47,10 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 import numpy as np
 import torch
 
-from ..decoding import InputBuilder, PromptTokenizer
-from ..model import resolve_device, save_model, special_ids
-from .examples import TrainingExample
-from .seq2seq import TrainConfig, budget_clock, config_from_dict, encode_examples, sequence_loss, set_seed
+from spacy_genbioel.linking.decoder import InputBuilder, PromptTokenizer
+from spacy_genbioel.models.bart import resolve_device, save_model, special_ids
+from spacy_genbioel.training.examples import TrainingExample
+from spacy_genbioel.training.seq2seq import TrainConfig, budget_clock, config_from_dict, encode_examples, sequence_loss, set_seed
 
 logger = logging.getLogger(__name__)
 
@@ -639,8 +639,8 @@ def linking_evaluator(
     """``evaluate(model, tokenizer) -> {"recall@1": ..., "recall@5": ...}`` on dev
     mentions, with trie-constrained decoding (GenBioEL's recall rule). The trie
     depends only on the tokenizer and is built once."""
-    from ..decoding import DecodingConfig, GenerativeLinker
-    from ..evaluation import recall_at_k
+    from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+    from spacy_genbioel.evaluation.report import recall_at_k
 
     chosen = list(mentions)[:max_mentions] if max_mentions else list(mentions)
     cache: Dict[int, Any] = {}

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
-from ..kb import KnowledgeBase
-from ..mentions import Mention
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Mention
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ with ``a is``, must generate ``b``:
 The sides follow GenBioEL's released data generator. An example is a
 :class:`~spacy_genbioel.training.examples.TrainingExample` whose mention has
 ``text=a`` and ``left``/``right`` holding the template text on either side,
-so the shared :class:`~spacy_genbioel.decoding.InputBuilder` renders exactly
+so the shared :class:`~spacy_genbioel.linking.decoder.InputBuilder` renders exactly
 ``left START a END right`` and the prompt ``a is``, as in fine-tuning and at
 inference.
 
@@ -41,9 +41,9 @@ import random
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from ..kb import KnowledgeBase
-from ..mentions import Mention
-from .examples import TrainingExample
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Mention
+from spacy_genbioel.training.examples import TrainingExample
 
 
 @dataclass(frozen=True)

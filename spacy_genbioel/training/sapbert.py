@@ -41,7 +41,7 @@ dependency.
 
 Outputs in ``OUT``: ``model/`` (safetensors weights, tokenizer and
 ``dense_config.json`` with the pooling, read by
-:class:`~spacy_genbioel.dense.DenseLinker`), ``train_log.jsonl``,
+:class:`~spacy_genbioel.retrieval.dense.DenseLinker`), ``train_log.jsonl``,
 ``config.cfg`` and ``result.json``. Settings live in ``configs/dense_*.cfg``
 (sections ``[encoder]``, ``[training]``, ``[loss]``, ``[data]``).
 """
@@ -61,8 +61,8 @@ import typer  # light; the command-line app imports this module, torch waits unt
 if TYPE_CHECKING:
     import torch
 
-    from ..dense import DenseEncoder
-    from ..kb import KnowledgeBase
+    from spacy_genbioel.retrieval.dense import DenseEncoder
+    from spacy_genbioel.kb.base import KnowledgeBase
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class SynonymPairs:
 
 def mention_pairs_from_jsonl(path: PathLike) -> List[Tuple[str, str, Tuple[str, ...]]]:
     """``(mention text, target name, gold ids)`` of an examples file (``corpus`` output)."""
-    from .examples import read_examples_jsonl
+    from spacy_genbioel.training.examples import read_examples_jsonl
 
     return [(e.mention.text, e.target, e.mention.ids) for e in read_examples_jsonl(path)]
 
@@ -317,9 +317,9 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
     ``out_dir``, write the log and save the encoder to ``out_dir/model``."""
     import torch
 
-    from ..dense import autocast_dtype
-    from .engine import lr_factor
-    from .seq2seq import set_seed
+    from spacy_genbioel.retrieval.dense import autocast_dtype
+    from spacy_genbioel.training.engine import lr_factor
+    from spacy_genbioel.training.seq2seq import set_seed
 
     set_seed(config.seed)
     out = Path(out_dir) if out_dir is not None else None
@@ -400,8 +400,8 @@ def train_dense(kb_path: PathLike, out_dir: PathLike, config_path: PathLike, mod
                 train_jsonl: Optional[PathLike] = None, overrides: Optional[Mapping[str, Any]] = None,
                 device: str = "auto") -> DenseTrainResult:
     """The ``train-dense`` step: KB (+ training mentions) -> ``out_dir/model``."""
-    from ..dense import DenseEncoder
-    from ..kb import KnowledgeBase
+    from spacy_genbioel.retrieval.dense import DenseEncoder
+    from spacy_genbioel.kb.base import KnowledgeBase
 
     config, text = load_dense_config(config_path, overrides)
     kb = KnowledgeBase.load(kb_path)
@@ -435,8 +435,8 @@ def register_dense_commands(app) -> None:
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
         """SapBERT-style fine-tuning of a dense encoder on KB synonym pairs (multi-similarity loss, online hard mining)."""
-        from ..cli import _setup_logging
-        from .cli_steps import parse_overrides
+        from spacy_genbioel.cli import _setup_logging
+        from spacy_genbioel.training.cli_steps import parse_overrides
 
         _setup_logging(verbose)
         result = train_dense(kb, out, config, model_dir=model, train_jsonl=train, overrides=parse_overrides(ctx.args),

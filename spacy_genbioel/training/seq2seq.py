@@ -2,7 +2,7 @@
 
 Why not ``Seq2SeqTrainer``: the loss must cover only the name tokens and EOS
 after a decoder prompt that is built exactly as at inference
-(:class:`~spacy_genbioel.decoding.PromptTokenizer`), with a wall-clock budget
+(:class:`~spacy_genbioel.linking.decoder.PromptTokenizer`), with a wall-clock budget
 for CPU runs; a 60-line loop says that more plainly than trainer callbacks.
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from ..decoding import InputBuilder, PromptTokenizer
-from ..model import special_ids
-from .examples import TrainingExample, iterate_forever
+from spacy_genbioel.linking.decoder import InputBuilder, PromptTokenizer
+from spacy_genbioel.models.bart import special_ids
+from spacy_genbioel.training.examples import TrainingExample, iterate_forever
 
 logger = logging.getLogger(__name__)
 

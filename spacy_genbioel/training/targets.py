@@ -41,9 +41,9 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..kb import KnowledgeBase
-from ..mentions import Mention
-from .examples import TrainingExample
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Mention
+from spacy_genbioel.training.examples import TrainingExample
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def read_reference_targets(
 
     Without a label file the gold ID is ``""``.
     """
-    from ..kb import genbioel_normalize
+    from spacy_genbioel.kb.base import genbioel_normalize
 
     train_target_path = Path(train_target_path)
     if label_path is None:
@@ -276,7 +276,7 @@ def agreement_with_reference(
 
 
 def _default_normalize():
-    from ..kb import genbioel_normalize
+    from spacy_genbioel.kb.base import genbioel_normalize
 
     return genbioel_normalize
 

@@ -3,7 +3,7 @@
 One mention at a time through ``model.generate`` with
 ``prefix_allowed_tokens_fn`` walking a nested-dict trie per beam per step (the
 KV cache of Hugging Face stays on). The benchmark runs it side by side with
-:class:`~spacy_genbioel.decoding.GenerativeLinker`, and tests use it to prove
+:class:`~spacy_genbioel.linking.decoder.GenerativeLinker`, and tests use it to prove
 that the batched decoder returns the same names.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from .decoding import GenerativeLinker
-from .mentions import Candidate, Mention
+from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.ty import Candidate, Mention
 
 
 class DictTrie:

@@ -1,11 +1,11 @@
 """End-to-end evaluation: entities found by a pipeline's NER and linked to concepts,
 scored against the gold mentions of full documents.
 
-Where :mod:`~spacy_genbioel.evaluation` links the gold mentions (recall@k),
+Where :mod:`~spacy_genbioel.evaluation.report` links the gold mentions (recall@k),
 this module lets the system find its own mentions: ``doc.ents`` of a spaCy
 pipeline, linked by the pipeline itself (``span.kb_id_``, which ``genbioel``
-writes) or by an external linker (any :class:`~spacy_genbioel.mentions.Linker`:
-the peers of :mod:`~spacy_genbioel.peers`), which then sees the same mentions,
+writes) or by an external linker (any :class:`~spacy_genbioel.ty.Linker`:
+the peers of :mod:`~spacy_genbioel.retrieval.peers`), which then sees the same mentions,
 context and abbreviation long forms as ``genbioel`` -- it runs inside the
 ``genbioel`` component, which builds the mentions.
 
@@ -24,7 +24,7 @@ input, so a PMID that occurs twice is two documents):
 * ``linking``: the span rule, and the predicted concept ID is one of the gold
   mention's IDs. A composite gold mention (``D001|D002``, ``D001+D002``) is one
   mention that a prediction of any of its IDs matches (the GenBioEL/BioSyn rule
-  of :mod:`~spacy_genbioel.evaluation`: an entity gets one concept, so asking
+  of :mod:`~spacy_genbioel.evaluation.report`: an entity gets one concept, so asking
   for all parts would make composites unreachable); the report counts
   composites and how many were matched. A predicted entity has one concept ID:
   the first of its top candidate (``genbioel``'s ``span.kb_id_``); entities the
@@ -35,7 +35,7 @@ input, so a PMID that occurs twice is two documents):
   than a false positive (counted as ``ignored_nil``).
 * ``linking_top_name``: as ``linking``, but a hit when any concept of the
   top-ranked KB name is gold -- the recall@1 rule of
-  :mod:`~spacy_genbioel.evaluation`, which the single ``kb_id`` misses when a
+  :mod:`~spacy_genbioel.evaluation.report`, which the single ``kb_id`` misses when a
   name names several concepts (MEDIC's ``breast cancer``: a MeSH and an OMIM ID).
 * ``ner``: the span rule and the same label (gold labels after the label map,
   e.g. NCBI-disease's four types -> ``Disease``); ``ner_untyped``: the span rule
@@ -53,13 +53,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .evaluation import gold_id_set
+from spacy_genbioel.evaluation.report import gold_id_set
 
 if TYPE_CHECKING:
     from spacy.language import Language
 
-    from .corpus import PubTatorAnnotation, PubTatorDocument
-    from .mentions import Linker
+    from spacy_genbioel.corpus.readers import PubTatorAnnotation, PubTatorDocument
+    from spacy_genbioel.ty import Linker
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def score_end_to_end(
 def _use_abbreviations(nlp: "Language", abbreviations: bool) -> None:
     """Make the pipeline's ``genbioel`` components use (or not) long forms, and
     add scispacy's detector first when they should and there is none."""
-    from .pipeline import GenBioELLinker
+    from spacy_genbioel.linking.component import GenBioELLinker
 
     for _, component in nlp.pipeline:
         if isinstance(component, GenBioELLinker):
@@ -310,7 +310,7 @@ def predict_entities(
     (or, with ``linker``, its top concept for each entity). ``abbreviations``
     True/False switches long forms on/off for ``genbioel`` and the linker (adding
     scispacy's detector when needed); None leaves the pipeline as it is."""
-    from .pipeline import GenBioELLinker
+    from spacy_genbioel.linking.component import GenBioELLinker
 
     if abbreviations is not None:
         _use_abbreviations(nlp, abbreviations)
@@ -354,7 +354,7 @@ def evaluate_end_to_end(
     """Run ``nlp`` (and ``linker``) over the documents' texts and score the
     entities against their gold annotations, whose labels go through
     ``label_map`` / ``single_label`` first (as in :mod:`~spacy_genbioel.ner`)."""
-    from .ner import label_mapper
+    from spacy_genbioel.ner import label_mapper
 
     map_label = label_mapper(label_map, single_label)
     documents = list(documents)
@@ -378,8 +378,8 @@ def evaluate_end_to_end(
 def read_documents(path: Any, fmt: str = "pubtator", crosswalk: Optional[Any] = None) -> List["PubTatorDocument"]:
     """Gold documents of a corpus file (``pubtator``, ``bioc`` or ``jsonl``);
     ``crosswalk`` (a TSV of old -> new IDs) applies to PubTator gold IDs."""
-    from . import corpus
-    from .kb_sources import read_crosswalk
+    from spacy_genbioel.corpus import readers as corpus
+    from spacy_genbioel.kb.sources import read_crosswalk
 
     walk = read_crosswalk(crosswalk) if crosswalk else None
     readers = {"pubtator": lambda p: corpus.read_pubtator(p, crosswalk=walk), "bioc": corpus.read_bioc, "jsonl": corpus.read_jsonl_corpus}
@@ -397,7 +397,7 @@ def load_pipeline(path: Any, *, without_linkers: bool = False, component_config:
     import spacy
     from spacy.util import load_config
 
-    from .demo import abbreviation_detector_available
+    from spacy_genbioel.demo import abbreviation_detector_available
 
     abbreviation_detector_available()  # scispacy registers its factory on import
     config = load_config(Path(path) / "config.cfg")
@@ -428,7 +428,7 @@ def run_end_to_end(
     ``scispacy``...) the pipeline's NER runs without its ``genbioel`` and the
     peer, built on ``kb``, links. ``label_map`` is a spec for
     :func:`~spacy_genbioel.ner.parse_label_map` (``ncbi`` for NCBI-disease)."""
-    from .ner import parse_label_map
+    from spacy_genbioel.ner import parse_label_map
 
     if pipeline is None:
         raise ValueError("end-to-end evaluation needs --pipeline (a spaCy pipeline that sets doc.ents)")
@@ -444,8 +444,8 @@ def run_end_to_end(
     else:
         if kb is None:
             raise ValueError(f"--kb is required for --linker {linker}")
-        from .kb import KnowledgeBase
-        from .peers import get_linker
+        from spacy_genbioel.kb.base import KnowledgeBase
+        from spacy_genbioel.retrieval.peers import get_linker
 
         knowledge_base = KnowledgeBase.load(kb)
         kb_name = str(kb)

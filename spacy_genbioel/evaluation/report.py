@@ -28,8 +28,8 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tup
 
 import numpy as np
 
-from .kb import KnowledgeBase
-from .mentions import Candidate, Linker, Mention
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Candidate, Linker, Mention
 
 logger = logging.getLogger(__name__)
 
@@ -347,7 +347,7 @@ def similarity_bins(
     The similarity of a mention is the max cosine, in a character 3-gram
     (``char_wb``) TF-IDF space fit on the KB names, between the normalized
     mention and any KB name of any of its gold concepts. Pass ``tfidf`` (a
-    :class:`~spacy_genbioel.peers.TfidfLinker` on ``kb``) to reuse a fit
+    :class:`~spacy_genbioel.retrieval.peers.TfidfLinker` on ``kb``) to reuse a fit
     vectorizer.
     """
     _check_lengths(eval_mentions, predictions)
@@ -355,7 +355,7 @@ def similarity_bins(
     if len(edges) < 2 or not all(a < b for a, b in zip(edges, edges[1:])):
         raise ValueError(f"bins must be at least two increasing edges, got {bins}")
     if tfidf is None:
-        from .peers import TfidfLinker
+        from spacy_genbioel.retrieval.peers import TfidfLinker
 
         tfidf = TfidfLinker(kb)
     texts: List[str] = []
@@ -538,7 +538,7 @@ def evaluate_linker(
     if kb is not None and train_mentions is not None:
         subpopulations = subpopulation_table(train_mentions, mentions, predictions, kb)
     if kb is not None and bins is not None:
-        from .peers import TfidfLinker
+        from spacy_genbioel.retrieval.peers import TfidfLinker
 
         tfidf = None
         if isinstance(linker, TfidfLinker) and linker.kb is kb:

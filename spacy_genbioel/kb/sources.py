@@ -1,9 +1,9 @@
-"""Readers that turn public vocabularies into :class:`~spacy_genbioel.kb.Concept` streams.
+"""Readers that turn public vocabularies into :class:`~spacy_genbioel.kb.base.Concept` streams.
 
 Every reader is a generator (files can be GBs), reads ``.gz`` transparently and
-raises :class:`~spacy_genbioel.kb.KBFormatError` as ``"file:line: reason"`` on
+raises :class:`~spacy_genbioel.kb.base.KBFormatError` as ``"file:line: reason"`` on
 malformed input. :func:`build_kb` merges one or more sources into a
-:class:`~spacy_genbioel.kb.KnowledgeBase`.
+:class:`~spacy_genbioel.kb.base.KnowledgeBase`.
 
 Decisions (see each reader for details):
 
@@ -43,7 +43,7 @@ from typing import (
     Union,
 )
 
-from .kb import Concept, KBFormatError, KnowledgeBase, Normalizer, concept_from_record, get_normalizer
+from spacy_genbioel.kb.base import Concept, KBFormatError, KnowledgeBase, Normalizer, concept_from_record, get_normalizer
 
 logger = logging.getLogger(__name__)
 

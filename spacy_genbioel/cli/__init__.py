@@ -38,7 +38,7 @@ def build_kb_cmd(
 
     import psutil
 
-    from .kb_sources import FORMATS, build_kb
+    from spacy_genbioel.kb.sources import FORMATS, build_kb
 
     def source(spec: str):
         prefix, _, rest = spec.partition(":")
@@ -48,11 +48,11 @@ def build_kb_cmd(
     kb = build_kb(format, [source(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem)
     walk = None
     if crosswalk and (augment_pubtator or prior_pubtator):
-        from .kb_sources import read_crosswalk
+        from spacy_genbioel.kb.sources import read_crosswalk
 
         walk = read_crosswalk(crosswalk)
     if augment_pubtator:
-        from .corpus import mentions_from_pubtator
+        from spacy_genbioel.corpus.readers import mentions_from_pubtator
 
         pairs = [(cid, m.text) for path in augment_pubtator
                  for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk)
@@ -63,7 +63,7 @@ def build_kb_cmd(
     if prior_pubtator:
         from collections import Counter
 
-        from .corpus import mentions_from_pubtator
+        from spacy_genbioel.corpus.readers import mentions_from_pubtator
 
         counts = Counter(cid for path in prior_pubtator for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk)
                          for cid in m.ids)
@@ -84,8 +84,8 @@ def build_kb_cmd(
 
 def load_corpus(path: Path, fmt: str, crosswalk: Optional[Path] = None):
     """Gold mentions (with context) and document texts of a corpus file."""
-    from . import corpus
-    from .kb_sources import read_crosswalk
+    from spacy_genbioel.corpus import readers as corpus
+    from spacy_genbioel.kb.sources import read_crosswalk
 
     walk = read_crosswalk(crosswalk) if crosswalk else None
     if fmt == "askapatient":
@@ -139,7 +139,7 @@ def evaluate_cmd(
     (or, with --end-to-end, NER + linking P/R/F1 on the pipeline's own entities)."""
     _setup_logging(verbose)
     if end_to_end:
-        from .end_to_end import run_end_to_end
+        from spacy_genbioel.evaluation.end_to_end import run_end_to_end
 
         if predictions_path:
             raise typer.BadParameter("--predictions lists gold mentions' candidates: not with --end-to-end")
@@ -154,15 +154,15 @@ def evaluate_cmd(
         if json_path:
             json_path.write_text(json.dumps(e2e.to_dict(), indent=2), encoding="utf8")
         return
-    from .evaluation import evaluate_linker, plot_similarity_bins, write_predictions
-    from .kb import KnowledgeBase
+    from spacy_genbioel.evaluation.report import evaluate_linker, plot_similarity_bins, write_predictions
+    from spacy_genbioel.kb.base import KnowledgeBase
 
     mentions, texts = load_corpus(corpus_path, fmt, crosswalk)
     if labels:
         mentions = [m for m in mentions if m.label in labels]
     train_mentions = load_corpus(train, fmt, crosswalk)[0] if train else None
     if abbreviations:
-        from .abbreviations import AbbreviationExpander
+        from spacy_genbioel.linking.abbreviations import AbbreviationExpander
 
         mentions, n_expanded = AbbreviationExpander().expand(mentions, texts)
         msg.info(f"{n_expanded} mentions expanded from abbreviations")
@@ -184,7 +184,7 @@ def evaluate_cmd(
     else:
         if kb is None:
             raise typer.BadParameter(f"--kb is required for --linker {linker}")
-        from .peers import get_linker
+        from spacy_genbioel.retrieval.peers import get_linker
 
         knowledge_base = KnowledgeBase.load(kb)
         model = get_linker(linker, knowledge_base, **({"model": dense_model} if dense_model else {}))
@@ -216,10 +216,10 @@ def init_model_cmd(
     """Train a byte-level BPE tokenizer on KB names (+ texts), or take one, and build a from-scratch BART;
     or warm-start a BERT2BERT from pretrained weights (--preset minilm, --base-model DIR)."""
     _setup_logging(verbose)
-    from .warm_start import is_warm_start
+    from spacy_genbioel.models.bert2bert import is_warm_start
 
     if base_model is not None or is_warm_start(preset):
-        from .warm_start import init_warm_start
+        from spacy_genbioel.models.bert2bert import init_warm_start
 
         source = base_model if base_model is not None else preset
         model, tok = init_warm_start(source, out, tokenizer_dir=tokenizer, seed=seed)
@@ -227,15 +227,15 @@ def init_model_cmd(
         msg.good(f"BERT2BERT from {source} ({n_params / 1e6:.1f}M parameters, vocabulary {len(tok)}) saved to {out}")
         return
     if tokenizer is not None:
-        from .training.cli_steps import init_model_step
+        from spacy_genbioel.training.cli_steps import init_model_step
 
         init_model_step(tokenizer, out, preset=preset, seed=seed)
         msg.good(f"{preset} model with the tokenizer of {tokenizer} saved to {out}")
         return
     if kb is None:
         raise typer.BadParameter("give --kb (to train a tokenizer) or --tokenizer")
-    from .kb import KnowledgeBase
-    from .model import init_model
+    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.models.bart import init_model
 
     knowledge_base = KnowledgeBase.load(kb)
     lines = (line.strip() for line in texts.open(encoding="utf8")) if texts else ()
@@ -253,7 +253,7 @@ def demo_cmd(
 ) -> None:
     """Train a tiny linker on the embedded demo KB, save it as a spaCy pipeline, and link sample texts."""
     _setup_logging(verbose)
-    from .demo import run_demo
+    from spacy_genbioel.demo import run_demo
 
     with msg.loading(f"Training a tiny model on the demo KB for {train_seconds:.0f}s..."):
         result = run_demo(out, train_seconds=train_seconds, seed=seed)
@@ -282,7 +282,7 @@ def benchmark_cmd(
 ) -> None:
     """Batched decoder versus the one-at-a-time dict-trie reference, plus the MeSH trie build."""
     _setup_logging(verbose)
-    from .benchmark import run_benchmark
+    from spacy_genbioel.benchmark import run_benchmark
 
     result = run_benchmark(
         data_dir=data_dir, model_dir=model, train_seconds=train_seconds, n_mentions=n_mentions,
@@ -301,28 +301,28 @@ def benchmark_cmd(
 def mesh_trie_memory_cmd(data_dir: Path, tokenizer: Path) -> None:
     """Build the full-MeSH trie in this process and print JSON (run in a subprocess by `benchmark`)."""
     _setup_logging(False)
-    from .benchmark import measure_mesh_trie
+    from spacy_genbioel.benchmark import measure_mesh_trie
 
     print(json.dumps(measure_mesh_trie(data_dir, tokenizer)))
 
 
-from .training.cli_steps import register_commands  # noqa: E402  (corpus, tokenizer, pretrain, finetune, package)
+from spacy_genbioel.training.cli_steps import register_commands  # noqa: E402  (corpus, tokenizer, pretrain, finetune, package)
 
 register_commands(app)
 
-from .annotate import register_annotate  # noqa: E402
+from spacy_genbioel.annotate.runner import register_annotate  # noqa: E402
 
 register_annotate(app)
 
-from .ner import register_ner_commands  # noqa: E402
+from spacy_genbioel.ner import register_ner_commands  # noqa: E402
 
 register_ner_commands(app)
 
-from .training.angel import register_angel_commands  # noqa: E402
+from spacy_genbioel.training.angel import register_angel_commands  # noqa: E402
 
 register_angel_commands(app)
 
-from .training.sapbert import register_dense_commands  # noqa: E402  (train-dense)
+from spacy_genbioel.training.sapbert import register_dense_commands  # noqa: E402  (train-dense)
 
 register_dense_commands(app)
 

@@ -9,7 +9,7 @@ inside the pipeline directory, so ``spacy.load(dir)`` works once the original
 files are gone.
 
 Retrieve, then generate: ``candidates`` names a registered candidate generator
-(``"none"``, ``"tfidf"``, ``"dense"``; see :mod:`spacy_genbioel.candidates`),
+(``"none"``, ``"tfidf"``, ``"dense"``; see :mod:`spacy_genbioel.linking.candidates`),
 built from the component's KB on first use; each mention's beam search is then
 limited to the names of the concepts among its ``num_candidates`` retrieved
 candidates. ``exact_match`` puts a KB name equal to the normalized mention first;
@@ -32,13 +32,13 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
-from .abbreviations import doc_long_forms
-from .candidates import NO_CANDIDATES, check_candidates, make_candidate_generator
-from .decoding import DecodingConfig, GenerativeLinker, InputBuilder
-from .kb import KnowledgeBase
-from .mentions import Candidate, Mention
-from .model import load_model, resolve_device, save_model
-from .trie import NameTrie
+from spacy_genbioel.linking.abbreviations import doc_long_forms
+from spacy_genbioel.linking.candidates import NO_CANDIDATES, check_candidates, make_candidate_generator
+from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker, InputBuilder
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.models.bart import load_model, resolve_device, save_model
+from spacy_genbioel.linking.trie import NameTrie
 
 logger = logging.getLogger(__name__)
 

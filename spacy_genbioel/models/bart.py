@@ -6,7 +6,7 @@ dmis-lab ANGEL checkpoints whose tokenizer lives elsewhere, an
 reach no model hub. Since no pretrained weights can be downloaded here, the
 presets build a BART from scratch with a byte-level BPE tokenizer trained on the
 KB names (and optional corpus text). Warm-start presets (``minilm``) and any local
-BERT directory build a BERT2BERT instead: see :mod:`spacy_genbioel.warm_start`.
+BERT directory build a BERT2BERT instead: see :mod:`spacy_genbioel.models.bert2bert`.
 """
 from __future__ import annotations
 
@@ -208,7 +208,7 @@ def init_model(
     """Train a tokenizer on KB names (+ texts), build a preset model, save both to ``out``.
     A warm-start preset (``minilm``) brings its own tokenizer and weights: ``names``,
     ``texts`` and ``vocab_size`` are not used."""
-    from .warm_start import WARM_START_PRESETS, init_warm_start
+    from spacy_genbioel.models.bert2bert import WARM_START_PRESETS, init_warm_start
 
     if preset in WARM_START_PRESETS:
         return init_warm_start(preset, out, seed=seed)
