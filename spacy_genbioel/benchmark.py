@@ -22,7 +22,7 @@ import torch
 from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Mention
-from spacy_genbioel.models.bart import init_model, load_model, special_ids
+from spacy_genbioel.models.bart import init_model, load_model
 from spacy_genbioel.linking.reference import ReferenceLinker
 
 logger = logging.getLogger(__name__)

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
+from spacy_genbioel.util import PathLike
+
 import typer  # light; the command annotations below are resolved in this module
 
 if TYPE_CHECKING:
@@ -57,7 +59,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 
 __all__ = [
     "LABEL_MAPS",

@@ -55,11 +55,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, IO, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
-from spacy_genbioel.kb.sources import open_binary, open_text
+
+from spacy_genbioel.util import PathLike, open_binary, open_text, atomic_json as _atomic_json, atomic_write as _atomic_write
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 
 __all__ = [
     "INPUT_FORMATS",
@@ -854,25 +854,6 @@ def _id_key(doc_id: str) -> Union[int, str]:
 
 
 # -- durable files ------------------------------------------------------------------------------------------------
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary file in the same folder, fsync, rename, fsync the folder."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    _fsync_path(tmp)
-    os.replace(tmp, path)
-    _fsync_path(path.parent)
-
-
-def _atomic_json(path: Path, data: Any) -> None:
-    _atomic_write(path, lambda p: p.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf8"))
 
 
 def _complete_lines(path: Path) -> List[str]:

@@ -25,14 +25,15 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from spacy_genbioel.kb.sources import iter_lines, normalize_id, open_binary, open_text, split_ids
+from spacy_genbioel.util import PathLike, iter_lines, open_binary, open_text
+
+from spacy_genbioel.kb.sources import normalize_id, split_ids
 from spacy_genbioel.ty import Mention
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 
 __all__ = [
     "CorpusFormatError",

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+from spacy_genbioel.util import PathLike
+
 import catalogue
 
-PathLike = Union[str, Path]
 Normalizer = Callable[[str], str]
 
 normalizers = catalogue.create("spacy_genbioel", "normalizers", entry_points=True)

@@ -19,16 +19,13 @@ Decisions (see each reader for details):
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import html
-import io
 import json
 import logging
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import (
-    IO,
     Any,
     Callable,
     Dict,
@@ -44,10 +41,10 @@ from typing import (
 )
 
 from spacy_genbioel.kb.base import Concept, KBFormatError, KnowledgeBase, Normalizer, concept_from_record, get_normalizer
+from spacy_genbioel.util import PathLike, iter_lines, open_binary, open_text
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 Reader = Callable[..., Iterator[Concept]]
 
 __all__ = [
@@ -74,47 +71,10 @@ __all__ = [
 
 
 # -- shared helpers -----------------------------------------------------------
-def open_text(path: PathLike) -> IO[str]:
-    """Open a UTF-8 text file, gunzipping ``*.gz`` (checked by magic bytes, not name)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"File not found: {path}")
-    with path.open("rb") as probe:
-        gz = probe.read(2) == b"\x1f\x8b"
-    if gz:
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
-    # utf-8-sig: a BOM would otherwise glue itself to the first ID
-    return path.open(encoding="utf-8-sig", newline="")
 
 
-def open_binary(path: PathLike) -> IO[bytes]:
-    """Open a file as bytes, gunzipping it when it is gzip."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"File not found: {path}")
-    with path.open("rb") as probe:
-        gz = probe.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gz else path.open("rb")  # type: ignore[return-value]
-
-
-def iter_lines(path: PathLike, error: Callable[[str], Exception] = KBFormatError) -> Iterator[Tuple[int, str]]:
-    """(line number, line without its end-of-line) pairs; bad UTF-8 raises ``error("file:line: ...")``.
-
-    Lines are split on ``\\n`` only (a stray ``\\r`` inside a field stays) and
-    decoded one by one, so the line number of a decoding error is exact.
-    """
-    with open_binary(path) as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise error(f"{path}:{lineno}: not UTF-8 text ({err.reason} at column {err.start + 1})") from err
-            if lineno == 1 and line.startswith("\ufeff"):
-                line = line[1:]  # a BOM would otherwise glue itself to the first ID
-            yield lineno, line.rstrip("\r\n")
-
-
-_lines = iter_lines
+def _lines(path: PathLike) -> Iterator[Tuple[int, str]]:
+    return iter_lines(path, KBFormatError)
 
 
 def _error(path: PathLike, lineno: Union[int, str], reason: str) -> KBFormatError:

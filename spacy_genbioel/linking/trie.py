@@ -25,15 +25,15 @@ file format did not change.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
+
+from spacy_genbioel.util import PathLike
 
 import numpy as np
 import torch
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 _FORMAT_VERSION = 1
 
 

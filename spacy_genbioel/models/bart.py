@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional, Tuple, Union
 
 import torch
+from spacy_genbioel.util import PathLike, resolve_device, resolve_dtype
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 MARKERS = ("START", "END")
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
@@ -43,29 +43,6 @@ PRESETS = {
     "base": Preset(768, 6, 6, 12, 3072, 1024, 32000),
     "large": Preset(1024, 12, 12, 16, 4096, 1024, 50265),
 }
-
-
-def resolve_device(device: str = "auto") -> torch.device:
-    """``auto`` picks CUDA when present; ``cpu``, ``cuda`` and ``cuda:N`` pass through."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} but no CUDA device is available")
-    return dev
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``auto`` is bf16 on a GPU that supports it and fp32 on CPU."""
-    if dtype == "auto":
-        if device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float32
-    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-             "fp16": torch.float16, "float16": torch.float16}
-    if dtype not in table:
-        raise ValueError(f"Unknown dtype {dtype!r}; use auto, fp32, bf16 or fp16")
-    return table[dtype]
 
 
 def load_tokenizer(path: PathLike):

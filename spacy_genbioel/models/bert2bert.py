@@ -36,7 +36,8 @@ from typing import Iterator, Optional, Tuple, Union
 
 import torch
 
-from spacy_genbioel.models.bart import MARKERS, PathLike, load_tokenizer, save_model
+from spacy_genbioel.models.bart import MARKERS, load_tokenizer, save_model
+from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 

@@ -90,7 +90,9 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from spacy_genbioel.util import PathLike
 
 import typer  # light; the command's annotations are resolved in this module
 
@@ -105,7 +107,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 PAIRS_DIR = "pairs"
 
 
@@ -808,7 +809,7 @@ def register_angel_commands(app) -> None:
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
         """ANGEL negative-aware training: mine the model's own wrong candidates, DPO, rounds until dev recall@1 stops improving."""
-        from spacy_genbioel.cli import _setup_logging
+        from spacy_genbioel.cli._util import setup_logging as _setup_logging
         from spacy_genbioel.training.cli_steps import parse_overrides
 
         _setup_logging(verbose)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import typer  # light; annotations of the commands below are resolved in this module
+from spacy_genbioel.util import PathLike, fingerprint as _fingerprint
 
 if TYPE_CHECKING:  # the command-line app imports this module: keep torch out until a step runs
     from spacy_genbioel.linking.decoder import InputBuilder
@@ -36,7 +37,6 @@ if TYPE_CHECKING:  # the command-line app imports this module: keep torch out un
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 
 _INPUT_KEYS = ("context_words", "max_mention_words", "lowercase", "decoder_prompt")
 _DATA_DEFAULTS: Dict[str, Any] = {
@@ -259,22 +259,6 @@ def _evaluator(stage: StageConfig, kb: KnowledgeBase, dev_jsonl: Optional[PathLi
         kb, mentions, inputs=stage.inputs, num_beams=int(stage.data["eval_beams"]),
         batch_size=int(stage.data["eval_batch_size"]), max_mentions=int(stage.data["eval_mentions"]) or None,
     )
-
-
-def _fingerprint(paths: Sequence[PathLike]) -> str:
-    """SHA-256 over the bytes of files (a directory: its *.safetensors and config.json)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in paths:
-        path = Path(path)
-        files = sorted([*path.glob("*.safetensors"), *path.glob("config.json")]) if path.is_dir() else [path]
-        for file in files:
-            digest.update(file.name.encode("utf8"))
-            with file.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-    return digest.hexdigest()
 
 
 def _run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, source: ExampleSource, out_dir: PathLike,

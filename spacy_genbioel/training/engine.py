@@ -48,13 +48,13 @@ import numpy as np
 import torch
 
 from spacy_genbioel.linking.decoder import InputBuilder, PromptTokenizer
-from spacy_genbioel.models.bart import resolve_device, save_model, special_ids
+from spacy_genbioel.models.bart import save_model, special_ids
+from spacy_genbioel.util import PathLike, autocast_dtype, resolve_device
 from spacy_genbioel.training.examples import TrainingExample
 from spacy_genbioel.training.seq2seq import TrainConfig, budget_clock, config_from_dict, encode_examples, sequence_loss, set_seed
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 Evaluator = Callable[[Any, Any], Union[float, Dict[str, float]]]
 
 STATE_FILE = "trainer_state.pt"
@@ -342,19 +342,9 @@ class TrainingEngine:
             self.model.to(self.device)
         start_id, eos_id, self.pad_id = special_ids(model, tokenizer)
         self.prompts = PromptTokenizer(tokenizer, start_id, eos_id)
-        self.autocast_dtype = self._autocast_dtype()
-
-    def _autocast_dtype(self) -> Optional[torch.dtype]:
-        precision = self.config.precision
-        if precision == "fp32":
-            return None
-        if precision == "bf16":
-            return torch.bfloat16
-        if precision != "auto":
-            raise ValueError(f"Unknown precision {precision!r}; use auto, fp32 or bf16")
-        if self.device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return None
+        if self.config.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"Unknown precision {self.config.precision!r}; use auto, fp32 or bf16")
+        self.autocast_dtype = autocast_dtype(self.config.precision, self.device, cpu_bf16=False)
 
     # -- paths ------------------------------------------------------------------------
     @property

@@ -11,7 +11,9 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from spacy_genbioel.util import PathLike
 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.ty import Mention
@@ -53,7 +55,6 @@ def iterate_forever(examples: List[TrainingExample], seed: int = 0) -> Iterator[
 
 
 # -- JSONL ------------------------------------------------------------------------
-PathLike = Union[str, Path]
 _MENTION_FIELDS = ("text", "ids", "left", "right", "doc_id", "start", "end", "label", "composite")
 
 

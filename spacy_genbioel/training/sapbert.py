@@ -54,7 +54,9 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from spacy_genbioel.util import PathLike
 
 import typer  # light; the command-line app imports this module, torch waits until a step runs
 
@@ -66,7 +68,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 LOG_FILE = "train_log.jsonl"
 MINERS = ("ms", "triplet", "none")
 
@@ -435,7 +436,7 @@ def register_dense_commands(app) -> None:
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
         """SapBERT-style fine-tuning of a dense encoder on KB synonym pairs (multi-similarity loss, online hard mining)."""
-        from spacy_genbioel.cli import _setup_logging
+        from spacy_genbioel.cli._util import setup_logging as _setup_logging
         from spacy_genbioel.training.cli_steps import parse_overrides
 
         _setup_logging(verbose)

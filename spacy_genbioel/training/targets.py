@@ -37,7 +37,9 @@ import json
 import logging
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from spacy_genbioel.util import PathLike
 
 import numpy as np
 
@@ -47,7 +49,6 @@ from spacy_genbioel.training.examples import TrainingExample
 
 logger = logging.getLogger(__name__)
 
-PathLike = Union[str, Path]
 
 #: gold IDs that mean "no concept" (NCBI-disease and BC5CDR write -1)
 _NO_GOLD = frozenset({"", "-1", "CUI-less", "CUI-LESS"})

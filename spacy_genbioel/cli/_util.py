@@ -1,0 +1,34 @@
+"""What every command shares (spaCy's ``cli/_util.py``): the typer ``app``,
+logging set-up, config override parsing and the option blocks several
+commands take. Library code never imports this module or typer."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Sequence
+
+import typer
+
+app = typer.Typer(help="Generative biomedical entity linking for spaCy.", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False)
+
+LOG_FORMAT = "%(asctime)s %(name)s %(message)s"
+
+
+def setup_logging(verbose: bool) -> None:
+    """INFO (``--verbose``) or WARNING for the package; Hugging Face kept quiet."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format=LOG_FORMAT)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def parse_overrides(args: Sequence[str]) -> Dict[str, Any]:
+    """``["--training.max_steps", "100"]`` -> ``{"training.max_steps": 100}`` (spaCy's rules)."""
+    from spacy.cli._util import parse_config_overrides
+
+    return parse_config_overrides(list(args))
+
+
+# shared options: `verbose: bool = VERBOSE`
+VERBOSE = typer.Option(False, "--verbose", "-v", help="Log progress (INFO)")

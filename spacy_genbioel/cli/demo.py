@@ -1,0 +1,73 @@
+"""``demo`` and ``benchmark``: the embedded demo and the decoder speed benchmark."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from wasabi import msg
+
+from spacy_genbioel.cli._util import app, setup_logging
+
+
+@app.command("demo")
+def demo_cmd(
+    out: Path = typer.Option(Path("demo_pipeline"), help="Where to write the demo pipeline"),
+    train_seconds: float = typer.Option(120.0, help="CPU training budget"),
+    seed: int = typer.Option(0),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Train a tiny linker on the embedded demo KB, save it as a spaCy pipeline, and link sample texts."""
+    setup_logging(verbose)
+    from spacy_genbioel.demo import run_demo
+
+    with msg.loading(f"Training a tiny model on the demo KB for {train_seconds:.0f}s..."):
+        result = run_demo(out, train_seconds=train_seconds, seed=seed)
+    msg.good(f"Pipeline saved to {result.pipeline_dir} (built in {result.train_seconds:.0f}s)")
+    msg.table(
+        [(m, label, cid, name, f"{score:.3f}") for m, label, cid, name, score in result.rows],
+        header=("mention", "label", "concept ID", "name", "score"),
+        divider=True,
+    )
+    msg.info(f"recall@1 against the demo's gold mentions: {result.recall_at_1:.3f} ({result.n_gold} mentions)")
+
+
+@app.command("benchmark")
+def benchmark_cmd(
+    data_dir: Optional[Path] = typer.Option(None, envvar="GENBIOEL_DATA", help="Shared data folder (MEDIC, NCBI dev, MeSH)"),
+    model: Optional[Path] = typer.Option(None, help="Model directory; default: a tiny model trained here briefly"),
+    train_seconds: float = typer.Option(180.0, help="Training budget when no model is given"),
+    n_mentions: int = typer.Option(300, help="Mentions to link"),
+    num_beams: int = typer.Option(5),
+    batch_size: int = typer.Option(64),
+    device: str = typer.Option("cpu"),
+    context_words: str = typer.Option("0,16,64", help="Context windows (words per side) to compare, comma-separated"),
+    skip_mesh: bool = typer.Option(False, help="Skip the full-MeSH trie build measurement"),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Batched decoder versus the one-at-a-time dict-trie reference, plus the MeSH trie build."""
+    setup_logging(verbose)
+    from spacy_genbioel.benchmark import run_benchmark
+
+    result = run_benchmark(
+        data_dir=data_dir, model_dir=model, train_seconds=train_seconds, n_mentions=n_mentions,
+        num_beams=num_beams, batch_size=batch_size, device=device, mesh=not skip_mesh,
+        context_words=[int(c) for c in context_words.split(",") if c.strip()],
+    )
+    if json_out:
+        print(json.dumps(result))
+    else:
+        runs = result.pop("runs")
+        msg.table(sorted(result.items()), header=("figure", "value"), divider=True)
+        msg.table([tuple(r.values()) for r in runs], header=tuple(runs[0]), divider=True)
+
+
+@app.command("mesh-trie-memory", hidden=True)
+def mesh_trie_memory_cmd(data_dir: Path, tokenizer: Path) -> None:
+    """Build the full-MeSH trie in this process and print JSON (run in a subprocess by `benchmark`)."""
+    setup_logging(False)
+    from spacy_genbioel.benchmark import measure_mesh_trie
+
+    print(json.dumps(measure_mesh_trie(data_dir, tokenizer)))
