@@ -2,12 +2,15 @@
 the tokenizer they are cut with, and the pipes a trained NER brings into a package.
 
 * :func:`convert_pubtator` -- PubTator files (read with
-  :func:`~spacy_genbioel.corpus.readers.read_pubtator`) to one spaCy ``DocBin`` with
-  ``doc.ents``; ``python -m spacy_genbioel ner-corpus`` on the command line.
+  :func:`~spacy_genbioel.corpus.pubtator.read_pubtator`) to one spaCy ``DocBin`` with
+  ``doc.ents``; ``python -m spacy_genbioel ner-corpus`` on the command line
+  (:mod:`spacy_genbioel.cli.ner`).
 * :func:`make_tokenizer_nlp` -- the blank pipeline whose tokenizer cuts the
   training data; the trained NER and the package built from it keep it.
 * :func:`source_ner` -- a trained NER pipeline's tokenizer, ``tok2vec`` and
   ``ner`` into another pipeline (``package --ner DIR``).
+* :func:`add_kb_entity_ruler` -- a dictionary NER over the KB names, the
+  entity source of the demo and of packages built without a trained NER.
 
 Decisions:
 
@@ -33,7 +36,7 @@ Decisions:
   callback: ``python -m spacy train`` needs no ``--code`` and ``spacy.load``
   no import of this package.
 * Mention offsets inside a token expand to whole tokens (``char_span(...,
-  alignment_mode="expand")``, in :func:`~spacy_genbioel.corpus.readers.to_spacy_docs`);
+  alignment_mode="expand")``, in :func:`~spacy_genbioel.corpus.spacy_docs.to_spacy_docs`);
   such changes are counted and logged. Of overlapping mentions the longer is
   kept (``spacy.util.filter_spans``; same length: the earlier), the others are
   counted; every mention stays in ``doc.spans["gold"]``.
@@ -49,13 +52,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List,
 
 from spacy_genbioel.util import PathLike
 
-import typer  # light; the command annotations below are resolved in this module
-
 if TYPE_CHECKING:
     from spacy.language import Language
     from spacy.tokens import Doc, Span
 
-    from spacy_genbioel.corpus.readers import PubTatorAnnotation, PubTatorDocument
+    from spacy_genbioel.corpus.pubtator import PubTatorAnnotation, PubTatorDocument
+    from spacy_genbioel.kb.base import KnowledgeBase
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +67,12 @@ __all__ = [
     "NCBI_LABEL_MAP",
     "TOKENIZERS",
     "NerCorpusStats",
+    "add_kb_entity_ruler",
     "convert_pubtator",
     "label_mapper",
     "make_tokenizer_nlp",
     "ner_docs",
     "parse_label_map",
-    "register_ner_commands",
     "source_ner",
 ]
 
@@ -171,7 +173,8 @@ def ner_docs(
     """spaCy Docs with ``doc.ents`` (mapped labels) for PubTator documents,
     tokenized by ``nlp``; ``stats`` (when given) is updated as they go.
     ``source`` names the file in messages."""
-    from spacy_genbioel.corpus.readers import CorpusFormatError, to_spacy_docs
+    from spacy_genbioel.corpus.pubtator import CorpusFormatError
+    from spacy_genbioel.corpus.spacy_docs import to_spacy_docs
 
     stats = stats if stats is not None else NerCorpusStats()
     for document in documents:
@@ -224,7 +227,7 @@ def convert_pubtator(
     training config's ``paths.tokenizer``. Format errors name file and line."""
     from spacy.tokens import DocBin
 
-    from spacy_genbioel.corpus.readers import read_pubtator
+    from spacy_genbioel.corpus.pubtator import read_pubtator
 
     nlp = nlp if nlp is not None else make_tokenizer_nlp(tokenizer)
     map_label = label_mapper(label_map, single_label)
@@ -272,32 +275,22 @@ def source_ner(nlp: "Language", ner_nlp: Union["Language", PathLike]) -> List[st
     return wanted
 
 
-# -- command line ------------------------------------------------------------------------------
-def register_ner_commands(app) -> None:
-    """Add ``ner-corpus`` to a typer app (``cli.py``: ``register_ner_commands(app)``)."""
-    from wasabi import msg
-
-    @app.command("ner-corpus")
-    def ner_corpus_cmd(
-        inputs: List[Path] = typer.Argument(..., help="PubTator files (one split; several files are concatenated)"),
-        out: Path = typer.Option(..., help="Output DocBin (.spacy)"),
-        label_map: Optional[str] = typer.Option(None, help="ncbi (NCBI-disease types -> Disease) or FROM=TO,FROM=TO"),
-        single_label: Optional[str] = typer.Option(None, help="Give every entity this label"),
-        tokenizer: str = typer.Option("default", help="default (spaCy's English) | scispacy (keeps hyphenated words whole; see the module docs)"),
-        tokenizer_out: Optional[Path] = typer.Option(None, help="Save the tokenizer as a blank pipeline here (the config's paths.tokenizer)"),
-        verbose: bool = typer.Option(False, "--verbose", "-v"),
-    ) -> None:
-        """PubTator corpora as a spaCy DocBin with doc.ents, for `spacy train`."""
-        logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-        if label_map and single_label:
-            raise typer.BadParameter("give --label-map or --single-label, not both")
-        try:
-            mapping = parse_label_map(label_map)
-        except ValueError as err:
-            raise typer.BadParameter(str(err)) from None
-        stats = convert_pubtator(inputs, out, tokenizer=tokenizer, label_map=mapping, single_label=single_label,
-                                 tokenizer_out=tokenizer_out)
-        labels = ", ".join(f"{label} {n}" for label, n in sorted(stats.labels.items()))
-        msg.good(f"{stats.documents} documents, {stats.entities} entities ({labels}) -> {out}")
-        msg.info(f"{stats.boundary_changed} mentions expanded to token boundaries, "
-                 f"{stats.overlaps_dropped} overlapping dropped, {stats.skipped} covering no token skipped")
+def add_kb_entity_ruler(nlp: "Language", kb: "KnowledgeBase", label: Optional[str] = None, min_chars: int = 3) -> int:
+    """A case-insensitive dictionary NER over the KB's raw names (the entity
+    source until a trained NER is available); returns the pattern count.
+    Every entity gets ``label``, or its concept's first type (``ENTITY`` if it
+    has none). Names shorter than ``min_chars`` (``AS``, ``MS``...) are left out:
+    as dictionary patterns they match ordinary words far more often than concepts."""
+    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
+    patterns = []
+    seen = set()
+    for concept in kb:
+        tag = label or (concept.types[0] if concept.types else "ENTITY")
+        for name in concept.names:
+            key = (tag, name.lower())
+            if len(name) < min_chars or key in seen:
+                continue
+            seen.add(key)
+            patterns.append({"label": tag, "pattern": name})
+    ruler.add_patterns(patterns)
+    return len(patterns)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, NamedTuple, Protocol, Sequence, Tuple
+from typing import List, NamedTuple, Protocol, Sequence, Tuple, Union
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,15 @@ class Mention:
     @property
     def is_composite(self) -> bool:
         return self.composite or len(self.ids) > 1
+
+
+#: What retrievers accept: a mention or its bare text.
+MentionLike = Union[Mention, str]
+
+
+def mention_text(mention: MentionLike) -> str:
+    """The text of a mention, or the string itself."""
+    return mention if isinstance(mention, str) else mention.text
 
 
 class Candidate(NamedTuple):

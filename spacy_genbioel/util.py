@@ -2,7 +2,8 @@
 
 * paths: :data:`PathLike`;
 * reading: :func:`open_text` / :func:`open_binary` (gzip detected by magic
-  bytes), :func:`iter_lines` (exact line numbers for decoding errors);
+  bytes), :func:`iter_lines` (exact line numbers for decoding errors),
+  :func:`iter_json_lines` (JSON lines, errors naming file and line);
 * durable writes: :func:`atomic_write` / :func:`atomic_json` (temporary file,
   fsync, rename, fsync the folder);
 * identity: :func:`fingerprint` (SHA-256 over model weights and data files);
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PathLike = Union[str, Path]
 
 __all__ = [
-    "PathLike", "open_text", "open_binary", "iter_lines", "atomic_write", "atomic_json", "fsync_path",
+    "PathLike", "open_text", "open_binary", "iter_lines", "iter_json_lines", "atomic_write", "atomic_json", "fsync_path",
     "fingerprint", "resolve_device", "resolve_dtype", "autocast_dtype",
 ]
 
@@ -71,6 +72,19 @@ def iter_lines(path: PathLike, error: Callable[[str], Exception] = ValueError) -
             if lineno == 1 and line.startswith("\ufeff"):
                 line = line[1:]  # a BOM would otherwise glue itself to the first ID
             yield lineno, line.rstrip("\r\n")
+
+
+def iter_json_lines(path: PathLike, error: Callable[[str], Exception] = ValueError) -> Iterator[Tuple[int, Any]]:
+    """(line number, parsed JSON) for every non-blank line of a JSON-lines file;
+    bad JSON or UTF-8 raises ``error("file:line: ...")``."""
+    for lineno, line in iter_lines(path, error):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise error(f"{path}:{lineno}: not valid JSON ({err.msg})") from err
+        yield lineno, record
 
 
 # -- durable writes -----------------------------------------------------------------------------------------------

@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 import spacy
 
-from spacy_genbioel.corpus.readers import (
+from spacy_genbioel.corpus import (
     CorpusFormatError,
     PubTatorAnnotation,
     PubTatorDocument,
+    UnknownFormatError,
+    bioc_document,
     document_mentions,
+    load_corpus,
     mentions_from_pubtator,
     read_askapatient,
     read_bioc,
@@ -108,7 +111,7 @@ def test_duplicate_pmids_are_kept(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     block = "5|t|Same title.\n5|a|Same abstract.\n5\t0\t4\tSame\tDisease\tD1\n\n"
     path = tmp_path / "dup.txt"
     path.write_text(block + block, encoding="utf8")
-    with caplog.at_level(logging.WARNING, logger="spacy_genbioel.corpus.readers"):
+    with caplog.at_level(logging.WARNING, logger="spacy_genbioel.corpus.pubtator"):
         docs = list(read_pubtator(path))
     assert len(docs) == 2 and docs[0] == docs[1]
     assert "PMID 5 seen before (line 1)" in caplog.text
@@ -291,3 +294,27 @@ def test_document_mentions_on_built_document() -> None:
     doc = PubTatorDocument("x", "Title", "Body text", [PubTatorAnnotation(6, 10, "Body", "T", ("D1",))])
     (mention,) = document_mentions(doc, context_chars=3)
     assert (mention.left, mention.text, mention.right) == ("le ", "Body", " te")
+
+
+def test_load_corpus_by_format(pubtator: Path, tmp_path: Path) -> None:
+    walk = tmp_path / "crosswalk.tsv"
+    walk.write_text("D009270\tD000001\n", encoding="utf8")
+    mentions, texts = load_corpus(pubtator, "pubtator", crosswalk=walk)
+    assert mentions == [m for doc in read_pubtator(pubtator, crosswalk={"D009270": "D000001"}) for m in document_mentions(doc)]
+    assert mentions[0].ids == ("D000001",) and texts["227508"] == TEXT
+    with pytest.raises(UnknownFormatError, match="unknown corpus format 'nope'; use pubtator, bioc, jsonl or askapatient"):
+        load_corpus(pubtator, "nope")
+    assert issubclass(UnknownFormatError, ValueError) and not issubclass(UnknownFormatError, CorpusFormatError)
+
+
+def test_bioc_document_lays_out_passages() -> None:
+    from bioc import BioCDocument, BioCPassage
+
+    bdoc = BioCDocument()
+    bdoc.id = "7"
+    for offset, text in ((0, "Title."), (20, "Abstract.")):
+        passage = BioCPassage()
+        passage.offset, passage.text = offset, text
+        bdoc.add_passage(passage)
+    doc = bioc_document(bdoc, Path("x.xml"), (), check_offsets=False)
+    assert (doc.pmid, doc.title, doc.text.index("Abstract.")) == ("7", "Title.", 20)

@@ -11,8 +11,8 @@ from typing import List
 
 import pytest
 
-from spacy_genbioel.corpus.readers import PubTatorDocument, mentions_from_pubtator, read_askapatient, read_pubtator
-from spacy_genbioel.kb.sources import (
+from spacy_genbioel.corpus import PubTatorDocument, mentions_from_pubtator, read_askapatient, read_pubtator
+from spacy_genbioel.kb import (
     build_kb,
     compare_with_target_kb,
     read_crosswalk,

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spacy_genbioel.kb.base import Concept, KBFormatError, KnowledgeBase, genbioel_normalize, get_normalizer
+from spacy_genbioel.kb.base import Concept, KBFormatError, KnowledgeBase
+from spacy_genbioel.kb.normalizers import genbioel_normalize, get_normalizer
 
 
 def test_genbioel_normalization():
@@ -116,3 +117,67 @@ def test_prior_must_be_a_number(tmp_path):
     path.write_text('{"id": "D1", "names": ["a"]}\n{"id": "D2", "names": ["b"], "prior": "often"}\n', encoding="utf8")
     with pytest.raises(KBFormatError, match=r"kb.jsonl:2: 'prior'"):
         KnowledgeBase.load(path)
+
+
+# -- normalizers in spaCy's registry ------------------------------------------------------
+VERSIONED_NORMALIZERS = {
+    "genbioel": "genbioel.normalizer.v1",
+    "lower": "genbioel.lower_normalizer.v1",
+    "none": "genbioel.whitespace_normalizer.v1",
+}
+
+
+@pytest.mark.parametrize("old, versioned", sorted(VERSIONED_NORMALIZERS.items()))
+def test_versioned_normalizers_are_in_spacys_registry(old, versioned):
+    from spacy.util import registry
+
+    assert registry.misc.get(versioned)() is get_normalizer(versioned) is get_normalizer(old)
+
+
+@given(st.text(), st.sampled_from(sorted(VERSIONED_NORMALIZERS.items())))
+def test_old_and_versioned_names_normalize_identically(text, names):
+    old, versioned = names
+    assert get_normalizer(old)(text) == get_normalizer(versioned)(text)
+
+
+def test_normalizer_from_a_config_block():
+    from spacy.util import registry
+    from thinc.api import Config
+
+    config = Config().from_str('[x]\n\n[x.normalizer]\n@misc = "genbioel.normalizer.v1"\n')
+    assert registry.resolve(config)["x"]["normalizer"]("Reiter's  (ReA)") == "reiter s rea"
+
+
+def test_normalizer_names_keep_the_index_and_checksum(tmp_path):
+    concepts = [Concept("C1", ["Reiter's Syndrome", "ReA"]), Concept("C2", ["Re-A", "Retinal  Artery"])]
+    for old, versioned in VERSIONED_NORMALIZERS.items():
+        by_old = KnowledgeBase(concepts, normalizer=old)
+        by_versioned = KnowledgeBase(concepts, normalizer=versioned)
+        assert by_old.normalizer_name == old and by_versioned.normalizer_name == versioned
+        assert by_old.names == by_versioned.names and by_old.checksum() == by_versioned.checksum()
+        by_old.to_jsonl(tmp_path / "kb.jsonl")
+        assert KnowledgeBase.load(tmp_path / "kb.jsonl", normalizer=old).checksum() == by_old.checksum()
+
+
+def test_checksums_of_the_old_normalizer_names_are_unchanged():
+    # recorded with the 0.1 code (the catalogue registry); a saved pipeline's cfg.json keeps "kb_normalizer"
+    concepts = [Concept("C1", ["Reiter's Syndrome", "ReA"]), Concept("C2", ["Re-A", "Retinal  Artery"])]
+    expected = {
+        "genbioel": "f2ea1b65484d755b07a595f727ab0557d723612e155f8be8702d7274f89d4f0f",
+        "lower": "649eb10f5dd2dacaaff8dc7dd0df89b96fcded48e651217a3767a1a04e478997",
+        "none": "80dc01dbebd8407a6f3baec411d8533206d54bf068774ee975b9ed76849ded09",
+    }
+    assert {name: KnowledgeBase(concepts, normalizer=name).checksum() for name in expected} == expected
+
+
+def test_legacy_pipeline_kb_checksum_still_matches():
+    from pathlib import Path
+
+    from conftest import random_kb
+
+    cfg_path = Path(__file__).resolve().parent / "fixtures" / "legacy_v0_1" / "genbioel_cfg.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf8"))
+    kb = random_kb(3, n_concepts=40)  # the KB the 0.1 pipeline was saved with (make_fixture.py)
+    reloaded = KnowledgeBase(list(kb), normalizer=cfg["kb_normalizer"], dedup=cfg["kb_dedup"])
+    assert reloaded.normalizer_name == "genbioel"
+    assert reloaded.checksum() == cfg["kb_checksum"]

@@ -10,12 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spacy_genbioel.kb.base import Concept, KBFormatError
-from spacy_genbioel.kb.sources import (
+from spacy_genbioel.kb import (
     FORMATS,
+    KnowledgeBase,
     apply_crosswalk,
+    augment_kb,
     build_kb,
     compare_with_target_kb,
     normalize_id,
+    parse_source,
     read_crosswalk,
     read_ctd,
     read_genbioel_target_kb,
@@ -508,3 +511,22 @@ def test_compare_with_target_kb(tmp_path: Path) -> None:
     assert report["cleaned_target_ids"] == {" 613097": "613097"}
     assert ("D017092", "gunther apos s disease") in report["target_not_in_ours_examples"]
     assert report["ours_in_target_frac"] == pytest.approx(6 / report["ours_pairs"])
+
+
+def test_parse_source() -> None:
+    assert parse_source("medic:kb.txt") == ("medic", "kb.txt")
+    assert parse_source("mesh-tsv:/data/a:b.tsv") == ("mesh-tsv", "/data/a:b.tsv")
+    assert parse_source("C:/kb.txt") == "C:/kb.txt" and parse_source("kb.txt") == "kb.txt"
+
+
+def test_augment_kb_steps() -> None:
+    kb = KnowledgeBase([Concept("D1", ["alpha", "alfa"]), Concept("D2", ["beta"])])
+    train = [Mention("Alpha-1", ("D1",)), Mention("a and b", ("D1", "D2"), composite=True), Mention("beta", ("D2",))]
+    same, report = augment_kb(kb)
+    assert same is kb and report.mentions_added is None and report.prior_ids is None
+    more, report = augment_kb(kb, augment_mentions=iter(train), prior_mentions=iter(train))
+    assert (report.mentions_added, report.new_names) == (2, 1)  # the composite mention adds no name
+    assert more.ids_for_name("alpha 1") == ("D1",)
+    assert (report.prior_ids, report.prior_concepts) == (4, 2) and more["D1"].prior == 2.0
+    one, report = augment_kb(kb, first_names_only=True)
+    assert report.names_before_first_only == 3 and one.names == ["alpha", "beta"]

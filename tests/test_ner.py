@@ -7,7 +7,7 @@ from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.corpus.readers import CorpusFormatError
+from spacy_genbioel.corpus.pubtator import CorpusFormatError
 from spacy_genbioel.ner import (
     NCBI_LABEL_MAP,
     convert_pubtator,
@@ -188,8 +188,8 @@ def test_trained_ner_keeps_the_corpus_tokenizer(trained_ner):
 
 
 def test_package_with_a_trained_ner(tmp_path, trained_ner, micro_model, word_tokenizer, small_kb):
-    from spacy_genbioel.models.bart import save_model
-    from spacy_genbioel.training.cli_steps import package
+    from spacy_genbioel.models import save_model
+    from spacy_genbioel.training.package import package
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
@@ -212,7 +212,7 @@ def test_package_with_a_trained_ner(tmp_path, trained_ner, micro_model, word_tok
     assert not ruler.get_pipe("genbioel").linker.config.exact_match
     exact = spacy.load(package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg3", num_beams=2, top_k=2,
                                exact_match=True))
-    assert exact.config["components"]["genbioel"]["exact_match"] is True
+    assert exact.config["components"]["genbioel"]["decoding"]["exact_match"] is True
     assert exact.get_pipe("genbioel").linker.config.exact_match
 
 
@@ -224,7 +224,7 @@ def test_source_ner_needs_an_ner(trained_ner):
 
 
 def test_package_command_takes_ner(tmp_path, trained_ner, micro_model, word_tokenizer, small_kb):
-    from spacy_genbioel.models.bart import save_model
+    from spacy_genbioel.models import save_model
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
@@ -233,7 +233,9 @@ def test_package_command_takes_ner(tmp_path, trained_ner, micro_model, word_toke
     assert result.exit_code == 0, result.output
     config = spacy.util.load_config(tmp_path / "pkg" / "config.cfg")
     assert config["nlp"]["pipeline"] == ["abbreviation_detector", "tok2vec", "ner", "genbioel"]
-    assert (config["components"]["genbioel"]["candidates"], config["components"]["genbioel"]["shortcut_threshold"]) == ("none", None)
+    candidates = config["components"]["genbioel"]["candidates"]
+    assert (candidates["retriever"], candidates["shortcut_threshold"]) == ("none", None)
+    assert config["components"]["genbioel"]["decoding"]["num_beams"] == 2
     # retrieve the easy mentions, generate the rest: the settings travel in the config
     result = runner.invoke(app, ["package", "--model", str(tmp_path / "model"), "--kb", str(tmp_path / "kb.jsonl"),
                                  "--out", str(tmp_path / "pkg2"), "--num-beams", "2", "--top-k", "2", "--candidates", "tfidf",

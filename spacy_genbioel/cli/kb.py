@@ -28,45 +28,28 @@ def build_kb_cmd(
 
     import psutil
 
-    from spacy_genbioel.kb.sources import FORMATS, build_kb
-
-    def source(spec: str):
-        prefix, _, rest = spec.partition(":")
-        return (prefix, rest) if rest and prefix in FORMATS else spec
+    from spacy_genbioel.corpus.pubtator import mentions_from_pubtator
+    from spacy_genbioel.kb.build import augment_kb, build_kb, parse_source
+    from spacy_genbioel.kb.crosswalk import read_crosswalk
 
     began = time.monotonic()
-    kb = build_kb(format, [source(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem)
-    walk = None
-    if crosswalk and (augment_pubtator or prior_pubtator):
-        from spacy_genbioel.kb.sources import read_crosswalk
+    kb = build_kb(format, [parse_source(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem)
+    walk = read_crosswalk(crosswalk) if crosswalk and (augment_pubtator or prior_pubtator) else None
 
-        walk = read_crosswalk(crosswalk)
-    if augment_pubtator:
-        from spacy_genbioel.corpus.readers import mentions_from_pubtator
+    def gold_mentions(paths: List[Path]):
+        if not paths:
+            return None
+        return (m for path in paths for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk))
 
-        pairs = [(cid, m.text) for path in augment_pubtator
-                 for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk)
-                 if not m.is_composite for cid in m.ids]
-        n_names = kb.n_names
-        kb = kb.with_extra_names(pairs)
-        msg.info(f"Dictionary augmentation: {len(pairs)} training mentions, {kb.n_names - n_names} new names")
-    if prior_pubtator:
-        from collections import Counter
-
-        from spacy_genbioel.corpus.readers import mentions_from_pubtator
-
-        counts = Counter(cid for path in prior_pubtator for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk)
-                         for cid in m.ids)
-        kb = kb.with_priors(counts)
-        msg.info(f"Concept priors from {sum(counts.values())} gold IDs ({len(counts)} concepts)")
-    if first_names_only:
-        n_names = kb.n_names
-        kb = kb.with_first_names_only()
-        msg.info(f"One name per concept: {n_names} -> {kb.n_names} names")
+    kb, report = augment_kb(kb, augment_mentions=gold_mentions(augment_pubtator), prior_mentions=gold_mentions(prior_pubtator),
+                            first_names_only=first_names_only)
+    if report.mentions_added is not None:
+        msg.info(f"Dictionary augmentation: {report.mentions_added} training mentions, {report.new_names} new names")
+    if report.prior_ids is not None:
+        msg.info(f"Concept priors from {report.prior_ids} gold IDs ({report.prior_concepts} concepts)")
+    if report.names_before_first_only is not None:
+        msg.info(f"One name per concept: {report.names_before_first_only} -> {kb.n_names} names")
     out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".json":
-        kb.to_target_kb_json(out)
-    else:
-        kb.to_jsonl(out)
+    kb.save(out)
     rss = psutil.Process().memory_info().rss / 2**20
     msg.good(f"{len(kb)} concepts, {kb.n_names} names -> {out} ({time.monotonic() - began:.1f}s, RSS {rss:.0f} MB)")

