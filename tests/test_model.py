@@ -1,8 +1,11 @@
 import pytest
 import torch
 
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
-from spacy_genbioel.models.bart import PRESETS, build_model, init_model, load_model, resolve_device, resolve_dtype, special_ids
+from spacy_genbioel.linking.decoder import GenerativeLinker
+
+from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.models import PRESETS, build_model, init_model, load_model, special_ids
+from spacy_genbioel.util import resolve_device, resolve_dtype
 from spacy_genbioel.linking.reference import ReferenceLinker
 
 from test_decoding import mentions_for

@@ -36,7 +36,7 @@ def init_model_cmd(
         msg.good(f"BERT2BERT from {source} ({n_params / 1e6:.1f}M parameters, vocabulary {len(tok)}) saved to {out}")
         return
     if tokenizer is not None:
-        from spacy_genbioel.training.cli_steps import init_model_step
+        from spacy_genbioel.training.stages import init_model_step
 
         init_model_step(tokenizer, out, preset=preset, seed=seed)
         msg.good(f"{preset} model with the tokenizer of {tokenizer} saved to {out}")
@@ -44,7 +44,7 @@ def init_model_cmd(
     if kb is None:
         raise typer.BadParameter("give --kb (to train a tokenizer) or --tokenizer")
     from spacy_genbioel.kb.base import KnowledgeBase
-    from spacy_genbioel.models.bart import init_model
+    from spacy_genbioel.models import init_model
 
     knowledge_base = KnowledgeBase.load(kb)
     lines = (line.strip() for line in texts.open(encoding="utf8")) if texts else ()

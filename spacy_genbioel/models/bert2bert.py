@@ -36,7 +36,7 @@ from typing import Iterator, Optional, Tuple, Union
 
 import torch
 
-from spacy_genbioel.models.bart import MARKERS, load_tokenizer, save_model
+from spacy_genbioel.models.hf import MARKERS, load_tokenizer, save_model
 from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
