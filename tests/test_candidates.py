@@ -9,15 +9,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.retrieval import peers
-from spacy_genbioel.linking.candidates import LazyCandidateGenerator, candidate_generators, make_candidate_generator
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+from spacy_genbioel.linking.candidates import LazyCandidateGenerator, check_candidates, known_candidates, make_candidate_generator
+from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Candidate, Mention
-from spacy_genbioel.retrieval.peers import TfidfLinker
+from spacy_genbioel.retrieval.tfidf import TfidfLinker
 from spacy_genbioel.linking.trie import NameTrie
 
-from conftest import random_kb
+from conftest import assert_same_links, random_kb
+from spacy_genbioel.linking.settings import linking_overrides
 from test_decoding import mentions_for
 from test_pipeline import TEXTS, linked, make_nlp, resources  # noqa: F401  (fixture)
 
@@ -112,7 +113,7 @@ def test_outputs_come_from_allowed_concepts(micro_model, word_tokenizer, seed):
     for ranked, ids, unrestricted in zip(restricted, allowed, free):
         assert ranked
         if ids is None:
-            assert ranked == unrestricted
+            assert_same_links(ranked, unrestricted)
         for cand in ranked:
             assert cand.ids == kb.ids_for_name(cand.name, normalize=False)
             if ids is not None:
@@ -128,7 +129,7 @@ def test_mixed_batch_equals_each_mention_alone(micro_model, word_tokenizer, smal
     allowed = [None if i % 3 == 0 else ids[i : i + 1 + i % 4] for i in range(len(mentions))]
     batched = linker.link(mentions, allowed=allowed)
     singles = [linker.link([m], allowed=[a])[0] for m, a in zip(mentions, allowed)]
-    assert batched == singles
+    assert_same_links(batched, singles)
     assert all(batched)
 
 
@@ -284,36 +285,85 @@ def test_registry_builds_lazily(small_kb, monkeypatch):
     assert make_candidate_generator("none", small_kb) is None
     with pytest.raises(ValueError, match="tfidf"):
         make_candidate_generator("nope", small_kb)
+    from spacy_genbioel.retrieval import dense
+
     built = []
 
     class Dense:
-        def __init__(self, kb):
+        def __init__(self, kb, model=None, **settings):
             built.append(kb)
 
         def link(self, mentions, top_k=5):
             return [[] for _ in mentions]
 
-    monkeypatch.setattr(peers, "get_linker", lambda name, kb, **kw: Dense(kb) if name == "dense" else None)
+    monkeypatch.setattr(dense, "DenseLinker", Dense)
     lazy = make_candidate_generator("dense", small_kb)
     assert isinstance(lazy, LazyCandidateGenerator) and built == []
     assert lazy.link([Mention("pain")], 3) == [[]] and built == [small_kb]
-    assert "tfidf" in candidate_generators and "dense" in candidate_generators
+    assert {"none", "tfidf", "dense", "genbioel.tfidf_retriever.v1", "genbioel.dense_retriever.v1"} <= set(known_candidates())
+    check_candidates("genbioel.exact_retriever.v1")
 
 
 def test_dense_generator_gets_its_model_directory(small_kb, monkeypatch):
-    from spacy_genbioel.retrieval import peers
+    from spacy_genbioel.retrieval import dense
 
     seen = []
-    monkeypatch.setattr(peers, "get_linker", lambda name, kb, **kw: seen.append((name, kw)) or object())
+    monkeypatch.setattr(dense, "DenseLinker", lambda kb, model=None, **settings: seen.append(model) or object())
     make_candidate_generator("dense", small_kb, model="trained/dense/model").generator
-    make_candidate_generator("dense", small_kb).generator
-    make_candidate_generator("tfidf", small_kb, model="ignored").generator
-    assert seen == [("dense", {"model": "trained/dense/model"}), ("dense", {}), ("tfidf", {})]
+    make_candidate_generator("genbioel.dense_retriever.v1", small_kb).generator
+    assert seen == ["trained/dense/model", None]
+    assert isinstance(make_candidate_generator("tfidf", small_kb, model="ignored").generator, TfidfLinker)
+
+
+@pytest.fixture()
+def fixed_retriever():
+    """A retriever another package could register: every mention gets the KB's first name."""
+    import catalogue
+    from spacy.util import registry
+
+    name = "test.first_name_retriever.v1"
+
+    class FirstName:
+        def __init__(self, kb, score):
+            self.kb, self.score = kb, score
+
+        def link(self, mentions, top_k=5):
+            name = self.kb.names[0]
+            return [[Candidate(tuple(self.kb.ids_for_name(name, normalize=False)), name, self.score)][:top_k] for _ in mentions]
+
+    @registry.misc(name)
+    def make_first_name_retriever(score: float = 0.5):
+        return lambda kb: FirstName(kb, score)
+
+    yield name
+    catalogue.REGISTRY.pop((*registry.misc.namespace, name), None)
+
+
+def test_a_registered_retriever_serves_evaluate_and_candidate_generation(fixed_retriever, small_kb, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from spacy_genbioel.cli import app
+
+    lazy = make_candidate_generator(fixed_retriever, small_kb)
+    first = small_kb.names[0]
+    assert lazy.link([Mention("anything")], 3) == [[Candidate(small_kb.ids_for_name(first, normalize=False), first, 0.5)]]
+    assert fixed_retriever in known_candidates()
+
+    small_kb.to_jsonl(tmp_path / "kb.jsonl")
+    gold = small_kb.ids_for_name(first, normalize=False)[0]
+    (tmp_path / "dev.txt").write_text(f"1|t|{first} here.\n1|a|\n1\t0\t{len(first)}\t{first}\tDisease\t{gold}\n\n")
+    result = CliRunner().invoke(app, ["evaluate", "--corpus", str(tmp_path / "dev.txt"), "--linker", fixed_retriever,
+                                      "--kb", str(tmp_path / "kb.jsonl"), "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["linker"] == fixed_retriever and report["recall"]["recall"]["recall@1"] == 1.0
 
 
 def test_pipeline_config_round_trip(resources, tmp_path_factory):
     kb, tmp_path = resources
-    nlp = make_nlp(tmp_path, candidates="tfidf", num_candidates=2, exact_match=True)
+    nlp = make_nlp(tmp_path, candidates={"retriever": "tfidf", "num_candidates": 2}, decoding={"exact_match": True})
     pipe = nlp.get_pipe("genbioel")
     before = [linked(d) for d in nlp.pipe(TEXTS)]
     generator = pipe.linker.candidate_generator
@@ -333,10 +383,12 @@ def test_pipeline_config_round_trip(resources, tmp_path_factory):
     assert not list((out / "genbioel").glob("*tfidf*"))
     loaded = spacy.load(out)
     cfg = loaded.config["components"]["genbioel"]
-    assert (cfg["candidates"], cfg["num_candidates"], cfg["exact_match"]) == ("tfidf", 2, True)
-    assert [linked(d) for d in loaded.pipe(TEXTS)] == before
+    assert (cfg["candidates"]["retriever"], cfg["candidates"]["num_candidates"], cfg["decoding"]["exact_match"]) == ("tfidf", 2, True)
+    assert_same_links([linked(d) for d in loaded.pipe(TEXTS)], before)
     # overriding at load time, as `evaluate --candidates none` does
-    plain = spacy.load(out, config={"components": {"genbioel": {"candidates": "none", "exact_match": False}}})
+    overrides = linking_overrides(retriever="none", exact_match=False)
+    assert overrides == {"candidates": {"retriever": "none"}, "decoding": {"exact_match": False}}
+    plain = spacy.load(out, config={"components": {"genbioel": overrides}})
     assert plain.get_pipe("genbioel").linker.candidate_generator is None
     assert [linked(d) for d in plain.pipe(TEXTS)] == [linked(d) for d in make_nlp(tmp_path).pipe(TEXTS)]
 
@@ -344,14 +396,14 @@ def test_pipeline_config_round_trip(resources, tmp_path_factory):
 def test_pipeline_rejects_bad_candidate_config():
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="candidate generator"):
-        nlp.add_pipe("genbioel", config={"candidates": "nope"})
+        nlp.add_pipe("genbioel", config={"candidates": {"retriever": "nope"}})
     with pytest.raises(ValueError, match="num_candidates"):
-        nlp.add_pipe("genbioel", config={"num_candidates": 0})
+        nlp.add_pipe("genbioel", config={"candidates": {"num_candidates": 0}})
 
 
 def test_pipeline_warns_on_a_shortcut_without_retriever(caplog):
-    with caplog.at_level("WARNING", logger="spacy_genbioel.linking.component"):
-        pipe = spacy.blank("en").add_pipe("genbioel", config={"shortcut_threshold": 0.9})
+    with caplog.at_level("WARNING", logger="spacy_genbioel.linking.settings"):
+        pipe = spacy.blank("en").add_pipe("genbioel", config={"candidates": {"shortcut_threshold": 0.9}})
     assert "no effect" in caplog.text
     assert pipe.decoding.shortcut_threshold == 0.9 and pipe.decoding.restrict_to_candidates
 

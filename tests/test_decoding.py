@@ -3,7 +3,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker, InputBuilder, PromptTokenizer
+from spacy_genbioel.linking.decoder import GenerativeLinker
+
+from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer
+
+from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.linking.reference import ReferenceLinker
 

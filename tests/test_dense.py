@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from spacy_genbioel.retrieval.dense import DENSE_CONFIG, DenseEncoder, DenseLinker, autocast_dtype, detect_pooling, pool
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.retrieval.peers import get_linker
+from spacy_genbioel.retrieval.registry import get_retriever
 from spacy_genbioel.training.sapbert import (
-    _SECTIONS,
+    DENSE_SECTIONS,
     DenseTrainConfig,
     SynonymPairs,
     batch_loss,
@@ -272,13 +272,13 @@ def test_name_cache_skips_encoding_and_follows_the_kb(tiny_bert_dir, tmp_path, m
     assert not again.from_cache and torch.equal(again.name_vectors, first.name_vectors)
 
 
-def test_get_linker_builds_the_dense_peer(tiny_bert_dir):
+def test_get_retriever_builds_the_dense_peer(tiny_bert_dir):
     kb = toy_kb()
     for name in ("dense", "sapbert"):
-        linker = get_linker(name, kb, model=str(tiny_bert_dir), cache=False)
+        linker = get_retriever(name, kb, model=str(tiny_bert_dir), cache=False)
         assert isinstance(linker, DenseLinker) and linker.encoder.pooling == "cls"
     with pytest.raises(ValueError, match="dense"):
-        get_linker("nope", kb)
+        get_retriever("nope", kb)
 
 
 # -- training -----------------------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def test_synonym_pairs():
 
 
 def test_config_sections_cover_every_setting(tmp_path):
-    assert sorted(k for keys in _SECTIONS.values() for k in keys) == sorted(f.name for f in fields(DenseTrainConfig))
+    assert sorted(k for keys in DENSE_SECTIONS.values() for k in keys) == sorted(f.name for f in fields(DenseTrainConfig))
     config, text = load_dense_config("configs/dense_minilm.cfg", {"training.max_seconds": 5, "loss.miner": "triplet"})
     assert config.max_seconds == 5 and config.miner == "triplet" and config.pooling == "mean"
     assert (config.alpha, config.beta, config.base, config.epsilon) == (2.0, 50.0, 0.5, 0.1)

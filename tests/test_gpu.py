@@ -2,7 +2,9 @@
 import pytest
 import torch
 
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+from spacy_genbioel.linking.decoder import GenerativeLinker
+
+from spacy_genbioel.linking.settings import DecodingConfig
 
 from test_decoding import mentions_for
 

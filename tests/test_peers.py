@@ -9,15 +9,10 @@ from hypothesis import strategies as st
 
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Candidate, Mention
-from spacy_genbioel.retrieval.peers import (
-    LINKERS,
-    ExactLinker,
-    ScispacyLinker,
-    TfidfLinker,
-    get_linker,
-    kb_to_scispacy_entities,
-    write_scispacy_jsonl,
-)
+from spacy_genbioel.retrieval.exact import ExactLinker
+from spacy_genbioel.retrieval.registry import SHORT_NAMES, get_retriever, known_retrievers
+from spacy_genbioel.retrieval.scispacy import ScispacyLinker, kb_to_scispacy_entities, write_scispacy_jsonl
+from spacy_genbioel.retrieval.tfidf import TfidfLinker
 
 
 @pytest.fixture(scope="module")
@@ -185,14 +180,32 @@ def test_scispacy_kb_conversion(kb, tmp_path):
 
 # -- factory ----------------------------------------------------------------
 
-def test_get_linker(kb):
-    assert isinstance(get_linker("exact", kb), ExactLinker)
-    tfidf = get_linker("TFIDF", kb, ngram_range=(2, 3))
+def test_get_retriever(kb):
+    assert isinstance(get_retriever("exact", kb), ExactLinker)
+    tfidf = get_retriever("TFIDF", kb, ngram_range=(2, 3))
     assert isinstance(tfidf, TfidfLinker)
     assert tfidf.vectorizer.ngram_range == (2, 3)
-    assert set(LINKERS) == {"exact", "tfidf", "scispacy"}
+    assert isinstance(get_retriever("genbioel.exact_retriever.v1", kb), ExactLinker)
+    assert set(SHORT_NAMES) == {"exact", "tfidf", "scispacy", "dense", "sapbert"}
+    assert set(SHORT_NAMES.values()) <= set(known_retrievers())
     with pytest.raises(ValueError, match="Unknown linker"):
-        get_linker("bm25", kb)
+        get_retriever("bm25", kb)
+    with pytest.raises(ValueError, match="Unknown linker"):
+        get_retriever("spacy.first_longest_spans_filter.v1", kb)  # in registry.misc, but not a retriever
+
+
+def test_retrievers_resolve_from_a_config(kb):
+    from thinc.api import Config
+    from spacy.util import registry
+
+    config = Config().from_str('''
+[retriever]
+@misc = "genbioel.tfidf_retriever.v1"
+ngram_range = [2, 3]
+''')
+    build = registry.resolve(config)["retriever"]
+    tfidf = build(kb)
+    assert isinstance(tfidf, TfidfLinker) and tfidf.vectorizer.ngram_range == (2, 3)
 
 
 # -- property: peers only return KB names and IDs -----------------------------

@@ -6,7 +6,7 @@ import spacy
 from spacy.tokens import Span
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.models.bart import save_model
+from spacy_genbioel.models import save_model
 
 from conftest import random_kb
 
@@ -28,8 +28,10 @@ def make_nlp(tmp_path, **config):
         {"label": "Chemical", "pattern": "liver"},
         {"label": "Disease", "pattern": "!!"},
     ])
-    cfg = {"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "num_beams": 3, "top_k": 3, "device": "cpu"}
-    cfg.update(config)
+    cfg = {"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
+           "decoding": {"num_beams": 3, "top_k": 3}}
+    for key, value in config.items():  # a block is updated, not replaced
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
     nlp.add_pipe("genbioel", config=cfg)
     return nlp
 
@@ -88,7 +90,7 @@ def test_label_filter_and_spans_key(resources):
 
     nlp2 = spacy.blank("en")
     nlp2.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"),
-                                       "spans_key": "mentions", "num_beams": 2, "top_k": 2})
+                                       "spans_key": "mentions", "decoding": {"num_beams": 2, "top_k": 2}})
     doc = nlp2.make_doc("acute renal failure and lung cancer")
     doc.spans["mentions"] = [Span(doc, 1, 3, "Disease"), Span(doc, 4, 6, "Disease"), Span(doc, 0, 3, "Disease")]
     doc = nlp2(doc)
@@ -105,7 +107,7 @@ def test_missing_resources_error_is_clear():
 def test_top_k_cannot_exceed_beams():
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="top_k"):
-        nlp.add_pipe("genbioel", config={"num_beams": 2, "top_k": 5})
+        nlp.add_pipe("genbioel", config={"decoding": {"num_beams": 2, "top_k": 5}})
 
 
 def test_to_disk_from_disk_round_trip_after_originals_are_gone(resources, tmp_path_factory):
@@ -132,7 +134,7 @@ def test_abbreviation_long_form_is_linked(resources):
     nlp.add_pipe("abbreviation_detector")
     ruler = nlp.add_pipe("entity_ruler")
     ruler.add_patterns([{"label": "Disease", "pattern": "CF"}])
-    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "num_beams": 2, "top_k": 2})
+    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "decoding": {"num_beams": 2, "top_k": 2}})
     linker = nlp.get_pipe("genbioel")
     seen = []
     original = linker.linker.link

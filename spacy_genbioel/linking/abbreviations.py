@@ -71,6 +71,15 @@ def make_abbreviation_detector(nlp, name: str = "abbreviation_detector", make_se
     return AbbreviationDetector(nlp, name=name, make_serializable=make_serializable)
 
 
+def abbreviation_detector_available() -> bool:
+    """Whether scispacy is installed; importing it registers the ``abbreviation_detector`` factory."""
+    try:
+        import scispacy.abbreviation  # noqa: F401  (registers the factory)
+    except ImportError:
+        return False
+    return True
+
+
 try:  # register scispacy's factory as soon as this module is imported (see above)
     import scispacy.abbreviation  # noqa: F401
 except ImportError:  # scispacy is an optional extra

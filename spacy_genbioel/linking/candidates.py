@@ -5,16 +5,13 @@ A candidate generator is any :class:`~spacy_genbioel.ty.Linker`
 it for ``num_candidates`` candidates per mention and decodes only names of the
 concepts they carry (:meth:`GenerativeLinker.link`).
 
-Generators are registered by name in the ``candidate_generators`` registry as
-functions ``(kb, model=None) -> Linker`` (``model``: a directory for generators
-that need one, e.g. a trained dense retriever), so the component config can pick one
-(``candidates = "tfidf"``) and packages can add their own::
-
-    from spacy_genbioel.linking.candidates import candidate_generators
-
-    @candidate_generators.register("my_retriever")
-    def make_my_retriever(kb, model=None):
-        return MyRetriever(kb, model)
+Generators are the retrievers of :mod:`spacy_genbioel.retrieval.registry`,
+named the same way as for ``evaluate --linker``: a short name (``tfidf``,
+``dense``, ``exact``, ``scispacy``) or a registered versioned name
+(``genbioel.tfidf_retriever.v1``, or a retriever another package registers;
+see that module for how). ``none`` means no generator. ``model`` (a directory,
+e.g. a trained dense encoder) goes to retrievers that have a ``model`` setting
+and is ignored by the others.
 
 Generators are built from the component's KB on first use
 (:class:`LazyCandidateGenerator`), so nothing extra is stored with a pipeline:
@@ -24,64 +21,47 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, List, Optional, Sequence
-
-import catalogue
+from typing import List, Optional, Sequence
 
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.retrieval.registry import RetrieverBuilder, known_retrievers, make_retriever_builder, resolve_retriever, retriever_takes
 from spacy_genbioel.ty import Candidate, Linker, Mention
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["candidate_generators", "LazyCandidateGenerator", "make_candidate_generator", "check_candidates", "NO_CANDIDATES"]
+__all__ = ["LazyCandidateGenerator", "make_candidate_generator", "check_candidates", "known_candidates", "NO_CANDIDATES"]
 
 NO_CANDIDATES = "none"
 
-candidate_generators = catalogue.create("spacy_genbioel", "candidate_generators", entry_points=True)
-
-
-@candidate_generators.register("tfidf")
-def make_tfidf(kb: KnowledgeBase, model: Optional[str] = None) -> Linker:
-    """Character 3-gram TF-IDF over the KB names (:class:`~spacy_genbioel.retrieval.peers.TfidfLinker`); no model."""
-    from spacy_genbioel.retrieval.peers import get_linker
-
-    return get_linker("tfidf", kb)
-
-
-@candidate_generators.register("dense")
-def make_dense(kb: KnowledgeBase, model: Optional[str] = None) -> Linker:
-    """The dense (SapBERT-style) retriever of ``peers.get_linker("dense")``; ``model``:
-    its encoder directory (default: the installed all-MiniLM-L6-v2, untrained for linking)."""
-    from spacy_genbioel.retrieval.peers import get_linker
-
-    return get_linker("dense", kb, **({"model": model} if model else {}))
-
 
 def known_candidates() -> List[str]:
-    return sorted([NO_CANDIDATES, *candidate_generators.get_all()])
+    return sorted([NO_CANDIDATES, *known_retrievers()])
 
 
 def check_candidates(name: str) -> None:
     """Fail early (at component creation) on an unknown generator name."""
-    if name != NO_CANDIDATES and name not in candidate_generators:
-        raise ValueError(f"Unknown candidate generator {name!r}; known: {', '.join(known_candidates())}")
+    if name == NO_CANDIDATES:
+        return
+    try:
+        resolve_retriever(name)
+    except ValueError:
+        raise ValueError(f"Unknown candidate generator {name!r}; known: {', '.join(known_candidates())}") from None
 
 
 class LazyCandidateGenerator:
-    """Builds the named generator from ``kb`` on the first ``link`` call."""
+    """Builds the generator from ``kb`` with ``builder`` on the first ``link`` call."""
 
-    def __init__(self, name: str, kb: KnowledgeBase, factory: Callable[..., Linker], model: Optional[str] = None) -> None:
+    def __init__(self, name: str, kb: KnowledgeBase, builder: RetrieverBuilder) -> None:
         self.name = name
         self.kb = kb
-        self.model = model
-        self._factory = factory
+        self._builder = builder
         self._generator: Optional[Linker] = None
 
     @property
     def generator(self) -> Linker:
         if self._generator is None:
             began = time.perf_counter()
-            self._generator = self._factory(self.kb, model=self.model)
+            self._generator = self._builder(self.kb)
             logger.info("Candidate generator %r built on %d KB names in %.1f s", self.name, self.kb.n_names, time.perf_counter() - began)
         return self._generator
 
@@ -94,8 +74,9 @@ class LazyCandidateGenerator:
 
 
 def make_candidate_generator(name: str, kb: KnowledgeBase, model: Optional[str] = None) -> Optional[LazyCandidateGenerator]:
-    """The registered generator ``name`` over ``kb``, built lazily; None for ``"none"``."""
+    """The retriever ``name`` over ``kb``, built lazily; None for ``"none"``."""
     check_candidates(name)
     if name == NO_CANDIDATES:
         return None
-    return LazyCandidateGenerator(name, kb, candidate_generators.get(name), model=model)
+    settings = {"model": model} if model and retriever_takes(name, "model") else {}
+    return LazyCandidateGenerator(name, kb, make_retriever_builder(name, **settings))

@@ -19,13 +19,14 @@ shortcut only (retrieve the easy mentions, generate the hard ones).
 """
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import logging
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -33,11 +34,22 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
 from spacy_genbioel.linking.abbreviations import doc_long_forms
-from spacy_genbioel.linking.candidates import NO_CANDIDATES, check_candidates, make_candidate_generator
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker, InputBuilder
+from spacy_genbioel.linking.candidates import make_candidate_generator
+from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.settings import (
+    DEFAULT_CONFIG,
+    LEGACY_SETTINGS,
+    CandidateSettings,
+    DecodingConfig,
+    apply_legacy,
+    decoding_with_candidates,
+    make_candidates,
+)
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.ty import Candidate, Mention
-from spacy_genbioel.models.bart import load_model, resolve_device, save_model
+from spacy_genbioel.models import load_model, save_model
+from spacy_genbioel.util import resolve_device
 from spacy_genbioel.linking.trie import NameTrie
 
 logger = logging.getLogger(__name__)
@@ -46,40 +58,7 @@ for _attr in ("kb_id", "kb_candidates"):
     if not Span.has_extension(_attr):
         Span.set_extension(_attr, default=None)
 
-DEFAULT_CONFIG = {
-    "model": None,
-    "tokenizer": None,
-    "kb": None,
-    "kb_normalizer": "genbioel",
-    "kb_dedup": False,
-    "batch_size": 32,
-    "num_beams": 5,
-    "top_k": 5,
-    "context_words": 64,
-    "max_source_tokens": 256,
-    "lowercase": True,
-    "decoder_prompt": True,
-    "start_marker": "START",
-    "end_marker": "END",
-    "labels": [],
-    "spans_key": None,
-    "device": "auto",
-    "dtype": "auto",
-    "resolve_abbreviations": True,
-    "candidates": "none",
-    "num_candidates": 20,
-    # directory of the generator's model, for generators that need one (dense);
-    # a path outside the pipeline: it does not travel with to_disk
-    "candidates_model": None,
-    "exact_match": False,
-    # with a generator: decode only its concepts' names (false: it serves shortcut_threshold only)
-    "restrict_to_candidates": True,
-    # with a generator: a mention whose top candidate scores at least this takes it without generating
-    "shortcut_threshold": None,
-}
 
-
-@Language.factory("genbioel", default_config=DEFAULT_CONFIG)
 def make_genbioel(
     nlp: Language,
     name: str,
@@ -88,34 +67,25 @@ def make_genbioel(
     kb: Optional[str],
     kb_normalizer: str,
     kb_dedup: bool,
-    batch_size: int,
-    num_beams: int,
-    top_k: int,
-    context_words: int,
-    max_source_tokens: int,
-    lowercase: bool,
-    decoder_prompt: bool,
-    start_marker: str,
-    end_marker: str,
     labels: List[str],
     spans_key: Optional[str],
     device: str,
     dtype: str,
     resolve_abbreviations: bool,
-    candidates: str,
-    num_candidates: int,
-    candidates_model: Optional[str],
-    exact_match: bool,
-    restrict_to_candidates: bool,
-    shortcut_threshold: Optional[float],
+    inputs: InputBuilder,
+    decoding: DecodingConfig,
+    candidates: Union[CandidateSettings, str],
+    **legacy: Any,
 ) -> "GenBioELLinker":
-    if top_k > num_beams:
-        raise ValueError(f"top_k ({top_k}) cannot exceed num_beams ({num_beams})")
-    if num_candidates < 1:
-        raise ValueError(f"num_candidates must be at least 1 (got {num_candidates})")
-    check_candidates(candidates)
-    if shortcut_threshold is not None and candidates == NO_CANDIDATES:
-        logger.warning("shortcut_threshold (%s) has no effect without a candidate generator (candidates = %r)", shortcut_threshold, candidates)
+    """The ``genbioel`` factory: resources at the top level, behaviour in the
+    ``inputs``, ``decoding`` and ``candidates`` blocks (:mod:`.settings`).
+
+    A pipeline saved by spacy_genbioel 0.1 names flat settings (``num_beams``,
+    ``candidates = "tfidf"``, ...): they are accepted and mapped onto the blocks,
+    so it loads and links as it did."""
+    if isinstance(candidates, str):  # 0.1: the retriever's name at the top level
+        candidates = make_candidates(retriever=candidates)
+    inputs, decoding, candidates = apply_legacy(legacy, inputs, decoding, candidates)
     return GenBioELLinker(
         nlp.vocab,
         name=name,
@@ -124,21 +94,24 @@ def make_genbioel(
         kb_path=kb,
         kb_normalizer=kb_normalizer,
         kb_dedup=kb_dedup,
-        inputs=InputBuilder(start_marker, end_marker, context_words=context_words, lowercase=lowercase,
-                            decoder_prompt=decoder_prompt),
-        decoding=DecodingConfig(
-            num_beams=num_beams, top_k=top_k, batch_size=batch_size, max_source_tokens=max_source_tokens,
-            num_candidates=num_candidates, exact_match=exact_match,
-            restrict_to_candidates=restrict_to_candidates, shortcut_threshold=shortcut_threshold,
-        ),
+        inputs=inputs,
+        decoding=decoding_with_candidates(decoding, candidates),
         labels=labels,
         spans_key=spans_key,
         device=device,
         dtype=dtype,
         resolve_abbreviations=resolve_abbreviations,
-        candidates=candidates,
-        candidates_model=candidates_model,
+        candidates=candidates.retriever,
+        candidates_model=candidates.model,
     )
+
+
+# 0.1's flat settings stay accepted (None: not given), without showing in the factory's code
+make_genbioel.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    list(inspect.signature(make_genbioel).parameters.values())[:-1]
+    + [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any]) for key in LEGACY_SETTINGS]
+)
+Language.factory("genbioel", default_config=DEFAULT_CONFIG)(make_genbioel)
 
 
 class GenBioELLinker(Pipe):

@@ -7,7 +7,7 @@
   SapBERT (names are short) and batched by token length, so a batch carries
   little padding.
 * :class:`DenseLinker` is a peer linker (the
-  :class:`~spacy_genbioel.ty.Linker` protocol of :mod:`~spacy_genbioel.retrieval.peers`):
+  :class:`~spacy_genbioel.ty.Linker` protocol, registered in :mod:`~spacy_genbioel.retrieval.registry`):
   every KB name (``kb.names``, already normalized) is encoded once, mentions
   are normalized with ``kb.normalize`` and encoded the same way, and names are
   ranked by cosine similarity (a chunked matrix product and ``topk``; faiss's
@@ -38,8 +38,7 @@ import numpy as np
 import torch
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.ty import Candidate
-from spacy_genbioel.retrieval.peers import MentionLike, _mention_text
+from spacy_genbioel.ty import Candidate, MentionLike, mention_text
 from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint
 
 logger = logging.getLogger(__name__)
@@ -140,7 +139,7 @@ class DenseEncoder:
         settings (see :func:`detect_pooling`; 25 tokens)."""
         from transformers import AutoModel, AutoTokenizer
 
-        from spacy_genbioel.models.bart import resolve_device
+        from spacy_genbioel.util import resolve_device
 
         path = Path(path) if path is not None else minilm_model_dir()
         if not path.is_dir():
@@ -240,7 +239,7 @@ class DenseLinker:
 
     ``model`` is an encoder directory (default: the installed all-MiniLM-L6-v2)
     or a :class:`DenseEncoder`. A name equal to the normalized mention is
-    ranked first with score 1.0 (as in :class:`~spacy_genbioel.retrieval.peers.TfidfLinker`);
+    ranked first with score 1.0 (as in :class:`~spacy_genbioel.retrieval.tfidf.TfidfLinker`);
     a mention that normalizes to nothing gets no candidates. ``top_k * oversample``
     names are retrieved per mention before concepts are grouped, so that
     ``top_k`` groups remain when a concept has several names near the top.
@@ -392,7 +391,7 @@ class DenseLinker:
         if top_k <= 0 or n_names == 0:
             return [[] for _ in range(n)]
         kb = self.kb
-        texts = [kb.normalize(_mention_text(m)) for m in mentions]
+        texts = [kb.normalize(mention_text(m)) for m in mentions]
         queries = self.encoder.encode(texts, batch_size=self.batch_size, progress=self.progress)
         k = min(n_names, top_k * self.oversample)
         scores, indices = self._nearest(queries, k)

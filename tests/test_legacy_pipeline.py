@@ -1,0 +1,45 @@
+"""A pipeline saved by spacy_genbioel 0.1 (flat settings) loads and links as it did."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import spacy
+
+from conftest import assert_same_links
+
+FIXTURE = Path(__file__).parent / "fixtures" / "legacy_v0_1"
+
+
+def test_a_0_1_pipeline_loads_and_links_identically(tmp_path):
+    out = tmp_path / "legacy"
+    subprocess.run([sys.executable, str(FIXTURE / "make_fixture.py"), str(out)], check=True, capture_output=True)
+    assert "num_beams = 4" in (out / "config.cfg").read_text()  # the flat 0.1 config, not a re-saved one
+    nlp = spacy.load(out)
+    component = nlp.get_pipe("genbioel")
+    # the flat settings reached the blocks
+    assert (component.decoding.num_beams, component.decoding.top_k, component.decoding.num_candidates) == (4, 3, 6)
+    assert (component.inputs.context_words, component.decoding.exact_match, component.candidates) == (8, True, "tfidf")
+    sys.path.insert(0, str(FIXTURE))
+    from make_fixture import TEXTS, linked
+
+    expected = json.loads((FIXTURE / "expected.json").read_text())
+    got = linked(nlp)
+    assert len(got) == len(TEXTS)
+    assert_same_links(got, expected)
+
+
+def test_a_0_1_pipeline_resaved_keeps_linking_the_same(tmp_path):
+    out = tmp_path / "legacy"
+    subprocess.run([sys.executable, str(FIXTURE / "make_fixture.py"), str(out)], check=True, capture_output=True)
+    nlp = spacy.load(out)
+    nlp.to_disk(tmp_path / "resaved")
+    config = spacy.util.load_config(tmp_path / "resaved" / "config.cfg")["components"]["genbioel"]
+    # the 0.1 names given keep precedence over the blocks' defaults
+    assert config["num_beams"] == 4 and config["candidates"] == "tfidf" and "decoding" in config
+    again = spacy.load(tmp_path / "resaved")
+    assert again.get_pipe("genbioel").decoding == nlp.get_pipe("genbioel").decoding
+    sys.path.insert(0, str(FIXTURE))
+    from make_fixture import linked
+
+    assert_same_links(linked(again), json.loads((FIXTURE / "expected.json").read_text()))
