@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from spacy_genbioel.evaluation.report import NO_GOLD_IDS, hit_rank
+from spacy_genbioel.evaluation.recall import NO_GOLD_IDS, hit_rank
 from spacy_genbioel.ty import Candidate
 
 

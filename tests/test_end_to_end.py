@@ -7,7 +7,7 @@ import spacy
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.corpus.readers import PubTatorAnnotation, PubTatorDocument
+from spacy_genbioel.corpus.pubtator import PubTatorAnnotation, PubTatorDocument
 from spacy_genbioel.evaluation.end_to_end import (
     PRF,
     PredictedEntity,
@@ -18,7 +18,7 @@ from spacy_genbioel.evaluation.end_to_end import (
     score_end_to_end,
 )
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.retrieval.peers import ExactLinker
+from spacy_genbioel.retrieval.exact import ExactLinker
 
 from conftest import data_dir
 
@@ -186,8 +186,8 @@ def test_a_linking_pipeline_writes_kb_id_and_top_name_ids(micro_model, word_toke
 # -- the command ----------------------------------------------------------------------------------------
 @pytest.fixture()
 def package_dir(tmp_path, micro_model, word_tokenizer):
-    from spacy_genbioel.models.bart import save_model
-    from spacy_genbioel.training.cli_steps import package
+    from spacy_genbioel.models import save_model
+    from spacy_genbioel.training.package import package
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]).to_jsonl(tmp_path / "kb.jsonl")
@@ -231,8 +231,8 @@ def test_end_to_end_errors(tmp_path, package_dir):
 @pytest.mark.slow
 @pytest.mark.skipif(data_dir() is None, reason="needs ../shared/data")
 def test_dictionary_ner_and_exact_linker_on_ncbi_dev():
-    from spacy_genbioel.kb.sources import build_kb
-    from spacy_genbioel.training.cli_steps import add_kb_entity_ruler
+    from spacy_genbioel.kb.build import build_kb
+    from spacy_genbioel.ner import add_kb_entity_ruler
 
     data = data_dir()
     kb = build_kb("medic", [data / "vocab" / "medic_06Jul2012.txt"], dedup=False)

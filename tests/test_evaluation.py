@@ -7,21 +7,14 @@ import sys
 
 import pytest
 
-from spacy_genbioel.evaluation.report import (
-    EvaluationReport,
-    SimilarityBins,
-    evaluate_linker,
-    gold_id_set,
-    hit_rank,
-    plot_similarity_bins,
-    recall_at_k,
-    similarity_bins,
-    subpopulation_table,
-    write_predictions,
-)
+from spacy_genbioel.evaluation.analysis import SimilarityBins, similarity_bins, subpopulation_table
+from spacy_genbioel.evaluation.plots import plot_similarity_bins
+from spacy_genbioel.evaluation.recall import gold_id_set, hit_rank, recall_at_k
+from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Candidate, Mention
-from spacy_genbioel.retrieval.peers import ExactLinker, TfidfLinker
+from spacy_genbioel.retrieval.exact import ExactLinker
+from spacy_genbioel.retrieval.tfidf import TfidfLinker
 
 
 def m(text: str, *ids: str) -> Mention:
@@ -190,8 +183,19 @@ def test_plot_similarity_bins_writes_png(kb, tmp_path):
 
 
 def test_evaluation_module_imports_matplotlib_lazily():
-    code = "import sys, spacy_genbioel.evaluation.report; assert 'matplotlib' not in sys.modules"
+    code = "import sys, spacy_genbioel.evaluation.plots, spacy_genbioel.evaluation.report; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_only_the_plots_module_uses_matplotlib():
+    import re
+    from pathlib import Path
+
+    import spacy_genbioel.evaluation
+
+    package = Path(spacy_genbioel.evaluation.__file__).parent
+    uses = re.compile(r"^\s*(import|from) matplotlib", re.M)
+    assert {p.name for p in package.glob("*.py") if uses.search(p.read_text(encoding="utf8"))} == {"plots.py"}
 
 
 # -- evaluate_linker ----------------------------------------------------------------

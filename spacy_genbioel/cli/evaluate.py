@@ -1,40 +1,18 @@
-"""``evaluate``: recall@k of the generative linker or a peer retriever on a corpus, or end to end."""
+"""``evaluate``: recall@k of the generative linker or a peer retriever on a corpus, or end to end.
+
+The workflow is :func:`spacy_genbioel.evaluation.run.run_evaluation` (and
+:func:`~spacy_genbioel.evaluation.end_to_end.run_end_to_end`); this module
+parses the options and prints the results.
+"""
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 import typer
 from wasabi import msg
 
 from spacy_genbioel.cli._util import app, setup_logging
-
-
-def load_corpus(path: Path, fmt: str, crosswalk: Optional[Path] = None):
-    """Gold mentions (with context) and document texts of a corpus file."""
-    from spacy_genbioel.corpus import readers as corpus
-    from spacy_genbioel.kb.sources import read_crosswalk
-
-    walk = read_crosswalk(crosswalk) if crosswalk else None
-    if fmt == "askapatient":
-        return list(corpus.read_askapatient(path)), {}
-    readers = {"pubtator": lambda p: corpus.read_pubtator(p, crosswalk=walk), "bioc": corpus.read_bioc, "jsonl": corpus.read_jsonl_corpus}
-    if fmt not in readers:
-        raise typer.BadParameter(f"unknown corpus format {fmt!r}; use pubtator, bioc, jsonl or askapatient")
-    documents = list(readers[fmt](path))
-    mentions = [m for doc in documents for m in corpus.document_mentions(doc)]
-    return mentions, {doc.pmid: doc.text for doc in documents}
-
-
-def _linking_overrides(device: Optional[str], candidates: Optional[str], num_candidates: Optional[int], exact_match: Optional[bool],
-                       restrict: Optional[bool], shortcut_threshold: Optional[float]) -> Dict[str, Any]:
-    """The genbioel component settings given on the command line (None: keep the pipeline's)."""
-    if candidates == "none" and shortcut_threshold is not None:
-        raise typer.BadParameter("--shortcut-threshold needs a retriever: --candidates tfidf | dense")
-    given = {"device": device, "candidates": candidates, "num_candidates": num_candidates, "exact_match": exact_match,
-             "restrict_to_candidates": restrict, "shortcut_threshold": shortcut_threshold}
-    return {k: v for k, v in given.items() if v is not None}
 
 
 @app.command("evaluate")
@@ -67,64 +45,38 @@ def evaluate_cmd(
     """Recall@1/@5 with GenBioEL's rules, KB coverage, sub-populations and similarity bins
     (or, with --end-to-end, NER + linking P/R/F1 on the pipeline's own entities)."""
     setup_logging(verbose)
-    if end_to_end:
-        from spacy_genbioel.evaluation.end_to_end import run_end_to_end
+    from spacy_genbioel.corpus.load import UnknownFormatError
+    from spacy_genbioel.evaluation.run import (
+        EvaluationSetupError, check_component_overrides, component_overrides, run_evaluation, write_report_json,
+    )
 
-        if predictions_path:
-            raise typer.BadParameter("--predictions lists gold mentions' candidates: not with --end-to-end")
+    overrides = component_overrides(device, candidates, num_candidates, exact_match, restrict, shortcut_threshold)
+    try:
+        if end_to_end:
+            from spacy_genbioel.evaluation.end_to_end import run_end_to_end
 
-        e2e = run_end_to_end(
-            corpus_path, pipeline=pipeline, fmt=fmt, linker=linker, kb=kb, labels=labels, abbreviations=abbreviations,
-            crosswalk=crosswalk, label_map=label_map, single_label=single_label,
-            component_config=_linking_overrides(device, candidates, num_candidates, exact_match, restrict, shortcut_threshold),
-            linker_options={"model": dense_model} if dense_model else {},
+            if predictions_path:
+                raise typer.BadParameter("--predictions lists gold mentions' candidates: not with --end-to-end")
+            check_component_overrides(overrides)
+            e2e = run_end_to_end(
+                corpus_path, pipeline=pipeline, fmt=fmt, linker=linker, kb=kb, labels=labels, abbreviations=abbreviations,
+                crosswalk=crosswalk, label_map=label_map, single_label=single_label,
+                component_config=overrides,
+                linker_options={"model": dense_model} if dense_model else {},
+            )
+            print(e2e.format_table())
+            if json_path:
+                write_report_json(json_path, e2e)
+            return
+        report = run_evaluation(
+            corpus_path, fmt=fmt, linker=linker, model=dense_model, pipeline=pipeline, component_config=overrides, kb=kb,
+            train=train, labels=labels, abbreviations=abbreviations, crosswalk=crosswalk, top_k=top_k, json_path=json_path,
+            predictions_path=predictions_path, plots=plots,
         )
-        print(e2e.format_table())
-        if json_path:
-            json_path.write_text(json.dumps(e2e.to_dict(), indent=2), encoding="utf8")
-        return
-    from spacy_genbioel.evaluation.report import evaluate_linker, plot_similarity_bins, write_predictions
-    from spacy_genbioel.kb.base import KnowledgeBase
-
-    mentions, texts = load_corpus(corpus_path, fmt, crosswalk)
-    if labels:
-        mentions = [m for m in mentions if m.label in labels]
-    train_mentions = load_corpus(train, fmt, crosswalk)[0] if train else None
-    if abbreviations:
-        from spacy_genbioel.linking.abbreviations import AbbreviationExpander
-
-        mentions, n_expanded = AbbreviationExpander().expand(mentions, texts)
-        msg.info(f"{n_expanded} mentions expanded from abbreviations")
-    if linker == "genbioel":
-        if pipeline is None:
-            raise typer.BadParameter("--pipeline is required for --linker genbioel")
-        import spacy
-
-        overrides = _linking_overrides(device, candidates, num_candidates, exact_match, restrict, shortcut_threshold)
-        if dense_model and candidates == "dense":
-            overrides["candidates_model"] = str(dense_model)
-        nlp = spacy.load(pipeline, config={"components": {"genbioel": overrides}})
-        model = nlp.get_pipe("genbioel").linker
-        knowledge_base = model.kb
-        getattr(model.candidate_generator, "generator", None)  # fit a lazy retriever before the clock starts
-        component_cfg = nlp.config["components"]["genbioel"]
-        run_meta = {k: component_cfg.get(k) for k in ("candidates", "num_candidates", "candidates_model", "exact_match",
-                                                       "restrict_to_candidates", "shortcut_threshold")}
-    else:
-        if kb is None:
-            raise typer.BadParameter(f"--kb is required for --linker {linker}")
-        from spacy_genbioel.retrieval.peers import get_linker
-
-        knowledge_base = KnowledgeBase.load(kb)
-        model = get_linker(linker, knowledge_base, **({"model": dense_model} if dense_model else {}))
-        run_meta = {}
-    report = evaluate_linker(model, mentions, top_k=top_k, train_mentions=train_mentions, kb=knowledge_base, name=linker)
-    report.meta.update({"corpus": str(corpus_path), "abbreviations": abbreviations, "kb_names": knowledge_base.n_names, **run_meta})
+    except (EvaluationSetupError, UnknownFormatError) as err:
+        raise typer.BadParameter(str(err)) from None
+    if report.abbreviations_expanded is not None:
+        msg.info(f"{report.abbreviations_expanded} mentions expanded from abbreviations")
     print(report.format_table())
-    if json_path:
-        json_path.write_text(json.dumps(report.to_dict(), indent=2), encoding="utf8")
     if predictions_path:
-        msg.info(f"{write_predictions(predictions_path, mentions, report.predictions)} predictions written to {predictions_path}")
-    if plots and report.similarity is not None:
-        plots.mkdir(parents=True, exist_ok=True)
-        plot_similarity_bins(report.similarity, plots / f"similarity_bins_{linker}.png")
+        msg.info(f"{report.n_mentions} predictions written to {predictions_path}")

@@ -5,7 +5,7 @@ Where :mod:`~spacy_genbioel.evaluation.report` links the gold mentions (recall@k
 this module lets the system find its own mentions: ``doc.ents`` of a spaCy
 pipeline, linked by the pipeline itself (``span.kb_id_``, which ``genbioel``
 writes) or by an external linker (any :class:`~spacy_genbioel.ty.Linker`:
-the peers of :mod:`~spacy_genbioel.retrieval.peers`), which then sees the same mentions,
+the retrievers of :mod:`~spacy_genbioel.retrieval.registry`), which then sees the same mentions,
 context and abbreviation long forms as ``genbioel`` -- it runs inside the
 ``genbioel`` component, which builds the mentions.
 
@@ -24,7 +24,7 @@ input, so a PMID that occurs twice is two documents):
 * ``linking``: the span rule, and the predicted concept ID is one of the gold
   mention's IDs. A composite gold mention (``D001|D002``, ``D001+D002``) is one
   mention that a prediction of any of its IDs matches (the GenBioEL/BioSyn rule
-  of :mod:`~spacy_genbioel.evaluation.report`: an entity gets one concept, so asking
+  of :mod:`~spacy_genbioel.evaluation.recall`: an entity gets one concept, so asking
   for all parts would make composites unreachable); the report counts
   composites and how many were matched. A predicted entity has one concept ID:
   the first of its top candidate (``genbioel``'s ``span.kb_id_``); entities the
@@ -35,7 +35,7 @@ input, so a PMID that occurs twice is two documents):
   than a false positive (counted as ``ignored_nil``).
 * ``linking_top_name``: as ``linking``, but a hit when any concept of the
   top-ranked KB name is gold -- the recall@1 rule of
-  :mod:`~spacy_genbioel.evaluation.report`, which the single ``kb_id`` misses when a
+  :mod:`~spacy_genbioel.evaluation.recall`, which the single ``kb_id`` misses when a
   name names several concepts (MEDIC's ``breast cancer``: a MeSH and an OMIM ID).
 * ``ner``: the span rule and the same label (gold labels after the label map,
   e.g. NCBI-disease's four types -> ``Disease``); ``ner_untyped``: the span rule
@@ -53,12 +53,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from spacy_genbioel.evaluation.report import gold_id_set
+from spacy_genbioel.evaluation.recall import gold_id_set
 
 if TYPE_CHECKING:
     from spacy.language import Language
 
-    from spacy_genbioel.corpus.readers import PubTatorAnnotation, PubTatorDocument
+    from spacy_genbioel.corpus.pubtator import PubTatorAnnotation, PubTatorDocument
     from spacy_genbioel.ty import Linker
 
 logger = logging.getLogger(__name__)
@@ -378,14 +378,13 @@ def evaluate_end_to_end(
 def read_documents(path: Any, fmt: str = "pubtator", crosswalk: Optional[Any] = None) -> List["PubTatorDocument"]:
     """Gold documents of a corpus file (``pubtator``, ``bioc`` or ``jsonl``);
     ``crosswalk`` (a TSV of old -> new IDs) applies to PubTator gold IDs."""
-    from spacy_genbioel.corpus import readers as corpus
-    from spacy_genbioel.kb.sources import read_crosswalk
+    from spacy_genbioel.corpus.load import DOCUMENT_FORMATS, read_documents as read_corpus_documents
+    from spacy_genbioel.kb.crosswalk import read_crosswalk
 
     walk = read_crosswalk(crosswalk) if crosswalk else None
-    readers = {"pubtator": lambda p: corpus.read_pubtator(p, crosswalk=walk), "bioc": corpus.read_bioc, "jsonl": corpus.read_jsonl_corpus}
-    if fmt not in readers:
+    if fmt not in DOCUMENT_FORMATS:
         raise ValueError(f"end-to-end evaluation needs documents: use pubtator, bioc or jsonl, not {fmt!r}")
-    return list(readers[fmt](path))
+    return read_corpus_documents(path, fmt, walk)
 
 
 def load_pipeline(path: Any, *, without_linkers: bool = False, component_config: Optional[Mapping[str, Any]] = None) -> "Language":
@@ -397,7 +396,7 @@ def load_pipeline(path: Any, *, without_linkers: bool = False, component_config:
     import spacy
     from spacy.util import load_config
 
-    from spacy_genbioel.demo import abbreviation_detector_available
+    from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
 
     abbreviation_detector_available()  # scispacy registers its factory on import
     config = load_config(Path(path) / "config.cfg")
@@ -445,11 +444,11 @@ def run_end_to_end(
         if kb is None:
             raise ValueError(f"--kb is required for --linker {linker}")
         from spacy_genbioel.kb.base import KnowledgeBase
-        from spacy_genbioel.retrieval.peers import get_linker
+        from spacy_genbioel.retrieval.registry import get_retriever
 
         knowledge_base = KnowledgeBase.load(kb)
         kb_name = str(kb)
-        peer = get_linker(linker, knowledge_base, **dict(linker_options or {}))
+        peer = get_retriever(linker, knowledge_base, **dict(linker_options or {}))
         nlp = load_pipeline(pipeline, without_linkers=True)
     report = evaluate_end_to_end(
         documents, nlp, peer, label_map=parse_label_map(label_map), single_label=single_label, labels=labels,
