@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker, InputBuilder
+from spacy_genbioel.linking.decoder import GenerativeLinker
+
+from spacy_genbioel.linking.inputs import InputBuilder
+
+from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Candidate, Mention
-from spacy_genbioel.models.bart import build_model, save_model, special_ids
+from spacy_genbioel.models import build_model, save_model, special_ids
 from spacy_genbioel.training import encode_examples
 from spacy_genbioel.training.angel import (
     AngelConfig,
@@ -27,7 +31,8 @@ from spacy_genbioel.training.angel import (
     sequence_logprobs,
     write_pairs_jsonl,
 )
-from spacy_genbioel.training.engine import EngineConfig, read_log
+from spacy_genbioel.training.settings import EngineConfig
+from spacy_genbioel.training.trainlog import read_log
 from spacy_genbioel.training.examples import TrainingExample, write_examples_jsonl
 from spacy_genbioel.training.pretraining import pretraining_examples
 
@@ -252,7 +257,7 @@ def _corpus(kb, n, seed):
 
 
 def test_rounds_keep_the_best_model_and_stop_on_patience(tmp_path, word_tokenizer):
-    from spacy_genbioel.models.bart import load_model
+    from spacy_genbioel.models import load_model
 
     kb = random_kb(1, n_concepts=10)
     model = build_model(MICRO, word_tokenizer, seed=0, dropout=0.0)
@@ -281,10 +286,9 @@ def test_rounds_keep_the_best_model_and_stop_on_patience(tmp_path, word_tokenize
 
 
 def test_angel_command_end_to_end(tmp_path, word_tokenizer):
-    import typer
     from typer.testing import CliRunner
 
-    from spacy_genbioel.training.angel import register_angel_commands
+    from spacy_genbioel.cli import app
 
     kb = random_kb(2, n_concepts=12)
     kb.to_jsonl(tmp_path / "kb.jsonl")
@@ -298,13 +302,6 @@ def test_angel_command_end_to_end(tmp_path, word_tokenizer):
         "[angel]\nrounds = 1\nsteps_per_round = 12\ntop_k = 4\nnum_beams = 4\ngold_fallback = true\n",
         encoding="utf8",
     )
-    app = typer.Typer()
-    register_angel_commands(app)
-
-    @app.callback()
-    def main() -> None:  # a group, so that "angel" stays a subcommand
-        pass
-
     out = tmp_path / "angel"
     r = CliRunner().invoke(app, ["angel", "--model", str(tmp_path / "start"), "--train", str(tmp_path / "train.jsonl"),
                                  "--dev", str(tmp_path / "dev.jsonl"), "--kb", str(tmp_path / "kb.jsonl"), "--config", str(cfg),
@@ -334,14 +331,17 @@ def test_angel_command_end_to_end(tmp_path, word_tokenizer):
 
 
 def test_angel_configs_load():
-    from spacy_genbioel.training.cli_steps import load_stage_config
+    from spacy_genbioel.training.settings import load_stage_config
 
     for preset in ("tiny", "base", "large"):
         stage = load_stage_config(ROOT / "configs" / f"angel_{preset}.cfg", {"angel.kb_negatives": 3})
-        settings = AngelConfig.from_dict(stage.sections["angel"])
+        settings = stage.angel
         assert settings.kb_negatives == 3 and settings.beta == 0.1 and settings.top_k == 5
     large = load_stage_config(ROOT / "configs" / "angel_large.cfg")
     assert (large.training.learning_rate, large.training.batch_size) == (1e-5, 64)
-    assert AngelConfig.from_dict(large.sections["angel"]).num_beams == 10
+    assert large.angel.num_beams == 10
     with pytest.raises(ValueError, match="Unknown \\[angel\\] settings"):
         AngelConfig.from_dict({"betta": 0.2})
+    # the stage loader checks [angel] with the other sections, naming the file
+    with pytest.raises(ValueError, match=r"angel_tiny.cfg: Unknown \[angel\] settings: betta"):
+        load_stage_config(ROOT / "configs" / "angel_tiny.cfg", {"angel.betta": 0.2})

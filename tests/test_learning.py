@@ -2,9 +2,11 @@
 links exact-synonym mentions of a small synthetic KB."""
 import torch
 
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+from spacy_genbioel.linking.decoder import GenerativeLinker
+
+from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.ty import Mention
-from spacy_genbioel.models.bart import build_model, train_tokenizer
+from spacy_genbioel.models import build_model, train_tokenizer
 from spacy_genbioel.training import TrainConfig, kb_name_examples, train_seq2seq
 
 from conftest import random_kb

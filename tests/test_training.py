@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_genbioel.linking.decoder import InputBuilder, PromptTokenizer
+from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Mention
-from spacy_genbioel.models.bart import build_model, special_ids
+from spacy_genbioel.models import build_model, special_ids
 from spacy_genbioel.training import (
     DEFINITION_TEMPLATES,
     SELF_TEMPLATES,
@@ -34,7 +34,9 @@ from spacy_genbioel.training import (
     select_targets,
     write_examples_jsonl,
 )
-from spacy_genbioel.training.engine import STATE_FILE, lr_factor, read_log
+from spacy_genbioel.training.checkpoints import STATE_FILE
+from spacy_genbioel.training.loop import lr_factor
+from spacy_genbioel.training.trainlog import read_log
 
 from conftest import MICRO, WORDS, data_dir, random_kb
 
@@ -151,7 +153,7 @@ def test_agreement_with_a_reference_file(tmp_path, target_kb):
 
 @pytest.mark.skipif(data_dir() is None, reason="needs ../shared/data")
 def test_agreement_with_genbioel_train_target_on_ncbi():
-    from spacy_genbioel.corpus.readers import mentions_from_pubtator
+    from spacy_genbioel.corpus.pubtator import mentions_from_pubtator
     from spacy_genbioel.kb.sources import read_medic
 
     data = data_dir()
@@ -356,7 +358,7 @@ def test_gradient_accumulation_counts_micro_batches(word_tokenizer, small_kb):
 
 
 def test_evaluation_keeps_the_best_checkpoint(tmp_path, word_tokenizer, small_kb):
-    from spacy_genbioel.models.bart import load_model
+    from spacy_genbioel.models import load_model
 
     scores = iter([0.2, 0.7, 0.4])
     snapshots = []
@@ -389,6 +391,13 @@ def test_learning_rate_schedules():
     assert lr_factor(EngineConfig(max_steps=10, warmup_steps=0, scheduler="constant"), 9) == 1.0
     with pytest.raises(ValueError):
         lr_factor(EngineConfig(scheduler="bogus", warmup_steps=0), 5)
+    # the short loop's schedule (train_seq2seq): warm-up, then the cosine clipped at 5 %
+    import math
+
+    short = EngineConfig(max_steps=100, warmup_steps=10, scheduler="clipped_cosine", min_lr_ratio=0.05, schedule_horizon="steps")
+    for step in (0, 9, 10, 50, 95, 100, 150):
+        expected = (step + 1) / 10 if step < 10 else max(0.05, 0.5 * (1 + math.cos(math.pi * min(1.0, (step - 10) / 90))))
+        assert lr_factor(short, step) == expected
 
 
 def test_budget_horizon_decays_by_the_end_of_the_time_budget():
@@ -437,7 +446,7 @@ def test_examples_jsonl_round_trip(tmp_path):
 
 
 def test_every_config_loads_with_overrides():
-    from spacy_genbioel.training.cli_steps import load_stage_config
+    from spacy_genbioel.training.settings import load_stage_config
 
     # ner_*.cfg are spaCy training configs, dense_*.cfg the retriever's (tests in test_ner / test_dense)
     paths = sorted(p for p in (ROOT / "configs").glob("*.cfg") if not p.stem.startswith(("ner_", "dense_")))
@@ -448,7 +457,7 @@ def test_every_config_loads_with_overrides():
         assert stage.training.max_steps == 7 and stage.inputs.context_words > 0
     large = load_stage_config(ROOT / "configs" / "finetune_large.cfg")
     assert (large.training.learning_rate, large.training.batch_size, large.training.max_grad_norm) == (3e-7, 8, 0.1)
-    with pytest.raises(ValueError, match="Unknown training settings"):
+    with pytest.raises(ValueError, match=r"Unknown \[training\] settings: lr"):
         load_stage_config(ROOT / "configs" / "finetune_tiny.cfg", {"training.lr": 1.0})
     # the prompt ablation is an [inputs] override
     tiny = ROOT / "configs" / "finetune_tiny.cfg"
@@ -476,7 +485,8 @@ def _pubtator(path, kb, seed, n_docs):
 def test_project_steps_end_to_end(tmp_path):
     import spacy
 
-    from spacy_genbioel.training import cli_steps
+    from spacy_genbioel.training import stages
+    from spacy_genbioel.training.package import package
 
     kb = KnowledgeBase([
         Concept("D1", ["renal failure", "kidney failure"], definition="Loss of kidney function."),
@@ -487,27 +497,27 @@ def test_project_steps_end_to_end(tmp_path):
     kb.to_jsonl(tmp_path / "kb.jsonl")
     _pubtator(tmp_path / "train.txt", kb, 0, 30)
     _pubtator(tmp_path / "dev.txt", kb, 1, 6)
-    stats = cli_steps.make_corpus(tmp_path / "train.txt", tmp_path / "dev.txt", tmp_path / "kb.jsonl", tmp_path / "corpus")
+    stats = stages.make_corpus(tmp_path / "train.txt", tmp_path / "dev.txt", tmp_path / "kb.jsonl", tmp_path / "corpus")
     assert stats["targets"]["used"] == 60 and stats["dev_lines"] == 12
-    cli_steps.train_tokenizer_step(tmp_path / "kb.jsonl", tmp_path / "tok", texts=tmp_path / "corpus" / "texts.txt", vocab_size=400)
-    cli_steps.init_model_step(tmp_path / "tok", tmp_path / "init", preset=MICRO)
+    stages.train_tokenizer_step(tmp_path / "kb.jsonl", tmp_path / "tok", texts=tmp_path / "corpus" / "texts.txt", vocab_size=400)
+    stages.init_model_step(tmp_path / "tok", tmp_path / "init", preset=MICRO)
     cfg = tmp_path / "tiny.cfg"
     cfg.write_text(
         "[training]\nmax_steps = 40\nbatch_size = 16\nlearning_rate = 0.003\nwarmup_steps = 5\nprogress = false\n"
         "eval_every = 20\nlog_every = 10\n\n[inputs]\ncontext_words = 8\n\n[data]\nkb_examples_per_epoch = 4\neval_beams = 2\n",
         encoding="utf8",
     )
-    pre = cli_steps.pretrain(tmp_path / "init", tmp_path / "kb.jsonl", cfg, tmp_path / "pre", overrides={"training.eval_every": 0},
-                             device="cpu")
+    pre = stages.pretrain(tmp_path / "init", tmp_path / "kb.jsonl", cfg, tmp_path / "pre", overrides={"training.eval_every": 0},
+                          device="cpu")
     assert pre.step == 40 and (tmp_path / "pre" / "model" / "config.json").exists() and not pre.evaluations
-    fine = cli_steps.finetune(tmp_path / "pre" / "model", tmp_path / "corpus" / "train.jsonl", tmp_path / "corpus" / "dev.jsonl",
-                              tmp_path / "kb.jsonl", cfg, tmp_path / "fine", device="cpu")
+    fine = stages.finetune(tmp_path / "pre" / "model", tmp_path / "corpus" / "train.jsonl", tmp_path / "corpus" / "dev.jsonl",
+                           tmp_path / "kb.jsonl", cfg, tmp_path / "fine", device="cpu")
     assert [e["step"] for e in fine.evaluations] == [20, 40]
     assert json.loads((tmp_path / "fine" / "result.json").read_text())["best_step"] == fine.best_step
     assert (tmp_path / "fine" / "curve.png").exists() and (tmp_path / "fine" / "config.cfg").exists()
 
-    out = cli_steps.package(tmp_path / "fine" / "model", tmp_path / "kb.jsonl", tmp_path / "pipeline", config_path=cfg,
-                            entity_label="Disease", num_beams=2, top_k=2, name="test_linker", version="0.0.1")
+    out = package(tmp_path / "fine" / "model", tmp_path / "kb.jsonl", tmp_path / "pipeline", config_path=cfg,
+                  entity_label="Disease", num_beams=2, top_k=2, name="test_linker", version="0.0.1")
     nlp = spacy.load(out)
     assert nlp.meta["name"] == "test_linker"
     assert "entity_ruler" in nlp.pipe_names and nlp.pipe_names[-1] == "genbioel"
@@ -517,7 +527,7 @@ def test_project_steps_end_to_end(tmp_path):
     cfg_np = tmp_path / "no_prompt.cfg"
     cfg_np.write_text(cfg.read_text(encoding="utf8").replace("context_words = 8\n", "context_words = 8\ndecoder_prompt = false\n"),
                       encoding="utf8")
-    out_np = cli_steps.package(tmp_path / "fine" / "model", tmp_path / "kb.jsonl", tmp_path / "pipeline_np", config_path=cfg_np)
+    out_np = package(tmp_path / "fine" / "model", tmp_path / "kb.jsonl", tmp_path / "pipeline_np", config_path=cfg_np)
     assert spacy.load(out_np).get_pipe("genbioel").inputs.decoder_prompt is False
     doc = nlp("A child with cystic fibrosis and kidney failure.")
     assert [e.text for e in doc.ents] == ["cystic fibrosis", "kidney failure"]
@@ -582,13 +592,11 @@ def test_project_commands_use_existing_options():
 
 
 def test_step_commands_run_with_config_overrides(tmp_path):
-    import typer
     from typer.testing import CliRunner
 
-    from spacy_genbioel.training import cli_steps
+    from spacy_genbioel.cli import app as steps
+    from spacy_genbioel.training import stages
 
-    steps = typer.Typer()
-    cli_steps.register_commands(steps)
     kb = KnowledgeBase([Concept("D1", ["renal failure", "kidney failure"]), Concept("D2", ["cystic fibrosis"])])
     kb.to_jsonl(tmp_path / "kb.jsonl")
     _pubtator(tmp_path / "train.txt", kb, 0, 4)
@@ -599,7 +607,7 @@ def test_step_commands_run_with_config_overrides(tmp_path):
     assert len(read_examples_jsonl(tmp_path / "c" / "train.jsonl")) > 8  # two targets for the two-name concept
     r = runner.invoke(steps, ["tokenizer", "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "tok"), "--vocab-size", "300"])
     assert r.exit_code == 0, r.output
-    cli_steps.init_model_step(tmp_path / "tok", tmp_path / "init", preset=MICRO)
+    stages.init_model_step(tmp_path / "tok", tmp_path / "init", preset=MICRO)
     r = runner.invoke(steps, ["pretrain", "--model", str(tmp_path / "init"), "--kb", str(tmp_path / "kb.jsonl"),
                               "--config", str(ROOT / "configs" / "pretrain_tiny.cfg"), "--out", str(tmp_path / "pre"),
                               "--device", "cpu", "--training.max_steps", "3", "--training.batch_size", "4",
@@ -611,8 +619,8 @@ def test_step_commands_run_with_config_overrides(tmp_path):
 
 
 def test_rerun_resumes_only_from_the_same_start_and_data(tmp_path, word_tokenizer):
-    from spacy_genbioel.models.bart import save_model
-    from spacy_genbioel.training import cli_steps
+    from spacy_genbioel.models import save_model
+    from spacy_genbioel.training import stages
 
     save_model(_micro(word_tokenizer), word_tokenizer, tmp_path / "init")
     kb = KnowledgeBase([Concept("D1", ["renal failure", "kidney failure"]), Concept("D2", ["cystic fibrosis"])])
@@ -621,7 +629,7 @@ def test_rerun_resumes_only_from_the_same_start_and_data(tmp_path, word_tokenize
     quick = {"training.max_steps": 2, "training.batch_size": 4, "training.progress": False, "training.warmup_steps": 1}
 
     def run():
-        return cli_steps.pretrain(tmp_path / "init", tmp_path / "kb.jsonl", cfg, tmp_path / "pre", overrides=quick, device="cpu")
+        return stages.pretrain(tmp_path / "init", tmp_path / "kb.jsonl", cfg, tmp_path / "pre", overrides=quick, device="cpu")
 
     assert run().resumed_from is None
     again = run()

@@ -1,9 +1,13 @@
 """Training: examples (TF-IDF targets, KB-guided pre-training templates), the
-seq2seq loop and the resumable training engine; the project steps built on
-them are in :mod:`spacy_genbioel.training.cli_steps`.
+settings of every stage (:mod:`.settings`), the seq2seq objective and short
+loop (:mod:`.seq2seq`), the pieces every loop shares (:mod:`.loop`), the
+resumable training engine (:mod:`.engine`, with :mod:`.sources`,
+:mod:`.checkpoints`, :mod:`.trainlog`, :mod:`.evaluator`), the project steps
+(:mod:`.stages`, :mod:`.package`), ANGEL (:mod:`.angel`) and SapBERT-style
+dense-encoder training (:mod:`.sapbert`).
 
-Names are imported on first use (PEP 562), so that the command-line app can
-import :mod:`~spacy_genbioel.training.cli_steps` without loading torch.
+Names are imported on first use (PEP 562), so that importing the package
+does not load torch.
 """
 from importlib import import_module
 from typing import Any, Dict
@@ -16,19 +20,24 @@ _EXPORTS: Dict[str, str] = {
     "read_examples_jsonl": "examples",
     "read_mentions_jsonl": "examples",
     "write_examples_jsonl": "examples",
-    # the short loop
-    "TrainConfig": "seq2seq",
+    # settings
+    "TrainConfig": "settings",
+    "EngineConfig": "settings",
+    "StageConfig": "settings",
+    "load_stage_config": "settings",
+    # the objective and the short loop
+    "Seq2SeqLoss": "seq2seq",
     "encode_examples": "seq2seq",
     "sequence_loss": "seq2seq",
     "train_seq2seq": "seq2seq",
     # the engine
-    "EngineConfig": "engine",
     "TrainingEngine": "engine",
     "TrainResult": "engine",
-    "FixedExamples": "engine",
-    "MixedExamples": "engine",
-    "linking_evaluator": "engine",
-    "plot_training_curve": "engine",
+    "FixedExamples": "sources",
+    "MixedExamples": "sources",
+    "SampledSource": "sources",
+    "linking_evaluator": "evaluator",
+    "plot_training_curve": "trainlog",
     # KB-guided pre-training
     "Template": "pretraining",
     "DEFINITION_TEMPLATES": "pretraining",

@@ -43,40 +43,43 @@ Outputs in ``OUT``: ``model/`` (safetensors weights, tokenizer and
 ``dense_config.json`` with the pooling, read by
 :class:`~spacy_genbioel.retrieval.dense.DenseLinker`), ``train_log.jsonl``,
 ``config.cfg`` and ``result.json``. Settings live in ``configs/dense_*.cfg``
-(sections ``[encoder]``, ``[training]``, ``[loss]``, ``[data]``).
+(sections ``[encoder]``, ``[training]``, ``[loss]``, ``[data]``), read by
+:func:`~spacy_genbioel.training.settings.load_dense_config`. The optimizer
+step, schedule and seed are the other training loops' own
+(:mod:`~spacy_genbioel.training.loop`).
 """
 from __future__ import annotations
 
-import json
 import logging
 import random
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from spacy_genbioel.util import PathLike
+import torch
 
-import typer  # light; the command-line app imports this module, torch waits until a step runs
-
-if TYPE_CHECKING:
-    import torch
-
-    from spacy_genbioel.retrieval.dense import DenseEncoder
-    from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.retrieval.dense import DenseEncoder
+from spacy_genbioel.training.checkpoints import fresh_tmp, replace_dir
+from spacy_genbioel.training.examples import read_examples_jsonl
+from spacy_genbioel.training.loop import autocast as autocast_to, log_due, lr_factor, progress_bar, set_seed, train_step
+from spacy_genbioel.training.settings import DENSE_SECTIONS, MINERS, DenseTrainConfig, load_dense_config
+from spacy_genbioel.training.trainlog import LOG_FILE, append_log
+from spacy_genbioel.util import PathLike, atomic_json, autocast_dtype
 
 logger = logging.getLogger(__name__)
 
-LOG_FILE = "train_log.jsonl"
-MINERS = ("ms", "triplet", "none")
+__all__ = [
+    "DENSE_SECTIONS", "MINERS", "DenseTrainConfig", "DenseTrainResult", "SynonymPair", "SynonymPairs", "batch_loss",
+    "load_dense_config", "mention_pairs_from_jsonl", "mine", "ms_mine", "multi_similarity_loss", "same_concept",
+    "train_dense", "train_sapbert", "triplet_mine",
+]
 
 
 # -- loss and miners ---------------------------------------------------------------------
 def same_concept(id_sets: Sequence[FrozenSet[str]]) -> "torch.Tensor":
     """(n, n) bool: items ``i`` and ``j`` share a concept (diagonal included)."""
-    import torch
-
     index: Dict[str, int] = {}
     incidence = torch.zeros(len(id_sets), max(1, sum(len(s) for s in id_sets)))
     for row, ids in enumerate(id_sets):
@@ -87,8 +90,6 @@ def same_concept(id_sets: Sequence[FrozenSet[str]]) -> "torch.Tensor":
 
 def _pairs(same: "torch.Tensor") -> Tuple["torch.Tensor", "torch.Tensor"]:
     """All positive (off-diagonal) and negative pairs of a ``same`` relation."""
-    import torch
-
     eye = torch.eye(same.shape[0], dtype=torch.bool, device=same.device)
     return same & ~eye, ~same
 
@@ -127,8 +128,6 @@ def multi_similarity_loss(sim: "torch.Tensor", pos: "torch.Tensor", neg: "torch.
                           beta: float = 50.0, base: float = 0.5) -> "torch.Tensor":
     """Mean over items of the multi-similarity loss on the masked pairs (an item
     without pairs adds 0, as in pytorch-metric-learning)."""
-    import torch
-
     zero = sim.new_zeros(sim.shape[0], 1)
     pos_logits = (-alpha * (sim - base)).masked_fill(~pos, float("-inf"))
     neg_logits = (beta * (sim - base)).masked_fill(~neg, float("-inf"))
@@ -202,74 +201,7 @@ class SynonymPairs:
 
 def mention_pairs_from_jsonl(path: PathLike) -> List[Tuple[str, str, Tuple[str, ...]]]:
     """``(mention text, target name, gold ids)`` of an examples file (``corpus`` output)."""
-    from spacy_genbioel.training.examples import read_examples_jsonl
-
     return [(e.mention.text, e.target, e.mention.ids) for e in read_examples_jsonl(path)]
-
-
-# -- configuration ------------------------------------------------------------------------------
-@dataclass
-class DenseTrainConfig:
-    """All settings of ``train-dense``; the config file groups them in sections."""
-
-    # [encoder]
-    pooling: str = "cls"
-    max_length: int = 25
-    # [training]
-    max_steps: int = 10000
-    max_seconds: Optional[float] = None
-    batch_size: int = 64  # positive pairs per step (2 x batch_size texts)
-    learning_rate: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_steps: int = 0
-    scheduler: str = "constant"  # constant | linear | cosine | polynomial (engine.lr_factor)
-    min_lr_ratio: float = 0.0
-    poly_power: float = 1.0
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    log_every: int = 20
-    precision: str = "auto"  # auto | fp32 | bf16: autocast of the encoder (dense.autocast_dtype)
-    progress: bool = True
-    # [loss]
-    miner: str = "ms"
-    alpha: float = 2.0
-    beta: float = 50.0
-    base: float = 0.5
-    epsilon: float = 0.1
-    triplet_margin: float = 0.2
-    # [data]
-    kb_pairs: bool = True
-    mention_repeats: int = 1
-
-    def __post_init__(self) -> None:
-        if self.miner not in MINERS:
-            raise ValueError(f"Unknown miner {self.miner!r}; use one of {MINERS}")
-
-
-_SECTIONS = {
-    "encoder": ("pooling", "max_length"),
-    "training": ("max_steps", "max_seconds", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "scheduler",
-                 "min_lr_ratio", "poly_power", "max_grad_norm", "seed", "log_every", "precision", "progress"),
-    "loss": ("miner", "alpha", "beta", "base", "epsilon", "triplet_margin"),
-    "data": ("kb_pairs", "mention_repeats"),
-}
-
-
-def load_dense_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> Tuple[DenseTrainConfig, str]:
-    """A ``configs/dense_*.cfg`` file with dotted overrides (``{"training.max_seconds": 600}``);
-    returns the settings and the resolved config text."""
-    from confection import Config
-
-    config = Config().from_disk(str(path), overrides=dict(overrides or {}))
-    values: Dict[str, Any] = {}
-    for section, settings in config.items():
-        if section not in _SECTIONS:
-            raise ValueError(f"{path}: unknown section [{section}]; use {', '.join(f'[{s}]' for s in _SECTIONS)}")
-        unknown = sorted(set(settings) - set(_SECTIONS[section]))
-        if unknown:
-            raise ValueError(f"{path}: unknown [{section}] settings {unknown}; known: {list(_SECTIONS[section])}")
-        values.update(settings)
-    return DenseTrainConfig(**values), config.to_str()
 
 
 # -- training ------------------------------------------------------------------------------------------
@@ -293,11 +225,9 @@ def batch_loss(encoder: DenseEncoder, pairs: Sequence[SynonymPair], config: Dens
                autocast: Optional["torch.dtype"] = None) -> Tuple["torch.Tensor", Dict[str, int]]:
     """The multi-similarity loss of one batch of pairs, and the mined pair counts.
     ``autocast`` covers the encoder only: similarities and loss stay in float32."""
-    import torch
-
     texts = [p.left for p in pairs] + [p.right for p in pairs]
     same = same_concept([p.left_ids for p in pairs] + [p.right_ids for p in pairs]).to(encoder.device)
-    with torch.autocast(encoder.device.type, dtype=autocast, enabled=autocast is not None):
+    with autocast_to(encoder.device, autocast):
         vectors = encoder.embed(encoder.tokenize(texts))
     vectors = vectors.float()
     sim = vectors @ vectors.T
@@ -306,22 +236,10 @@ def batch_loss(encoder: DenseEncoder, pairs: Sequence[SynonymPair], config: Dens
     return loss, {"hard_pos": int(pos.sum()), "hard_neg": int(neg.sum())}
 
 
-def _write_log(path: Optional[Path], record: Dict[str, Any]) -> None:
-    if path is not None:
-        with path.open("a", encoding="utf8") as out:
-            out.write(json.dumps(record, default=str) + "\n")
-
-
 def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrainConfig,
                   out_dir: Optional[PathLike] = None) -> DenseTrainResult:
     """Train ``encoder`` in place until ``max_steps`` or ``max_seconds``; with
     ``out_dir``, write the log and save the encoder to ``out_dir/model``."""
-    import torch
-
-    from spacy_genbioel.retrieval.dense import autocast_dtype
-    from spacy_genbioel.training.engine import lr_factor
-    from spacy_genbioel.training.seq2seq import set_seed
-
     set_seed(config.seed)
     out = Path(out_dir) if out_dir is not None else None
     log_path = out / LOG_FILE if out is not None else None
@@ -331,21 +249,19 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
             log_path.unlink()
     device = encoder.device
     autocast = autocast_dtype(config.precision, device)
-    _write_log(log_path, {"event": "start", "config": asdict(config), "device": str(device), "autocast": str(autocast),
+    append_log(log_path, {"event": "start", "config": asdict(config), "device": str(device), "autocast": str(autocast),
                           "pairs_per_epoch": len(pairs)})
     model = encoder.model
+    # SapBERT's recipe: weight decay on every parameter (not the seq2seq stages' grouping)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(config, s))
     result = DenseTrainResult()
     epoch_pairs = pairs.epoch(0)
     position = 0
-    bar = None
-    if config.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=config.max_steps, desc="train-dense", unit="step", dynamic_ncols=True)
+    bar = progress_bar(config.progress, config.max_steps, "train-dense")
     began = time.monotonic()
     window: List[float] = []
+    counts: Dict[str, int] = {}
     model.train()
     try:
         while result.step < config.max_steps:
@@ -355,23 +271,21 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
                 epoch_pairs, position = pairs.epoch(result.epoch), 0
             batch = epoch_pairs[position:position + config.batch_size]
             position += config.batch_size
-            optimizer.zero_grad(set_to_none=True)
-            loss, counts = batch_loss(encoder, batch, config, autocast)
-            loss.backward()
-            if config.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            lr = scheduler.get_last_lr()[0]
-            optimizer.step()
-            scheduler.step()
+
+            def micro_batch_loss() -> torch.Tensor:
+                loss, mined = batch_loss(encoder, batch, config, autocast)
+                counts.update(mined)
+                return loss
+
+            value, lr = train_step(model, optimizer, scheduler, micro_batch_loss, max_grad_norm=config.max_grad_norm)
             result.step += 1
-            value = float(loss.detach())
             result.losses.append(value)
             window.append(value)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{value:.4f}", pos=counts["hard_pos"], neg=counts["hard_neg"], refresh=False)
-            if config.log_every and (result.step % config.log_every == 0 or result.step == 1):
-                _write_log(log_path, {"step": result.step, "loss": sum(window) / len(window), "lr": lr, "epoch": result.epoch,
+            if log_due(result.step, config.log_every):
+                append_log(log_path, {"step": result.step, "loss": sum(window) / len(window), "lr": lr, "epoch": result.epoch,
                                       **counts, "elapsed": round(time.monotonic() - began, 2)})
                 window = []
             if config.max_seconds is not None and time.monotonic() - began > config.max_seconds:
@@ -384,26 +298,20 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
         model.eval()
     result.seconds = time.monotonic() - began
     if out is not None:
-        tmp = out / "model.tmp"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        encoder.save(tmp, base_model=str(encoder.source_dir) if encoder.source_dir else None, steps=result.step)
         final = out / "model"
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        tmp = fresh_tmp(final)
+        encoder.save(tmp, base_model=str(encoder.source_dir) if encoder.source_dir else None, steps=result.step)
+        replace_dir(tmp, final)
         result.model_dir = final
-        _write_log(log_path, {"event": "end", **{k: v for k, v in result.to_dict().items() if k != "losses"}})
+        append_log(log_path, {"event": "end", **{k: v for k, v in result.to_dict().items() if k != "losses"}})
     return result
 
 
 def train_dense(kb_path: PathLike, out_dir: PathLike, config_path: PathLike, model_dir: Optional[PathLike] = None,
                 train_jsonl: Optional[PathLike] = None, overrides: Optional[Mapping[str, Any]] = None,
                 device: str = "auto") -> DenseTrainResult:
-    """The ``train-dense`` step: KB (+ training mentions) -> ``out_dir/model``."""
-    from spacy_genbioel.retrieval.dense import DenseEncoder
-    from spacy_genbioel.kb.base import KnowledgeBase
-
+    """The ``train-dense`` step: KB (+ training mentions) -> ``out_dir/model``.
+    ``overrides`` are dotted config keys (``{"training.max_seconds": 900}``)."""
     config, text = load_dense_config(config_path, overrides)
     kb = KnowledgeBase.load(kb_path)
     mentions = mention_pairs_from_jsonl(train_jsonl) if train_jsonl else []
@@ -414,34 +322,5 @@ def train_dense(kb_path: PathLike, out_dir: PathLike, config_path: PathLike, mod
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.cfg").write_text(text, encoding="utf8")
     result = train_sapbert(encoder, pairs, config, out)
-    (out / "result.json").write_text(json.dumps(result.to_dict(), indent=2), encoding="utf8")
+    atomic_json(out / "result.json", result.to_dict())
     return result
-
-
-# -- command line --------------------------------------------------------------------------------------------
-def register_dense_commands(app) -> None:
-    """Add ``train-dense`` to a typer app (``cli.py``); extra options override the
-    config (``--training.max_seconds 900``)."""
-    from wasabi import msg
-
-    @app.command("train-dense", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def train_dense_cmd(
-        ctx: typer.Context,
-        kb: Path = typer.Option(..., help="KB whose synonyms make the positive pairs"),
-        out: Path = typer.Option(..., help="Output folder: model/, train_log.jsonl, config.cfg, result.json"),
-        config: Path = typer.Option(Path("configs/dense_minilm.cfg"), help="Settings, e.g. configs/dense_minilm.cfg"),
-        model: Optional[Path] = typer.Option(None, help="Encoder directory to start from (default: the installed all-MiniLM-L6-v2)"),
-        train: Optional[Path] = typer.Option(None, help="Training examples (corpus output train.jsonl): mention -> gold name pairs"),
-        device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
-        verbose: bool = typer.Option(False, "--verbose", "-v"),
-    ) -> None:
-        """SapBERT-style fine-tuning of a dense encoder on KB synonym pairs (multi-similarity loss, online hard mining)."""
-        from spacy_genbioel.cli._util import setup_logging as _setup_logging
-        from spacy_genbioel.training.cli_steps import parse_overrides
-
-        _setup_logging(verbose)
-        result = train_dense(kb, out, config, model_dir=model, train_jsonl=train, overrides=parse_overrides(ctx.args),
-                             device=device)
-        last = sum(result.losses[-50:]) / max(1, len(result.losses[-50:]))
-        msg.good(f"Trained {result.step} steps, {result.epoch} full epochs ({result.stopped_by}, {result.seconds:.0f}s, "
-                 f"loss {last:.4f}) -> {result.model_dir}")

@@ -1,72 +1,37 @@
-"""A short, explicit seq2seq training loop.
+"""The seq2seq objective and the short loop built on it.
+
+:func:`encode_examples` builds a batch exactly as inference sees it: the
+encoder text and the decoder prompt (``"mention is"``) of
+:class:`~spacy_genbioel.linking.inputs.InputBuilder`, tokenized by the
+linker's :class:`~spacy_genbioel.linking.inputs.PromptTokenizer`, with labels
+on the name tokens and EOS only. :class:`Seq2SeqLoss` is the loss of a
+micro-batch, the step the training engine and :func:`train_seq2seq` both
+take.
 
 Why not ``Seq2SeqTrainer``: the loss must cover only the name tokens and EOS
-after a decoder prompt that is built exactly as at inference
-(:class:`~spacy_genbioel.linking.decoder.PromptTokenizer`), with a wall-clock budget
-for CPU runs; a 60-line loop says that more plainly than trainer callbacks.
+after a decoder prompt that is built exactly as at inference, with a
+wall-clock budget for CPU runs; :func:`train_seq2seq` (the demo's and the
+benchmark's quick model: no checkpoints, no evaluation) says that more
+plainly than trainer callbacks. Longer runs use
+:class:`~spacy_genbioel.training.engine.TrainingEngine`.
 """
 from __future__ import annotations
 
 import logging
-import math
-import random
-import time
-from dataclasses import dataclass
+from dataclasses import fields
 from typing import Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 
-from spacy_genbioel.linking.decoder import InputBuilder, PromptTokenizer
-from spacy_genbioel.models.bart import special_ids
+from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer
+from spacy_genbioel.models import special_ids
 from spacy_genbioel.training.examples import TrainingExample, iterate_forever
+from spacy_genbioel.training.loop import autocast, budget_clock, build_optimizer, lr_factor, set_seed, train_step
+from spacy_genbioel.training.settings import EngineConfig, TrainConfig
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class TrainConfig:
-    max_steps: int = 1000
-    max_seconds: Optional[float] = None
-    # "wall" or "cpu" (process CPU time of all threads: a budget that does not
-    # shrink when other processes share the machine)
-    budget_clock: str = "wall"
-    batch_size: int = 64
-    learning_rate: float = 5e-4
-    weight_decay: float = 0.01
-    warmup_steps: int = 50
-    label_smoothing: float = 0.1
-    max_grad_norm: float = 1.0
-    max_source_tokens: int = 256
-    seed: int = 0
-    log_every: int = 50
-
-
-def budget_clock(name: str):
-    """``wall`` (monotonic seconds) or ``cpu`` (process CPU time of all threads:
-    a budget that does not shrink when other processes share the machine)."""
-    if name == "wall":
-        return time.monotonic
-    if name == "cpu":
-        return time.process_time
-    raise ValueError(f"Unknown budget_clock {name!r}; use wall or cpu")
-
-
-def config_from_dict(cls, data, what: str):
-    """``cls(**data)`` for a settings dataclass, naming unknown keys and the known ones."""
-    from dataclasses import fields
-
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"Unknown {what} settings: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return cls(**data)
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+__all__ = ["TrainConfig", "Seq2SeqLoss", "encode_examples", "sequence_loss", "train_seq2seq"]
 
 
 def encode_examples(
@@ -106,6 +71,25 @@ def sequence_loss(model, batch: Dict[str, torch.Tensor], label_smoothing: float 
     )
 
 
+class Seq2SeqLoss:
+    """The loss of a micro-batch of examples: encoded by :func:`encode_examples`,
+    moved to ``device``, the forward pass under autocast to ``autocast_dtype``
+    (``None``: fp32), label-smoothed cross-entropy on the name tokens."""
+
+    def __init__(self, model, tokenizer, inputs: InputBuilder, device: torch.device, *, max_source_tokens: int = 256,
+                 label_smoothing: float = 0.0, autocast_dtype: Optional[torch.dtype] = None) -> None:
+        self.model, self.tokenizer, self.inputs, self.device = model, tokenizer, inputs, device
+        self.max_source_tokens, self.label_smoothing, self.autocast_dtype = max_source_tokens, label_smoothing, autocast_dtype
+        start_id, eos_id, self.pad_id = special_ids(model, tokenizer)
+        self.prompts = PromptTokenizer(tokenizer, start_id, eos_id)
+
+    def __call__(self, batch: Sequence[TrainingExample]) -> torch.Tensor:
+        tensors = encode_examples(batch, self.tokenizer, self.prompts, self.inputs, self.pad_id, self.max_source_tokens)
+        tensors = {k: v.to(self.device, non_blocking=True) for k, v in tensors.items()}
+        with autocast(self.device, self.autocast_dtype):
+            return sequence_loss(self.model, tensors, self.label_smoothing)
+
+
 def train_seq2seq(
     model,
     tokenizer,
@@ -114,28 +98,19 @@ def train_seq2seq(
     inputs: Optional[InputBuilder] = None,
     device: Optional[torch.device] = None,
 ) -> List[float]:
-    """Train in place; returns the loss of every step."""
+    """Train in place on shuffled epochs of ``examples`` (fp32, warm-up then a
+    cosine decay clipped at 5 % of the peak, until ``max_steps`` or
+    ``max_seconds``); returns the loss of every step."""
     if not examples:
         raise ValueError("No training examples")
     set_seed(config.seed)
-    inputs = inputs or InputBuilder()
     device = device or next(model.parameters()).device
-    start_id, eos_id, pad_id = special_ids(model, tokenizer)
-    prompts = PromptTokenizer(tokenizer, start_id, eos_id)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.learning_rate,
-    )
-
-    def lr_factor(step: int) -> float:
-        if step < config.warmup_steps:
-            return (step + 1) / config.warmup_steps
-        progress = (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps)
-        return max(0.05, 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    batch_loss = Seq2SeqLoss(model, tokenizer, inputs or InputBuilder(), device, max_source_tokens=config.max_source_tokens,
+                             label_smoothing=config.label_smoothing)
+    schedule = EngineConfig(**{f.name: getattr(config, f.name) for f in fields(TrainConfig)}, scheduler="clipped_cosine",
+                            min_lr_ratio=0.05, schedule_horizon="steps")
+    optimizer = build_optimizer(model, schedule)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(schedule, s))
     stream = iterate_forever(examples, config.seed)
     model.train()
     losses: List[float] = []
@@ -143,14 +118,8 @@ def train_seq2seq(
     began = clock()
     for step in range(config.max_steps):
         batch = [next(stream) for _ in range(config.batch_size)]
-        tensors = {k: v.to(device) for k, v in encode_examples(batch, tokenizer, prompts, inputs, pad_id, config.max_source_tokens).items()}
-        loss = sequence_loss(model, tensors, config.label_smoothing)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        losses.append(loss.detach().item())
+        loss, _ = train_step(model, optimizer, scheduler, lambda: batch_loss(batch), max_grad_norm=config.max_grad_norm)
+        losses.append(loss)
         if config.log_every and step % config.log_every == 0:
             logger.info("step %d loss %.4f lr %.2e", step, losses[-1], scheduler.get_last_lr()[0])
         if config.max_seconds is not None and clock() - began > config.max_seconds:

@@ -176,7 +176,7 @@ def read_reference_targets(
 
     Without a label file the gold ID is ``""``.
     """
-    from spacy_genbioel.kb.base import genbioel_normalize
+    from spacy_genbioel.kb.normalizers import genbioel_normalize
 
     train_target_path = Path(train_target_path)
     if label_path is None:
@@ -277,7 +277,7 @@ def agreement_with_reference(
 
 
 def _default_normalize():
-    from spacy_genbioel.kb.base import genbioel_normalize
+    from spacy_genbioel.kb.normalizers import genbioel_normalize
 
     return genbioel_normalize
 

@@ -1,0 +1,71 @@
+"""DPO for a seq2seq linker: the sequence log-probabilities of the chosen
+and rejected names after a mention's inference prompt, and the loss.
+
+Both names of a pair are encoded by
+:func:`~spacy_genbioel.training.seq2seq.encode_examples` with the mining
+linker's prompt tokens, so ``log p / length`` of a candidate equals its beam
+score; :func:`pair_logprobs` reads each mention's source once for both.
+No label smoothing: it would change the probabilities DPO compares.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, Mapping, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from transformers.modeling_outputs import BaseModelOutput
+
+from spacy_genbioel.training.examples import TrainingExample
+from spacy_genbioel.training.seq2seq import encode_examples
+
+if TYPE_CHECKING:
+    from spacy_genbioel.training.angel.mining import PreferencePair
+
+
+def encode_pairs(pairs: Sequence[PreferencePair], tokenizer, prompts, inputs, pad_token_id: int,
+                 max_source_tokens: int = 256) -> Dict[str, torch.Tensor]:
+    """The chosen names (first half of the rows) and the rejected ones (second
+    half) after each mention's inference prompt, by
+    :func:`~spacy_genbioel.training.seq2seq.encode_examples`."""
+    examples = [TrainingExample(p.mention, p.chosen) for p in pairs] + [TrainingExample(p.mention, p.rejected) for p in pairs]
+    return encode_examples(examples, tokenizer, prompts, inputs, pad_token_id, max_source_tokens)
+
+
+def _label_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    token_nll = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100, reduction="none")
+    return -token_nll.sum(dim=-1)
+
+
+def sequence_logprobs(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``log p(name + EOS | source, prompt)`` per row of an
+    :func:`~spacy_genbioel.training.seq2seq.encode_examples` batch: the sum of
+    the log-probabilities of the labelled tokens, without label smoothing."""
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                decoder_input_ids=batch["decoder_input_ids"])
+    return _label_logprobs(out.logits, batch["labels"])
+
+
+def pair_logprobs(model, batch: Mapping[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sequence_logprobs` of an :func:`encode_pairs` batch as (chosen,
+    rejected), reading each mention's source once for both names."""
+    n = batch["decoder_input_ids"].shape[0] // 2
+    mask = batch["attention_mask"][:n]
+    encoded = model.get_encoder()(input_ids=batch["input_ids"][:n], attention_mask=mask, return_dict=True)
+    out = model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded.last_hidden_state.repeat(2, 1, 1)),
+                attention_mask=mask.repeat(2, 1), decoder_input_ids=batch["decoder_input_ids"])
+    logps = _label_logprobs(out.logits, batch["labels"])
+    return logps[:n], logps[n:]
+
+
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    beta: float = 0.1,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-pair DPO loss and its logit ``beta * (chosen log-ratio - rejected
+    log-ratio)`` (the implicit reward margin: positive when the policy moved
+    towards the chosen name)."""
+    logits = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected))
+    return -F.logsigmoid(logits), logits

@@ -1,0 +1,138 @@
+"""The ``package`` step: a spaCy pipeline directory from a trained model and
+its KB, for ``spacy.load`` and ``spacy package``.
+
+The pipeline is scispacy's ``abbreviation_detector`` (when installed), an
+entity source (an ``entity_ruler`` over the KB names, or a trained NER's
+tokenizer, ``tok2vec`` and ``ner``) and the ``genbioel`` component, whose
+settings :func:`component_config` writes in one place.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import spacy
+
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
+from spacy_genbioel.linking.settings import linking_overrides
+from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.models import load_model
+from spacy_genbioel.ner import add_kb_entity_ruler, source_ner
+from spacy_genbioel.training.settings import load_stage_config
+from spacy_genbioel.util import PathLike
+
+logger = logging.getLogger(__name__)
+
+
+def component_config(
+    inputs: InputBuilder,
+    max_source_tokens: int = 256,
+    *,
+    num_beams: int = 5,
+    top_k: int = 5,
+    exact_match: bool = False,
+    candidates: str = "none",
+    num_candidates: int = 20,
+    restrict_to_candidates: bool = True,
+    shortcut_threshold: Optional[float] = None,
+) -> Dict[str, Any]:
+    """The ``genbioel`` component's config blocks in a packaged pipeline: decoding and
+    candidate settings, and the encoder-input settings the model was trained with."""
+    return linking_overrides(
+        num_beams=num_beams, top_k=top_k, exact_match=exact_match, retriever=candidates, num_candidates=num_candidates,
+        restrict_to_candidates=restrict_to_candidates, shortcut_threshold=shortcut_threshold,
+        context_words=inputs.context_words, lowercase=inputs.lowercase, decoder_prompt=inputs.decoder_prompt,
+        max_source_tokens=max_source_tokens, device="auto",
+    )
+
+
+def package(
+    model_dir: PathLike,
+    kb_path: PathLike,
+    out_dir: PathLike,
+    name: str = "genbioel_pipeline",
+    version: str = "0.0.0",
+    config_path: Optional[PathLike] = None,
+    entity_label: Optional[str] = None,
+    entity_ruler: bool = True,
+    abbreviations: bool = True,
+    num_beams: int = 5,
+    top_k: int = 5,
+    min_name_chars: int = 3,
+    lang: str = "en",
+    ner: Optional[PathLike] = None,
+    exact_match: bool = False,
+    candidates: str = "none",
+    num_candidates: int = 20,
+    restrict_to_candidates: bool = True,
+    shortcut_threshold: Optional[float] = None,
+) -> Path:
+    """A spaCy pipeline directory: scispacy's ``abbreviation_detector`` (when
+    installed), an ``entity_ruler`` over the KB names, and ``genbioel`` with
+    the trained model, KB and trie inside. ``spacy.load(out_dir)`` reads it;
+    ``spacy package out_dir dist`` makes an installable package of it.
+    ``config_path`` (the fine-tuning config) supplies the encoder-input settings
+    the model was trained with. ``ner`` (a trained spaCy pipeline directory)
+    replaces the entity ruler: its tokenizer, ``tok2vec`` and ``ner`` are
+    sourced (:func:`~spacy_genbioel.ner.source_ner`), giving tokenizer,
+    abbreviation_detector, tok2vec, ner, genbioel. ``exact_match``,
+    ``candidates``, ``num_candidates``, ``restrict_to_candidates`` and
+    ``shortcut_threshold`` set the component's settings of those names (a
+    retriever is rebuilt from the KB on first use; nothing extra is stored)."""
+    inputs = InputBuilder()
+    max_source_tokens = 256
+    if config_path:
+        stage = load_stage_config(config_path)
+        inputs, max_source_tokens = stage.inputs, stage.training.max_source_tokens
+        if inputs.max_mention_words != InputBuilder().max_mention_words:
+            logger.warning("max_mention_words=%d is not a pipeline setting; the pipeline uses %d",
+                           inputs.max_mention_words, InputBuilder().max_mention_words)
+    kb = KnowledgeBase.load(kb_path)
+    model, tokenizer = load_model(model_dir, device="cpu", dtype="fp32")
+    ner_nlp = spacy.load(ner) if ner is not None else None
+    if ner_nlp is not None and ner_nlp.lang != lang:
+        logger.warning("The NER pipeline's language is %r, not %r: the package uses %r", ner_nlp.lang, lang, ner_nlp.lang)
+        lang = ner_nlp.lang
+    nlp = spacy.blank(lang)
+    source = f"the NER trained in {ner}" if ner is not None else "a dictionary entity source"
+    nlp.meta.update({
+        "name": name,
+        "version": version,
+        "description": f"Generative biomedical entity linking (GenBioEL) with {source}",
+        "requirements": requirements(),
+    })
+    if abbreviations:
+        if abbreviation_detector_available():
+            nlp.add_pipe("abbreviation_detector")
+        else:
+            logger.warning("scispacy is not installed: the pipeline has no abbreviation detector")
+    if ner_nlp is not None:
+        logger.info("Sourced %s from %s", source_ner(nlp, ner_nlp), ner)
+    elif entity_ruler:
+        n_patterns = add_kb_entity_ruler(nlp, kb, entity_label, min_name_chars)
+        logger.info("entity_ruler with %d patterns", n_patterns)
+    component = nlp.add_pipe("genbioel", config=component_config(
+        inputs, max_source_tokens, num_beams=num_beams, top_k=top_k, exact_match=exact_match, candidates=candidates,
+        num_candidates=num_candidates, restrict_to_candidates=restrict_to_candidates,
+        shortcut_threshold=shortcut_threshold,
+    ))
+    component.set_linker(GenerativeLinker(model, tokenizer, kb, inputs=component.inputs, config=component.decoding))
+    out = Path(out_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    nlp.to_disk(out)
+    return out
+
+
+def requirements() -> List[str]:
+    """What ``meta.json`` asks pip for: this package, at least the installed version."""
+    try:
+        from importlib.metadata import version
+
+        return [f"spacy_genbioel>={version('spacy_genbioel')}"]
+    except Exception:  # not installed as a distribution (a source checkout)
+        return ["spacy_genbioel"]

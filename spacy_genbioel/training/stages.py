@@ -1,0 +1,230 @@
+"""The training workflow's steps as plain functions (``project.yml`` runs them
+through ``python -m spacy_genbioel ...``, :mod:`spacy_genbioel.cli.train`):
+corpus, tokenizer, init-model, pretrain and finetune. The ``angel`` step is
+:func:`spacy_genbioel.training.angel.angel`, ``train-dense``
+:func:`spacy_genbioel.training.sapbert.train_dense`, ``package``
+:func:`spacy_genbioel.training.package.package`.
+
+Each training stage reads its settings with
+:func:`~spacy_genbioel.training.settings.load_stage_config` (overrides are an
+already parsed dotted-key dict: ``{"training.max_seconds": 600}``), trains
+with the :class:`~spacy_genbioel.training.engine.TrainingEngine` and leaves
+``config.cfg`` and ``result.json`` next to the engine's outputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+from spacy_genbioel.corpus.pubtator import document_mentions, read_pubtator
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.kb.crosswalk import read_crosswalk
+from spacy_genbioel.linking.abbreviations import AbbreviationExpander
+from spacy_genbioel.models import PRESETS, build_model, load_model, load_tokenizer, save_model, train_tokenizer
+from spacy_genbioel.models.bert2bert import WARM_START_PRESETS, init_warm_start, is_warm_start, save_marker_tokenizer
+from spacy_genbioel.training.engine import TrainingEngine, TrainResult
+from spacy_genbioel.training.evaluator import stage_evaluator
+from spacy_genbioel.training.examples import read_examples_jsonl, write_examples_jsonl
+from spacy_genbioel.training.pretraining import PretrainingExamples
+from spacy_genbioel.training.settings import StageConfig, load_stage_config
+from spacy_genbioel.training.sources import ExampleSource, FixedExamples, MixedExamples, SampledSource
+from spacy_genbioel.training.targets import select_targets
+from spacy_genbioel.ty import Mention
+from spacy_genbioel.util import PathLike, atomic_json, fingerprint, resolve_device
+
+logger = logging.getLogger(__name__)
+
+
+# -- corpus ---------------------------------------------------------------------------
+def _read_corpus(path: PathLike, crosswalk: Optional[Mapping[str, str]], context_chars: Optional[int]):
+    documents = list(read_pubtator(path, crosswalk=crosswalk))
+    mentions = [m for doc in documents for m in document_mentions(doc, context_chars=context_chars)]
+    return documents, mentions
+
+
+def make_corpus(
+    train_pubtator: PathLike,
+    dev_pubtator: PathLike,
+    kb_path: PathLike,
+    out_dir: PathLike,
+    top_k_targets: int = 1,
+    abbreviations: bool = False,
+    crosswalk: Optional[PathLike] = None,
+    context_chars: int = 2000,
+    labels: Sequence[str] = (),
+    target_strategy: str = "tfidf",
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """Training and dev examples from PubTator corpora.
+
+    Writes ``out_dir/train.jsonl`` (one line per target: ``top_k_targets``
+    per usable mention, chosen by :func:`~spacy_genbioel.training.targets.select_targets`),
+    ``out_dir/dev.jsonl`` (every dev mention, composite ones included, no
+    target: the evaluation set), ``out_dir/texts.txt`` (training documents, one
+    per line, for the tokenizer) and ``out_dir/stats.json``. ``abbreviations``
+    replaces short forms by their long forms (scispacy's detector) before the
+    targets are chosen, as GenBioEL did with Ab3P. ``labels`` keeps only
+    mentions of those entity types. ``target_strategy`` picks the synonym a
+    training mention is taught (``tfidf``, GenBioEL's synonyms-aware choice;
+    ``shortest``, ``random`` and ``first`` for ablations).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    walk = read_crosswalk(crosswalk) if crosswalk else None
+    kb = KnowledgeBase.load(kb_path)
+    train_docs, train_mentions = _read_corpus(train_pubtator, walk, None)
+    dev_docs, dev_mentions = _read_corpus(dev_pubtator, walk, None)
+    if labels:
+        train_mentions = [m for m in train_mentions if m.label in labels]
+        dev_mentions = [m for m in dev_mentions if m.label in labels]
+    stats: Dict[str, Any] = {"train_documents": len(train_docs), "dev_documents": len(dev_docs)}
+    if abbreviations:
+        expander = AbbreviationExpander()
+        train_mentions, stats["train_expanded"] = expander.expand(train_mentions, {d.pmid: d.text for d in train_docs})
+        dev_mentions, stats["dev_expanded"] = expander.expand(dev_mentions, {d.pmid: d.text for d in dev_docs})
+
+    def cut(m: Mention) -> Mention:
+        return dataclasses.replace(m, left=m.left[len(m.left) - context_chars:] if context_chars else "",
+                                   right=m.right[:context_chars])
+
+    examples, target_stats = select_targets(kb, train_mentions, top_k=top_k_targets, strategy=target_strategy, seed=seed)
+    stats["targets"] = {**target_stats, "strategy": target_strategy}
+    stats["train_lines"] = write_examples_jsonl(((cut(e.mention), e.target) for e in examples), out / "train.jsonl")
+    stats["dev_lines"] = write_examples_jsonl(((cut(m), None) for m in dev_mentions), out / "dev.jsonl")
+    with (out / "texts.txt").open("w", encoding="utf8") as texts:
+        for doc in train_docs:
+            texts.write(" ".join(doc.text.split()) + "\n")
+    stats["kb"] = {"path": str(kb_path), "concepts": len(kb), "names": kb.n_names}
+    atomic_json(out / "stats.json", stats)
+    logger.info("Corpus: %d training lines, %d dev mentions -> %s", stats["train_lines"], stats["dev_lines"], out)
+    return stats
+
+
+# -- tokenizer and model --------------------------------------------------------------
+def train_tokenizer_step(
+    kb_path: PathLike,
+    out_dir: PathLike,
+    texts: Optional[PathLike] = None,
+    vocab_size: Optional[int] = None,
+    preset: str = "tiny",
+) -> Path:
+    """A byte-level BPE tokenizer trained on the KB names (and ``texts``, one document per line).
+    A warm-start preset (``minilm``) brings its own tokenizer: it is saved with the
+    START/END markers added, and nothing is trained (``kb_path``, ``texts`` unused)."""
+    if is_warm_start(preset):
+        return save_marker_tokenizer(preset, out_dir)
+    kb = KnowledgeBase.load(kb_path)
+    size = vocab_size or PRESETS[preset].vocab_size
+    lines: Iterable[str] = ()
+    if texts:
+        lines = (line.strip() for line in Path(texts).open(encoding="utf8") if line.strip())
+    tokenizer = train_tokenizer(kb.names, lines, vocab_size=size)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(out))
+    logger.info("Tokenizer with %d tokens -> %s", len(tokenizer), out)
+    return out
+
+
+def init_model_step(tokenizer_dir: PathLike, out_dir: PathLike, preset: Union[str, Any] = "tiny", seed: int = 0) -> Path:
+    """A randomly initialized preset model (a name or a :class:`~spacy_genbioel.models.bart.Preset`)
+    for a saved tokenizer, saved with it; a warm-start preset (``minilm``) builds a
+    BERT2BERT from its checkpoint with that tokenizer (the ``tokenizer`` step's output)."""
+    if is_warm_start(preset):
+        init_warm_start(preset, out_dir, tokenizer_dir=tokenizer_dir, seed=seed)
+        return Path(out_dir)
+    if isinstance(preset, str) and preset not in PRESETS:
+        raise ValueError(f"Unknown preset {preset!r}; choose from {', '.join([*PRESETS, *WARM_START_PRESETS])}")
+    tokenizer = load_tokenizer(tokenizer_dir)
+    model = build_model(preset, tokenizer, seed=seed)
+    save_model(model, tokenizer, out_dir)
+    return Path(out_dir)
+
+
+# -- training stages ---------------------------------------------------------------------
+def load_for_training(model_dir: PathLike, device: str) -> Tuple[Any, Any, torch.device]:
+    """A saved model (fp32 master weights; bf16 comes from autocast), its tokenizer and the resolved device."""
+    dev = resolve_device(device)
+    model, tokenizer = load_model(model_dir, device=dev, dtype="fp32")  # fp32 master weights; bf16 via autocast
+    return model, tokenizer, dev
+
+
+def run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, source: ExampleSource, out_dir: PathLike,
+              dev_jsonl: Optional[PathLike], device: str, resume: bool, inputs: Sequence[PathLike] = ()) -> TrainResult:
+    """Train ``model_dir`` on ``source`` with the training engine into ``out_dir``
+    (``config.cfg``, ``inputs.sha256``, ``result.json`` and the engine's files);
+    a checkpoint there is resumed only when the start model and ``inputs`` are
+    the ones it grew from."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # a checkpoint is only resumed when it grew from the same start model and data
+    # (a rerun after an earlier step changed must start afresh); the config may change
+    stamp_value = fingerprint([model_dir, *inputs])
+    stamp = out / "inputs.sha256"
+    if resume and stamp.exists() and stamp.read_text(encoding="utf8").strip() != stamp_value:
+        logger.warning("%s: the start model or the data changed since the checkpoint was written; starting afresh", out)
+        resume = False
+    stamp.write_text(stamp_value + "\n", encoding="utf8")
+    model, tokenizer, dev = load_for_training(model_dir, device)
+    (out / "config.cfg").write_text(stage.text, encoding="utf8")
+    engine = TrainingEngine(model, tokenizer, stage.training, inputs=stage.inputs, out_dir=out,
+                            evaluate=stage_evaluator(stage, kb, dev_jsonl), device=dev)
+    result = engine.train(source, resume=resume)
+    atomic_json(out / "result.json", result.to_dict())
+    return result
+
+
+def kb_guided_examples(stage: StageConfig, kb: KnowledgeBase,
+                       max_synonyms_per_concept: Optional[int] = None) -> PretrainingExamples:
+    """KB-guided pre-training examples with the stage's ``[data]`` template
+    settings (pre-training; fine-tuning and ANGEL mix some in)."""
+    d = stage.data
+    return PretrainingExamples(kb, stage.training.seed, max_context_synonyms=int(d["max_context_synonyms"]),
+                               use_definitions=bool(d["use_definitions"]), max_synonyms_per_concept=max_synonyms_per_concept)
+
+
+def pretrain(
+    model_dir: PathLike,
+    kb_path: PathLike,
+    config_path: PathLike,
+    out_dir: PathLike,
+    dev_jsonl: Optional[PathLike] = None,
+    overrides: Optional[Mapping[str, Any]] = None,
+    device: str = "auto",
+    resume: bool = True,
+) -> TrainResult:
+    """KB-guided pre-training; the model ends in ``out_dir/model`` (best on dev when ``dev_jsonl`` is given)."""
+    stage = load_stage_config(config_path, overrides)
+    kb = KnowledgeBase.load(kb_path)
+    source = kb_guided_examples(stage, kb, max_synonyms_per_concept=stage.data["max_synonyms_per_concept"])
+    logger.info("Pre-training on %d (concept, synonym) pairs per epoch", len(source))
+    return run_stage(stage, model_dir, kb, source, out_dir, dev_jsonl, device, resume, inputs=[kb_path])
+
+
+def finetune(
+    model_dir: PathLike,
+    train_jsonl: PathLike,
+    dev_jsonl: Optional[PathLike],
+    kb_path: PathLike,
+    config_path: PathLike,
+    out_dir: PathLike,
+    overrides: Optional[Mapping[str, Any]] = None,
+    device: str = "auto",
+    resume: bool = True,
+) -> TrainResult:
+    """Synonyms-aware fine-tuning on ``train_jsonl``, evaluated on ``dev_jsonl``
+    every ``eval_every`` steps; the best model ends in ``out_dir/model``."""
+    stage = load_stage_config(config_path, overrides)
+    kb = KnowledgeBase.load(kb_path)
+    examples = read_examples_jsonl(train_jsonl)
+    if not examples:
+        raise ValueError(f"{train_jsonl}: no training examples with a target")
+    source: ExampleSource = FixedExamples(examples)
+    n_kb = int(stage.data["kb_examples_per_epoch"])
+    if n_kb > 0:
+        source = MixedExamples(source, SampledSource(kb_guided_examples(stage, kb), n_kb, stage.training.seed))
+    return run_stage(stage, model_dir, kb, source, out_dir, dev_jsonl, device, resume, inputs=[train_jsonl, kb_path])
