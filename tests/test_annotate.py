@@ -15,12 +15,13 @@ import pytest
 import spacy
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.annotate import runner as ann
-from spacy_genbioel.annotate.runner import AnnotateError, InputRecord, RecordError, annotate, detect_format, read_records
-from spacy_genbioel.corpus.readers import read_bioc, read_jsonl_corpus, read_pubtator
-from spacy_genbioel.models.bart import save_model
+from spacy_genbioel.annotate import AnnotateError, InputRecord, RecordError, annotate, detect_format, read_records
+from spacy_genbioel.annotate import checkpoint, readers, records, writers
+from spacy_genbioel.corpus import read_bioc, read_jsonl_corpus, read_pubtator
+from spacy_genbioel.models import save_model
+from spacy_genbioel.util import atomic_write
 
-from conftest import WORDS, data_dir, random_kb
+from conftest import WORDS, assert_same_links, data_dir, random_kb
 
 REPO = Path(__file__).resolve().parents[1]
 PHRASES = WORDS + ["renal failure", "cystic fibrosis", "liver", "the", "of", "patients"]
@@ -77,6 +78,10 @@ def chunk_files(out):
     return {p.name: p.read_bytes() for p in sorted(Path(out).glob("part-*"))}
 
 
+def chunk_docs(out):
+    return {p.name: [json.loads(line) for line in p.read_text(encoding="utf8").splitlines()] for p in sorted(Path(out).glob("part-*.jsonl"))}
+
+
 def jsonl_docs(out):
     return [json.loads(line) for p in sorted(Path(out).glob("part-*.jsonl")) for line in p.read_text(encoding="utf8").splitlines()]
 
@@ -85,9 +90,17 @@ def stable(summary):
     return {k: v for k, v in summary.items() if k not in ("this_run", "out", "errors_file")}
 
 
-def assert_same_as_reference(out, reference):
+def assert_same_as_reference(out, reference, exact_scores=True):
+    """The output folder of an interrupted and rerun job is that of one uninterrupted run: the
+    chunk files byte for byte, or, where chunks were written by another process with another
+    thread count (``exact_scores=False``), the same files, documents and mentions with candidate
+    scores up to float noise."""
     ref_out, ref_summary = reference
-    assert chunk_files(out) == chunk_files(ref_out)
+    if exact_scores:
+        assert chunk_files(out) == chunk_files(ref_out)
+    else:
+        assert list(chunk_files(out)) == list(chunk_files(ref_out))
+        assert_same_links(chunk_docs(out), chunk_docs(ref_out))
     ids = [d["id"] for d in jsonl_docs(out)]
     assert len(ids) == len(set(ids)) == 200
     assert not list(Path(out).glob(".*.tmp"))
@@ -223,7 +236,7 @@ def test_xml_scanner_memory_is_bounded(tmp_path):
     assert path.stat().st_size > 1_500_000
     tracemalloc.start()
     try:
-        n = sum(1 for _, record, _ in ann._xml_records(path, ("PubmedArticle",), block_chars=8192) if record)
+        n = sum(1 for _, record, _ in readers._xml_records(path, ("PubmedArticle",), block_chars=8192) if record)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -457,13 +470,19 @@ def test_a_document_the_pipeline_fails_on_is_an_error(tmp_path, pipeline_dir, mo
     clean = write_jsonl(tmp_path / "clean.jsonl", [{"id": f"p{i}", "text": t} for i, t in enumerate(texts) if i != 5])
     annotate(clean, pipeline_dir, serial, chunk_size=4, batch_size=3, progress=False)
     docs = {d["id"]: d["mentions"] for d in jsonl_docs(out)}
-    assert {d["id"]: d["mentions"] for d in jsonl_docs(serial) if d["id"] in docs} == {k: v for k, v in docs.items() if k != "p5"}
+    # p5's batch was retried one document at a time and, without p5, the clean run batches the
+    # rest differently: the same mentions and links, scores up to float noise
+    assert_same_links({d["id"]: d["mentions"] for d in jsonl_docs(serial) if d["id"] in docs},
+                      {k: v for k, v in docs.items() if k != "p5"})
 
 
 def test_parallel_equals_serial(tmp_path, pipeline_dir, mixed_input, mixed_reference):
     out = tmp_path / "out"
     annotate(mixed_input, pipeline_dir, out, chunk_size=5, batch_size=2, n_process=2, progress=False)
-    assert {d["id"]: d for d in jsonl_docs(out)} == mixed_reference
+    docs = jsonl_docs(out)
+    assert [d["id"] for d in docs] == list(mixed_reference)
+    # other batches (2 documents, not 4) in other processes: scores up to float noise
+    assert_same_links({d["id"]: d for d in docs}, mixed_reference)
     with pytest.raises((AnnotateError, ValueError)):
         annotate(mixed_input, pipeline_dir, tmp_path / "gpu", n_process=2, device="cuda", progress=False)
 
@@ -489,7 +508,7 @@ def crash_on_call(monkeypatch, owner, name, n, before=None):
     monkeypatch.setattr(owner, name, wrapper)
 
 
-ORIGINAL_JSONL_WRITE = ann.JsonlWriter.write
+ORIGINAL_JSONL_WRITE = writers.JsonlWriter.write
 
 
 def write_half(self, items, path):
@@ -505,18 +524,18 @@ def append_half(self, entry):
 
 def rename_then_crash(self, items):
     # the chunk lands, the checkpoint append never happens
-    ann._atomic_write(self.out / f"part-{self.next_number:06d}{self.writer.suffix}", lambda p: self.writer.write(items, p))
+    atomic_write(self.out / f"part-{self.next_number:06d}{self.writer.suffix}", lambda p: self.writer.write(items, p))
 
 
 @pytest.mark.parametrize("where", ["mid_write", "after_rename", "torn_checkpoint_line", "before_rename"])
 def test_crash_at_each_step_then_rerun_equals_one_run(tmp_path, pipeline_dir, docs_200, reference, monkeypatch, where):
     out = tmp_path / "out"
     if where == "mid_write":
-        crash_on_call(monkeypatch, ann.JsonlWriter, "write", 4, before=write_half)
+        crash_on_call(monkeypatch, writers.JsonlWriter, "write", 4, before=write_half)
     elif where == "after_rename":
-        crash_on_call(monkeypatch, ann._Checkpoint, "commit", 4, before=rename_then_crash)
+        crash_on_call(monkeypatch, checkpoint.Checkpoint, "commit", 4, before=rename_then_crash)
     elif where == "torn_checkpoint_line":
-        crash_on_call(monkeypatch, ann._Checkpoint, "_append", 4, before=append_half)
+        crash_on_call(monkeypatch, checkpoint.Checkpoint, "_append", 4, before=append_half)
     else:
         original_replace = os.replace
 
@@ -525,7 +544,7 @@ def test_crash_at_each_step_then_rerun_equals_one_run(tmp_path, pipeline_dir, do
                 raise Crash("rename")
             original_replace(src, dst)
 
-        monkeypatch.setattr(ann.os, "replace", replace)
+        monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(Crash):
         annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
     monkeypatch.undo()
@@ -543,7 +562,7 @@ def test_every_format_reads_its_chunks_back_after_a_crash(tmp_path, pipeline_dir
     settings = dict(format=format, chunk_size=4, batch_size=3, progress=False)
     whole = tmp_path / "whole"
     annotate(mixed_input, pipeline_dir, whole, **settings)
-    crash_on_call(monkeypatch, ann._Checkpoint, "commit", 3, before=rename_then_crash)
+    crash_on_call(monkeypatch, checkpoint.Checkpoint, "commit", 3, before=rename_then_crash)
     out = tmp_path / "out"
     with pytest.raises(Crash):
         annotate(mixed_input, pipeline_dir, out, **settings)
@@ -556,7 +575,7 @@ def test_every_format_reads_its_chunks_back_after_a_crash(tmp_path, pipeline_dir
 
 
 def test_id_keys_keep_ids_apart():
-    keys = [ann._id_key(i) for i in ["123", "0123", "00", "0", "１２", "12345678901234567890", "PMC1"]]
+    keys = [records.id_key(i) for i in ["123", "0123", "00", "0", "１２", "12345678901234567890", "PMC1"]]
     assert keys == [123, "0123", "00", 0, "１２", "12345678901234567890", "PMC1"]
     assert len(set(keys)) == len(keys)
 
@@ -578,16 +597,16 @@ def test_missing_chunk_and_stray_entries_are_reconciled(tmp_path, pipeline_dir, 
 
 KILL_SCRIPT = """
 import sys, time
-import spacy_genbioel.annotate.runner as ann
+from spacy_genbioel.annotate import annotate, writers
 
-original = ann.JsonlWriter.write
+original = writers.JsonlWriter.write
 
 def slow_write(self, items, path):
     original(self, items, path)  # the temporary file is there while we sleep
     time.sleep(0.1)
 
-ann.JsonlWriter.write = slow_write
-ann.annotate([sys.argv[1]], sys.argv[2], sys.argv[3], format="jsonl", chunk_size=20, batch_size=8, progress=False, device="cpu")
+writers.JsonlWriter.write = slow_write
+annotate([sys.argv[1]], sys.argv[2], sys.argv[3], format="jsonl", chunk_size=20, batch_size=8, progress=False, device="cpu")
 """
 
 
@@ -615,7 +634,9 @@ def test_kill_9_midway_then_rerun_equals_one_run(tmp_path, pipeline_dir, docs_20
     done = len((out / "checkpoint.jsonl").read_text().splitlines())
     assert 1 <= done < 10
     annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
-    assert_same_as_reference(out, reference)
+    # the first chunks come from a process with one thread (OMP_NUM_THREADS=1), the reference
+    # from this one: other CPU kernels, so scores may differ in the 6th decimal
+    assert_same_as_reference(out, reference, exact_scores=False)
 
 
 def _slow_child(docs, pipeline_dir, out):
@@ -624,7 +645,7 @@ def _slow_child(docs, pipeline_dir, out):
         ORIGINAL_JSONL_WRITE(self, items, path)
         time.sleep(0.04)
 
-    ann.JsonlWriter.write = slow_write
+    writers.JsonlWriter.write = slow_write
     annotate([docs], pipeline_dir, out, format="jsonl", **RUN)
 
 
@@ -644,7 +665,9 @@ def test_repeated_kill_9_at_random_moments(tmp_path, pipeline_dir, docs_200, ref
     finally:
         torch.set_num_threads(threads)
     annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
-    assert_same_as_reference(out, reference)
+    # the killed children ran with one torch thread, the reference with this process's threads:
+    # other CPU kernels, so the scores of their chunks may differ in the 6th decimal
+    assert_same_as_reference(out, reference, exact_scores=False)
 
 
 def _kill_three_times(context, rng, docs_200, pipeline_dir, out):
@@ -674,18 +697,10 @@ def test_one_run_per_output_folder(tmp_path, pipeline_dir, docs_200):
 
 # -- command line ----------------------------------------------------------------------------------------------
 def test_cli_command(tmp_path, pipeline_dir, mixed_input):
-    import typer
     from typer.testing import CliRunner
 
-    from spacy_genbioel.annotate.runner import register_annotate
+    from spacy_genbioel.cli import app
 
-    app = typer.Typer()
-
-    @app.callback()
-    def main() -> None:
-        """test app"""
-
-    register_annotate(app)
     out = tmp_path / "out"
     runner = CliRunner()
     result = runner.invoke(app, ["annotate", str(mixed_input), "--pipeline", str(pipeline_dir), "--out", str(out),

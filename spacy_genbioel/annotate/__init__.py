@@ -1,1 +1,35 @@
-"""annotate"""
+"""Batch annotation: many documents through a spaCy pipeline with the genbioel
+linker, streaming, in committed chunks, resumable after any interruption.
+
+* :mod:`.records` -- what the parts hand each other (:class:`InputRecord`,
+  :class:`RecordError`, :class:`LinkedMention`...) and :class:`AnnotateError`;
+* :mod:`.readers` -- input records from PubTator, BioC XML/JSON, PubMed XML,
+  JSONL or plain text (:func:`read_records`, :func:`detect_format`);
+* :mod:`.writers` -- one chunk of annotated documents as a JSONL, PubTator,
+  BioC or DocBin file (:data:`WRITERS`);
+* :mod:`.checkpoint` -- the checkpoint, errors file, lock and provenance of
+  an output folder;
+* :mod:`.runner` -- the job itself, :func:`annotate`.
+
+The command line (``python -m spacy_genbioel annotate``) is
+:mod:`spacy_genbioel.cli.annotate`; ``docs/annotate.md`` has the guarantees.
+"""
+from spacy_genbioel.annotate.readers import INPUT_FORMATS, READERS, detect_format, read_records
+from spacy_genbioel.annotate.records import AnnotateError, InputRecord, LinkedMention, RecordError, doc_mentions
+from spacy_genbioel.annotate.runner import annotate
+from spacy_genbioel.annotate.writers import OUTPUT_FORMATS, WRITERS
+
+__all__ = [
+    "INPUT_FORMATS",
+    "OUTPUT_FORMATS",
+    "READERS",
+    "WRITERS",
+    "AnnotateError",
+    "InputRecord",
+    "LinkedMention",
+    "RecordError",
+    "annotate",
+    "detect_format",
+    "doc_mentions",
+    "read_records",
+]

@@ -1,0 +1,140 @@
+"""What the parts of an annotation run share: the records they hand each other
+(an input record or the error that replaces it, readers -> run; an annotated
+document and its linked mentions, run -> writers; a chunk's figures, writers ->
+checkpoint), the names of the output folder's files, and the run's one
+exception, :class:`AnnotateError`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+__all__ = [
+    "CHECKPOINT",
+    "ERRORS",
+    "PROVENANCE",
+    "SUMMARY",
+    "AnnotateError",
+    "Annotated",
+    "ChunkSummary",
+    "InputRecord",
+    "Item",
+    "LinkedMention",
+    "RecordError",
+    "chunk_summary",
+    "doc_mentions",
+    "id_key",
+]
+
+
+# the output folder, besides its part-NNNNNN chunk files
+CHECKPOINT = "checkpoint.jsonl"
+PROVENANCE = "provenance.json"
+SUMMARY = "summary.json"
+ERRORS = "errors.jsonl"
+
+
+class AnnotateError(RuntimeError):
+    """The run cannot start or go on (bad options, an output folder from another run...)."""
+
+
+@dataclass
+class InputRecord:
+    """One document to annotate. ``line`` is where it starts (1-based), ``record`` its
+    index in files without usable line numbers. When the input separates title and
+    abstract, ``title`` is set and ``text == title + " " + abstract`` (or the title
+    alone when there is no abstract), the layout of :class:`~spacy_genbioel.corpus.pubtator.PubTatorDocument`."""
+
+    doc_id: str
+    text: str
+    file: str
+    line: Optional[int] = None
+    record: Optional[int] = None
+    title: Optional[str] = None
+
+    @property
+    def abstract(self) -> str:
+        if self.title is None:
+            return ""
+        return self.text[len(self.title) + 1 :]
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line if self.line is not None else '#' + str(self.record)}"
+
+
+@dataclass
+class RecordError:
+    """A record that could not be read; ``line``/``record`` as in :class:`InputRecord`."""
+
+    file: str
+    reason: str
+    line: Optional[int] = None
+    record: Optional[int] = None
+    doc_id: Optional[str] = None
+    kind: str = "error"  # or "duplicate"
+
+    @property
+    def key(self) -> Tuple[str, str, str]:
+        return (self.file, str(self.line), str(self.record))
+
+    def to_dict(self) -> Dict[str, Any]:
+        data: Dict[str, Any] = {"kind": self.kind, "reason": self.reason, "file": self.file}
+        if self.line is not None:
+            data["line"] = self.line
+        if self.record is not None:
+            data["record"] = self.record
+        if self.doc_id is not None:
+            data["id"] = self.doc_id
+        return data
+
+
+Item = Union[InputRecord, RecordError]
+
+
+def id_key(doc_id: str) -> Union[int, str]:
+    """What the ID sets hold: PMID-like IDs as ints (about half the memory of a str), others as they are."""
+    if doc_id.isascii() and doc_id.isdigit() and len(doc_id) < 19 and (doc_id[0] != "0" or doc_id == "0"):
+        return int(doc_id)
+    return doc_id
+
+
+# -- annotated documents ----------------------------------------------------------------------------------
+class LinkedMention(NamedTuple):
+    start: int
+    end: int
+    text: str
+    label: str
+    kb_id: Optional[str]
+    candidates: List[Tuple[str, str, float]]
+
+
+def doc_mentions(doc: Any, spans_key: Optional[str] = None) -> List[LinkedMention]:
+    """The linker's spans of a doc (``doc.ents``, or ``doc.spans[spans_key]``) as plain records."""
+    spans = doc.ents if spans_key is None else doc.spans.get(spans_key, [])
+    mentions = []
+    for span in spans:
+        candidates = [(str(c[0]), str(c[1]), float(c[2])) for c in (span._.kb_candidates or ())]
+        mentions.append(LinkedMention(span.start_char, span.end_char, span.text, span.label_, span._.kb_id, candidates))
+    return mentions
+
+
+@dataclass
+class Annotated:
+    record: InputRecord
+    doc: Any
+    mentions: List[LinkedMention] = field(default_factory=list)
+
+
+class ChunkSummary(NamedTuple):
+    ids: List[str]
+    mentions: int
+    linked: int
+
+
+def chunk_summary(items: Sequence[Annotated]) -> ChunkSummary:
+    """Document IDs, mentions and linked mentions of a chunk about to be committed."""
+    return ChunkSummary(
+        [a.record.doc_id for a in items],
+        sum(len(a.mentions) for a in items),
+        sum(1 for a in items for m in a.mentions if m.kb_id),
+    )
