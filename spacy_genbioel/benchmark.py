@@ -19,10 +19,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Mention
-from spacy_genbioel.models.bart import init_model, load_model
+from spacy_genbioel.models import init_model, load_model
 from spacy_genbioel.linking.reference import ReferenceLinker
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def benchmark_kb(data_dir: Optional[Path]) -> Tuple[KnowledgeBase, str]:
 
 def benchmark_mentions(data_dir: Optional[Path], kb: KnowledgeBase, n: int, seed: int = 0) -> Tuple[List[Mention], str]:
     if data_dir and (data_dir / "ncbi_disease" / "NCBIdevelopset_corpus.txt").exists():
-        from spacy_genbioel.corpus.readers import mentions_from_pubtator
+        from spacy_genbioel.corpus.pubtator import mentions_from_pubtator
 
         mentions = list(mentions_from_pubtator(data_dir / "ncbi_disease" / "NCBIdevelopset_corpus.txt", context_chars=1000))
         return mentions[:n], "NCBI-disease dev"
@@ -84,7 +85,7 @@ def measure_mesh_trie(data_dir: Path, tokenizer_dir: Path) -> Dict:
     import psutil
 
     from spacy_genbioel.kb.sources import read_mesh_tsv
-    from spacy_genbioel.models.bart import load_tokenizer
+    from spacy_genbioel.models import load_tokenizer
     from spacy_genbioel.linking.trie import NameTrie
 
     mesh = data_dir / "vocab" / "mesh"
@@ -172,7 +173,7 @@ def run_benchmark(
     if model_dir is None:
         model, tokenizer = _train_quick(kb, work / "model", train_seconds)
         model_dir = work / "model"
-        from spacy_genbioel.models.bart import save_model
+        from spacy_genbioel.models import save_model
 
         save_model(model, tokenizer, model_dir)
     model, tokenizer = load_model(model_dir, device=device)

@@ -8,15 +8,17 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import spacy
 import torch
-from spacy.language import Language
 
-from spacy_genbioel.linking.decoder import DecodingConfig, GenerativeLinker
+from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
+from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.models.bart import init_model
+from spacy_genbioel.models import init_model
+from spacy_genbioel.ner import add_kb_entity_ruler
 from spacy_genbioel.training import TrainConfig, kb_name_examples, train_seq2seq
 
 logger = logging.getLogger(__name__)
@@ -36,25 +38,6 @@ def demo_texts() -> List[str]:
 
 def demo_gold() -> List[Dict]:
     return [json.loads(line) for line in asset_path("demo_mentions.jsonl").read_text(encoding="utf8").splitlines() if line.strip()]
-
-
-def add_entity_ruler(nlp: Language, kb: KnowledgeBase, label_of: Optional[Dict[str, str]] = None) -> None:
-    """A dictionary NER over the KB's raw names (case-insensitive): the demo's entity
-    source, since no trained NER can be downloaded here."""
-    ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
-    patterns = []
-    for concept in kb:
-        label = (concept.types[0] if concept.types else "ENTITY") if label_of is None else label_of.get(concept.id, "ENTITY")
-        patterns.extend({"label": label, "pattern": name} for name in concept.names)
-    ruler.add_patterns(patterns)
-
-
-def abbreviation_detector_available() -> bool:
-    try:
-        import scispacy.abbreviation  # noqa: F401  (registers the factory)
-    except ImportError:
-        return False
-    return True
 
 
 @dataclass
@@ -81,7 +64,7 @@ def build_demo_pipeline(out: Path, train_seconds: float = 120.0, seed: int = 0, 
     nlp = spacy.blank("en")
     if abbreviation_detector_available():
         nlp.add_pipe("abbreviation_detector")
-    add_entity_ruler(nlp, kb)
+    add_kb_entity_ruler(nlp, kb, min_chars=0)  # the demo KB's every name
     linker = nlp.add_pipe("genbioel", config={"device": device})
     linker.set_linker(GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(num_beams=5, top_k=5)))
     nlp.to_disk(out)

@@ -3,7 +3,7 @@ import json
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.models.bart import load_model
+from spacy_genbioel.models import load_model
 
 runner = CliRunner()
 

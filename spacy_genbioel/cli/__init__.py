@@ -11,25 +11,11 @@ from typing import List, Optional
 from spacy_genbioel.cli._util import app, setup_logging
 from spacy_genbioel.cli import demo, evaluate, kb, models  # noqa: F401  (register their commands)
 
-from spacy_genbioel.training.cli_steps import register_commands  # noqa: E402  (corpus, tokenizer, pretrain, finetune, package)
+from spacy_genbioel.cli import train, package  # noqa: E402,F401  (corpus, tokenizer, pretrain, finetune, angel, train-dense; package)
 
-register_commands(app)
+from spacy_genbioel.cli import annotate  # noqa: E402,F401  (annotate)
 
-from spacy_genbioel.annotate.runner import register_annotate  # noqa: E402
-
-register_annotate(app)
-
-from spacy_genbioel.ner import register_ner_commands  # noqa: E402
-
-register_ner_commands(app)
-
-from spacy_genbioel.training.angel import register_angel_commands  # noqa: E402
-
-register_angel_commands(app)
-
-from spacy_genbioel.training.sapbert import register_dense_commands  # noqa: E402  (train-dense)
-
-register_dense_commands(app)
+from spacy_genbioel.cli import ner  # noqa: E402,F401  (ner-corpus)
 
 __all__ = ["app", "main", "setup_logging"]
 
