@@ -2,8 +2,12 @@
 
 * paths: :data:`PathLike`;
 * reading: :func:`open_text` / :func:`open_binary` (gzip detected by magic
-  bytes), :func:`iter_lines` (exact line numbers for decoding errors),
-  :func:`iter_json_lines` (JSON lines, errors naming file and line);
+  bytes), :func:`read_bytes` / :func:`read_text` (whole files),
+  :func:`iter_raw_lines` / :func:`iter_lines` (``\\n``, ``\\r\\n`` or old Mac
+  ``\\r`` line ends, exact line numbers), :func:`iter_json_lines` and
+  :func:`parse_json`; these (not the two openers) turn a truncated ``.gz``,
+  bad UTF-8, bad JSON or JSON nested too deeply into the caller's error type,
+  naming file and line;
 * durable writes: :func:`atomic_write` / :func:`atomic_json` (temporary file,
   fsync, rename, fsync the folder);
 * identity: :func:`fingerprint` (SHA-256 over model weights and data files);
@@ -20,8 +24,9 @@ import hashlib
 import io
 import json
 import os
+import zlib
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -29,12 +34,19 @@ if TYPE_CHECKING:  # pragma: no cover
 PathLike = Union[str, Path]
 
 __all__ = [
-    "PathLike", "open_text", "open_binary", "iter_lines", "iter_json_lines", "atomic_write", "atomic_json", "fsync_path",
+    "PathLike", "GZIP_ERRORS", "open_text", "open_binary", "read_bytes", "read_text", "line_separator", "text_lines",
+    "iter_raw_lines", "iter_lines", "parse_json", "iter_json_lines", "atomic_write", "atomic_json", "fsync_path",
     "fingerprint", "resolve_device", "resolve_dtype", "autocast_dtype",
 ]
 
 
 # -- reading ------------------------------------------------------------------------------------------------------
+#: What a truncated or corrupt ``.gz`` raises while it is read (BadGzipFile is an OSError).
+GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+#: How much of a file :func:`line_separator` looks at to decide its line ends.
+LINE_PROBE = 1 << 20
+
+
 def _is_gzip(path: Path) -> bool:
     if not path.exists():
         raise FileNotFoundError(f"File not found: {path}")
@@ -43,7 +55,10 @@ def _is_gzip(path: Path) -> bool:
 
 
 def open_text(path: PathLike) -> IO[str]:
-    """Open a UTF-8 text file, gunzipping ``*.gz`` (checked by magic bytes, not name)."""
+    """Open a UTF-8 text file, gunzipping ``*.gz`` (checked by magic bytes, not name).
+
+    Errors of a corrupt ``.gz`` or bad UTF-8 surface while reading; :func:`read_text`
+    and :func:`iter_lines` turn them into an error naming the file."""
     path = Path(path)
     if _is_gzip(path):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
@@ -57,34 +72,136 @@ def open_binary(path: PathLike) -> IO[bytes]:
     return gzip.open(path, "rb") if _is_gzip(path) else path.open("rb")  # type: ignore[return-value]
 
 
-def iter_lines(path: PathLike, error: Callable[[str], Exception] = ValueError) -> Iterator[Tuple[int, str]]:
-    """(line number, line without its end-of-line) pairs; bad UTF-8 raises ``error("file:line: ...")``.
+def _unreadable(path: PathLike, where: Union[int, str], err: BaseException) -> str:
+    return f"{path}:{where}: truncated or corrupt gzip data ({err})"
 
-    Lines are split on ``\\n`` only (a stray ``\\r`` inside a field stays) and
+
+def read_bytes(path: PathLike, error: Callable[[str], Exception] = ValueError) -> bytes:
+    """The whole (gunzipped) file; a truncated or corrupt ``.gz`` raises ``error("file:line: ...")``."""
+    chunks: List[bytes] = []
+    try:
+        with open_binary(path) as handle:
+            for block in iter(lambda: handle.read(1 << 16), b""):
+                chunks.append(block)
+    except GZIP_ERRORS as err:
+        # the line where the readable data ends
+        sep = line_separator(chunks[0]) if chunks else b"\n"
+        raise error(_unreadable(path, sum(c.count(sep) for c in chunks) + 1, err)) from err
+    return b"".join(chunks)
+
+
+def read_text(path: PathLike, error: Callable[[str], Exception] = ValueError) -> str:
+    """The whole file as UTF-8 text (``.gz`` too, a BOM dropped); bad UTF-8 or a
+    corrupt ``.gz`` raises ``error("file:line: ...")``."""
+    data = read_bytes(path, error)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        sep = line_separator(data[:LINE_PROBE])
+        lineno = data.count(sep, 0, err.start) + 1
+        column = err.start - (data.rfind(sep, 0, err.start) + 1) + 1
+        raise error(f"{path}:{lineno}: not UTF-8 text ({err.reason} at column {column})") from err
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def line_separator(head: bytes) -> bytes:
+    """The line end of a file that starts with ``head``: ``\\r`` for an old Mac file
+    (a ``\\r`` and no ``\\n`` at all in its first :data:`LINE_PROBE` bytes), else
+    ``\\n`` (``\\r\\n`` ends are ``\\n`` ends whose ``\\r`` is stripped; a stray
+    ``\\r`` inside a ``\\n``-ended line stays)."""
+    return b"\r" if b"\n" not in head and b"\r" in head else b"\n"
+
+
+def text_lines(text: str) -> List[str]:
+    """The lines of a decoded text without their ends, split as :func:`iter_lines` splits."""
+    if line_separator(text[:LINE_PROBE].encode("utf-8", "surrogatepass")) == b"\r":
+        return text.split("\r")
+    return [line.rstrip("\r") for line in text.split("\n")]
+
+
+def _probe(path: PathLike) -> bytes:
+    """The first :data:`LINE_PROBE` bytes that can be read (less if the ``.gz`` breaks before)."""
+    head = bytearray()
+    try:
+        with open_binary(path) as handle:
+            while len(head) < LINE_PROBE:
+                block = handle.read(1 << 14)
+                if not block:
+                    break
+                head += block
+    except GZIP_ERRORS:
+        pass  # the reading proper reports it, at its line
+    return bytes(head)
+
+
+def _split_on(handle: IO[bytes], sep: bytes) -> Iterator[bytes]:
+    """Lines of a binary stream ending in ``sep`` (each with its ``sep``, but the last)."""
+    pending: List[bytes] = []
+    for block in iter(lambda: handle.read(1 << 16), b""):
+        parts = block.split(sep)
+        if len(parts) == 1:
+            pending.append(block)
+            continue
+        yield b"".join([*pending, parts[0], sep])
+        for part in parts[1:-1]:
+            yield part + sep
+        pending = [parts[-1]] if parts[-1] else []
+    if pending:
+        yield b"".join(pending)
+
+
+def iter_raw_lines(path: PathLike, error: Callable[[str], Exception] = ValueError) -> Iterator[Tuple[int, bytes]]:
+    """(line number, raw bytes with the line end) of a file (``.gz`` too), split on
+    ``\\n``, or on ``\\r`` in an old Mac file (see :func:`line_separator`); a truncated
+    or corrupt ``.gz`` raises ``error("file:line: ...")`` at the line it breaks in."""
+    sep = line_separator(_probe(path))
+    lineno = 0
+    try:
+        with open_binary(path) as handle:
+            lines: Iterable[bytes] = handle if sep == b"\n" else _split_on(handle, sep)
+            for lineno, raw in enumerate(lines, start=1):
+                yield lineno, raw
+    except GZIP_ERRORS as err:
+        raise error(_unreadable(path, lineno + 1, err)) from err
+
+
+def iter_lines(path: PathLike, error: Callable[[str], Exception] = ValueError) -> Iterator[Tuple[int, str]]:
+    """(line number, line without its end-of-line) pairs; bad UTF-8 or a corrupt
+    ``.gz`` raises ``error("file:line: ...")``.
+
+    Lines end in ``\\n`` or ``\\r\\n``, or in ``\\r`` in an old Mac file (see
+    :func:`line_separator`; a stray ``\\r`` inside a ``\\n``-ended line stays), and are
     decoded one by one, so the line number of a decoding error is exact.
     """
-    with open_binary(path) as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise error(f"{path}:{lineno}: not UTF-8 text ({err.reason} at column {err.start + 1})") from err
-            if lineno == 1 and line.startswith("\ufeff"):
-                line = line[1:]  # a BOM would otherwise glue itself to the first ID
-            yield lineno, line.rstrip("\r\n")
+    for lineno, raw in iter_raw_lines(path, error):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise error(f"{path}:{lineno}: not UTF-8 text ({err.reason} at column {err.start + 1})") from err
+        if lineno == 1 and line.startswith("\ufeff"):
+            line = line[1:]  # a BOM would otherwise glue itself to the first ID
+        yield lineno, line.rstrip("\r\n")
+
+
+def parse_json(text: str, path: PathLike, error: Callable[[str], Exception] = ValueError, line: Optional[int] = None) -> Any:
+    """``json.loads`` whose failures (bad JSON, nesting too deep for the parser)
+    raise ``error("file:line: ...")``: ``line`` is where ``text`` starts in the
+    file (a JSON line), else the line of the failure in a whole-file ``text``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        where = line if line is not None else err.lineno
+        raise error(f"{path}:{where}: not valid JSON ({err.msg})") from err
+    except RecursionError:
+        raise error(f"{path}:{line or 1}: JSON nested too deeply to read") from None
 
 
 def iter_json_lines(path: PathLike, error: Callable[[str], Exception] = ValueError) -> Iterator[Tuple[int, Any]]:
     """(line number, parsed JSON) for every non-blank line of a JSON-lines file;
     bad JSON or UTF-8 raises ``error("file:line: ...")``."""
     for lineno, line in iter_lines(path, error):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise error(f"{path}:{lineno}: not valid JSON ({err.msg})") from err
-        yield lineno, record
+        if line.strip():
+            yield lineno, parse_json(line, path, error, lineno)
 
 
 # -- durable writes -----------------------------------------------------------------------------------------------

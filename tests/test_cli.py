@@ -82,3 +82,17 @@ def test_evaluate_command_with_a_peer(tmp_path):
     assert (tmp_path / "plots" / "similarity_bins_exact.png").exists()
     missing = runner.invoke(app, ["evaluate", "--corpus", str(tmp_path / "dev.txt"), "--linker", "genbioel"])
     assert missing.exit_code != 0
+
+
+def test_evaluate_names_a_bad_kb_or_corpus_without_a_traceback(tmp_path):
+    corpus = tmp_path / "dev.txt"
+    corpus.write_text("1|t|Renal failure.\n1\t0\t13\tRenal failure\tDisease\tD1\n\n", encoding="utf8")
+    bad_kb = tmp_path / "kb.jsonl"
+    bad_kb.write_bytes(b'{"id": "D1", "names": ["renal failure"]}\n\xff\xfe\n')
+    result = runner.invoke(app, ["evaluate", "--corpus", str(corpus), "--linker", "tfidf", "--kb", str(bad_kb)])
+    assert result.exit_code == 1
+    assert "kb.jsonl:2" in result.output
+    bad_corpus = tmp_path / "bad.txt"
+    bad_corpus.write_text("1|t|Renal failure.\n1\tabc\t13\tRenal failure\tDisease\tD1\n\n", encoding="utf8")
+    result = runner.invoke(app, ["evaluate", "--corpus", str(bad_corpus), "--linker", "exact", "--kb", str(bad_kb)])
+    assert result.exit_code == 1 and "bad.txt:2" in result.output

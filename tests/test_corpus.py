@@ -318,3 +318,96 @@ def test_bioc_document_lays_out_passages() -> None:
         bdoc.add_passage(passage)
     doc = bioc_document(bdoc, Path("x.xml"), (), check_offsets=False)
     assert (doc.pmid, doc.title, doc.text.index("Abstract.")) == ("7", "Title.", 20)
+
+
+# -- issue 16: offsets, wrong types, damaged files, line ends ----------------------------------------------------
+@pytest.mark.parametrize("start, end", [("154.0", "160"), ("154.0", "160.0"), ("abc", "def"), ("abc", "160"), ("1e2", "2e2"),
+                                        ("", ""), ("0x0", "0x8"), ("\u0661", "8")])
+def test_pubtator_offsets_that_are_not_integers_are_errors(tmp_path: Path, start: str, end: str) -> None:
+    """Such a line used to pass as a relation line, so the gold mention silently left evaluation."""
+    path = tmp_path / "corpus.txt"
+    path.write_text(f"227508|t|{TITLE}\n227508|a|{ABSTRACT}\n227508\t{start}\t{end}\tNaloxone\tChemical\tD009270\n", encoding="utf8")
+    with pytest.raises(CorpusFormatError, match=r"corpus\.txt:3: PMID 227508: offsets .* are not integers"):
+        list(read_pubtator(path))
+    with pytest.raises(CorpusFormatError, match=r"corpus\.txt:3: "):
+        load_corpus(path, "pubtator")
+
+
+def test_pubtator_relation_lines_are_still_relations(tmp_path: Path) -> None:
+    path = tmp_path / "corpus.txt"
+    path.write_text(f"227508|t|{TITLE}\n227508|a|{ABSTRACT}\n227508\t0\t8\tNaloxone\tChemical\tD009270\n"
+                    "227508\tCID\tD008750\tD007022\n227508\tPositive_Correlation\tD008750\t3630\tNovel\n", encoding="utf8")
+    (doc,) = list(read_pubtator(path))
+    assert len(doc.annotations) == 1
+    assert doc.relations == [("CID", "D008750", "D007022"), ("Positive_Correlation", "D008750", "3630", "Novel")]
+
+
+def test_pubtator_cr_only_and_crlf_read_as_lf(tmp_path: Path, pubtator: Path) -> None:
+    expected = [(d.pmid, d.text, d.annotations, d.relations) for d in read_pubtator(pubtator)]
+    for name, ending in (("cr.txt", "\r"), ("crlf.txt", "\r\n")):
+        path = tmp_path / name
+        path.write_bytes(PUBTATOR.replace("\n", ending).encode("utf8"))
+        assert [(d.pmid, d.text, d.annotations, d.relations) for d in read_pubtator(path)] == expected
+    # line numbers stay exact in a CR-only file
+    bad = tmp_path / "bad_cr.txt"
+    bad.write_bytes(f"227508|t|{TITLE}\r227508|a|{ABSTRACT}\r227508\t0\t8\tNalaxone\tChemical\tD1\r".encode("utf8"))
+    with pytest.raises(CorpusFormatError, match=r"bad_cr\.txt:3: "):
+        list(read_pubtator(bad))
+
+
+def _gzip_truncated(path: Path, text: str) -> Path:
+    import gzip
+
+    data = gzip.compress(text.encode("utf8"))
+    path.write_bytes(data[: len(data) - 12])
+    return path
+
+
+def test_truncated_gzip_in_every_corpus_reader(tmp_path: Path) -> None:
+    jsonl = "".join(json.dumps({"id": str(i), "text": "Fever.", "mentions": []}) + "\n" for i in range(50))
+    for fmt, text in (("pubtator", PUBTATOR * 20), ("bioc", BIOC_XML), ("jsonl", jsonl), ("askapatient", "1\tname\tmention\n" * 50)):
+        path = _gzip_truncated(tmp_path / f"corpus.{fmt}.gz", text)
+        with pytest.raises(CorpusFormatError, match=rf"corpus\.{fmt}\.gz:\d+: truncated or corrupt gzip"):
+            load_corpus(path, fmt)
+
+
+def test_bioc_xml_with_bad_utf8_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "corpus.xml"
+    path.write_bytes(BIOC_XML.replace("Aspirin causes", "Aspirin caus\udcffes").encode("utf8", "surrogateescape"))
+    line = BIOC_XML[: BIOC_XML.index("Aspirin causes")].count("\n") + 1
+    with pytest.raises(CorpusFormatError, match=rf"corpus\.xml:{line}: not UTF-8"):
+        list(read_bioc(path))
+
+
+def test_askapatient_cr_only(tmp_path: Path) -> None:
+    path = tmp_path / "AskAPatient.fold-0.test.txt"
+    path.write_bytes(b"1\tname one\tmention one\r2\tname two\tmention two\r")
+    assert [(m.text, m.ids, m.doc_id) for m in read_askapatient(path)] == [
+        ("mention one", ("1",), "AskAPatient.fold-0.test.txt:1"), ("mention two", ("2",), "AskAPatient.fold-0.test.txt:2")]
+
+
+@pytest.mark.parametrize("value", [["x"], {"a": 1}, True, 1.5, float("nan")])
+def test_jsonl_corpus_ids_of_the_wrong_type_are_errors(tmp_path: Path, value) -> None:
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(json.dumps({"id": "a", "text": "Fever."}) + "\n" + json.dumps({"id": value, "text": "Fever."}) + "\n")
+    with pytest.raises(CorpusFormatError, match=r"corpus\.jsonl:2: 'id' must be a string or an integer"):
+        list(read_jsonl_corpus(path))
+
+
+@pytest.mark.parametrize("record, message", [
+    ({"id": 7, "text": 5}, "'text' must be a string"),
+    ({"id": 7, "text": "Fever.", "mentions": 5}, "'mentions' must be a list"),
+    ({"id": 7, "text": "Fever.", "mentions": [{"start": 1.5, "end": 3}]}, "integer 'start' and 'end'"),
+    ({"id": 7, "text": "Fever.", "mentions": [{"start": True, "end": 3}]}, "integer 'start' and 'end'"),
+    ({"id": 7, "text": "Fever.", "mentions": [{"start": 0, "end": 5, "ids": 5}]}, "'ids' must be a string or a list"),
+    ({"id": 7, "text": "Fever.", "mentions": [{"start": 0, "end": 5, "text": 5}]}, "must be strings"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+])
+def test_jsonl_corpus_fields_of_the_wrong_type_are_errors(tmp_path: Path, record, message: str) -> None:
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(record if isinstance(record, str) else json.dumps(record))
+    with pytest.raises(CorpusFormatError, match=rf"corpus\.jsonl:1: .*{message}"):
+        list(read_jsonl_corpus(path))
+    path.write_text(json.dumps({"id": 7, "text": "Fever.", "mentions": [{"start": 0, "end": 5, "ids": None, "label": None}]}))
+    (doc,) = read_jsonl_corpus(path)
+    assert doc.pmid == "7" and doc.annotations[0].nil

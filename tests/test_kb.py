@@ -1,4 +1,6 @@
 import json
+import logging
+import re
 
 import pytest
 from hypothesis import given
@@ -181,3 +183,162 @@ def test_legacy_pipeline_kb_checksum_still_matches():
     reloaded = KnowledgeBase(list(kb), normalizer=cfg["kb_normalizer"], dedup=cfg["kb_dedup"])
     assert reloaded.normalizer_name == "genbioel"
     assert reloaded.checksum() == cfg["kb_checksum"]
+
+
+# -- issue 16: one reading path, unusable and empty KBs ------------------------------------------------------------
+def _records(*records) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+GOOD = _records({"id": "D1", "names": ["Alpha", "Beta"], "definition": "d"}, {"id": "D2", "names": ["Gamma"]})
+
+
+def test_load_reads_bom_gzip_and_cr_only_as_build_kb_does(tmp_path):
+    import gzip
+
+    from spacy_genbioel.kb.build import build_kb
+
+    reference = KnowledgeBase.load(_write(tmp_path / "kb.jsonl", GOOD.encode()))
+    variants = {
+        "bom.jsonl": b"\xef\xbb\xbf" + GOOD.encode(),
+        "kb.jsonl.gz": gzip.compress(GOOD.encode()),
+        "cr.jsonl": GOOD.replace("\n", "\r").encode(),
+        "crlf.jsonl": GOOD.replace("\n", "\r\n").encode(),
+    }
+    for name, data in variants.items():
+        path = _write(tmp_path / name, data)
+        kb = KnowledgeBase.load(path)
+        assert (kb.concept_ids, kb.names, kb.checksum()) == (reference.concept_ids, reference.names, reference.checksum()), name
+        built = build_kb("jsonl", path, dedup=False)
+        assert built.checksum() == kb.checksum(), name
+    target = {"D1": ["alpha", "beta"], "D2": ["gamma"]}
+    for name, data in {"target_kb.json": json.dumps(target).encode(), "bom.json": b"\xef\xbb\xbf" + json.dumps(target).encode(),
+                       "target_kb.json.gz": gzip.compress(json.dumps(target).encode())}.items():
+        path = _write(tmp_path / name, data)
+        assert KnowledgeBase.load(path).checksum() == reference.checksum() == build_kb("genbioel", path, dedup=False).checksum(), name
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("latin.jsonl", b'{"id": "D1", "names": ["a"]}\n{"id": "D2", "names": ["Sj\xf6gren"]}\n', r"latin\.jsonl:2: not UTF-8"),
+    ("latin.json", b'{"D1": ["a"],\n "D2": ["Sj\xf6gren"]}', r"latin\.json:2: not UTF-8"),
+    ("empty_id.json", b'{"D1": ["a"],\n "": ["b"]}', r"empty_id\.json:2: empty concept ID"),
+    ("blank_id.json", b'{"D1": ["a"],\n " ": ["b"]}', r"blank_id\.json:2: empty concept ID"),
+    ("deep.json", b"[" * 100000 + b"]" * 100000, r"deep\.json:1: JSON nested too deeply"),
+    ("deep.jsonl", GOOD.encode() + b"[" * 100000 + b"]" * 100000, r"deep\.jsonl:3: JSON nested too deeply"),
+])
+def test_load_errors_name_file_and_line(tmp_path, name, data, message):
+    path = _write(tmp_path / name, data)
+    with pytest.raises(KBFormatError, match=message):
+        KnowledgeBase.load(path)
+
+
+def test_load_of_a_truncated_gzip_names_file_and_line(tmp_path):
+    import gzip
+
+    data = gzip.compress((GOOD * 200).encode())
+    path = _write(tmp_path / "kb.jsonl.gz", data[: len(data) // 2])
+    with pytest.raises(KBFormatError, match=r"kb\.jsonl\.gz:\d+: truncated or corrupt gzip"):
+        KnowledgeBase.load(path)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("types", 5, "'types' must be a list of strings"),
+    ("types", [1], "'types' must be a list of strings"),
+    ("names", [1], "'names' must be a list of strings"),
+    ("names", {"a": 1}, "'names' must be a list of strings"),
+    ("definition", 5, "'definition' must be a string"),
+    ("definition", ["x"], "'definition' must be a string"),
+    ("prior", float("nan"), "'prior' must be a number"),
+    ("prior", True, "'prior' must be a number"),
+    ("id", ["D3"], "'id' must be a string"),
+    ("id", 1.5, "'id' must be a string"),
+    ("id", True, "'id' must be a string"),
+])
+def test_kb_record_fields_of_the_wrong_type_are_errors(tmp_path, field, value, message):
+    path = tmp_path / "kb.jsonl"
+    path.write_text(GOOD + json.dumps({"id": "D3", "names": ["c"], field: value}) + "\n", encoding="utf8")
+    with pytest.raises(KBFormatError, match=rf"kb\.jsonl:3: {re.escape(message)}"):
+        KnowledgeBase.load(path)
+
+
+def test_unusable_names_are_dropped_and_counted(caplog):
+    with caplog.at_level(logging.WARNING, logger="spacy_genbioel"):
+        kb = KnowledgeBase([Concept("D1", ["Alpha", "()"]), Concept("D2", ["[...]", " "]), Concept("D3", [])], name="k")
+    assert kb.concept_ids == ["D1", "D3"] and kb.names == ["alpha"]
+    assert kb["D1"].names == ["Alpha"] and kb.preferred_name("D1") == "Alpha"
+    assert (kb.drops.names, kb.drops.concepts, kb.drops.nameless) == (3, 1, 1)
+    assert "dropped 3 name(s) that normalize to nothing; dropped 1 concept(s)" in caplog.text and "D2" in caplog.text
+
+
+def test_a_kb_without_a_usable_name_is_refused(tmp_path):
+    from spacy_genbioel.kb import EmptyKBError
+
+    with pytest.raises(EmptyKBError, match="has no usable name"):
+        KnowledgeBase([])
+    with pytest.raises(EmptyKBError, match=r"2 concept\(s\) read; dropped 2 name\(s\)"):
+        KnowledgeBase([Concept("D1", ["()"]), Concept("D2", ["..."])])
+    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n\n"), ("unusable.jsonl", _records({"id": "D1", "names": ["()"]})),
+                       ("nameless.jsonl", _records({"id": "D1"})), ("empty.json", "{}"), ("unusable.json", '{"D1": ["-"]}')):
+        path = tmp_path / name
+        path.write_text(text, encoding="utf8")
+        with pytest.raises(EmptyKBError, match=rf"{re.escape(name)}: KB .* has no usable name"):
+            KnowledgeBase.load(path)
+
+
+def test_a_deduplicated_kb_keeps_concepts_whose_names_went_elsewhere(tmp_path):
+    kb = KnowledgeBase([Concept("C567755", ["Tooth agenesis"]), Concept("613097", ["Tooth agenesis"])], dedup=True)
+    assert kb.names_of("613097") == [] and "613097" in kb
+    kb.to_jsonl(tmp_path / "kb.jsonl")
+    again = KnowledgeBase.load(tmp_path / "kb.jsonl", dedup=True)
+    assert "613097" in again and again.drops.nameless == 1 and again.checksum() == kb.checksum()
+
+
+# -- the commands -----------------------------------------------------------------------------------------------
+def _invoke(*args):
+    from typer.testing import CliRunner
+
+    from spacy_genbioel.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("fmt, name, text", [
+    ("ctd", "CTD_diseases.tsv", ""),
+    ("medic", "medic.txt", "\n\n"),
+    ("medic", "medic.txt", "D1||()\nD2||[...]\n"),
+    ("jsonl", "kb.jsonl", _records({"id": "D1"}, {"id": "D2", "names": []})),
+    ("genbioel", "target_kb.json", "{}"),
+])
+def test_build_kb_refuses_sources_without_a_usable_name(tmp_path, fmt, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf8")
+    result = _invoke("build-kb", "-f", fmt, path, "--out", tmp_path / "out.jsonl")
+    assert result.exit_code != 0
+    assert name in result.output and "no usable name" in result.output
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_build_kb_counts_what_it_dropped(tmp_path):
+    path = tmp_path / "medic.txt"
+    path.write_text("D1||Alpha|()\nD2||[...]\nD3||Gamma\n", encoding="utf8")
+    result = _invoke("build-kb", "-f", "medic", path, "--out", tmp_path / "out.jsonl")
+    assert result.exit_code == 0, result.output
+    assert "dropped 2 name(s) that normalize to nothing; dropped 1 concept(s) with no other name" in " ".join(result.output.split())
+    assert KnowledgeBase.load(tmp_path / "out.jsonl").concept_ids == ["D1", "D3"]
+
+
+@pytest.mark.parametrize("text, message", [("", "no usable name"), ('{"id": "D1", "names": ["a"], "types": 5}\n', "'types'")])
+def test_build_kb_and_init_model_refuse_bad_kbs_with_a_message(tmp_path, text, message):
+    path = tmp_path / "kb.jsonl"
+    path.write_text(text, encoding="utf8")
+    for args in (("build-kb", "-f", "jsonl", path, "--out", tmp_path / "out.jsonl"),
+                 ("init-model", "--kb", path, "--out", tmp_path / "model")):
+        result = _invoke(*args)
+        assert result.exit_code != 0 and isinstance(result.exception, SystemExit), result.output
+        assert "kb.jsonl" in result.output and message in result.output
+    assert not (tmp_path / "model").exists()

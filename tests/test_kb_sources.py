@@ -421,7 +421,7 @@ def test_read_genbioel_target_kb(tmp_path: Path) -> None:
     kb = build_kb("genbioel", path, dedup=False)
     assert sorted(kb.names_of("D015862")) == ["a", "b"]
     bad = write(tmp_path / "bad.json", '{"D1": ["a"],\n "D2": [1]}')
-    with pytest.raises(KBFormatError, match=r"bad\.json:1: concept 'D2'"):
+    with pytest.raises(KBFormatError, match=r"bad\.json:2: concept 'D2'"):  # the line of the key
         list(read_genbioel_target_kb(bad))
     broken = write(tmp_path / "broken.json", '{"D1": ["a"],\n "D2" ["b"]}')
     with pytest.raises(KBFormatError, match=r"broken\.json:2: not valid JSON"):
@@ -530,3 +530,95 @@ def test_augment_kb_steps() -> None:
     assert (report.prior_ids, report.prior_concepts) == (4, 2) and more["D1"].prior == 2.0
     one, report = augment_kb(kb, first_names_only=True)
     assert report.names_before_first_only == 3 and one.names == ["alpha", "beta"]
+
+
+# -- issue 16: damaged files and line ends in every reader ---------------------------------------------------------
+def _samples() -> dict:
+    return {"medic": MEDIC, "ctd": CTD_DISEASES, "mesh-xml": DESC_XML, "umls": MRCONSO, "obo": OBO,
+            "genbioel": json.dumps({f"D{i}": [f"name {i}"] for i in range(40)}, indent=1),
+            "jsonl": "".join(json.dumps({"id": f"D{i}", "names": [f"n{i}"]}) + "\n" for i in range(40)),
+            "scispacy": "".join(json.dumps({"concept_id": f"C{i}", "canonical_name": f"n{i}"}) + "\n" for i in range(40)),
+            "mesh-tsv": "".join(f"D{i:06d}\tName {i}\tSyn {i}\tC01.{i:03d}\t\n" for i in range(40))}
+
+
+def test_every_reader_is_covered_here() -> None:
+    assert set(_samples()) == set(FORMATS)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_truncated_or_corrupt_gzip_names_file_and_line(tmp_path: Path, fmt: str) -> None:
+    data = gzip.compress((_samples()[fmt] * (1 if fmt in ("genbioel", "mesh-xml") else 20)).encode("utf8"))
+    cut = write_bytes(tmp_path / "source.gz", data[: len(data) * 2 // 3])
+    with pytest.raises(KBFormatError, match=r"source\.gz:\d+: truncated or corrupt gzip data"):
+        list(FORMATS[fmt](cut))
+    bad = bytearray(data)
+    bad[len(bad) // 2] ^= 0xFF
+    flipped = write_bytes(tmp_path / "flipped.gz", bytes(bad))
+    with pytest.raises(KBFormatError, match=r"flipped\.gz:\d+: "):
+        list(FORMATS[fmt](flipped))
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_cr_only_crlf_and_bom_read_as_lf(tmp_path: Path, fmt: str) -> None:
+    text = _samples()[fmt]
+    expected = list(FORMATS[fmt](write(tmp_path / "lf", text)))
+    assert expected
+    for name, variant in (("cr", text.replace("\n", "\r")), ("crlf", text.replace("\n", "\r\n")), ("bom", "\ufeff" + text)):
+        assert list(FORMATS[fmt](write_bytes(tmp_path / name, variant.encode("utf8")))) == expected, name
+
+
+def test_cr_only_medic_gives_every_concept(tmp_path: Path) -> None:
+    """An old Mac MEDIC file used to be one line: 1 concept instead of 25."""
+    lines = [f"MESH:D{i:06d}||Disease {i}|Synonym {i}" for i in range(25)]
+    from conftest import data_dir
+
+    real = data_dir() / "vocab" / "medic_06Jul2012.txt" if data_dir() else None
+    if real is not None and real.exists():
+        lines = real.read_text(encoding="utf8").split("\n")[:25]
+    path = write_bytes(tmp_path / "medic_mac.txt", "\r".join(lines).encode("utf8"))
+    concepts = list(read_medic(path))
+    assert len({c.id for c in concepts}) >= 25
+    assert concepts == list(read_medic(write(tmp_path / "medic_unix.txt", "\n".join(lines))))
+
+
+def test_a_stray_cr_inside_a_crlf_file_stays_in_its_field(tmp_path: Path) -> None:
+    path = write_bytes(tmp_path / "medic.txt", b"D1||Alpha\rBeta|Gamma\r\nD2||Delta\r\n")
+    assert [(c.id, c.names) for c in read_medic(path)] == [("D1", ["Alpha\rBeta", "Gamma"]), ("D2", ["Delta"])]
+
+
+def test_line_numbers_stay_exact_with_cr_only_ends(tmp_path: Path) -> None:
+    path = write_bytes(tmp_path / "medic.txt", b"D1||a\rD2||b\r\rD3 no separator\r")
+    with pytest.raises(KBFormatError, match=r"medic\.txt:4: expected"):
+        list(read_medic(path))
+    bad = write_bytes(tmp_path / "latin.txt", b"D1||a\rD2||Sj\xf6gren\r")
+    with pytest.raises(KBFormatError, match=r"latin\.txt:2: not UTF-8"):
+        list(read_medic(bad))
+
+
+def test_util_readers_turn_damage_into_the_callers_error(tmp_path: Path) -> None:
+    from spacy_genbioel.util import iter_json_lines, iter_lines, parse_json, read_text, text_lines
+
+    class Mine(ValueError):
+        pass
+
+    data = gzip.compress(b"".join(b"line %d\n" % i for i in range(100000)))
+    cut = write_bytes(tmp_path / "cut.gz", data[: len(data) // 2])
+    with pytest.raises(Mine, match=r"cut\.gz:\d+: truncated or corrupt gzip"):
+        list(iter_lines(cut, Mine))
+    with pytest.raises(Mine, match=r"cut\.gz:\d+: truncated or corrupt gzip"):
+        read_text(cut, Mine)
+    latin = write_bytes(tmp_path / "latin.txt", b"ok\r\nSj\xf6gren\r\n")
+    with pytest.raises(Mine, match=r"latin\.txt:2: not UTF-8 text \(invalid start byte at column 3\)"):
+        read_text(latin, Mine)
+    deep = write_bytes(tmp_path / "deep.jsonl", b'{"a": 1}\n' + b"[" * 100000 + b"\n")
+    with pytest.raises(Mine, match=r"deep\.jsonl:2: JSON nested too deeply"):
+        list(iter_json_lines(deep, Mine))
+    with pytest.raises(Mine, match=r"f\.json:2: not valid JSON"):
+        parse_json('{"a":\n}', "f.json", Mine)
+    assert list(iter_lines(write_bytes(tmp_path / "mac.txt", b"\xef\xbb\xbfa\rb\r\rc"))) == [(1, "a"), (2, "b"), (3, ""), (4, "c")]
+    assert text_lines("a\rb") == ["a", "b"] and text_lines("a\r\nb\rc\n") == ["a", "b\rc", ""]

@@ -45,7 +45,9 @@ def evaluate_cmd(
     """Recall@1/@5 with GenBioEL's rules, KB coverage, sub-populations and similarity bins
     (or, with --end-to-end, NER + linking P/R/F1 on the pipeline's own entities)."""
     setup_logging(verbose)
+    from spacy_genbioel.corpus import CorpusFormatError
     from spacy_genbioel.corpus.load import UnknownFormatError
+    from spacy_genbioel.kb import KBFormatError
     from spacy_genbioel.evaluation.run import (
         EvaluationSetupError, check_component_overrides, component_overrides, run_evaluation, write_report_json,
     )
@@ -75,6 +77,8 @@ def evaluate_cmd(
         )
     except (EvaluationSetupError, UnknownFormatError) as err:
         raise typer.BadParameter(str(err)) from None
+    except (KBFormatError, CorpusFormatError, FileNotFoundError) as err:  # a bad KB or corpus: the message names the file
+        msg.fail(str(err), exits=1)
     if report.abbreviations_expanded is not None:
         msg.info(f"{report.abbreviations_expanded} mentions expanded from abbreviations")
     print(report.format_table())

@@ -33,16 +33,23 @@ def build_kb_cmd(
     from spacy_genbioel.kb.crosswalk import read_crosswalk
 
     began = time.monotonic()
-    kb = build_kb(format, [parse_source(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem)
-    walk = read_crosswalk(crosswalk) if crosswalk and (augment_pubtator or prior_pubtator) else None
+    try:
+        kb = build_kb(format, [parse_source(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem)
+        drops = kb.drops
+        walk = read_crosswalk(crosswalk) if crosswalk and (augment_pubtator or prior_pubtator) else None
 
-    def gold_mentions(paths: List[Path]):
-        if not paths:
-            return None
-        return (m for path in paths for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk))
+        def gold_mentions(paths: List[Path]):
+            if not paths:
+                return None
+            return (m for path in paths for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk))
 
-    kb, report = augment_kb(kb, augment_mentions=gold_mentions(augment_pubtator), prior_mentions=gold_mentions(prior_pubtator),
-                            first_names_only=first_names_only)
+        kb, report = augment_kb(kb, augment_mentions=gold_mentions(augment_pubtator), prior_mentions=gold_mentions(prior_pubtator),
+                                first_names_only=first_names_only)
+    except (ValueError, OSError) as err:  # KBFormatError, CorpusFormatError, a missing file, an unknown format
+        msg.fail(f"build-kb: {err}")
+        raise typer.Exit(1) from None
+    if drops.summary():
+        msg.warn(f"Sources: {drops.summary()}")
     if report.mentions_added is not None:
         msg.info(f"Dictionary augmentation: {report.mentions_added} training mentions, {report.new_names} new names")
     if report.prior_ids is not None:

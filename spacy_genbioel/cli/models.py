@@ -43,10 +43,14 @@ def init_model_cmd(
         return
     if kb is None:
         raise typer.BadParameter("give --kb (to train a tokenizer) or --tokenizer")
-    from spacy_genbioel.kb.base import KnowledgeBase
+    from spacy_genbioel.kb.base import KBFormatError, KnowledgeBase
     from spacy_genbioel.models import init_model
 
-    knowledge_base = KnowledgeBase.load(kb)
+    try:
+        knowledge_base = KnowledgeBase.load(kb)  # refuses a KB without a usable name (EmptyKBError)
+    except (KBFormatError, OSError) as err:
+        msg.fail(f"init-model: {err}")
+        raise typer.Exit(1) from None
     lines = (line.strip() for line in texts.open(encoding="utf8")) if texts else ()
     model, tokenizer = init_model(preset, knowledge_base.names, out, texts=lines, vocab_size=vocab_size, seed=seed)
     n_params = sum(p.numel() for p in model.parameters())

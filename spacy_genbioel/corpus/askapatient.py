@@ -9,7 +9,7 @@ from typing import Iterator, Optional
 from spacy_genbioel.corpus.pubtator import CorpusFormatError
 from spacy_genbioel.kb.crosswalk import normalize_id
 from spacy_genbioel.ty import Mention
-from spacy_genbioel.util import PathLike, open_binary
+from spacy_genbioel.util import PathLike, read_bytes, text_lines
 
 logger = logging.getLogger(__name__)
 
@@ -24,8 +24,7 @@ def read_askapatient(path: PathLike, encoding: Optional[str] = None) -> Iterator
     first and Latin-1 used when it fails.
     """
     name = Path(path).name
-    with open_binary(path) as handle:
-        data = handle.read()
+    data = read_bytes(path, CorpusFormatError)
     if encoding is None:
         try:
             content = data.decode("utf-8-sig")
@@ -33,9 +32,11 @@ def read_askapatient(path: PathLike, encoding: Optional[str] = None) -> Iterator
             logger.info("%s is not UTF-8, read as Latin-1", path)
             content = data.decode("latin-1")
     else:
-        content = data.decode(encoding)
-    for lineno, raw in enumerate(content.split("\n"), start=1):
-        line = raw.rstrip("\r\n")
+        try:
+            content = data.decode(encoding)
+        except (UnicodeDecodeError, LookupError) as err:
+            raise CorpusFormatError(f"{path}: not {encoding} text ({err})") from err
+    for lineno, line in enumerate(text_lines(content), start=1):
         if not line.strip():
             continue
         fields = line.split("\t")

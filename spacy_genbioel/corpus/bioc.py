@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 
 from spacy_genbioel.corpus.pubtator import CorpusFormatError, PubTatorAnnotation, PubTatorDocument, check_mention_offsets
 from spacy_genbioel.kb.crosswalk import split_ids
-from spacy_genbioel.util import PathLike, open_text
+from spacy_genbioel.util import PathLike, read_text, text_lines
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +36,7 @@ def read_bioc(
     their total span.
     """
     path = Path(path)
-    with open_text(path) as handle:
-        content = handle.read()
+    content = read_text(path, CorpusFormatError)  # a corrupt .gz or bad UTF-8: the error names file and line
     try:
         documents = _bioc_documents(content, path)
     except CorpusFormatError:
@@ -47,7 +46,12 @@ def read_bioc(
         line = position[0] if position else getattr(err, "lineno", 1)
         raise CorpusFormatError(f"{path}:{line}: could not read BioC ({err})") from err
     for bdoc in documents:
-        yield bioc_document(bdoc, path, id_keys, check_offsets)
+        try:
+            yield bioc_document(bdoc, path, id_keys, check_offsets)
+        except CorpusFormatError:
+            raise
+        except (TypeError, ValueError, AttributeError) as err:  # e.g. an offset that is not a number
+            raise CorpusFormatError(f"{path}: document {getattr(bdoc, 'id', '?')}: could not read BioC ({err})") from err
 
 
 def _bioc_documents(content: str, path: Path) -> List[Any]:
@@ -68,7 +72,7 @@ def _bioc_documents(content: str, path: Path) -> List[Any]:
     if isinstance(data, list):
         return [parse_doc(_bioc_json_defaults(item)) for item in data]
     documents = []
-    for lineno, line in enumerate(content.splitlines(), start=1):
+    for lineno, line in enumerate(text_lines(content), start=1):
         if not line.strip():
             continue
         try:

@@ -13,6 +13,9 @@ Decisions:
   composite fields (``D001|D002``, ``D014527+D012492``) give several IDs and
   ``composite=True``; ``-1`` parts are dropped, and a mention with no ID left
   is kept with ``ids=()`` and ``nil=True`` so that evaluation can skip it.
+* Relation lines (``PMID<TAB>CID<TAB>chem<TAB>disease``: 4 or 5 columns, a
+  word in the second) are kept apart; any other line is a mention line, whose
+  offsets must be integers.
 * Offsets are checked against ``title + " " + abstract``; differences in
   whitespace only are tolerated (NCBI train has a mention text with trailing
   spaces), anything else raises :class:`CorpusFormatError` naming file, line
@@ -106,8 +109,17 @@ def check_mention_offsets(doc: PubTatorDocument, ann: PubTatorAnnotation, where:
         logger.debug("%s: PMID %s: mention %r differs from the text %r in whitespace only", where, doc.pmid, ann.text, span)
 
 
-def _is_int(text: str) -> bool:
-    return text.strip().lstrip("-").isdigit()
+_INT = re.compile(r"^\s*[-+]?[0-9]+\s*$")
+# a relation type: CID (BC5CDR), Association, Positive_Correlation (BioRED)...
+_RELATION_TYPE = re.compile(r"^[A-Za-z][A-Za-z_-]*$")
+
+
+def _is_relation(fields: List[str]) -> bool:
+    """A relation line is ``PMID<TAB>type<TAB>ID<TAB>ID[<TAB>extra]``: a word where a
+    mention line has its start offset, and 4 or 5 columns. Anything else is read
+    as a mention line, whose offsets must then be integers (``154.0`` or ``abc``
+    in a 6-column line is an error, not a relation)."""
+    return len(fields) in (4, 5) and bool(_RELATION_TYPE.match(fields[1].strip())) and all(f.strip() for f in fields[2:4])
 
 
 # -- PubTator -------------------------------------------------------------------
@@ -175,7 +187,7 @@ def read_pubtator(
             raise CorpusFormatError(f"{where}: PMID {pmid}: mention line before any title line")
         if pmid != doc.pmid:
             raise CorpusFormatError(f"{where}: PMID {pmid}: line inside document {doc.pmid}")
-        if len(fields) >= 3 and not _is_int(fields[1]) and not _is_int(fields[2]):
+        if _is_relation(fields):
             doc.relations.append(tuple(fields[1:]))  # e.g. PMID CID chem disease
             continue
         if len(fields) < 5:
@@ -184,6 +196,8 @@ def read_pubtator(
                 f"got {len(fields)} column(s)"
             )
         try:
+            if not (_INT.match(fields[1]) and _INT.match(fields[2])):
+                raise ValueError
             start, end = int(fields[1]), int(fields[2])
         except ValueError:
             raise CorpusFormatError(f"{where}: PMID {pmid}: offsets {fields[1]!r}-{fields[2]!r} are not integers") from None

@@ -1,7 +1,8 @@
 """The knowledge base the linker decodes into, and how one is built.
 
 * :mod:`.base` -- :class:`Concept`, :class:`KnowledgeBase` (names, the
-  normalized-name index, JSONL / ``target_kb.json`` files), :class:`KBFormatError`;
+  normalized-name index, JSONL / ``target_kb.json`` files, what was dropped:
+  :class:`KBDrops`), :class:`KBFormatError` and :class:`EmptyKBError`;
 * :mod:`.normalizers` -- name normalizers, in spaCy's ``registry.misc``;
 * :mod:`.sources` -- MEDIC, CTD, MeSH and JSON vocabulary readers;
 * :mod:`.ontologies` -- UMLS RRF and OBO readers;
@@ -9,7 +10,7 @@
 * :mod:`.build` -- reader by format, :func:`build_kb`, ``build-kb``'s
   augmentation steps, the check against GenBioEL's ``target_kb.json``.
 """
-from spacy_genbioel.kb.base import Concept, KBFormatError, KnowledgeBase
+from spacy_genbioel.kb.base import Concept, EmptyKBError, KBDrops, KBFormatError, KnowledgeBase
 from spacy_genbioel.kb.build import (
     FORMATS,
     KBAugmentation,
@@ -37,7 +38,9 @@ __all__ = [
     "FORMATS",
     "NORMALIZER_ALIASES",
     "Concept",
+    "EmptyKBError",
     "KBAugmentation",
+    "KBDrops",
     "KBFormatError",
     "KnowledgeBase",
     "Normalizer",

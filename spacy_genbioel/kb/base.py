@@ -9,17 +9,31 @@ stays only on the concept with the fewest names.
 
 Two plain file formats travel: JSONL (one concept per line, ``{"id", "names",
 "definition", "types"}``) and GenBioEL's ``target_kb.json`` (``{id: [names]}``).
+Both are read here, once, for :meth:`KnowledgeBase.load` and for ``build-kb``
+(``-f jsonl``, ``-f genbioel``): ``.gz``, a BOM and any line ends are fine, and
+every failure is a :class:`KBFormatError` naming the file and line.
+
+Unusable names are dropped and counted (:class:`KBDrops`, logged): a name that
+normalizes to nothing, and a concept all of whose names do. A concept listed
+without names stays as an ID (that is how a de-duplicated KB file records a
+concept whose names went to other concepts) and is counted too. A KB left with
+no name at all is refused (:class:`EmptyKBError`).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from spacy_genbioel.kb.normalizers import Normalizer, get_normalizer
-from spacy_genbioel.util import PathLike, iter_json_lines
+from spacy_genbioel.util import LINE_PROBE, PathLike, iter_json_lines, line_separator, parse_json, read_text
+
+logger = logging.getLogger(__name__)
 
 
 class KBFormatError(ValueError):
@@ -29,6 +43,31 @@ class KBFormatError(ValueError):
     def at(cls, path: PathLike, lineno: Union[int, str], reason: str) -> "KBFormatError":
         """The error for ``path`` at ``lineno``, as ``"file:line: reason"``."""
         return cls(f"{path}:{lineno}: {reason}")
+
+
+class EmptyKBError(KBFormatError):
+    """A KB without a single usable name: nothing could ever be linked to it."""
+
+
+@dataclass
+class KBDrops:
+    """What building a KB left out or could not use (see the module docstring)."""
+
+    names: int = 0  # names that normalize to nothing, dropped
+    concepts: int = 0  # concepts all of whose names normalize to nothing, dropped
+    nameless: int = 0  # concepts listed without names, kept as IDs
+    examples: List[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """``"dropped 3 name(s) that normalize to nothing; ..."``; empty when nothing was dropped or kept nameless."""
+        parts = []
+        if self.names:
+            parts.append(f"dropped {self.names} name(s) that normalize to nothing")
+        if self.concepts:
+            parts.append(f"dropped {self.concepts} concept(s) with no other name")
+        if self.nameless:
+            parts.append(f"{self.nameless} concept(s) without names kept as IDs only")
+        return "; ".join(parts)
 
 
 @dataclass
@@ -74,15 +113,24 @@ class KnowledgeBase:
         self.dedup = dedup
         self.name = name
         self._concepts: Dict[str, Concept] = {}
+        self.drops = KBDrops()
         for concept in concepts:
             self._add(concept)
         self._build_index()
+        if self.drops.names or self.drops.concepts:
+            logger.warning("KB %r: %s (e.g. %s)", name, self.drops.summary(), ", ".join(self.drops.examples))
+        elif self.drops.nameless:
+            logger.info("KB %r: %s", name, self.drops.summary())
+        if not self._names:
+            n_read = len(self._concepts) + self.drops.concepts
+            raise EmptyKBError(f"KB {name!r} has no usable name ({n_read} concept(s) read"
+                               + (f"; {self.drops.summary()})" if self.drops.summary() else ")"))
 
     # -- construction -------------------------------------------------------
     def _add(self, concept: Concept) -> None:
         cid = concept.id.strip()
         if not cid:
-            raise ValueError(f"Concept with empty ID (names {concept.names[:3]})")
+            raise KBFormatError(f"Concept with empty ID (names {concept.names[:3]})")
         existing = self._concepts.get(cid)
         if existing is None:
             self._concepts[cid] = Concept(cid, list(dict.fromkeys(concept.names)), concept.definition, list(concept.types),
@@ -95,10 +143,28 @@ class KnowledgeBase:
         existing.types.extend(t for t in concept.types if t not in existing.types)
 
     def _build_index(self) -> None:
-        # normalized names per concept, order kept, empty names dropped
+        # normalized names per concept, order kept; unusable names and concepts dropped and counted
         per_concept: Dict[str, List[str]] = {}
-        for cid, concept in self._concepts.items():
-            normed = dict.fromkeys(n for n in (self.normalize(raw) for raw in concept.names) if n)
+        for cid, concept in list(self._concepts.items()):
+            normed: Dict[str, None] = {}
+            usable: List[str] = []
+            for raw in concept.names:
+                norm = self.normalize(raw)
+                if norm:
+                    normed.setdefault(norm, None)
+                    usable.append(raw)
+                else:
+                    self.drops.names += 1
+                    if len(self.drops.examples) < 5:
+                        self.drops.examples.append(f"{cid}: {raw!r}")
+            if not usable:
+                if concept.names:
+                    self.drops.concepts += 1
+                    del self._concepts[cid]
+                    continue
+                self.drops.nameless += 1
+            elif len(usable) < len(concept.names):
+                concept.names = usable
             per_concept[cid] = list(normed)
         name_to_ids: Dict[str, List[str]] = {}
         for cid, names in per_concept.items():
@@ -238,22 +304,8 @@ class KnowledgeBase:
 
     @classmethod
     def from_target_kb_json(cls, path: PathLike, **kwargs) -> "KnowledgeBase":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf8"))
-        except json.JSONDecodeError as err:
-            raise KBFormatError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from err
-        if not isinstance(data, dict):
-            raise KBFormatError(f"{path}: expected a JSON object {{id: [names]}}, got {type(data).__name__}")
-        concepts = []
-        for cid, names in data.items():
-            if isinstance(names, str):
-                names = [names]
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise KBFormatError(f"{path}: concept {cid!r}: names must be a list of strings")
-            concepts.append(Concept(str(cid), names))
-        kwargs.setdefault("name", path.stem)
-        return cls(concepts, **kwargs)
+        kwargs.setdefault("name", Path(path).stem)
+        return cls(read_target_kb_json(path), **kwargs)
 
     def save(self, path: PathLike) -> None:
         """Write GenBioEL ``target_kb.json`` (``.json``) or JSONL (any other suffix), as :meth:`load` reads."""
@@ -264,13 +316,17 @@ class KnowledgeBase:
 
     @classmethod
     def load(cls, path: PathLike, **kwargs) -> "KnowledgeBase":
-        """Load JSONL (``.jsonl``) or GenBioEL ``target_kb.json`` (``.json``)."""
+        """Load JSONL (``.jsonl``, ``.jsonl.gz``) or GenBioEL ``target_kb.json``
+        (``.json``, ``.json.gz``), with the readers ``build-kb`` uses; a KB
+        without a usable name raises :class:`EmptyKBError` naming the file."""
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"KB file not found: {path}")
-        if path.suffix == ".json":
-            return cls.from_target_kb_json(path, **kwargs)
-        return cls.from_jsonl(path, **kwargs)
+        target_kb = path.name.endswith((".json", ".json.gz"))
+        try:
+            return cls.from_target_kb_json(path, **kwargs) if target_kb else cls.from_jsonl(path, **kwargs)
+        except EmptyKBError as err:
+            raise EmptyKBError(f"{path}: {err}") from None
 
 
 def read_concepts_jsonl(path: PathLike) -> Iterator[Concept]:
@@ -279,24 +335,78 @@ def read_concepts_jsonl(path: PathLike) -> Iterator[Concept]:
         yield concept_from_record(record, f"{path}:{lineno}")
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+
+
 def concept_from_record(record: object, where: str) -> Concept:
+    """A concept from a JSON record (the project's keys, or scispacy's
+    ``concept_id``/``canonical_name``/``aliases``); a missing ID or a field of
+    the wrong type raises :class:`KBFormatError` at ``where``."""
     if not isinstance(record, dict):
         raise KBFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
     cid = record.get("id", record.get("concept_id"))
-    if cid is None or not str(cid).strip():
+    if cid is None or (isinstance(cid, str) and not cid.strip()):
         raise KBFormatError(f"{where}: record has no 'id'")
+    if isinstance(cid, bool) or not isinstance(cid, (str, int)):
+        raise KBFormatError(f"{where}: 'id' must be a string, got {type(cid).__name__} {cid!r}")
     names: Sequence = record.get("names", record.get("aliases", []))
     if isinstance(names, str):
         names = [names]
     canonical = record.get("canonical_name")
     if canonical:
-        names = [canonical, *names]
-    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        names = [canonical, *names] if isinstance(names, (list, tuple)) else names
+    if not _strings(names):
         raise KBFormatError(f"{where}: 'names' must be a list of strings")
     types = record.get("types", [])
-    if isinstance(types, str):
-        types = [types]
+    types = [types] if isinstance(types, str) else types
+    if types is None:
+        types = []
+    if not _strings(types):
+        raise KBFormatError(f"{where}: 'types' must be a list of strings, got {json.dumps(types)[:60]}")
+    definition = record.get("definition")
+    if definition is not None and not isinstance(definition, str):
+        raise KBFormatError(f"{where}: 'definition' must be a string, got {type(definition).__name__}")
     prior = record.get("prior", 0.0)
-    if not isinstance(prior, (int, float)) or isinstance(prior, bool):
+    if not isinstance(prior, (int, float)) or isinstance(prior, bool) or not math.isfinite(prior):
         raise KBFormatError(f"{where}: 'prior' must be a number")
-    return Concept(str(cid).strip(), list(names), record.get("definition") or None, list(types), float(prior))
+    return Concept(str(cid).strip(), list(names), definition or None, list(types), float(prior))
+
+
+# -- GenBioEL's target_kb.json --------------------------------------------------------------------------------
+def _read_json_file(path: PathLike) -> Tuple[str, Any]:
+    text = read_text(path, KBFormatError)
+    return text, parse_json(text, path, KBFormatError)
+
+
+def load_target_kb_json(path: PathLike) -> Any:
+    """The parsed JSON of a GenBioEL ``target_kb.json`` (``.gz`` too); bad JSON names the line."""
+    return _read_json_file(path)[1]
+
+
+def _key_line(text: str, key: str) -> int:
+    """The line of ``"key":`` in a JSON text (1 when it cannot be found)."""
+    match = re.search(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:", text)
+    if match is None:
+        return 1
+    sep = line_separator(text[:LINE_PROBE].encode("utf8", "surrogatepass")).decode()
+    return text.count(sep, 0, match.start()) + 1
+
+
+def read_target_kb_json(path: PathLike, clean_id: Callable[[str], str] = str) -> Iterator[Concept]:
+    """Concepts of a GenBioEL ``target_kb.json`` (``{id: [names]}``), IDs passed
+    through ``clean_id``; blank names are left out. A concept listed with no names
+    stays (as :meth:`KnowledgeBase.to_target_kb_json` writes a de-duplicated KB)."""
+    text, data = _read_json_file(path)
+    if not isinstance(data, dict):
+        raise KBFormatError.at(path, 1, f"expected a JSON object {{id: [names]}}, got {type(data).__name__}")
+    for raw_id, names in data.items():
+        if isinstance(names, str):
+            names = [names]
+        if not _strings(names):
+            raise KBFormatError.at(path, _key_line(text, raw_id), f"concept {raw_id!r}: names must be a list of strings")
+        cid = clean_id(raw_id)
+        if not cid.strip():
+            raise KBFormatError.at(path, _key_line(text, raw_id), f"empty concept ID {raw_id!r}")
+        kept = [n for n in names if n.strip()]
+        yield Concept(cid, kept or list(names))

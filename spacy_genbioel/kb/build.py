@@ -9,9 +9,9 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.kb.base import Concept, EmptyKBError, KnowledgeBase
 from spacy_genbioel.kb.crosswalk import apply_crosswalk, normalize_id, read_crosswalk
 from spacy_genbioel.kb.normalizers import Normalizer, get_normalizer
 from spacy_genbioel.kb.ontologies import read_obo, read_umls
@@ -76,11 +76,7 @@ def get_reader(fmt: str) -> Reader:
 
 def iter_concepts(fmt: str, sources: Union[Source, Sequence[Source]], **reader_kwargs: Any) -> Iterator[Concept]:
     """Concepts from one or more sources; a source may be ``(format, path)`` to mix formats."""
-    if isinstance(sources, (str, Path)) or (
-        isinstance(sources, tuple) and len(sources) == 2 and isinstance(sources[0], str) and sources[0] in FORMATS
-    ):
-        sources = [sources]  # type: ignore[list-item]
-    for source in sources:  # type: ignore[union-attr]
+    for source in _source_list(sources):
         if isinstance(source, tuple):
             src_fmt, src_path = source
             yield from get_reader(src_fmt)(src_path)
@@ -101,7 +97,9 @@ def build_kb(
 
     Concepts with the same (normalized) ID merge. ``crosswalk`` (a dict or a
     crosswalk TSV) renames concept IDs old -> new before merging; apply the same
-    crosswalk to gold IDs. ``reader_kwargs`` go to the reader (e.g. ``mrdef=``
+    crosswalk to gold IDs. Unusable names are dropped and counted (``kb.drops``);
+    sources without a single usable name raise
+    :class:`~spacy_genbioel.kb.base.EmptyKBError` naming them. ``reader_kwargs`` go to the reader (e.g. ``mrdef=``
     for UMLS); sources given as ``(format, path)`` use that format's defaults.
     """
     get_reader(format)
@@ -115,9 +113,25 @@ def build_kb(
     if name is None:
         first = sources if isinstance(sources, (str, Path)) else None
         name = Path(first).stem if first is not None else format
-    kb = KnowledgeBase(concepts, normalizer=normalizer, dedup=dedup, name=name)
+    try:
+        kb = KnowledgeBase(concepts, normalizer=normalizer, dedup=dedup, name=name)
+    except EmptyKBError as err:
+        raise EmptyKBError(f"{', '.join(_source_paths(sources))}: {err}") from None
     logger.info("Built %r", kb)
     return kb
+
+
+def _source_list(sources: Union[Source, Sequence[Source]]) -> List[Source]:
+    """One source (a path or ``(format, path)``) or several, as a list."""
+    if isinstance(sources, (str, Path)) or (
+        isinstance(sources, tuple) and len(sources) == 2 and isinstance(sources[0], str) and sources[0] in FORMATS
+    ):
+        return [sources]  # type: ignore[list-item]
+    return list(sources)  # type: ignore[arg-type]
+
+
+def _source_paths(sources: Union[Source, Sequence[Source]]) -> List[str]:
+    return [str(s[1]) if isinstance(s, tuple) else str(s) for s in _source_list(sources)]
 
 
 # -- after building: training mentions, priors, one name per concept ---------------------------

@@ -22,16 +22,22 @@ Decisions (see each reader for details):
 from __future__ import annotations
 
 import html
-import json
 import logging
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, Iterable, Iterator, List, Optional, Sequence
+from typing import Iterable, Iterator, List, Optional, Sequence
 
-from spacy_genbioel.kb.base import Concept, KBFormatError, concept_from_record, read_concepts_jsonl
+from spacy_genbioel.kb.base import (
+    Concept,
+    KBFormatError,
+    concept_from_record,
+    load_target_kb_json,
+    read_concepts_jsonl,
+    read_target_kb_json,
+)
 from spacy_genbioel.kb.crosswalk import normalize_id
-from spacy_genbioel.util import PathLike, iter_json_lines, iter_lines, open_binary, open_text
+from spacy_genbioel.util import PathLike, iter_json_lines, iter_lines, iter_raw_lines
 
 logger = logging.getLogger(__name__)
 
@@ -207,33 +213,32 @@ def read_mesh_xml(path: PathLike) -> Iterator[Concept]:
     root: Optional[ET.Element] = None
     lineno = record_line = 0
     n_records = 0
-    with open_binary(path) as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            try:
-                parser.feed(raw)
-                events = list(parser.read_events())
-            except ET.ParseError as err:
-                line = err.position[0] if getattr(err, "position", None) else lineno
-                raise KBFormatError.at(path, line, f"XML parse error: {err}") from err
-            for event, elem in events:
-                if event == "start":
-                    if root is None:
-                        root = elem
-                    elif elem.tag in _MESH_RECORDS:
-                        record_line = lineno  # errors point at the record's first line
-                    continue
-                if elem.tag not in _MESH_RECORDS:
-                    continue
-                n_records += 1
-                yield _mesh_record(elem, _MESH_RECORDS[elem.tag], path, record_line)
-                # the record is done: drop it (and earlier ones) from the tree
-                if root is not None:
-                    root.clear()
+    for lineno, raw in iter_raw_lines(path, KBFormatError):
         try:
-            parser.close()
+            parser.feed(raw)
+            events = list(parser.read_events())
         except ET.ParseError as err:
             line = err.position[0] if getattr(err, "position", None) else lineno
             raise KBFormatError.at(path, line, f"XML parse error: {err}") from err
+        for event, elem in events:
+            if event == "start":
+                if root is None:
+                    root = elem
+                elif elem.tag in _MESH_RECORDS:
+                    record_line = lineno  # errors point at the record's first line
+                continue
+            if elem.tag not in _MESH_RECORDS:
+                continue
+            n_records += 1
+            yield _mesh_record(elem, _MESH_RECORDS[elem.tag], path, record_line)
+            # the record is done: drop it (and earlier ones) from the tree
+            if root is not None:
+                root.clear()
+    try:
+        parser.close()
+    except ET.ParseError as err:
+        line = err.position[0] if getattr(err, "position", None) else lineno
+        raise KBFormatError.at(path, line, f"XML parse error: {err}") from err
     if n_records == 0:
         logger.warning("%s: no DescriptorRecord or SupplementalRecord elements found", path)
 
@@ -270,35 +275,14 @@ def _mesh_record(record: ET.Element, kind: str, path: PathLike, lineno: int) -> 
 
 
 # -- JSON formats -------------------------------------------------------------------
-def load_target_kb_json(path: PathLike) -> Any:
-    """The parsed JSON of a GenBioEL ``target_kb.json`` (``.gz`` too); bad JSON names the line."""
-    with open_text(path) as handle:
-        try:
-            return json.load(handle)
-        except json.JSONDecodeError as err:
-            raise KBFormatError.at(path, err.lineno, f"not valid JSON ({err.msg})") from err
-
-
 def read_genbioel_target_kb(path: PathLike, clean_ids: bool = True) -> Iterator[Concept]:
-    """GenBioEL's ``target_kb.json`` (``{id: [normalized names]}``).
+    """GenBioEL's ``target_kb.json`` (``{id: [normalized names]}``), read as
+    :meth:`KnowledgeBase.load <spacy_genbioel.kb.base.KnowledgeBase.load>` reads it.
 
     IDs are cleaned with :func:`normalize_id` unless told otherwise (the NCBI
     file has ``' D015862'`` next to ``'D015862'``; the KB merges them).
     """
-    data = load_target_kb_json(path)
-    if not isinstance(data, dict):
-        raise KBFormatError.at(path, 1, f"expected a JSON object {{id: [names]}}, got {type(data).__name__}")
-    for raw_id, names in data.items():
-        if isinstance(names, str):
-            names = [names]
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise KBFormatError.at(path, 1, f"concept {raw_id!r}: names must be a list of strings")
-        cid = normalize_id(raw_id) if clean_ids else str(raw_id)
-        if not cid:
-            raise KBFormatError.at(path, 1, f"empty concept ID {raw_id!r}")
-        names = [n for n in names if n.strip()]
-        if names:
-            yield Concept(cid, names)
+    return read_target_kb_json(path, normalize_id if clean_ids else str)
 
 
 def read_jsonl(path: PathLike) -> Iterator[Concept]:
