@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from spacy_genbioel.linking.decoder import GenerativeLinker
 
-from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer
+from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text
 
 from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.ty import Mention
@@ -117,3 +117,115 @@ def test_unseen_characters_and_huge_inputs(micro_model, word_tokenizer, small_kb
 def test_top_k_limits_output(micro_model, word_tokenizer, small_kb):
     linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=5, top_k=5))
     assert all(len(r) <= 2 for r in linker.link(mentions_for(small_kb, 4), top_k=2))
+
+
+# -- the encoder input: the mention and its markers always in (issue 16, item 3) ----------------------------------
+NORMAL_MENTIONS = [
+    Mention("Reiter  Syndrome", left="One two three four", right="five six seven"),
+    Mention("renal failure", left="", right=""),
+    Mention("cystic fibrosis", left="the patient had acute", right="of the liver and was treated with pain relief"),
+    Mention("Σύνδρομο 😷 ßü", left="文字 标题", right="ω"),
+    Mention("   ", left="x", right="y"),
+]
+
+
+@pytest.mark.parametrize("context_words,max_tokens", [(64, 256), (8, 64), (0, 16), (2, 512)])
+def test_source_ids_of_inputs_that_fit_are_identical_to_one_piece_tokenization(word_tokenizer, small_kb, context_words, max_tokens):
+    """Existing models read exactly what they read before: a text that fits is
+    tokenized in one piece, padded as the tokenizer pads."""
+    inputs = InputBuilder(context_words=context_words)
+    mentions = [m for m in mentions_for(small_kb, 24) + NORMAL_MENTIONS
+                if len(word_tokenizer(inputs.source(m))["input_ids"]) <= max_tokens]
+    assert len(mentions) >= 10
+    new = SourceEncoder(word_tokenizer).encode(mentions, inputs, max_tokens)
+    old = word_tokenizer([inputs.source(m) for m in mentions], return_tensors="pt", padding=True, truncation=True,
+                         max_length=max_tokens)
+    assert torch.equal(new["input_ids"], old["input_ids"]) and torch.equal(new["attention_mask"], old["attention_mask"])
+
+
+def _markers(tokenizer):
+    return [tokenizer(" " + m, add_special_tokens=False)["input_ids"] for m in ("START", "END")]
+
+
+@pytest.mark.parametrize("context", ["ACGT" * 50, "文字标题" * 60, "C6H12O6-Na2SO4(aq)" * 50, "ACGT" * 1250],
+                         ids=["primer", "chinese title", "formula", "5000 bases"])
+def test_long_unspaced_context_is_trimmed_in_tokens_around_the_mention(word_tokenizer, context):
+    encoder = SourceEncoder(word_tokenizer)
+    inputs = InputBuilder()
+    mention_ids = word_tokenizer(" renal failure", add_special_tokens=False)["input_ids"]
+    (start,), (end,) = _markers(word_tokenizer)
+    for left, right in [(context, context), (context, "and then"), ("", context), (context, "")]:
+        ids = encoder.ids([Mention("Renal Failure", left=left, right=right)], inputs, 64)[0]
+        assert len(ids) == 64 and ids[0] == word_tokenizer.bos_token_id and ids[-1] == word_tokenizer.eos_token_id
+        at = ids.index(start)
+        assert ids[at + 1 : at + 1 + len(mention_ids)] == mention_ids and ids[at + 1 + len(mention_ids)] == end
+        n_left, n_right = at - 1, len(ids) - 1 - (at + 2 + len(mention_ids))
+        if left == right:  # both sides long: half the room each
+            assert abs(n_left - n_right) <= 1
+        # the side with little context keeps all of it, the other side takes the rest
+        if right == "and then":
+            assert ids[-1 - n_right : -1] == word_tokenizer(" and then", add_special_tokens=False)["input_ids"]
+        if not right:
+            assert n_right == 0
+        if not left:
+            assert n_left == 0
+    assert encoder.stats["context_trimmed"] == 4 and encoder.stats["mention_shortened"] == 0
+
+
+def test_a_mention_longer_than_the_cap_keeps_its_start_and_is_counted(word_tokenizer, caplog):
+    encoder = SourceEncoder(word_tokenizer)
+    (start,), (end,) = _markers(word_tokenizer)
+    long_word = "renal" * 1000  # one unspaced 5,000-character token
+    with caplog.at_level("WARNING", logger="spacy_genbioel"):
+        rows = encoder.ids([Mention(long_word, left="acute " * 10, right="pain " * 10),
+                            Mention("chronic renal failure " * 40)], InputBuilder(), 32)
+    first = word_tokenizer(" " + long_word, add_special_tokens=False)["input_ids"]
+    for ids in rows:
+        assert len(ids) == 32 and ids[1] == start and ids[-2] == end  # no room left for context
+    assert rows[0][2:-2] == first[:28]
+    assert encoder.stats["mention_shortened"] == 2
+    assert "2 mention(s) longer than max_source_tokens (32) shortened" in caplog.text
+
+
+def test_a_cap_without_room_for_the_markers_is_a_clear_error(word_tokenizer):
+    with pytest.raises(ValueError, match="no room for a mention"):
+        SourceEncoder(word_tokenizer).ids([Mention("renal " * 50)], InputBuilder(), 3)
+
+
+def test_training_encodes_the_source_exactly_as_inference(micro_model, word_tokenizer, small_kb):
+    from spacy_genbioel.training.examples import TrainingExample
+    from spacy_genbioel.training.seq2seq import encode_examples
+
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(max_source_tokens=48))
+    mentions = mentions_for(small_kb, 6) + [Mention("renal failure", left="文字" * 2000, right="ACGT" * 1000),
+                                            Mention("renal" * 500, left="acute")]
+    batch = encode_examples([TrainingExample(m, small_kb.names[0]) for m in mentions], word_tokenizer,
+                            linker.prompt_tokens, linker.inputs, linker.pad_token_id, 48)
+    inference = linker.sources.pad(linker.encode_sources(mentions))
+    assert torch.equal(batch["input_ids"], inference["input_ids"])
+    assert torch.equal(batch["attention_mask"], inference["attention_mask"])
+
+
+def test_the_decoder_reads_the_mention_whatever_the_context(micro_model, word_tokenizer, small_kb):
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=2, top_k=2, max_source_tokens=64))
+    (start,), (end,) = _markers(word_tokenizer)
+    seen = []
+    original = linker.beam_search
+
+    def spy(input_ids, attention_mask, *args, **kwargs):
+        seen.extend(input_ids.tolist())
+        return original(input_ids, attention_mask, *args, **kwargs)
+
+    linker.beam_search = spy
+    results = linker.link([Mention("renal failure", left="ACGT" * 1250, right="文字" * 2500),
+                           Mention("renal failure", left="acute")])
+    assert all(results) and len(seen) == 2
+    assert all(start in row and end in row[row.index(start):] for row in seen)
+
+
+@pytest.mark.parametrize("text", ["\x00\x01\x1f", "😷🦠", "👩\u200d⚕️ ❤️", "\u200b\ufeff", " \u3000 ", "🇺🇳 👍🏽"])
+def test_nothing_but_control_characters_whitespace_or_emoji_gives_empty_without_decoding(micro_model, word_tokenizer, small_kb, text):
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb)
+    linker.beam_search = lambda *a, **k: pytest.fail("decoded a mention with nothing to link")
+    assert linker.link([Mention(text, left="renal", right="failure")]) == [[]]
+    assert has_linkable_text("😷 renal", small_kb.normalize) and not has_linkable_text(text, small_kb.normalize)

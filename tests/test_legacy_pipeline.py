@@ -43,3 +43,26 @@ def test_a_0_1_pipeline_resaved_keeps_linking_the_same(tmp_path):
     from make_fixture import linked
 
     assert_same_links(linked(again), json.loads((FIXTURE / "expected.json").read_text()))
+
+
+def test_a_0_1_trie_file_without_fingerprint_loads_as_it_is(tmp_path, caplog):
+    """0.1 wrote format 1 tries (no tokenizer fingerprint): they load, are checked
+    by re-tokenizing a sample of KB names, and are used as they are."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    out = tmp_path / "legacy"
+    subprocess.run([sys.executable, str(FIXTURE / "make_fixture.py"), str(out)], check=True, capture_output=True)
+    trie_file = out / "genbioel" / "trie.safetensors"
+    with safe_open(str(trie_file), framework="np") as handle:
+        meta = handle.metadata()
+    old = {"format_version": "1", **{k: meta[k] for k in ("vocab_size", "eos_token_id", "root_token_id", "max_depth")}}
+    save_file(load_file(str(trie_file)), str(trie_file), metadata=old)
+    with caplog.at_level("WARNING", logger="spacy_genbioel"):
+        nlp = spacy.load(out)
+    assert "rebuild" not in caplog.text
+    assert nlp.get_pipe("genbioel").linker.trie.tokenizer_fingerprint is None  # the stored trie, not a rebuilt one
+    sys.path.insert(0, str(FIXTURE))
+    from make_fixture import linked
+
+    assert_same_links(linked(nlp), json.loads((FIXTURE / "expected.json").read_text()))

@@ -102,3 +102,98 @@ def assert_links_like_reference(model, tokenizer, kb):
     assert [[c.name for c in r] for r in batched] == [[c.name for c in r] for r in reference]
     for b, r in zip(batched, reference):
         assert [c.score for c in b] == pytest.approx([c.score for c in r], abs=1e-4)
+
+
+# -- a model directory that cannot be loaded is refused naming the file (issue 16, items 4, 10, 13) -------------
+@pytest.fixture()
+def saved(tmp_path, micro_model, word_tokenizer):
+    from spacy_genbioel.models import save_model
+
+    save_model(micro_model, word_tokenizer, tmp_path / "m")
+    return tmp_path / "m"
+
+
+@pytest.mark.parametrize("keep", [0, 7, 100, "half", "last"])
+def test_a_truncated_model_safetensors_is_named(saved, keep):
+    from spacy_genbioel.models import ModelFormatError
+
+    weights = saved / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: {"half": len(data) // 2, "last": len(data) - 1}.get(keep, keep)])
+    with pytest.raises(ModelFormatError, match="model.safetensors"):
+        load_model(saved)
+
+
+def test_pickled_weights_are_never_loaded(saved, micro_model):
+    from spacy_genbioel.models import ModelFormatError
+
+    (saved / "model.safetensors").unlink()
+    torch.save(micro_model.state_dict(), saved / "pytorch_model.bin")
+    with pytest.raises(ModelFormatError, match="pickled weights are never loaded") as err:
+        load_model(saved)
+    assert isinstance(err.value, FileNotFoundError)
+
+
+@pytest.mark.parametrize("name,content", [("config.json", b"{not json"), ("config.json", b"[1, 2]"),
+                                          ("tokenizer.json", b'{"model": 5'), ("tokenizer_config.json", b"\xff\xfe")])
+def test_garbage_config_or_tokenizer_files_are_named(saved, name, content):
+    from spacy_genbioel.models import ModelFormatError
+
+    (saved / name).write_bytes(content)
+    with pytest.raises(ModelFormatError, match="config.json" if name == "config.json" else "tokenizer"):
+        load_model(saved)
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused(saved, tmp_path):
+    from conftest import WORDS
+    from spacy_genbioel.models import ModelFormatError, train_tokenizer
+
+    larger = train_tokenizer(WORDS * 5 + [w + s for w in WORDS for s in ("osis", "itis", "emia")] * 5, vocab_size=1200, min_frequency=1)
+    larger.save_pretrained(tmp_path / "larger")
+    with pytest.raises(ModelFormatError, match=r"tokens but the model has embeddings for \d+"):
+        load_model(saved, tokenizer_path=tmp_path / "larger")
+    model, _ = load_model(saved)
+    with pytest.raises(ModelFormatError, match="does not belong to this model"):
+        GenerativeLinker(model, larger, None)
+
+
+def test_tokenizer_fingerprint_is_stable_and_tells_tokenizers_apart(saved, tmp_path, word_tokenizer, caplog):
+    import fuzz_component
+
+    from spacy_genbioel.models import load_tokenizer, tokenizer_fingerprint
+
+    assert tokenizer_fingerprint(load_tokenizer(saved)) == tokenizer_fingerprint(word_tokenizer)
+    word_tokenizer(["a b"], truncation=True, max_length=3, padding=True)  # call state does not count
+    assert tokenizer_fingerprint(word_tokenizer) == tokenizer_fingerprint(load_tokenizer(saved))
+    other = fuzz_component.permuted_tokenizer(word_tokenizer, tmp_path / "other")
+    assert len(other) == len(word_tokenizer) and tokenizer_fingerprint(other) != tokenizer_fingerprint(word_tokenizer)
+    # a tokenizer setting unlike the one saved with the model: loaded, with a warning
+    with caplog.at_level("WARNING", logger="spacy_genbioel"):
+        load_model(saved, tokenizer_path=tmp_path / "other")
+    assert "differs from the tokenizer saved with the model" in caplog.text
+
+
+def test_every_weight_load_is_explicitly_pickle_free():
+    """Safety does not rest on library defaults: every ``from_pretrained`` of a model
+    passes ``use_safetensors=True`` and every ``torch.load`` ``weights_only=True``."""
+    import ast
+    from pathlib import Path
+
+    offenders = []
+    for path in (Path(__file__).resolve().parents[1] / "spacy_genbioel").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            owner = ast.unparse(node.func.value)
+            keywords = {k.arg: ast.unparse(k.value) for k in node.keywords}
+            if node.func.attr == "from_pretrained" and not owner.endswith(("Tokenizer", "Config")):
+                ok = keywords.get("use_safetensors") == "True"
+            elif node.func.attr == "from_encoder_decoder_pretrained":
+                ok = keywords.get("encoder_use_safetensors") == keywords.get("decoder_use_safetensors") == "True"
+            elif node.func.attr == "load" and owner == "torch":
+                ok = keywords.get("weights_only") == "True"
+            else:
+                continue
+            if not ok:
+                offenders.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}")
+    assert not offenders, offenders

@@ -155,3 +155,75 @@ def test_to_bytes_round_trip(resources):
     clone = make_nlp(tmp_path, model=None, kb=None)
     clone.get_pipe("genbioel").from_bytes(nlp.get_pipe("genbioel").to_bytes())
     assert [linked(d) for d in clone.pipe(TEXTS)] == before
+
+
+# -- issue 16: a saved pipeline always travels whole, damaged files are named ----------------------------------
+def test_to_disk_before_first_use_writes_the_whole_folder(resources, tmp_path_factory):
+    _, tmp_path = resources
+    used = make_nlp(tmp_path)
+    expected = [linked(d) for d in used.pipe(TEXTS)]
+    unused = make_nlp(tmp_path)
+    out = tmp_path_factory.mktemp("pipeline") / "nlp"
+    unused.to_disk(out)  # never run: saving loads model, tokenizer and KB from the configured paths
+    assert {"cfg.json", "kb.jsonl", "trie.safetensors", "model"} <= {p.name for p in (out / "genbioel").iterdir()}
+    shutil.rmtree(tmp_path / "model")
+    (tmp_path / "kb.jsonl").unlink()
+    assert [linked(d) for d in spacy.load(out).pipe(TEXTS)] == expected
+
+
+def test_an_empty_component_saves_and_loads_with_the_clear_error(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("genbioel")
+    nlp.to_disk(tmp_path / "empty")
+    assert [p.name for p in (tmp_path / "empty" / "genbioel").iterdir()] == ["cfg.json"]
+    loaded = spacy.load(tmp_path / "empty")
+    with pytest.raises(ValueError, match="no model or KB"):
+        loaded("text")
+
+
+def test_spans_with_nothing_to_link_get_none_without_decoding(resources):
+    _, tmp_path = resources
+    nlp = spacy.blank("en")
+    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"),
+                                      "spans_key": "m", "decoding": {"num_beams": 2, "top_k": 2}})
+    linker = nlp.get_pipe("genbioel").linker
+    calls = []
+    original = linker.beam_search
+    linker.beam_search = lambda ids, *a, **k: calls.append(ids.shape[0]) or original(ids, *a, **k)
+    doc = nlp.make_doc("renal failure 😷 \x00\x01 👩\u200d⚕️ ❤️")
+    doc.spans["m"] = [Span(doc, 0, 2, "D"), Span(doc, 2, 3, "D"), Span(doc, 3, 4, "D"), Span(doc, 4, len(doc), "D")]
+    doc = nlp(doc)
+    assert [s._.kb_id is None for s in doc.spans["m"]] == [False, True, True, True]
+    assert all(s._.kb_candidates == [] and s.kb_id_ == "" for s in list(doc.spans["m"])[1:])
+    assert calls == [1]  # only "renal failure" was decoded
+
+
+def test_a_tokenizer_copied_into_a_saved_pipeline_is_caught(resources, tmp_path_factory, caplog):
+    import fuzz_component
+
+    _, tmp_path = resources
+    nlp = make_nlp(tmp_path)
+    out = tmp_path_factory.mktemp("pipeline") / "nlp"
+    nlp.to_disk(out)
+    tokenizer = nlp.get_pipe("genbioel").linker.tokenizer
+    other = fuzz_component.permuted_tokenizer(tokenizer, tmp_path / "other")
+    other.save_pretrained(out / "genbioel" / "model")  # same vocabulary size, other ids
+    with caplog.at_level("WARNING", logger="spacy_genbioel"):
+        loaded = spacy.load(out)
+    assert "trie.safetensors does not fit" in caplog.text and "another tokenizer" in caplog.text
+    trie = loaded.get_pipe("genbioel").linker.trie
+    ids = other(" " + loaded.get_pipe("genbioel").linker.kb.names[0], add_special_tokens=False)["input_ids"]
+    assert 0 in trie.names_at(trie.walk([*ids, other.eos_token_id])).tolist()  # rebuilt for the tokenizer in the folder
+
+
+@pytest.mark.parametrize("name,content", [("cfg.json", b"{{{"), ("cfg.json", b"[]"), ("trie.safetensors", b"\x00" * 9),
+                                          ("model/model.safetensors", b"\x08" + b"\x00" * 9)])
+def test_damaged_files_of_a_saved_pipeline_are_named(resources, tmp_path_factory, name, content):
+    from spacy_genbioel.models import ModelFormatError
+
+    _, tmp_path = resources
+    out = tmp_path_factory.mktemp("pipeline") / "nlp"
+    make_nlp(tmp_path).to_disk(out)
+    (out / "genbioel" / name).write_bytes(content)
+    with pytest.raises(ModelFormatError, match=name.split("/")[-1]):
+        spacy.load(out)

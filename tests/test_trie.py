@@ -66,7 +66,9 @@ def test_round_trip_without_pickle(tmp_path):
     assert again.sequences() == trie.sequences()
     assert (again.vocab_size, again.eos_token_id, again.root_token_id, again.max_depth) == (V, EOS, ROOT, 4)
     (tmp_path / "bad.safetensors").write_bytes(b"garbage")
-    with pytest.raises(Exception):
+    from spacy_genbioel.linking.trie import TrieFormatError
+
+    with pytest.raises(TrieFormatError, match="bad.safetensors"):
         NameTrie.from_disk(tmp_path / "bad.safetensors")
 
 
@@ -91,3 +93,133 @@ def test_memory_is_a_few_arrays():
     seqs = [rng.integers(4, V, size=rng.integers(1, 8)).tolist() for _ in range(5000)]
     trie = build(seqs)
     assert trie.nbytes() < 40 * (trie.n_nodes + 1) + 40 * trie.n_names
+
+
+# -- a trie knows the tokenizer and model it was built for (issue 16, items 4 and 10) ----------------------------
+def _linker_parts(micro_model, word_tokenizer, kb):
+    from spacy_genbioel.linking.decoder import GenerativeLinker
+
+    return GenerativeLinker(micro_model, word_tokenizer, kb)
+
+
+def _rewrite_metadata(path, change):
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    with safe_open(str(path), framework="np") as handle:
+        meta = dict(handle.metadata())
+    save_file(load_file(str(path)), str(path), metadata=change(meta))
+
+
+def _permuted(tokenizer, folder):
+    """The same tokenizer with its ordinary tokens' ids reversed (same size, other ids)."""
+    import fuzz_component
+
+    return fuzz_component.permuted_tokenizer(tokenizer, folder)
+
+
+def test_the_trie_stores_the_tokenizer_fingerprint_and_model_ids(tmp_path, micro_model, word_tokenizer, small_kb):
+    from spacy_genbioel.models import tokenizer_fingerprint
+
+    linker = _linker_parts(micro_model, word_tokenizer, small_kb)
+    linker.trie.to_disk(tmp_path / "trie.safetensors")
+    again = NameTrie.from_disk(tmp_path / "trie.safetensors")
+    assert again.tokenizer_fingerprint == tokenizer_fingerprint(word_tokenizer)
+    assert (again.vocab_size, again.eos_token_id, again.root_token_id) == (linker.vocab_size, linker.eos_token_id, linker.trie.root_token_id)
+    assert again.mismatch(word_tokenizer, vocab_size=linker.vocab_size, eos_token_id=linker.eos_token_id,
+                          root_token_id=linker.trie.root_token_id, names=small_kb.names) == []
+
+
+def test_a_trie_of_another_tokenizer_is_refused_or_rebuilt_with_a_warning(tmp_path, micro_model, word_tokenizer, small_kb, caplog):
+    from spacy_genbioel.linking.decoder import GenerativeLinker
+    from spacy_genbioel.linking.trie import TrieMismatchError
+
+    other = _permuted(word_tokenizer, tmp_path / "other")
+    assert len(other) == len(word_tokenizer)
+    trie = _linker_parts(micro_model, word_tokenizer, small_kb).trie
+    trie.to_disk(tmp_path / "trie.safetensors")
+    stored = NameTrie.from_disk(tmp_path / "trie.safetensors")
+    with pytest.raises(TrieMismatchError, match="trie.safetensors.*another tokenizer"):
+        GenerativeLinker(micro_model, other, small_kb, stored)
+    with caplog.at_level("WARNING", logger="spacy_genbioel"):
+        linker = GenerativeLinker(micro_model, other, small_kb, stored, stale_trie="rebuild")
+    assert "another tokenizer" in caplog.text and "rebuilding" in caplog.text
+    ids = other(" " + small_kb.names[0], add_special_tokens=False)["input_ids"]
+    assert 0 in linker.trie.names_at(linker.trie.walk([*ids, linker.eos_token_id])).tolist()
+
+
+def test_an_old_trie_without_fingerprint_loads_and_another_tokenizer_behind_it_is_caught(tmp_path, micro_model, word_tokenizer, small_kb):
+    from spacy_genbioel.linking.decoder import GenerativeLinker
+    from spacy_genbioel.linking.trie import TrieMismatchError
+
+    trie = _linker_parts(micro_model, word_tokenizer, small_kb).trie
+    path = tmp_path / "trie.safetensors"
+    trie.to_disk(path)
+    # the metadata a 0.1 file carries: format 1, no fingerprint
+    _rewrite_metadata(path, lambda m: {k: v for k, v in {**m, "format_version": "1"}.items() if k != "tokenizer_fingerprint"})
+    old = NameTrie.from_disk(path)
+    assert old.tokenizer_fingerprint is None and old.sequences() == trie.sequences()
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, old)
+    assert linker.trie is old  # it fits: used as it is
+    other = _permuted(word_tokenizer, tmp_path / "other")
+    with pytest.raises(TrieMismatchError, match="does not fit"):
+        GenerativeLinker(micro_model, other, small_kb, NameTrie.from_disk(path))
+    # without a fingerprint, re-tokenizing a sample of the KB names is what tells
+    reasons = old.mismatch(other, vocab_size=linker.vocab_size, eos_token_id=linker.eos_token_id,
+                           root_token_id=old.root_token_id, names=small_kb.names)
+    assert len(reasons) == 1 and "sampled KB names are not paths" in reasons[0]
+
+
+def test_a_trie_with_another_root_or_eos_is_refused(tmp_path, micro_model, word_tokenizer, small_kb):
+    from spacy_genbioel.linking.decoder import GenerativeLinker
+    from spacy_genbioel.linking.trie import TrieMismatchError
+
+    trie = _linker_parts(micro_model, word_tokenizer, small_kb).trie
+    for key, value, message in [("root_token_id", "5", "rooted at token 5"), ("eos_token_id", "3", "EOS 3")]:
+        path = tmp_path / f"{key}.safetensors"
+        trie.to_disk(path)
+        _rewrite_metadata(path, lambda m, key=key, value=value: {**m, key: value})
+        with pytest.raises(TrieMismatchError, match=message):
+            GenerativeLinker(micro_model, word_tokenizer, small_kb, NameTrie.from_disk(path))
+    assert f"vocabulary of {trie.vocab_size} tokens, the model has 500" in trie.mismatch(
+        word_tokenizer, vocab_size=500, eos_token_id=trie.eos_token_id, root_token_id=trie.root_token_id)[0]
+
+
+@pytest.mark.parametrize("damage", ["empty", "7 bytes", "half", "last byte", "garbage", "version 99", "version x",
+                                    "no vocab_size", "vocab_size text", "edges unsorted", "terminal out of range"])
+def test_a_damaged_trie_file_raises_an_error_naming_it(tmp_path, damage):
+    from safetensors.numpy import load_file, save_file
+
+    from spacy_genbioel.linking.trie import TrieFormatError
+
+    path = tmp_path / "trie.safetensors"
+    build([[5, 6], [5, 7, 8], [9]]).to_disk(path)
+    data = path.read_bytes()
+    arrays = load_file(str(path))
+    if damage in ("empty", "7 bytes", "half", "last byte", "garbage"):
+        cut = {"empty": 0, "7 bytes": 7, "half": len(data) // 2, "last byte": len(data) - 1}.get(damage)
+        path.write_bytes(b"\xff" * 100 if cut is None else data[:cut])
+    elif damage.startswith("version"):
+        _rewrite_metadata(path, lambda m: {**m, "format_version": damage.split()[1]})
+    elif damage == "no vocab_size":
+        _rewrite_metadata(path, lambda m: {k: v for k, v in m.items() if k != "vocab_size"})
+    elif damage == "vocab_size text":
+        _rewrite_metadata(path, lambda m: {**m, "vocab_size": "twenty"})
+    else:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="np") as handle:
+            meta = dict(handle.metadata())
+        key = "edge_keys" if damage == "edges unsorted" else "terminal_nodes"
+        arrays[key] = arrays[key][::-1].copy() if key == "edge_keys" else arrays[key] + 1000
+        save_file(arrays, str(path), metadata=meta)
+    with pytest.raises(TrieFormatError, match="trie.safetensors") as err:
+        NameTrie.from_disk(path)
+    if damage == "version 99":
+        assert "newer spacy_genbioel" in str(err.value)
+    assert isinstance(err.value, ValueError)
+
+
+def test_a_missing_trie_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing.safetensors"):
+        NameTrie.from_disk(tmp_path / "nothing.safetensors")

@@ -3,10 +3,12 @@
     nlp.add_pipe("genbioel", config={"model": "model_dir", "kb": "kb.jsonl"})
 
 writes ``span._.kb_id`` (top concept ID or None), spaCy's ``span.kb_id_`` and
-``span._.kb_candidates`` (up to ``top_k`` ``(id, name, score)`` tuples). Model,
-tokenizer, KB and trie load lazily on first use (or ``initialize``), and travel
-inside the pipeline directory, so ``spacy.load(dir)`` works once the original
-files are gone.
+``span._.kb_candidates`` (up to ``top_k`` ``(id, name, score)`` tuples); a span
+with nothing to link (only control characters, whitespace or emoji) gets None
+without being decoded. Model, tokenizer, KB and trie load lazily on first use
+(or ``initialize``, or ``to_disk``), and travel inside the pipeline directory,
+so ``spacy.load(dir)`` works once the original files are gone; a damaged saved
+file is refused naming it.
 
 Retrieve, then generate: ``candidates`` names a registered candidate generator
 (``"none"``, ``"tfidf"``, ``"dense"``; see :mod:`spacy_genbioel.linking.candidates`),
@@ -48,8 +50,9 @@ from spacy_genbioel.linking.settings import (
 )
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.ty import Candidate, Mention
-from spacy_genbioel.models import load_model, save_model
-from spacy_genbioel.util import resolve_device
+from spacy_genbioel.kb.normalizers import get_normalizer
+from spacy_genbioel.models import ModelFileNotFoundError, ModelFormatError, load_model, save_model
+from spacy_genbioel.util import parse_json, read_text, resolve_device
 from spacy_genbioel.linking.trie import NameTrie
 
 logger = logging.getLogger(__name__)
@@ -268,8 +271,13 @@ class GenBioELLinker(Pipe):
 
     # -- serialization ---------------------------------------------------------------
     def to_disk(self, path, *, exclude: Iterable[str] = tuple()) -> None:
+        """Write cfg.json and, once the component has (or can load) its model and
+        KB, the model, tokenizer, KB and trie: a component never used yet is
+        initialized from its configured paths first, so the folder travels whole."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        if self._linker is None and self.model_path and self.kb_path:
+            self.initialize()
         meta = {"kb_normalizer": self.kb_normalizer, "kb_dedup": self.kb_dedup, "has_linker": self._linker is not None}
         if self._linker is not None:
             lk = self._linker
@@ -295,16 +303,47 @@ class GenBioELLinker(Pipe):
             return self.from_disk(Path(tmp) / "component")
 
     def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "GenBioELLinker":
+        """Load what :meth:`to_disk` wrote. A missing or damaged file raises
+        :class:`~spacy_genbioel.models.hf.ModelFormatError` naming it; a trie that
+        no longer fits the KB or tokenizer beside it is rebuilt with a warning."""
         path = Path(path)
-        meta = json.loads((path / "cfg.json").read_text(encoding="utf8"))
+        meta = read_component_cfg(path / "cfg.json")
         if not meta.get("has_linker"):
             return self
         self.kb_normalizer, self.kb_dedup = meta["kb_normalizer"], meta["kb_dedup"]
+        for name in ("kb.jsonl", "model"):
+            if not (path / name).exists():
+                raise ModelFileNotFoundError(f"{path / name} not found: the saved component is incomplete")
         kb = KnowledgeBase.load(path / "kb.jsonl", normalizer=self.kb_normalizer, dedup=self.kb_dedup)
-        trie: Optional[NameTrie] = NameTrie.from_disk(path / "trie.safetensors")
-        if kb.checksum() != meta.get("kb_checksum"):
-            logger.warning("KB in %s changed since the trie was built; rebuilding the trie", path)
-            trie = None
+        trie: Optional[NameTrie] = None
+        if not (path / "trie.safetensors").exists():
+            logger.warning("%s not found; building the trie from the KB", path / "trie.safetensors")
+        else:
+            trie = NameTrie.from_disk(path / "trie.safetensors")
+            if kb.checksum() != meta.get("kb_checksum"):
+                logger.warning("KB in %s changed since the trie was built; rebuilding the trie", path)
+                trie = None
         hf_model, tokenizer = load_model(path / "model", device=resolve_device(self.device), dtype=self.dtype)
-        self._linker = self._with_candidates(GenerativeLinker(hf_model, tokenizer, kb, trie, inputs=self.inputs, config=self.decoding))
+        self._linker = self._with_candidates(GenerativeLinker(hf_model, tokenizer, kb, trie, inputs=self.inputs,
+                                                              config=self.decoding, stale_trie="rebuild"))
         return self
+
+
+def read_component_cfg(path: Path) -> Dict[str, Any]:
+    """The component's ``cfg.json``, checked: a missing, unreadable or malformed
+    file raises :class:`~spacy_genbioel.models.hf.ModelFormatError` naming it."""
+    if not path.exists():
+        raise ModelFileNotFoundError(f"{path} not found: not a saved genbioel component")
+    meta = parse_json(read_text(path, ModelFormatError), path, ModelFormatError)
+    if not isinstance(meta, dict) or not isinstance(meta.get("has_linker"), bool):
+        raise ModelFormatError(f"{path}: expected a JSON object with has_linker true or false")
+    if meta["has_linker"]:
+        if not isinstance(meta.get("kb_normalizer"), str) or not isinstance(meta.get("kb_dedup"), bool):
+            raise ModelFormatError(f"{path}: expected kb_normalizer (a name) and kb_dedup (true or false)")
+        if not isinstance(meta.get("kb_checksum", ""), str):
+            raise ModelFormatError(f"{path}: kb_checksum must be a string")
+        try:
+            get_normalizer(meta["kb_normalizer"])
+        except ValueError as err:
+            raise ModelFormatError(f"{path}: {err}") from err
+    return meta

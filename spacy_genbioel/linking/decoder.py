@@ -44,11 +44,11 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.ty import Candidate, Linker, Mention
-from spacy_genbioel.models import special_ids
+from spacy_genbioel.models import check_vocabulary, special_ids
 from spacy_genbioel.util import resolve_device
-from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, model_max_positions
+from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text, model_max_positions
 from spacy_genbioel.linking.settings import DecodingConfig
-from spacy_genbioel.linking.trie import NameTrie, TrieRestriction
+from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError, TrieRestriction
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,11 @@ class GenerativeLinker:
     (``link(mentions, top_k)``); when set, ``link`` asks it for
     ``config.num_candidates`` candidates per mention and decodes only names of
     the concepts they carry.
+
+    A ``trie`` given must fit the model, tokenizer and KB
+    (:meth:`NameTrie.mismatch`); one that does not raises
+    :class:`TrieMismatchError`, or with ``stale_trie="rebuild"`` is rebuilt
+    from the KB with a warning that says why.
     """
 
     def __init__(
@@ -75,7 +80,10 @@ class GenerativeLinker:
         config: Optional[DecodingConfig] = None,
         device: Optional[str] = None,
         candidate_generator: Optional[Linker] = None,
+        stale_trie: str = "error",
     ) -> None:
+        if stale_trie not in ("error", "rebuild"):
+            raise ValueError(f"stale_trie must be 'error' or 'rebuild' (got {stale_trie!r})")
         self.model = model
         self.candidate_generator = candidate_generator
         self.tokenizer = tokenizer
@@ -85,19 +93,27 @@ class GenerativeLinker:
         if device is not None:
             self.model.to(resolve_device(device))
         self.model.eval()
+        check_vocabulary(model, tokenizer)
         start, eos, pad = special_ids(model, tokenizer)
         self.eos_token_id, self.pad_token_id = eos, pad
         self.max_positions = model_max_positions(model)
         self.prompt_tokens = PromptTokenizer(tokenizer, start, eos, max_prompt_tokens=min(48, self.max_positions // 4))
+        self.sources = SourceEncoder(tokenizer)
+        root = self.prompt_tokens.root_token_id(self.inputs.prompt_suffix if self.inputs.decoder_prompt else None)
+        if trie is not None:
+            reasons = trie.mismatch(tokenizer, vocab_size=self.vocab_size, eos_token_id=eos, root_token_id=root, names=kb.names)
+            if reasons:
+                what = f"The trie {trie.source}" if trie.source else "The given trie"
+                message = f"{what} does not fit this model, tokenizer and KB: {'; '.join(reasons)}"
+                if stale_trie == "error":
+                    raise TrieMismatchError(message)
+                logger.warning("%s; rebuilding it from the KB with this tokenizer", message)
+                trie = None
         if trie is None:
             trie = NameTrie.from_names(
-                kb.names, tokenizer, eos_token_id=eos, root_token_id=self.prompt_tokens.root_token_id(self.inputs.prompt_suffix if self.inputs.decoder_prompt else None),
+                kb.names, tokenizer, eos_token_id=eos, root_token_id=root,
                 vocab_size=self.vocab_size, max_name_tokens=min(128, self.max_positions - self.prompt_tokens.max_prompt_tokens),
             )
-        if trie.eos_token_id != eos:
-            raise ValueError(f"Trie was built with EOS {trie.eos_token_id}, model uses {eos}")
-        if trie.vocab_size > self.vocab_size:
-            raise ValueError(f"Trie vocabulary ({trie.vocab_size}) is larger than the model's ({self.vocab_size})")
         self.trie = trie
 
     @property
@@ -133,7 +149,8 @@ class GenerativeLinker:
         results: List[List[Candidate]] = [[] for _ in mentions]
         if allowed is not None and len(allowed) != len(mentions):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(mentions)} mentions")
-        todo = [i for i, m in enumerate(mentions) if self.kb.normalize(m.text)]
+        # nothing to link (only control characters, whitespace, emoji...): no answer, no decoding
+        todo = [i for i, m in enumerate(mentions) if has_linkable_text(m.text, self.kb.normalize)]
         firsts = self._exact_matches(mentions, todo) if self.config.exact_match else {}
         if top_k == 1:  # an exact match already fills the list: skip generation
             todo = [i for i in todo if i not in firsts]
@@ -155,7 +172,7 @@ class GenerativeLinker:
         if allowed is None and retrieved and cfg.restrict_to_candidates:
             allowed = [self._concept_ids(retrieved[i]) if i in retrieved else None for i in range(len(mentions))]
         name_sets = self._name_sets([allowed[i] for i in todo]) if allowed is not None else None
-        sources = [self.inputs.source(mentions[i]) for i in todo]
+        sources = self.encode_sources([mentions[i] for i in todo])
         prompts = self.prompt_tokens.prompts([self.inputs.prompt(mentions[i]) for i in todo])
         for positions, hyps in self._decode(sources, prompts, name_sets):
             for pos, hyp in zip(positions, hyps):
@@ -225,9 +242,15 @@ class GenerativeLinker:
             out.append(Candidate(ids, self.kb.names[int(name_indices[0])], float(score)))
         return out
 
-    def _decode(self, sources: List[str], prompts: List[List[int]], name_sets: Optional[List[Optional[np.ndarray]]] = None):
+    def encode_sources(self, mentions: Sequence[Mention]) -> List[List[int]]:
+        """Encoder token ids per mention (:class:`SourceEncoder`: the mention and its
+        markers always in, the context trimmed around them), as training builds them."""
+        return self.sources.ids(mentions, self.inputs, self.max_source_tokens)
+
+    def _decode(self, sources: List[List[int]], prompts: List[List[int]], name_sets: Optional[List[Optional[np.ndarray]]] = None):
         """Yield (positions, hypotheses) per batch; batches share a prompt length.
-        ``name_sets`` (parallel to ``sources``) restricts mentions to those names."""
+        ``sources``: encoder token ids; ``name_sets`` (parallel to ``sources``)
+        restricts mentions to those names."""
         groups: Dict[int, List[int]] = defaultdict(list)
         for i, p in enumerate(prompts):
             groups[len(p)].append(i)
@@ -236,10 +259,7 @@ class GenerativeLinker:
             members = sorted(groups[length], key=lambda i: len(sources[i]))
             for begin in range(0, len(members), bs):
                 chunk = members[begin : begin + bs]
-                enc = self.tokenizer(
-                    [sources[i] for i in chunk], return_tensors="pt", padding=True, truncation=True,
-                    max_length=self.max_source_tokens,
-                )
+                enc = self.sources.pad([sources[i] for i in chunk])
                 prompt_ids = torch.tensor([prompts[i] for i in chunk], dtype=torch.long)
                 restriction = self.trie.restrict([name_sets[i] for i in chunk], self.device) if name_sets else None
                 yield chunk, self.beam_search(enc["input_ids"], enc["attention_mask"], prompt_ids, restriction=restriction)

@@ -1,17 +1,43 @@
 """What the model reads and is prompted with: GenBioEL's encoder text
 ``left START mention END right`` and decoder prompt ``mention is``
-(:class:`InputBuilder`), and their token ids (:class:`PromptTokenizer`), shared
-by inference and training so both see exactly the same decoder prefix."""
+(:class:`InputBuilder`), and their token ids: the encoder's
+(:class:`SourceEncoder`) and the decoder prompt's (:class:`PromptTokenizer`),
+shared by inference and training so both see exactly the same tokens.
+
+The encoder input never loses its mention: a text longer than
+``max_source_tokens`` has its context trimmed in tokens around ``START mention
+END``, from both sides, and a mention longer than the cap is itself shortened
+(its start kept). A text that fits is tokenized in one piece, exactly as it
+always was. :func:`has_linkable_text` tells whether a mention has anything to
+link at all (not only control characters, whitespace or emoji)."""
 from __future__ import annotations
 
+import logging
 import re
+import unicodedata
+from collections import Counter
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from spacy_genbioel.models import MARKERS
 from spacy_genbioel.ty import Mention
 
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+logger = logging.getLogger(__name__)
+
 _SPACES = re.compile(r"\s+")
+# control, format, private-use and unassigned characters, separators, marks and
+# "other"/modifier symbols (emoji, skin tones): a text made only of these has
+# nothing the KB could name
+_NOTHING_TO_LINK = ("C", "Z", "M", "So", "Sk")
+
+
+def has_linkable_text(text: str, normalize: Callable[[str], str]) -> bool:
+    """Whether ``normalize(text)`` keeps a character a KB name could hold (a
+    letter, digit, punctuation, ...), not only control characters, whitespace or emoji."""
+    return any(not unicodedata.category(ch).startswith(_NOTHING_TO_LINK) for ch in normalize(text))
 
 
 @dataclass
@@ -35,16 +61,128 @@ class InputBuilder:
     def mention_text(self, mention: Mention) -> str:
         return " ".join(self._clean(mention.text).split(" ")[: self.max_mention_words])
 
-    def source(self, mention: Mention) -> str:
+    def parts(self, mention: Mention) -> Tuple[str, str, str, str, str]:
+        """``(left, START, mention, END, right)``: the pieces :meth:`source` joins
+        with single spaces (``left`` and ``right`` empty when there is no context)."""
         n = self.context_words
         left = self._clean(mention.left).split(" ")[-n:] if n > 0 and mention.left.strip() else []
         right = self._clean(mention.right).split(" ")[:n] if n > 0 and mention.right.strip() else []
-        return " ".join([*left, self.start_marker, self.mention_text(mention), self.end_marker, *right])
+        return " ".join(left), self.start_marker, self.mention_text(mention), self.end_marker, " ".join(right)
+
+    def source(self, mention: Mention) -> str:
+        left, start, text, end, right = self.parts(mention)
+        return " ".join([*([left] if left else []), start, text, end, *([right] if right else [])])
 
     def prompt(self, mention: Mention) -> str:
         if not self.decoder_prompt:
             return ""
         return f"{self.mention_text(mention)} {self.prompt_suffix}".strip()
+
+
+class SourceEncoder:
+    """Encoder token ids of :meth:`InputBuilder.source` texts, the one function
+    inference and training both use, so a model is trained on the tokens it reads.
+
+    A text that fits in ``max_tokens`` (special tokens included) is tokenized
+    in one piece, exactly as it always was. A longer one is rebuilt from its
+    parts, each tokenized alone: ``START mention END`` always stays (a mention
+    longer than the cap keeps its first tokens, and is counted in the log), and
+    the context is trimmed in tokens from both sides, each side getting half of
+    the room left and the part of its half the other side cannot use.
+    ``stats`` counts the trimmed inputs (``context_trimmed``, ``mention_shortened``).
+    """
+
+    #: no tokenizer spends this many characters on one token: a longer text
+    #: cannot fit, and longer parts are cut to this before tokenizing (bounded work)
+    MAX_CHARS_PER_TOKEN = 100
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.stats: Counter = Counter()
+        # the special tokens the tokenizer wraps a text in (<s> ... </s>, [CLS] ... [SEP])
+        bare = tokenizer("x", add_special_tokens=False)["input_ids"]
+        full = tokenizer("x")["input_ids"]
+        at = next((i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare), None)
+        if at is None:
+            raise ValueError(f"Cannot tell the special tokens of {type(tokenizer).__name__}: {full} does not contain {bare}")
+        self.prefix, self.suffix = full[:at], full[at + len(bare) :]
+
+    def ids(self, mentions: Sequence[Mention], inputs: InputBuilder, max_tokens: int) -> List[List[int]]:
+        """Token ids (special tokens included, at most ``max_tokens``) per mention."""
+        texts = [inputs.source(m) for m in mentions]
+        out: List[Optional[List[int]]] = [None] * len(texts)
+        whole = [i for i, text in enumerate(texts) if len(text) <= self.MAX_CHARS_PER_TOKEN * max_tokens]
+        if whole:
+            # one more than the cap tells a text that fits from one that does not
+            encoded = self.tokenizer([texts[i] for i in whole], truncation=True, max_length=max_tokens + 1)["input_ids"]
+            for i, ids in zip(whole, encoded):
+                if len(ids) <= max_tokens:
+                    out[i] = list(ids)
+        todo = [i for i, ids in enumerate(out) if ids is None]
+        if todo:
+            for i, ids in zip(todo, self._trimmed([inputs.parts(mentions[i]) for i in todo], max_tokens)):
+                out[i] = ids
+        return out  # type: ignore[return-value]
+
+    def encode(self, mentions: Sequence[Mention], inputs: InputBuilder, max_tokens: int) -> Dict[str, "torch.Tensor"]:
+        """``input_ids`` and ``attention_mask`` of :meth:`ids`, padded as the tokenizer pads."""
+        return self.pad(self.ids(mentions, inputs, max_tokens))
+
+    def pad(self, rows: Sequence[Sequence[int]]) -> Dict[str, "torch.Tensor"]:
+        import torch
+
+        pad_id = self.tokenizer.pad_token_id
+        if pad_id is None:
+            raise ValueError(f"{type(self.tokenizer).__name__} has no padding token")
+        width = max((len(r) for r in rows), default=0)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, seq in enumerate(rows):
+            cols = slice(width - len(seq), width) if self.tokenizer.padding_side == "left" else slice(0, len(seq))
+            ids[row, cols] = torch.tensor(seq, dtype=torch.long)
+            mask[row, cols] = 1
+        return {"input_ids": ids, "attention_mask": mask}
+
+    def _trimmed(self, parts: Sequence[Tuple[str, str, str, str, str]], max_tokens: int) -> List[List[int]]:
+        cap = self.MAX_CHARS_PER_TOKEN * max_tokens
+        texts: List[str] = []
+        for left, start, text, end, right in parts:
+            left = left[-cap:]
+            # the pieces as source() joins them: single spaces, none before the first
+            texts += [left, (" " if left else "") + start, " " + text[:cap], " " + end, " " + right[:cap] if right else ""]
+        pieces = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        budget = max_tokens - len(self.prefix) - len(self.suffix)
+        out: List[List[int]] = []
+        shortened = 0
+        for k in range(len(parts)):
+            left, start, text, end, right = (list(p) for p in pieces[5 * k : 5 * k + 5])
+            room = budget - len(start) - len(end)
+            if room < min(1, len(text)):
+                raise ValueError(
+                    f"max_source_tokens ({max_tokens}) leaves no room for a mention between its markers "
+                    f"({len(start) + len(end)} marker and {len(self.prefix) + len(self.suffix)} special tokens)"
+                )
+            if len(text) > room:
+                text = text[:room]
+                shortened += 1
+            rest = room - len(text)
+            left_quota, right_quota = rest // 2, rest - rest // 2
+            # the part of one side's half the other side cannot use goes to it
+            left_quota, right_quota = (left_quota + max(0, right_quota - len(right)),
+                                       right_quota + max(0, left_quota - len(left)))
+            kept_left = left[len(left) - min(left_quota, len(left)) :]
+            kept_right = right[:right_quota]
+            if len(kept_left) < len(left) or len(kept_right) < len(right):
+                self.stats["context_trimmed"] += 1
+            out.append(self.prefix + kept_left + start + text + end + kept_right + self.suffix)
+        self.stats["mention_shortened"] += shortened
+        if shortened:
+            logger.warning(
+                "%d mention(s) longer than max_source_tokens (%d) shortened to their first tokens (%d so far)",
+                shortened, max_tokens, self.stats["mention_shortened"],
+            )
+        logger.debug("%d encoder input(s) over %d tokens trimmed around their mention", len(parts), max_tokens)
+        return out
 
 
 class PromptTokenizer:

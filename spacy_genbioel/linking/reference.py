@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs import has_linkable_text
 from spacy_genbioel.ty import Candidate, Mention
 
 
@@ -56,13 +57,10 @@ class ReferenceLinker:
         top_k = min(top_k or cfg.top_k, cfg.num_beams)
         results: List[List[Candidate]] = []
         for mention in mentions:
-            if not lk.kb.normalize(mention.text):
+            if not has_linkable_text(mention.text, lk.kb.normalize):
                 results.append([])
                 continue
-            enc = lk.tokenizer(
-                [lk.inputs.source(mention)], return_tensors="pt", truncation=True,
-                max_length=lk.max_source_tokens,
-            ).to(lk.device)
+            enc = {k: v.to(lk.device) for k, v in lk.sources.pad(lk.encode_sources([mention])).items()}
             prompt = lk.prompt_tokens.prompts([lk.inputs.prompt(mention)])[0]
             prompt_len = len(prompt)
 

@@ -19,14 +19,23 @@ Candidate-restricted decoding (``restrict``) narrows each mention to the names o
 a few allowed concepts: the nodes on those names' paths become sorted int64 keys
 ``row * n_nodes + parent`` with their tokens, one sub-trie per mention of a
 batch, answered by the same kind of binary search (``TrieRestriction``). Name
--> terminal node and node -> parent are derived from the stored arrays, so the
-file format did not change.
+-> terminal node and node -> parent are derived from the stored arrays.
+
+A trie only holds for the tokenizer and model it was built with. Format 2
+files store the tokenizer's fingerprint beside the model's vocabulary size,
+EOS and root token; :meth:`NameTrie.mismatch` compares them (and, for format 1
+files, which have no fingerprint, re-tokenizes a sample of the KB names) so a
+stale trie is rebuilt or refused rather than silently used. A damaged file
+raises :class:`TrieFormatError` naming it.
 """
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
+from spacy_genbioel.models.hf import ModelFileNotFoundError, ModelFormatError, tokenizer_fingerprint
+from spacy_genbioel.linking.trie_tensors import TrieRestriction, TrieTensors
 from spacy_genbioel.util import PathLike
 
 import numpy as np
@@ -34,7 +43,21 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-_FORMAT_VERSION = 1
+__all__ = ["NameTrie", "TrieFormatError", "TrieMismatchError", "TrieRestriction", "TrieTensors"]
+
+_FORMAT_VERSION = 2
+#: format 1 (spacy_genbioel 0.1): the same arrays, no tokenizer fingerprint
+_READABLE_VERSIONS = ("1", "2")
+_ARRAYS = ("edge_keys", "terminal_nodes", "terminal_ptr", "terminal_names")
+_META_INTS = ("vocab_size", "eos_token_id", "root_token_id", "max_depth")
+
+
+class TrieFormatError(ModelFormatError):
+    """A trie file that is truncated, not a trie, or of an unknown format; names the file."""
+
+
+class TrieMismatchError(ModelFormatError):
+    """A trie built for another tokenizer, model or KB than the one it is used with."""
 
 
 class NameTrie:
@@ -49,7 +72,12 @@ class NameTrie:
         eos_token_id: int,
         root_token_id: int,
         max_depth: int,
+        tokenizer_fingerprint: Optional[str] = None,
     ) -> None:
+        #: :func:`~spacy_genbioel.models.hf.tokenizer_fingerprint` of the tokenizer the names were split with
+        self.tokenizer_fingerprint = tokenizer_fingerprint
+        #: the file it was read from (for messages)
+        self.source: Optional[str] = None
         self.edge_keys = np.ascontiguousarray(edge_keys, dtype=np.int64)
         self.terminal_nodes = np.ascontiguousarray(terminal_nodes, dtype=np.int64)
         self.terminal_ptr = np.ascontiguousarray(terminal_ptr, dtype=np.int64)
@@ -198,7 +226,7 @@ class NameTrie:
         del chunks
         if len(tokens) and (int(tokens.max()) >= vocab_size or int(tokens.min()) < 0):
             raise ValueError("Token id outside the vocabulary")
-        return cls._build(
+        trie = cls._build(
             tokens,
             np.concatenate(lens) if lens else np.zeros(0, dtype=np.int64),
             vocab_size,
@@ -206,6 +234,51 @@ class NameTrie:
             root_token_id,
             np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64),
         )
+        trie.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
+        return trie
+
+    # -- does it fit? ----------------------------------------------------------
+    def mismatch(
+        self,
+        tokenizer,
+        *,
+        vocab_size: int,
+        eos_token_id: int,
+        root_token_id: int,
+        names: Optional[Sequence[str]] = None,
+        sample: int = 32,
+    ) -> List[str]:
+        """Why this trie does not fit a model (its vocabulary size and special
+        ids), its tokenizer and the KB ``names`` it should hold (empty: it fits).
+
+        The tokenizer is compared by fingerprint when the file has one; a
+        sample of the names is re-tokenized and walked either way, which is
+        what catches another tokenizer behind a format 1 file."""
+        reasons = []
+        if self.vocab_size != vocab_size:
+            reasons.append(f"built for a vocabulary of {self.vocab_size} tokens, the model has {vocab_size}")
+        if self.eos_token_id != eos_token_id:
+            reasons.append(f"built with EOS {self.eos_token_id}, the model uses {eos_token_id}")
+        if self.root_token_id != root_token_id:
+            reasons.append(f"rooted at token {self.root_token_id}, the decoder prompt ends with token {root_token_id}")
+        if self.tokenizer_fingerprint is not None:
+            current = tokenizer_fingerprint(tokenizer)
+            if current != self.tokenizer_fingerprint:
+                reasons.append(f"built with another tokenizer (fingerprint {self.tokenizer_fingerprint[:12]}, "
+                               f"this tokenizer's {current[:12]})")
+        if reasons or names is None:
+            return reasons
+        if len(self.terminal_names) and int(self.terminal_names.max()) >= len(names):
+            return [f"holds name {int(self.terminal_names.max())} of a KB with {len(names)} names"]
+        in_trie = np.flatnonzero(self.name_terminals >= 0)
+        if not len(in_trie):
+            return reasons
+        picked = in_trie[np.unique(np.linspace(0, len(in_trie) - 1, min(sample, len(in_trie))).astype(np.int64))]
+        encoded = tokenizer([" " + names[int(i)] for i in picked], add_special_tokens=False)["input_ids"]
+        lost = sum(int(i) not in self.names_at(self.walk([*ids, eos_token_id])).tolist() for i, ids in zip(picked, encoded))
+        if lost:
+            reasons.append(f"{lost} of {len(picked)} sampled KB names are not paths in it as this tokenizer splits them")
+        return reasons
 
     # -- queries (numpy, single sequences; used by tests and tooling) -------
     def children(self, node: int) -> np.ndarray:
@@ -332,6 +405,8 @@ class NameTrie:
             "root_token_id": str(self.root_token_id),
             "max_depth": str(self.max_depth),
         }
+        if self.tokenizer_fingerprint is not None:
+            meta["tokenizer_fingerprint"] = self.tokenizer_fingerprint
         arrays = {
             "edge_keys": self.edge_keys,
             "terminal_nodes": self.terminal_nodes,
@@ -342,23 +417,37 @@ class NameTrie:
 
     @classmethod
     def from_disk(cls, path: PathLike) -> "NameTrie":
+        """Read a trie file of format 1 or 2; a missing, truncated, foreign or
+        inconsistent file raises :class:`TrieFormatError` naming it."""
         from safetensors import safe_open
 
-        with safe_open(str(path), framework="np") as handle:
-            meta = handle.metadata() or {}
-            if meta.get("format_version") != str(_FORMAT_VERSION):
-                raise ValueError(f"{path}: not a NameTrie file of format {_FORMAT_VERSION} (metadata {meta})")
-            arrays = {k: handle.get_tensor(k) for k in handle.keys()}
-        return cls(
-            arrays["edge_keys"],
-            arrays["terminal_nodes"],
-            arrays["terminal_ptr"],
-            arrays["terminal_names"],
-            vocab_size=int(meta["vocab_size"]),
-            eos_token_id=int(meta["eos_token_id"]),
-            root_token_id=int(meta["root_token_id"]),
-            max_depth=int(meta["max_depth"]),
-        )
+        path = Path(path)
+        if not path.exists():
+            raise ModelFileNotFoundError(f"Trie file not found: {path}")
+        try:
+            with safe_open(str(path), framework="np") as handle:
+                meta = handle.metadata() or {}
+                arrays = {k: handle.get_tensor(k) for k in handle.keys() if k in _ARRAYS}
+        except Exception as err:  # safetensors' own error type: truncated, not safetensors
+            raise TrieFormatError(f"{path}: not a complete safetensors file ({err})") from err
+        version = meta.get("format_version")
+        if version not in _READABLE_VERSIONS:
+            newer = version is not None and version.isdigit() and int(version) > _FORMAT_VERSION
+            raise TrieFormatError(f"{path}: not a NameTrie file of format {' or '.join(_READABLE_VERSIONS)} "
+                                  f"(format_version {version!r}{', written by a newer spacy_genbioel' if newer else ''})")
+        missing = [k for k in _ARRAYS if k not in arrays] + [k for k in _META_INTS if k not in meta]
+        if missing:
+            raise TrieFormatError(f"{path}: the trie lacks {', '.join(missing)}")
+        try:
+            ints = {k: int(meta[k]) for k in _META_INTS}
+        except ValueError as err:
+            raise TrieFormatError(f"{path}: metadata that is not an integer ({err})") from err
+        problem = _inconsistency(arrays, **ints)
+        if problem:
+            raise TrieFormatError(f"{path}: not a consistent trie ({problem})")
+        trie = cls(*(arrays[k] for k in _ARRAYS), **ints, tokenizer_fingerprint=meta.get("tokenizer_fingerprint"))
+        trie.source = str(path)
+        return trie
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.edge_keys, self.child_tokens, self.child_ptr, self.terminal_nodes, self.terminal_ptr, self.terminal_names))
@@ -367,85 +456,21 @@ class NameTrie:
         return f"NameTrie({self.n_names} names, {self.n_nodes} nodes, depth {self.max_depth}, {self.nbytes() / 1e6:.1f} MB)"
 
 
-def _ragged(starts: torch.Tensor, counts: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Flatten the ranges ``starts[i] : starts[i] + counts[i]``: (owner i, position) per element."""
-    rows = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
-    first = torch.cumsum(counts, 0) - counts
-    offsets = torch.arange(int(counts.sum()), device=counts.device) - first[rows] + starts[rows]
-    return rows, offsets
-
-
-class TrieTensors:
-    """The trie's arrays as torch tensors on one device, with batched queries."""
-
-    def __init__(self, trie: NameTrie, device: torch.device) -> None:
-        self.device = device
-        self.vocab_size = trie.vocab_size
-        self.eos_token_id = trie.eos_token_id
-        self.edge_keys = torch.from_numpy(trie.edge_keys).to(device)
-        self.child_tokens = torch.from_numpy(trie.child_tokens).to(device)
-        self.child_ptr = torch.from_numpy(trie.child_ptr).to(device)
-        self.terminal_nodes = torch.from_numpy(trie.terminal_nodes).to(device)
-
-    def advance(self, nodes: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """Child of each node by each token; -1 where the step leaves the trie."""
-        keys = nodes.clamp(min=0) * self.vocab_size + tokens
-        pos = torch.searchsorted(self.edge_keys, keys)
-        pos_c = pos.clamp(max=max(len(self.edge_keys) - 1, 0))
-        found = (pos < len(self.edge_keys)) & (self.edge_keys[pos_c] == keys) & (nodes >= 0)
-        return torch.where(found, pos + 1, torch.full_like(pos, -1))
-
-    def allowed_mask(self, nodes: torch.Tensor, vocab_size: Optional[int] = None) -> torch.Tensor:
-        """Boolean ``(len(nodes), vocab)`` mask of the tokens each node allows.
-
-        Beams usually share nodes (all start at the root), so the mask is built
-        for the distinct nodes and then gathered.
-        """
-        vocab_size = vocab_size or self.vocab_size
-        unique, inverse = torch.unique(nodes, return_inverse=True)
-        safe = unique.clamp(min=0)
-        starts = self.child_ptr[safe]
-        counts = torch.where(unique >= 0, self.child_ptr[safe + 1] - starts, torch.zeros_like(starts))
-        rows, offsets = _ragged(starts, counts)
-        mask = torch.zeros((len(unique), vocab_size), dtype=torch.bool, device=nodes.device)
-        mask[rows, self.child_tokens[offsets].long()] = True
-        return mask[inverse]
-
-
-class TrieRestriction:
-    """One sub-trie per row of a batch: the trie edges on the paths of the row's
-    allowed names, as sorted keys ``row * n_nodes + parent`` and their tokens.
-
-    Rows are positions in the batch given to :meth:`NameTrie.restrict`; rows not
-    marked ``restricted`` fall through to the full trie. Child node ids are the
-    full trie's, so ``TrieTensors.advance`` is unchanged.
-    """
-
-    def __init__(
-        self, edge_keys: np.ndarray, tokens: np.ndarray, restricted: np.ndarray, n_nodes: int, device: torch.device
-    ) -> None:
-        self.n_nodes = int(n_nodes)
-        self.edge_keys = torch.from_numpy(np.ascontiguousarray(edge_keys, dtype=np.int64)).to(device)
-        self.tokens = torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64)).to(device)
-        self.restricted = torch.from_numpy(restricted).to(device)
-
-    def allowed_mask(self, trie: TrieTensors, nodes: torch.Tensor, rows: torch.Tensor, vocab_size: Optional[int] = None) -> torch.Tensor:
-        """Like ``trie.allowed_mask(nodes)``, with each restricted row's beams
-        limited to its sub-trie (a subset of the trie's children by construction)."""
-        vocab_size = vocab_size or trie.vocab_size
-        limited = self.restricted[rows]
-        free = torch.nonzero(~limited).view(-1)
-        if len(free) == len(nodes):
-            return trie.allowed_mask(nodes, vocab_size)
-        mask = torch.zeros((len(nodes), vocab_size), dtype=torch.bool, device=nodes.device)
-        if len(free):
-            mask[free] = trie.allowed_mask(nodes[free], vocab_size)
-        beams = torch.nonzero(limited).view(-1)
-        sub = nodes[beams]
-        keys = rows[beams] * self.n_nodes + sub.clamp(min=0)
-        lo = torch.searchsorted(self.edge_keys, keys)
-        hi = torch.searchsorted(self.edge_keys, keys, right=True)
-        counts = torch.where(sub >= 0, hi - lo, torch.zeros_like(lo))
-        owner, offsets = _ragged(lo, counts)
-        mask[beams[owner], self.tokens[offsets]] = True
-        return mask
+def _inconsistency(arrays, *, vocab_size: int, eos_token_id: int, root_token_id: int, max_depth: int) -> Optional[str]:
+    """What makes stored arrays unusable as a trie (None: they are usable), so a
+    damaged file fails on loading and never as an IndexError while decoding."""
+    if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in arrays.values()):
+        return "arrays must be one-dimensional integers"
+    edges, nodes, ptr, names = (arrays[k].astype(np.int64) for k in _ARRAYS)
+    n_nodes = len(edges) + 1
+    if vocab_size < 1 or not (0 <= eos_token_id < vocab_size and 0 <= root_token_id < vocab_size) or max_depth < 0:
+        return f"vocab_size {vocab_size}, EOS {eos_token_id}, root {root_token_id}, depth {max_depth}"
+    if len(edges) and (edges.min() < 0 or (np.diff(edges) <= 0).any() or (edges // vocab_size >= np.arange(1, n_nodes)).any()):
+        return "edges out of order"
+    if len(nodes) and (nodes.min() < 1 or nodes.max() >= n_nodes or (np.diff(nodes) <= 0).any()):
+        return "terminal nodes out of range"
+    if len(ptr) != len(nodes) + 1 or ptr[0] != 0 or ptr[-1] != len(names) or (np.diff(ptr) < 0).any():
+        return "terminal pointers out of range"
+    if len(names) and names.min() < 0:
+        return "negative name index"
+    return None

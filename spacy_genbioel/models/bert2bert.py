@@ -133,6 +133,7 @@ def build_bert2bert(base: Union[str, PathLike], tokenizer=None, seed: int = 0):
     with _quiet_transformers():
         model = EncoderDecoderModel.from_encoder_decoder_pretrained(
             str(base_dir), str(base_dir), encoder_local_files_only=True, decoder_local_files_only=True,
+            encoder_use_safetensors=True, decoder_use_safetensors=True,
         )
         _check_vocabulary(tokenizer, base_dir, model.config.encoder.vocab_size)
         if len(tokenizer) != model.config.encoder.vocab_size:

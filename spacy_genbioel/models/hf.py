@@ -3,10 +3,20 @@
 Any local Hugging Face encoder-decoder directory loads (BART, BioBART, the
 dmis-lab ANGEL checkpoints whose tokenizer lives elsewhere, an
 ``EncoderDecoderModel``, T5), always with ``local_files_only``: these machines
-reach no model hub. Weights are written as safetensors only.
+reach no model hub. Weights are read and written as safetensors only
+(``use_safetensors=True``: a pickled ``pytorch_model.bin`` is never loaded).
+
+A directory that cannot be loaded (a missing or truncated file, a tokenizer
+that does not fit the model's embeddings) raises :class:`ModelFormatError`
+naming the file. :func:`tokenizer_fingerprint` identifies a tokenizer by what it
+does (its vocabulary and the ids of a few probe texts), so a trie or a model
+can tell whether the tokenizer beside it is the one it was built with.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Tuple, Union
 
@@ -15,20 +25,91 @@ from spacy_genbioel.util import PathLike, resolve_device, resolve_dtype
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+logger = logging.getLogger(__name__)
+
 MARKERS = ("START", "END")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
+WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")
+# texts whose token ids join the vocabulary in a tokenizer's fingerprint: case,
+# punctuation, digits, other scripts, the markers and the prompt
+_PROBES = ("renal failure", " Acute MI (type 2), 1,25-dihydroxyvitamin D3", "Σύνδρομο ßü 文字 😷",
+           f" {MARKERS[0]} x {MARKERS[1]} is", "x is")
+
+
+class ModelFormatError(ValueError):
+    """A model directory or pipeline file that is missing, cannot be read, or
+    does not fit the rest of the pipeline; the message names the file."""
+
+
+class ModelFileNotFoundError(FileNotFoundError, ModelFormatError):
+    """A file a model directory or saved pipeline needs is missing (named in the message)."""
 
 
 def load_tokenizer(path: PathLike):
     from transformers import AutoTokenizer
 
     path = Path(path)
-    if not any((path / name).exists() for name in TOKENIZER_FILES):
-        raise FileNotFoundError(
+    found = [path / name for name in TOKENIZER_FILES if (path / name).exists()]
+    if not found:
+        raise ModelFileNotFoundError(
             f"No tokenizer in {path} (looked for {', '.join(TOKENIZER_FILES)}); "
             "checkpoints such as dmis-lab/ANGEL_* ship without one: pass the tokenizer directory separately"
         )
-    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as err:  # tokenizers and transformers raise many kinds for a damaged file
+        raise ModelFormatError(f"{found[0]}: cannot load the tokenizer in {path} ({type(err).__name__}: {err})") from err
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """SHA-256 over a tokenizer's vocabulary (token -> id) and the ids of a few
+    probe texts: equal for the same tokenizer however it is saved or loaded,
+    different for another vocabulary, other ids, merges or normalization."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    probes = [list(tokenizer(text)["input_ids"]) for text in _PROBES]
+    payload = json.dumps({"vocab": vocab, "probes": probes}, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf8")).hexdigest()
+
+
+def check_vocabulary(model, tokenizer, where: str = "") -> None:
+    """Refuse a tokenizer with ids beyond the model's embeddings (they would raise
+    IndexError at the first input)."""
+    rows = int(model.get_output_embeddings().weight.shape[0])
+    if len(tokenizer) > rows:
+        raise ModelFormatError(
+            f"{where or 'The tokenizer'} has {len(tokenizer)} tokens but the model has embeddings for {rows}: "
+            "this tokenizer does not belong to this model"
+        )
+
+
+def _check_weights(path: Path) -> None:
+    """Every safetensors file of a model directory opens and covers its tensors
+    (a truncated file is named here, not deep inside ``from_pretrained``)."""
+    from safetensors import safe_open
+
+    weights = path / WEIGHTS_FILES[0]
+    index = path / WEIGHTS_FILES[1]
+    if weights.exists():
+        files = [weights]
+    elif index.exists():
+        try:
+            shards = json.loads(index.read_text(encoding="utf8"))["weight_map"].values()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise ModelFormatError(f"{index}: not a safetensors index ({type(err).__name__}: {err})") from err
+        files = [path / name for name in sorted(set(shards))]
+    else:
+        pickled = [p.name for p in path.glob("*.bin")]
+        raise ModelFileNotFoundError(
+            f"No {WEIGHTS_FILES[0]} in {path}" + (f" (only {', '.join(pickled)}: pickled weights are never loaded)" if pickled else "")
+        )
+    for file in files:
+        if not file.exists():
+            raise ModelFileNotFoundError(f"{file}: weights file named by {index} not found")
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                list(handle.keys())
+        except Exception as err:  # safetensors' own error type; truncated or not safetensors
+            raise ModelFormatError(f"{file}: not a complete safetensors file ({err})") from err
 
 
 def load_model(
@@ -37,15 +118,37 @@ def load_model(
     device: Union[str, "torch.device"] = "cpu",
     dtype: str = "fp32",
 ):
-    """Load ``(model, tokenizer)`` from local directories, in eval mode on ``device``."""
-    from transformers import AutoModelForSeq2SeqLM
+    """Load ``(model, tokenizer)`` from local directories, in eval mode on ``device``.
+
+    A tokenizer from another directory is checked against the model: one with
+    more tokens than the model's embeddings is refused, one unlike the
+    tokenizer saved with the model is loaded with a warning."""
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
     path = Path(path)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"No Hugging Face model (config.json) in {path}")
+    config_file = path / "config.json"
+    if not config_file.exists():
+        raise ModelFileNotFoundError(f"No Hugging Face model (config.json) in {path}")
     dev = resolve_device(device) if isinstance(device, str) else device
+    try:
+        AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as err:  # JSON, type and value errors of many kinds
+        raise ModelFormatError(f"{config_file}: not a Hugging Face model config ({type(err).__name__}: {err})") from err
     tokenizer = load_tokenizer(tokenizer_path or path)
-    model = AutoModelForSeq2SeqLM.from_pretrained(str(path), local_files_only=True, dtype=resolve_dtype(dtype, dev))
+    _check_weights(path)
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(
+            str(path), local_files_only=True, use_safetensors=True, dtype=resolve_dtype(dtype, dev)
+        )
+    except Exception as err:
+        raise ModelFormatError(f"{path}: cannot load a seq2seq model ({type(err).__name__}: {err})") from err
+    where = f"The tokenizer in {tokenizer_path or path}"
+    check_vocabulary(model, tokenizer, where)
+    if tokenizer_path is not None and any((path / name).exists() for name in TOKENIZER_FILES):
+        own = load_tokenizer(path)
+        if tokenizer_fingerprint(own) != tokenizer_fingerprint(tokenizer):
+            logger.warning("%s differs from the tokenizer saved with the model in %s: the model reads other token ids "
+                           "than it was trained on", where, path)
     model.to(dev).eval()
     return model, tokenizer
 

@@ -149,7 +149,7 @@ class DenseEncoder:
         if max_length is None:
             max_length = int(_read_dense_config(path).get("max_length", DEFAULT_MAX_LENGTH))
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = AutoModel.from_pretrained(str(path), local_files_only=True)
+        model = AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True)
         model.to(resolve_device(device)).eval()
         logger.info("Encoder %s: %s pooling, max_length %d", path, pooling, max_length)
         return cls(model, tokenizer, pooling=pooling, max_length=max_length, source_dir=path, precision=precision)

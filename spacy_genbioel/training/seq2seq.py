@@ -3,7 +3,8 @@
 :func:`encode_examples` builds a batch exactly as inference sees it: the
 encoder text and the decoder prompt (``"mention is"``) of
 :class:`~spacy_genbioel.linking.inputs.InputBuilder`, tokenized by the
-linker's :class:`~spacy_genbioel.linking.inputs.PromptTokenizer`, with labels
+linker's :class:`~spacy_genbioel.linking.inputs.SourceEncoder` and
+:class:`~spacy_genbioel.linking.inputs.PromptTokenizer`, with labels
 on the name tokens and EOS only. :class:`Seq2SeqLoss` is the loss of a
 micro-batch, the step the training engine and :func:`train_seq2seq` both
 take.
@@ -23,7 +24,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer
+from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder
 from spacy_genbioel.models import special_ids
 from spacy_genbioel.training.examples import TrainingExample, iterate_forever
 from spacy_genbioel.training.loop import autocast, budget_clock, build_optimizer, lr_factor, set_seed, train_step
@@ -41,13 +42,14 @@ def encode_examples(
     inputs: InputBuilder,
     pad_token_id: int,
     max_source_tokens: int = 256,
+    sources: Optional[SourceEncoder] = None,
 ) -> Dict[str, torch.Tensor]:
     """Encoder inputs, decoder inputs and labels; labels are -100 on the prompt,
-    so the loss covers the name tokens and EOS only."""
-    enc = tokenizer(
-        [inputs.source(e.mention) for e in examples], return_tensors="pt", padding=True, truncation=True,
-        max_length=max_source_tokens,
-    )
+    so the loss covers the name tokens and EOS only. The encoder inputs come
+    from the linker's :class:`~spacy_genbioel.linking.inputs.SourceEncoder`
+    (the mention and its markers always in, the context trimmed around them);
+    pass ``sources`` to keep one encoder's counts across batches."""
+    enc = (sources or SourceEncoder(tokenizer)).encode([e.mention for e in examples], inputs, max_source_tokens)
     prompt_ids = prompts.prompts([inputs.prompt(e.mention) for e in examples])
     target_ids = prompts.targets([e.target for e in examples])
     full = [p + t for p, t in zip(prompt_ids, target_ids)]
@@ -82,9 +84,11 @@ class Seq2SeqLoss:
         self.max_source_tokens, self.label_smoothing, self.autocast_dtype = max_source_tokens, label_smoothing, autocast_dtype
         start_id, eos_id, self.pad_id = special_ids(model, tokenizer)
         self.prompts = PromptTokenizer(tokenizer, start_id, eos_id)
+        self.sources = SourceEncoder(tokenizer)
 
     def __call__(self, batch: Sequence[TrainingExample]) -> torch.Tensor:
-        tensors = encode_examples(batch, self.tokenizer, self.prompts, self.inputs, self.pad_id, self.max_source_tokens)
+        tensors = encode_examples(batch, self.tokenizer, self.prompts, self.inputs, self.pad_id, self.max_source_tokens,
+                                  self.sources)
         tensors = {k: v.to(self.device, non_blocking=True) for k, v in tensors.items()}
         with autocast(self.device, self.autocast_dtype):
             return sequence_loss(self.model, tensors, self.label_smoothing)
