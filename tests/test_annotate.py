@@ -16,12 +16,12 @@ import spacy
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.annotate import AnnotateError, InputRecord, RecordError, annotate, detect_format, read_records
-from spacy_genbioel.annotate import checkpoint, readers, records, writers
+from spacy_genbioel.annotate import checkpoint, records, writers, xml_readers
 from spacy_genbioel.corpus import read_bioc, read_jsonl_corpus, read_pubtator
-from spacy_genbioel.models import save_model
 from spacy_genbioel.util import atomic_write
 
-from conftest import WORDS, assert_same_links, data_dir, random_kb
+from conftest import WORDS, assert_same_links, data_dir
+from fuzz_annotate import bioc_xml, build_pipeline, pubmed_article
 
 REPO = Path(__file__).resolve().parents[1]
 PHRASES = WORDS + ["renal failure", "cystic fibrosis", "liver", "the", "of", "patients"]
@@ -31,20 +31,7 @@ PHRASES = WORDS + ["renal failure", "cystic fibrosis", "liver", "the", "of", "pa
 @pytest.fixture(scope="session")
 def pipeline_dir(tmp_path_factory, micro_model, word_tokenizer):
     """entity_ruler + genbioel over the micro model, saved as a spaCy pipeline directory."""
-    root = tmp_path_factory.mktemp("annotate_pipeline")
-    save_model(micro_model, word_tokenizer, root / "model")
-    random_kb(1, n_concepts=30).to_jsonl(root / "kb.jsonl")
-    nlp = spacy.blank("en")
-    nlp.add_pipe("entity_ruler").add_patterns([
-        {"label": "Disease", "pattern": "renal failure"},
-        {"label": "Disease", "pattern": "cystic fibrosis"},
-        {"label": "Chemical", "pattern": "liver"},
-        {"label": "Disease", "pattern": "!!"},
-    ])
-    nlp.add_pipe("genbioel", config={"model": str(root / "model"), "kb": str(root / "kb.jsonl"), "num_beams": 3, "top_k": 3, "device": "cpu"})
-    nlp.get_pipe("genbioel").linker  # load now so that to_disk stores model, KB and trie
-    nlp.to_disk(root / "nlp")
-    return root / "nlp"
+    return build_pipeline(tmp_path_factory.mktemp("annotate_pipeline"), micro_model, word_tokenizer)
 
 
 def make_texts(n, seed=0):
@@ -177,20 +164,8 @@ def test_jsonl_and_text_readers(tmp_path):
     text.write_bytes(b"first doc\n\nthird \xff doc\nlast\n")
     assert detect_format(text) == "text"
     records, errors = records_and_errors(read_records(text))
-    assert [(r.doc_id, r.text) for r in records] == [(f"{text}:1", "first doc"), (f"{text}:4", "last")]
+    assert [(r.doc_id, r.text) for r in records] == [(f"{text.resolve()}:1", "first doc"), (f"{text.resolve()}:4", "last")]
     assert [(e.line, "empty" in e.reason or "UTF-8" in e.reason) for e in errors] == [(2, True), (3, True)]
-
-
-def pubmed_article(pmid, title, abstracts=(), book=False):
-    sections = "".join(f'<AbstractText Label="L{i}">{a}</AbstractText>' for i, a in enumerate(abstracts))
-    abstract = f"<Abstract>{sections}</Abstract>" if abstracts else ""
-    if book:
-        return (f"<PubmedBookArticle><BookDocument><PMID Version=\"1\">{pmid}</PMID><Book><BookTitle>{title}</BookTitle></Book>"
-                f"{abstract}</BookDocument></PubmedBookArticle>\n")
-    return (f"<PubmedArticle>\n<MedlineCitation Status=\"MEDLINE\">\n<PMID Version=\"1\">{pmid}</PMID>\n"
-            f"<Article><ArticleTitle>{title}</ArticleTitle>{abstract}</Article>\n"
-            f"<CommentsCorrectionsList><CommentsCorrections><PMID>1</PMID></CommentsCorrections></CommentsCorrectionsList>\n"
-            f"</MedlineCitation>\n</PubmedArticle>\n")
 
 
 def test_pubmed_reader_and_gz(tmp_path):
@@ -236,7 +211,7 @@ def test_xml_scanner_memory_is_bounded(tmp_path):
     assert path.stat().st_size > 1_500_000
     tracemalloc.start()
     try:
-        n = sum(1 for _, record, _ in readers._xml_records(path, ("PubmedArticle",), block_chars=8192) if record)
+        n = sum(1 for _, record, _ in xml_readers.xml_records(path, ("PubmedArticle",), block_chars=8192) if record)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -244,14 +219,6 @@ def test_xml_scanner_memory_is_bounded(tmp_path):
     assert peak < 200_000, peak  # a few blocks and one record, not the 1.6 MB file
     records, errors = records_and_errors(read_records(path))
     assert len(records) == 3000 and not errors and records[-1].line == 2 + 7 * 2999
-
-
-def bioc_xml(docs):
-    parts = []
-    for doc_id, passages in docs:
-        ps = "".join(f"<passage><infon key=\"type\">p</infon><offset>{o}</offset><text>{t}</text></passage>" for o, t in passages)
-        parts.append(f"<document><id>{doc_id}</id>{ps}</document>\n")
-    return '<?xml version="1.0" encoding="UTF-8"?>\n<collection><source>test</source><date/><key/>\n' + "".join(parts) + "</collection>\n"
 
 
 def test_bioc_readers_lay_out_text_as_corpus_read_bioc(tmp_path):
@@ -742,3 +709,263 @@ def test_cuda_device(tmp_path, pipeline_dir, mixed_input):
     summary = annotate(mixed_input, pipeline_dir, tmp_path / "out", device="cuda", chunk_size=5, progress=False)
     assert summary["documents_written"] == 14
     assert json.loads((tmp_path / "out" / "provenance.json").read_text())["device"].startswith("cuda")
+
+
+# -- one job per output folder ---------------------------------------------------------------------------------
+def folder_state(out):
+    return {p.name: p.read_bytes() for p in sorted(Path(out).iterdir()) if p.name != ".lock"}
+
+
+def test_the_output_folder_records_its_job_and_refuses_another(tmp_path, pipeline_dir, mixed_input, monkeypatch):
+    import shutil
+
+    from spacy_genbioel.util import fingerprint
+
+    mixed_input = Path(shutil.copy(mixed_input, tmp_path / "mixed.jsonl"))  # changed below
+    out = tmp_path / "out"
+    run = dict(chunk_size=5, batch_size=4, progress=False, device="cpu")
+    annotate(mixed_input, pipeline_dir, out, **run)
+    job = json.loads((out / "job.json").read_text())
+    assert job["format"] == "jsonl" and job["input_format"] is None
+    assert job["inputs"] == [{"path": str(mixed_input.resolve()), "size": mixed_input.stat().st_size,
+                              "fingerprint": fingerprint([mixed_input.resolve()]), "format": "jsonl"}]
+    assert job["pipeline"]["model"] == fingerprint([pipeline_dir / "genbioel" / "model"])
+    assert job["pipeline"]["config"]["num_beams"] == 3 and "device" not in job["pipeline"]["config"]
+    # the same job resumes: another spelling of the input, --input-format that names the detected
+    # format, a copy of the pipeline elsewhere, another device/batch size/n_process are the same job
+    monkeypatch.chdir(mixed_input.parent)
+    copy = tmp_path / "copy"
+    shutil.copytree(pipeline_dir, copy)
+    again = annotate(f"../{mixed_input.parent.name}/{mixed_input.name}", copy, out, input_format="jsonl",
+                     **{**run, "batch_size": 2})
+    assert again["this_run"]["documents_annotated"] == 0 and again["this_run"]["documents_resumed"] == 14
+
+    before = folder_state(out)
+    other_kb = tmp_path / "other_kb"
+    shutil.copytree(pipeline_dir, other_kb)
+    with (other_kb / "genbioel" / "kb.jsonl").open("a") as handle:
+        handle.write(json.dumps({"id": "X1", "names": ["renal failure"]}) + "\n")
+    other_config = tmp_path / "other_config"
+    shutil.copytree(pipeline_dir, other_config)
+    config = other_config / "config.cfg"
+    config.write_text(config.read_text().replace("top_k = 3", "top_k = 2", 1))
+    extra = write_jsonl(tmp_path / "extra.jsonl", [{"id": "e1", "text": "the liver"}])
+    refusals = [
+        (dict(inputs=mixed_input, pipeline=pipeline_dir, input_format="text"), "read as jsonl, now as text"),
+        (dict(inputs=[mixed_input, extra], pipeline=pipeline_dir), "inputs added"),
+        (dict(inputs=mixed_input, pipeline=other_kb), "KB differ"),
+        (dict(inputs=mixed_input, pipeline=other_config), "top_k 3 before, 2 now"),
+        (dict(inputs=mixed_input, pipeline=pipeline_dir, format="docbin"), "output format jsonl before, docbin now"),
+    ]
+    for args, what in refusals:
+        args = {**run, **args}
+        with pytest.raises(AnnotateError, match="another job") as refused:
+            annotate(args.pop("inputs"), args.pop("pipeline"), out, **args)
+        assert what in str(refused.value) and "new --out" in str(refused.value)
+        assert folder_state(out) == before  # refused before anything changed
+    with mixed_input.open("a") as handle:
+        handle.write(json.dumps({"id": "late", "text": "renal failure"}) + "\n")
+    with pytest.raises(AnnotateError, match=r"mixed.jsonl changed \(size"):
+        annotate(mixed_input, pipeline_dir, out, **run)
+
+
+def test_text_ids_do_not_depend_on_how_the_path_is_spelled(tmp_path, pipeline_dir, monkeypatch):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    notes = folder / "notes.txt"
+    notes.write_text("renal failure\nthe liver\n")
+    (folder / "link.txt").symlink_to(notes)
+    monkeypatch.chdir(folder)
+    expected = [f"{notes.resolve()}:1", f"{notes.resolve()}:2"]
+    for spelling in ("notes.txt", "./notes.txt", "../texts/notes.txt", str(notes), "link.txt"):
+        assert [r.doc_id for r in read_records(spelling)] == expected
+    out = tmp_path / "out"
+    annotate("notes.txt", pipeline_dir, out, progress=False, device="cpu")
+    for spelling in ("../texts/./notes.txt", "link.txt"):
+        summary = annotate(spelling, pipeline_dir, out, progress=False, device="cpu")
+        assert summary["documents_written"] == 2 and summary["this_run"]["documents_annotated"] == 0
+    assert [d["id"] for d in jsonl_docs(out)] == expected
+
+
+def test_output_of_an_earlier_version_without_a_job_record_is_refused(tmp_path, pipeline_dir, mixed_input):
+    out = tmp_path / "out"
+    annotate(mixed_input, pipeline_dir, out, chunk_size=5, progress=False, device="cpu")
+    (out / "job.json").unlink()
+    with pytest.raises(AnnotateError, match="no job.json"):
+        annotate(mixed_input, pipeline_dir, out, chunk_size=5, progress=False, device="cpu")
+    (out / "job.json").write_text("{broken")
+    with pytest.raises(AnnotateError, match="job.json cannot be read"):
+        annotate(mixed_input, pipeline_dir, out, chunk_size=5, progress=False, device="cpu")
+
+
+# -- one bad record never stops the job ---------------------------------------------------------------------------
+def test_a_record_the_parser_cannot_take_is_an_error_and_the_job_goes_on(tmp_path, pipeline_dir):
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join([
+        json.dumps({"id": "a", "text": "renal failure"}),
+        "[" * 100_000 + "]" * 100_000,
+        '{"id": "deep", "x": ' + '{"a": ' * 50_000 + "1" + "}" * 50_000 + "}",
+        '{"id": ' + "9" * 5000 + ', "text": "the liver"}',
+        '{"id": "s", "text": "renal \\ud800 failure"}',
+        json.dumps({"id": "b", "text": "the liver"}),
+    ]) + "\n")
+    for _ in range(2):  # and a rerun does not die at the same place either
+        summary = annotate(path, pipeline_dir, tmp_path / "out", progress=False, device="cpu")
+        assert (summary["documents_written"], summary["errors"]) == (2, 4)
+    entries = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [(Path(e["file"]).name, e["line"]) for e in entries] == [("in.jsonl", n) for n in (2, 3, 4, 5)]
+    assert "nested too deeply" in entries[0]["reason"] and "surrogate" in entries[3]["reason"]
+
+
+def test_a_reader_that_fails_all_the_same_ends_only_its_file(tmp_path, pipeline_dir, monkeypatch):
+    from spacy_genbioel.annotate import readers
+
+    def broken(path):
+        yield InputRecord("t1", "renal failure", str(path), 1)
+        raise KeyError("bug")
+
+    monkeypatch.setitem(readers.READERS, "pubtator", broken)
+    first = tmp_path / "a.pubtator"
+    first.write_text("1|t|x\n")
+    second = write_jsonl(tmp_path / "b.jsonl", [{"id": "j1", "text": "the liver"}])
+    summary = annotate([first, second], pipeline_dir, tmp_path / "out", progress=False, device="cpu")
+    assert [d["id"] for d in jsonl_docs(tmp_path / "out")] == ["t1", "j1"] and summary["errors"] == 1
+    entry = json.loads((tmp_path / "out" / "errors.jsonl").read_text())
+    assert entry["line"] == 2 and "reader failed after line 1 (KeyError" in entry["reason"]
+
+
+# -- format detection, odd values, odd line ends -----------------------------------------------------------------
+def test_a_file_whose_format_cannot_be_told_is_refused(tmp_path, pipeline_dir):
+    stray = tmp_path / "corpus.txt"
+    stray.write_text("exported by tool X\n" + PUBTATOR)
+    with pytest.raises(AnnotateError, match=r"line 2 looks like pubtator .*--input-format"):
+        detect_format(stray)
+    with pytest.raises(AnnotateError, match="--input-format"):
+        annotate(stray, pipeline_dir, tmp_path / "out", progress=False, device="cpu")
+    assert not (tmp_path / "out").exists()
+    summary = annotate(stray, pipeline_dir, tmp_path / "out", input_format="pubtator", progress=False, device="cpu")
+    assert summary["documents_written"] == 3 and summary["errors"] == 3  # the stray line is one of them
+
+    xml = "<?xml version=\"1.0\"?>\n<PubmedArticleSet>\n" + "".join(pubmed_article(i, "renal failure", ["the liver"]) for i in range(1, 40))
+    packed = gzip.compress(xml.encode())
+    cut = tmp_path / "cut.xml.gz"
+    cut.write_bytes(packed[: len(packed) * 4 // 5])
+    assert detect_format(cut) == "pubmed"  # what the cut file still gives is enough to tell
+    records, errors = records_and_errors(read_records(cut))
+    assert records and [r.doc_id for r in records] == [str(i) for i in range(1, len(records) + 1)]
+    assert "cannot be read further" in errors[-1].reason
+    cut.write_bytes(packed[:12])
+    with pytest.raises(AnnotateError, match="cannot be read .*--input-format"):
+        detect_format(cut)
+    corrupt = tmp_path / "corrupt.txt.gz"
+    corrupt.write_bytes(packed[:10] + b"\xff" * 40 + packed[50:])
+    with pytest.raises(AnnotateError, match="corrupt gzip data.*--input-format"):
+        detect_format(corrupt)
+    prose = tmp_path / "prose.txt"
+    prose.write_text("[Renal failure in mice].\nplain text\n")
+    assert detect_format(prose) == "text"  # a title in brackets is not a BioC JSON list
+
+
+@pytest.mark.parametrize("value", [[1, 2], {"a": 1}, True, False, 1.5, 7.0, float("nan"), float("inf")])
+def test_jsonl_ids_that_are_not_strings_or_integers_are_errors(tmp_path, value):
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps({"id": "ok", "text": "x"}) + "\n" + json.dumps({"id": value, "text": "x"}) + "\n")
+    records, errors = records_and_errors(read_records(path))
+    assert [r.doc_id for r in records] == ["ok"]
+    assert [(e.file, e.line) for e in errors] == [(str(path), 2)] and "not a string or an integer" in errors[0].reason
+
+
+def test_a_bad_byte_costs_only_its_xml_record(tmp_path):
+    arts = [pubmed_article(i, f"title {i}", ["renal failure"]) for i in (1, 2, 3)]
+    data = ("<PubmedArticleSet>\n" + "".join(arts) + "</PubmedArticleSet>\n").encode()
+    path = tmp_path / "pubmed.xml"
+    path.write_bytes(data.replace(b"title 1", b"title \xff 1"))
+    records, errors = records_and_errors(read_records(path))
+    assert [r.doc_id for r in records] == ["2", "3"]
+    assert [e.line for e in errors] == [2] and "byte 0xff on line 5" in errors[0].reason
+    bioc = tmp_path / "c.xml"
+    bioc.write_bytes(bioc_xml([("A", [(0, "one")]), ("B", [(0, "two")])]).encode().replace(b"one", b"o\xc3e"))
+    records, errors = records_and_errors(read_records(bioc))
+    assert [r.doc_id for r in records] == ["B"] and [e.line for e in errors] == [3]
+
+
+def test_cr_only_line_ends(tmp_path):
+    files = {
+        "a.pubtator": (PUBTATOR.split("\n\nstray")[0] + "\n\n", ["100", "200"]),
+        "b.jsonl": ("".join(json.dumps({"id": f"j{i}", "text": "x"}) + "\n" for i in range(3)), ["j0", "j1", "j2"]),
+        "c.txt": ("one\ntwo\nthree\n", [1, 2, 3]),
+        "d.bioc.jsonl": ("".join(json.dumps({"id": f"b{i}", "passages": [{"offset": 0, "text": "x"}]}) + "\n" for i in range(2)), ["b0", "b1"]),
+    }
+    for name, (text, ids) in files.items():
+        path = tmp_path / name
+        path.write_bytes(text.replace("\n", "\r").encode())
+        items = list(read_records(path))
+        expected = [f"{path.resolve()}:{i}" for i in ids] if name.endswith(".txt") else ids
+        assert [i.doc_id for i in items if isinstance(i, InputRecord)] == expected, name
+        assert [i.line for i in items if isinstance(i, RecordError)] == ([9] if name == "a.pubtator" else []), name
+
+
+# -- devices -------------------------------------------------------------------------------------------------------
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_a_clear_error_and_leaves_no_folder(tmp_path, pipeline_dir, mixed_input):
+    from typer.testing import CliRunner
+
+    from spacy_genbioel.cli import app
+
+    for device in ("cuda", "cuda:1", "nonsense"):
+        with pytest.raises(AnnotateError, match=f"--device {device}"):
+            annotate(mixed_input, pipeline_dir, tmp_path / "out", device=device, progress=False)
+        assert not (tmp_path / "out").exists()
+    result = CliRunner().invoke(app, ["annotate", str(mixed_input), "--pipeline", str(pipeline_dir), "--out",
+                                      str(tmp_path / "out"), "--device", "cuda", "--no-progress"])
+    assert result.exit_code == 1 and "no CUDA device" in result.output and not (tmp_path / "out").exists()
+
+
+def test_a_pipeline_that_cannot_load_leaves_no_folder(tmp_path, pipeline_dir, mixed_input):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(pipeline_dir, broken)
+    (broken / "genbioel" / "cfg.json").write_text("{not json")
+    with pytest.raises(AnnotateError, match="cannot be loaded"):
+        annotate(mixed_input, broken, tmp_path / "out", device="cpu", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+# -- parallel runs: what a resume keeps ----------------------------------------------------------------------------
+def test_a_resumed_parallel_run_keeps_documents_mentions_ids_and_ranks(tmp_path, pipeline_dir, mixed_input, monkeypatch):
+    settings = dict(chunk_size=4, batch_size=2, n_process=2, progress=False)
+    whole = tmp_path / "whole"
+    annotate(mixed_input, pipeline_dir, whole, **settings)
+    crash_on_call(monkeypatch, checkpoint.Checkpoint, "commit", 3)
+    out = tmp_path / "out"
+    with pytest.raises(Crash):
+        annotate(mixed_input, pipeline_dir, out, **settings)
+    monkeypatch.undo()
+    summary = annotate(mixed_input, pipeline_dir, out, **settings)
+    assert summary["this_run"]["documents_resumed"] == 8
+    assert list(chunk_files(out)) == list(chunk_files(whole))
+    assert (out / "checkpoint.jsonl").read_text() == (whole / "checkpoint.jsonl").read_text()
+
+    def without_scores(docs):
+        return [{**d, "mentions": [{**m, "candidates": [c[:2] for c in m["candidates"]]} for m in d["mentions"]]} for d in docs]
+
+    # documents, IDs, texts, mention spans and labels, kb_ids, candidate IDs, names and ranks: equal;
+    # scores: within 1e-4 (batches follow the workers, and a batch's padding moves the 6th decimal)
+    assert without_scores(jsonl_docs(out)) == without_scores(jsonl_docs(whole))
+    assert_same_links(chunk_docs(out), chunk_docs(whole), tol=1e-4)
+
+
+def test_only_a_failure_to_write_the_output_stops_the_run(tmp_path, pipeline_dir, docs_200, reference, monkeypatch):
+    import errno
+
+    def full_disk(self, items, path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "out"
+    crash_on_call(monkeypatch, writers.JsonlWriter, "write", 3, before=full_disk)
+    with pytest.raises(AnnotateError, match="cannot write the output .*No space left.*rerun the same command"):
+        annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+    monkeypatch.undo()
+    annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+    assert_same_as_reference(out, reference)

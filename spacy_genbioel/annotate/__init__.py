@@ -3,12 +3,16 @@ linker, streaming, in committed chunks, resumable after any interruption.
 
 * :mod:`.records` -- what the parts hand each other (:class:`InputRecord`,
   :class:`RecordError`, :class:`LinkedMention`...) and :class:`AnnotateError`;
-* :mod:`.readers` -- input records from PubTator, BioC XML/JSON, PubMed XML,
-  JSONL or plain text (:func:`read_records`, :func:`detect_format`);
+* :mod:`.lines` -- bytes to lines, one at a time, through damaged ``.gz`` files;
+* :mod:`.readers` -- input records from PubTator, JSONL or plain text, and
+  :func:`read_records` for all formats; :mod:`.xml_readers` -- PubMed XML and
+  BioC XML/JSON; :mod:`.detect` -- :func:`detect_format`, which refuses a file
+  whose format cannot be told;
 * :mod:`.writers` -- one chunk of annotated documents as a JSONL, PubTator,
   BioC or DocBin file (:data:`WRITERS`);
 * :mod:`.checkpoint` -- the checkpoint, errors file, lock and provenance of
-  an output folder;
+  an output folder; :mod:`.job` -- the job's identity (``job.json``): one job
+  per output folder;
 * :mod:`.runner` -- the job itself, :func:`annotate`.
 
 The command line (``python -m spacy_genbioel annotate``) is

@@ -2,7 +2,9 @@
 ``checkpoint.jsonl`` (which chunk holds which documents, reconciled with the
 chunk files on disk when a run starts), the append-only errors file, the lock
 that allows one run per folder, and ``provenance.json`` (which package,
-model, KB and settings wrote the folder, and every run's command).
+model, KB and settings wrote the folder, and every run's command). Which job
+the folder holds is :mod:`.job`'s (``job.json``, checked before any of these
+is touched).
 
 Why a rerun after ``kill -9`` at any moment finishes the job: a chunk is written
 to a temporary file, fsync'd and renamed into place
@@ -42,13 +44,19 @@ def _complete_lines(path: Path) -> List[str]:
         return []
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
+    try:
+        text = data[:end].decode("utf8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise AnnotateError(f"{path}:{line}: not UTF-8 text; "
+                            "this file is written by annotate and was changed since") from err
     if end < len(data):
         logger.warning("%s: dropping an incomplete last line (interrupted write)", path)
         with path.open("r+b") as handle:
             handle.truncate(end)
             handle.flush()
             os.fsync(handle.fileno())
-    return data[:end].decode("utf8").splitlines()
+    return text.split("\n")[:-1] if text else []
 
 
 class ErrorLog:
@@ -58,11 +66,15 @@ class ErrorLog:
         self.path = path
         self.seen: Set[Tuple[str, str, str]] = set()
         self.counts = collections.Counter()
-        for line in _complete_lines(path):
+        for number, line in enumerate(_complete_lines(path), start=1):
             if not line.strip():
                 continue
-            data = json.loads(line)
-            key = (data["file"], str(data.get("line")), str(data.get("record")))
+            try:
+                data = json.loads(line)
+                key = (data["file"], str(data.get("line")), str(data.get("record")))
+            except (ValueError, KeyError, TypeError) as err:
+                raise AnnotateError(f"{path}:{number}: not an errors-file entry ({type(err).__name__}: {err}); "
+                                    "give another --errors or remove the file") from err
             if key not in self.seen:
                 self.seen.add(key)
                 self.counts[data.get("kind", "error")] += 1
@@ -105,7 +117,9 @@ class Checkpoint:
             try:
                 entry = json.loads(line)
                 name = entry["chunk"]
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                if not isinstance(name, str) or not CHUNK_NAME.match(name) or not isinstance(entry.get("ids"), list):
+                    raise ValueError("not a chunk entry")
+            except (ValueError, KeyError, TypeError, AttributeError) as err:
                 raise AnnotateError(f"{self.path}:{number}: corrupt checkpoint line ({err}); "
                                     "delete the checkpoint to rebuild it from the chunk files") from err
             entries[name] = entry
@@ -218,7 +232,12 @@ def update_provenance(out: Path, provenance: Dict[str, Any], format: str, chunk_
     Raises :class:`AnnotateError` when the folder holds another format or was linked with another KB."""
     path = out / PROVENANCE
     if path.exists():
-        previous = json.loads(path.read_text(encoding="utf8"))
+        try:
+            previous = json.loads(path.read_text(encoding="utf8"))
+            if not isinstance(previous, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:
+            raise AnnotateError(f"{path} cannot be read ({err}); this file is written by annotate and was changed since") from err
         if previous.get("format") != format:
             raise AnnotateError(f"{out} was written as {previous.get('format')}, not {format}; use another --out")
         if previous.get("kb", {}).get("checksum") != provenance["kb"]["checksum"]:

@@ -2,15 +2,24 @@
 (an input record or the error that replaces it, readers -> run; an annotated
 document and its linked mentions, run -> writers; a chunk's figures, writers ->
 checkpoint), the names of the output folder's files, and the run's one
-exception, :class:`AnnotateError`."""
+exception, :class:`AnnotateError`.
+
+:func:`make_record` is the one place that decides whether what a reader found
+can be a document: an ID that is a string or an integer (not a list, object,
+boolean or float), a text that is not blank and is valid Unicode (no lone
+surrogates, which no output format can write); :func:`guarded` turns whatever
+a reader raises on one record into that record's :class:`RecordError`.
+"""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "CHECKPOINT",
     "ERRORS",
+    "JOB",
     "PROVENANCE",
     "SUMMARY",
     "AnnotateError",
@@ -22,12 +31,17 @@ __all__ = [
     "RecordError",
     "chunk_summary",
     "doc_mentions",
+    "guarded",
     "id_key",
+    "make_record",
+    "record_id",
+    "titled_record",
 ]
 
 
 # the output folder, besides its part-NNNNNN chunk files
 CHECKPOINT = "checkpoint.jsonl"
+JOB = "job.json"
 PROVENANCE = "provenance.json"
 SUMMARY = "summary.json"
 ERRORS = "errors.jsonl"
@@ -89,6 +103,55 @@ class RecordError:
 
 
 Item = Union[InputRecord, RecordError]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_KINDS = {bool: "a boolean", float: "a float", list: "a list", dict: "an object"}
+
+
+def record_id(value: Any) -> Tuple[Optional[str], Optional[str]]:
+    """``(ID, None)`` for a string or integer ID (stripped), ``(None, why not)`` for anything else."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None, "document has no ID"
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        kind = _KINDS.get(type(value), f"a {type(value).__name__}")
+        return None, f"document ID {repr(value)[:60]} is {kind}, not a string or an integer"
+    doc_id = str(value).strip()
+    if _SURROGATE.search(doc_id):
+        return None, "document ID is not valid Unicode (a lone surrogate)"
+    return doc_id, None
+
+
+def make_record(doc_id: Any, text: Optional[str], file: str, *, line: Optional[int] = None,
+                record: Optional[int] = None, title: Optional[str] = None) -> Item:
+    """An InputRecord, or the RecordError saying why it cannot be one."""
+    checked, problem = record_id(doc_id)
+    if checked is None:
+        return RecordError(file, problem or "document has no ID", line, record)
+    if text is None or not text.strip():
+        return RecordError(file, "empty document (no text)", line, record, checked)
+    bad = _SURROGATE.search(text)
+    if bad:
+        return RecordError(file, f"text is not valid Unicode (lone surrogate U+{ord(bad.group()):04X} at character {bad.start() + 1})",
+                           line, record, checked)
+    return InputRecord(checked, text, file, line, record, title)
+
+
+def titled_record(doc_id: Any, title: str, abstract: str, file: str, *, line: Optional[int] = None,
+                  record: Optional[int] = None) -> Item:
+    """A title + abstract record laid out as a PubTatorDocument (``title + " " + abstract``), so that
+    PubTator/BioC outputs read back with the same offsets."""
+    from spacy_genbioel.corpus.pubtator import PubTatorDocument
+
+    return make_record(doc_id, PubTatorDocument("", title, abstract).text, file, line=line, record=record, title=title)
+
+
+def guarded(build: Callable[[], Item], file: str, *, line: Optional[int] = None, record: Optional[int] = None,
+            what: str = "cannot read the record") -> Item:
+    """``build()``, or the RecordError of whatever it raised (one bad record never ends a file)."""
+    try:
+        return build()
+    except Exception as err:  # noqa: BLE001  (any failure on one record, RecursionError included, is that record's)
+        return RecordError(file, f"{what} ({type(err).__name__}: {str(err)[:200]})", line, record)
 
 
 def id_key(doc_id: str) -> Union[int, str]:

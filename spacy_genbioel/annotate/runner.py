@@ -10,18 +10,24 @@ chunk files by :mod:`.writers` and :mod:`.checkpoint`.
 
 Guarantees and decisions (``docs/annotate.md`` has the long version):
 
+* An output folder holds one job (:mod:`.job`): a run into a folder of another
+  job (other inputs, input formats, output format, pipeline or settings) is
+  refused before anything is written.
 * Rerunning the same command after ``kill -9`` at any moment finishes the job
-  (:mod:`.checkpoint` says why), and the chunk files are byte for byte those
-  of an uninterrupted run: a resumed run starts at a chunk boundary, and in
-  one process batches restart at each chunk, so batches and chunks line up
-  the same way.
+  (:mod:`.checkpoint` says why), and with ``n_process=1`` the chunk files are
+  byte for byte those of an uninterrupted run: a resumed run starts at a chunk
+  boundary, and batches restart at each chunk, so batches and chunks line up
+  the same way. With ``n_process > 1`` batches follow the workers, so scores
+  may differ in the 6th decimal (same documents, mentions, IDs and ranks).
 * Duplicate document IDs: the first valid record with an ID is annotated;
   later ones are logged as ``"kind": "duplicate"`` in the errors file and
   counted as skipped. Malformed records never claim an ID.
 * The errors file is append-only and de-duplicated by (file, line, record) on
   resume, so a record re-read after a crash is never logged twice.
 * A document on which the pipeline raises is retried alone; if it fails alone
-  it is logged as an error and the run goes on.
+  it is logged as an error and the run goes on. Any failure to read or process
+  one record goes to the errors file; only failing to write the output ends
+  the run.
 """
 from __future__ import annotations
 
@@ -34,7 +40,8 @@ from pathlib import Path
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog, output_lock, provenance, update_provenance
-from spacy_genbioel.annotate.readers import READERS, check_input_format, detect_format, expand_inputs
+from spacy_genbioel.annotate.job import check_job, job_identity, record_job
+from spacy_genbioel.annotate.readers import check_input_format, detect_format, expand_inputs, safe_records
 from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, Annotated, InputRecord, RecordError, doc_mentions, id_key
 from spacy_genbioel.annotate.writers import OUTPUT_FORMATS, WRITERS, ChunkWriter
 from spacy_genbioel.util import PathLike, atomic_json, resolve_device
@@ -113,11 +120,61 @@ def _genbioel_name(pipeline_dir: Path) -> str:
     config_path = pipeline_dir / "config.cfg"
     if not config_path.exists():
         raise AnnotateError(f"{pipeline_dir} is not a spaCy pipeline directory (no config.cfg)")
-    components = load_config(config_path, interpolate=False).get("components", {})
-    names = [n for n, cfg in components.items() if cfg.get("factory") == "genbioel"]
+    try:
+        components = load_config(config_path, interpolate=False).get("components", {})
+    except Exception as err:  # noqa: BLE001  (confection's parse errors)
+        raise AnnotateError(f"{config_path} cannot be read ({type(err).__name__}: {err})") from err
+    names = [n for n, cfg in components.items() if isinstance(cfg, dict) and cfg.get("factory") == "genbioel"]
     if not names:
         raise AnnotateError(f"the pipeline in {pipeline_dir} has no genbioel component")
     return names[0]
+
+
+def _check_device(device: str) -> None:
+    """Refuse a device that is not there before anything is loaded or written."""
+    if device == "auto":
+        return
+    try:
+        dev = resolve_device(device)
+    except (ValueError, RuntimeError) as err:
+        raise AnnotateError(f"--device {device}: {err}") from None
+    if dev.type == "cuda" and dev.index is not None:
+        import torch
+
+        if dev.index >= torch.cuda.device_count():
+            raise AnnotateError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices")
+
+
+def _load_pipeline(pipeline_dir: Path, name: str, device: str) -> Tuple[Any, Any]:
+    """``(nlp, genbioel component)`` with its linker loaded; any failure is an AnnotateError."""
+    import spacy
+
+    try:
+        nlp = spacy.load(pipeline_dir, config={"components": {name: {"device": device}}})
+        component = _genbioel_component(nlp)
+        component.linker  # noqa: B018  (load the model now, not at the first document)
+    except AnnotateError:
+        raise
+    except Exception as err:  # noqa: BLE001  (whatever loading a damaged pipeline raises)
+        raise AnnotateError(f"the pipeline in {pipeline_dir} cannot be loaded ({type(err).__name__}: {err})") from err
+    return nlp, component
+
+
+def _leave_as_found(out: Path, created: bool) -> None:
+    """After a run that could not start (lock held): when the folder holds nothing but the
+    lock, remove the lock, and the folder when this run created it."""
+    try:
+        if {p.name for p in out.iterdir()} <= {".lock"}:
+            (out / ".lock").unlink(missing_ok=True)
+            if created:
+                out.rmdir()
+    except OSError:
+        pass
+
+
+def _records(paths: Sequence[Path], formats: Sequence[str]) -> Iterator[Any]:
+    for path, fmt in zip(paths, formats):
+        yield from safe_records(path, fmt)
 
 
 def _genbioel_component(nlp: Any) -> Any:
@@ -145,10 +202,12 @@ def annotate(
 ) -> Dict[str, Any]:
     """Annotate every document of ``inputs`` with the pipeline in ``pipeline_dir``; resumable.
 
-    ``out`` is a folder: ``part-NNNNNN.<ext>`` chunk files of ``chunk_size``
-    documents in input order, ``checkpoint.jsonl``, ``errors.jsonl`` (or
-    ``errors_path``), ``provenance.json`` and ``summary.json``. Rerunning the
-    same call continues where an interrupted one stopped. ``batch_size`` is the
+    ``out`` is the folder of one job: ``job.json`` (the job's identity: a
+    folder of another job is refused, see :mod:`.job`), ``part-NNNNNN.<ext>``
+    chunk files of ``chunk_size`` documents in input order,
+    ``checkpoint.jsonl``, ``errors.jsonl`` (or ``errors_path``),
+    ``provenance.json`` and ``summary.json``. Rerunning the same call continues
+    where an interrupted one stopped. ``batch_size`` is the
     number of documents per ``nlp.pipe`` batch; ``n_process > 1`` runs
     ``nlp.pipe`` in worker processes (CPU only); ``device`` (``auto``,
     ``cpu``, ``cuda``, ``cuda:N``) is set on the genbioel component.
@@ -159,9 +218,6 @@ def annotate(
     ``kb_id``), ``chunks``, and ``this_run`` figures (speed, documents found
     already done).
     """
-    import spacy
-    from spacy.util import minibatch
-
     from spacy_genbioel.linking import component as _pipeline  # noqa: F401  (registers the factory)
 
     if format not in WRITERS:
@@ -175,6 +231,7 @@ def annotate(
         raise AnnotateError("no input files")
     check_input_format(input_format)
     formats = [input_format or detect_format(p) for p in paths]  # fail on an unknown file before loading the model
+    _check_device(device)
     if n_process > 1:
         if device == "auto":
             device = "cpu"
@@ -183,105 +240,134 @@ def annotate(
     command = command or shlex.join(sys.argv)
     if out.exists() and not out.is_dir():
         raise AnnotateError(f"--out {out} is a file; it must be a folder")
-    out.mkdir(parents=True, exist_ok=True)
-
+    name = _genbioel_name(pipeline_dir)
+    try:
+        identity = job_identity(paths, formats, input_format, format, pipeline_dir, name)
+    except OSError as err:
+        raise AnnotateError(f"cannot read an input or pipeline file ({err})") from err
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AnnotateError(f"--out {out} cannot be made ({err})") from err
     with output_lock(out):
-        (out / SUMMARY).unlink(missing_ok=True)  # present only after a run that finished
-        name = _genbioel_name(pipeline_dir)
-        nlp = spacy.load(pipeline_dir, config={"components": {name: {"device": device}}})
-        component = _genbioel_component(nlp)
-        writer: ChunkWriter = WRITERS[format](spans_key=component.spans_key)
-        settings = {"format": format, "inputs": [{"path": str(p), "format": f} for p, f in zip(paths, formats)], "input_format": input_format,
-                    "chunk_size": chunk_size, "batch_size": batch_size, "n_process": n_process}
-        update_provenance(out, provenance(nlp, pipeline_dir, component, device, settings, command), format, chunk_size)
-
-        checkpoint = Checkpoint(out, writer, nlp.vocab)
-        errors = ErrorLog(Path(errors_path) if errors_path else out / ERRORS)
-        counts = collections.Counter()
-        seen: Set[Union[int, str]] = set()  # IDs claimed in this pass over the inputs
-        from tqdm import tqdm
-
-        bar = tqdm(desc="annotate", unit=" docs", disable=not progress, dynamic_ncols=True, mininterval=0.5)
-
-        def pending() -> Iterator[InputRecord]:
-            """Valid, first-seen records not yet in a committed chunk; the rest goes to the errors file."""
-            for item in (i for path, fmt in zip(paths, formats) for i in READERS[fmt](path)):
-                counts["read"] += 1
-                if isinstance(item, RecordError):
-                    errors.log(item)
-                    continue
-                reason = writer.check(item)
-                if reason:
-                    errors.log(RecordError(item.file, reason, item.line, item.record, item.doc_id))
-                    continue
-                key = id_key(item.doc_id)
-                if key in seen:
-                    errors.log(RecordError(item.file, f"duplicate document ID {item.doc_id!r}: the first one is kept",
-                                           item.line, item.record, item.doc_id, kind="duplicate"))
-                    continue
-                seen.add(key)
-                if key in checkpoint.done:
-                    checkpoint.done.discard(key)  # now in `seen`: keep one copy
-                    counts["resumed"] += 1
-                    if counts["resumed"] % 10_000 == 0:
-                        bar.set_postfix_str(f"{counts['resumed']} done before, skipped", refresh=True)
-                    continue
-                yield item
-
-        spans_key = component.spans_key
-        began = time.monotonic()
-
-        def annotated(pairs: Iterable[Tuple[InputRecord, Any]]) -> Iterator[Annotated]:
-            for record, doc in pairs:
-                if isinstance(doc, BaseException):
-                    errors.log(RecordError(record.file, f"pipeline failed on the document ({type(doc).__name__}: {doc})",
-                                           record.line, record.record, record.doc_id))
-                    continue
-                item = Annotated(record, doc, doc_mentions(doc, spans_key))
-                counts["run_docs"] += 1
-                counts["run_mentions"] += len(item.mentions)
-                bar.update(1)
-                elapsed = max(time.monotonic() - began, 1e-9)
-                resumed = f", {counts['resumed']} done before" if counts["resumed"] else ""
-                bar.set_postfix_str(f"{counts['run_mentions'] / elapsed:.1f} mentions/s{resumed}", refresh=False)
-                yield item
-
         try:
-            if n_process == 1:
-                # batches restart at each chunk, so a resumed run batches exactly as an uninterrupted one
-                for chunk_records in minibatch(pending(), chunk_size):
-                    items = list(annotated(_run_serial(nlp, list(chunk_records), batch_size)))
-                    if items:
-                        checkpoint.commit(items)
-            else:
-                for items in minibatch(annotated(_run_parallel(nlp, pending(), batch_size, n_process)), chunk_size):
-                    checkpoint.commit(list(items))
-        finally:
-            bar.close()
-            errors.close()
+            new_job = check_job(out, identity)  # before anything in the folder changes
+            nlp, component = _load_pipeline(pipeline_dir, name, device)
+            if new_job:
+                record_job(out, identity)
+        except BaseException:
+            _leave_as_found(out, created)  # no empty --out with a .lock left by a run that could not start
+            raise
+        (out / SUMMARY).unlink(missing_ok=True)  # present only after a run that finished
+        settings = {"format": format, "inputs": [{"path": str(p), "format": f} for p, f in zip(paths, formats)],
+                    "input_format": input_format, "chunk_size": chunk_size, "batch_size": batch_size, "n_process": n_process}
+        try:
+            update_provenance(out, provenance(nlp, pipeline_dir, component, device, settings, command), format, chunk_size)
+            return _run(nlp, component, paths, formats, out, format, batch_size, n_process, chunk_size, errors_path, progress)
+        except OSError as err:  # reading is guarded record by record: this is the output that cannot be written
+            raise AnnotateError(f"cannot write the output ({err}); what was committed is kept: "
+                                "rerun the same command to resume") from err
 
-        seconds = time.monotonic() - began
-        totals = checkpoint.totals
-        summary: Dict[str, Any] = {
-            "documents_read": counts["read"],
-            "documents_written": totals["documents_written"],
-            "documents_skipped": errors.counts["duplicate"],
-            "errors": errors.counts["error"],
-            "mentions": totals["mentions"],
-            "mentions_linked": totals["mentions_linked"],
-            "chunks": totals["chunks"],
-            "complete": True,
-            "out": str(out),
-            "format": format,
-            "errors_file": str(errors.path),
-            "this_run": {
-                "documents_resumed": counts["resumed"],
-                "documents_annotated": counts["run_docs"],
-                "mentions": counts["run_mentions"],
-                "seconds": round(seconds, 3),
-                "documents_per_s": round(counts["run_docs"] / seconds, 2) if seconds > 0 else None,
-                "mentions_per_s": round(counts["run_mentions"] / seconds, 2) if seconds > 0 else None,
-            },
-        }
-        atomic_json(out / SUMMARY, summary)
-        return summary
+
+def _run(nlp: Any, component: Any, paths: Sequence[Path], formats: Sequence[str], out: Path, format: str, batch_size: int,
+         n_process: int, chunk_size: int, errors_path: Optional[PathLike], progress: bool) -> Dict[str, Any]:
+    """The job proper, in a locked output folder whose job is checked and recorded."""
+    from spacy.util import minibatch
+
+    writer: ChunkWriter = WRITERS[format](spans_key=component.spans_key)
+    checkpoint = Checkpoint(out, writer, nlp.vocab)
+    errors = ErrorLog(Path(errors_path) if errors_path else out / ERRORS)
+    counts = collections.Counter()
+    seen: Set[Union[int, str]] = set()  # IDs claimed in this pass over the inputs
+    from tqdm import tqdm
+
+    bar = tqdm(desc="annotate", unit=" docs", disable=not progress, dynamic_ncols=True, mininterval=0.5)
+
+    def pending() -> Iterator[InputRecord]:
+        """Valid, first-seen records not yet in a committed chunk; the rest goes to the errors file."""
+        for item in _records(paths, formats):
+            counts["read"] += 1
+            if isinstance(item, RecordError):
+                errors.log(item)
+                continue
+            reason = writer.check(item)
+            if reason:
+                errors.log(RecordError(item.file, reason, item.line, item.record, item.doc_id))
+                continue
+            key = id_key(item.doc_id)
+            if key in seen:
+                errors.log(RecordError(item.file, f"duplicate document ID {item.doc_id!r}: the first one is kept",
+                                       item.line, item.record, item.doc_id, kind="duplicate"))
+                continue
+            seen.add(key)
+            if key in checkpoint.done:
+                checkpoint.done.discard(key)  # now in `seen`: keep one copy
+                counts["resumed"] += 1
+                if counts["resumed"] % 10_000 == 0:
+                    bar.set_postfix_str(f"{counts['resumed']} done before, skipped", refresh=True)
+                continue
+            yield item
+
+    spans_key = component.spans_key
+    began = time.monotonic()
+
+    def annotated(pairs: Iterable[Tuple[InputRecord, Any]]) -> Iterator[Annotated]:
+        for record, doc in pairs:
+            if isinstance(doc, BaseException):
+                errors.log(RecordError(record.file, f"pipeline failed on the document ({type(doc).__name__}: {doc})",
+                                       record.line, record.record, record.doc_id))
+                continue
+            try:
+                item = Annotated(record, doc, doc_mentions(doc, spans_key))
+            except Exception as err:  # noqa: BLE001  (one odd document is that document's error)
+                errors.log(RecordError(record.file, f"the annotated document cannot be read ({type(err).__name__}: {err})",
+                                       record.line, record.record, record.doc_id))
+                continue
+            counts["run_docs"] += 1
+            counts["run_mentions"] += len(item.mentions)
+            bar.update(1)
+            elapsed = max(time.monotonic() - began, 1e-9)
+            resumed = f", {counts['resumed']} done before" if counts["resumed"] else ""
+            bar.set_postfix_str(f"{counts['run_mentions'] / elapsed:.1f} mentions/s{resumed}", refresh=False)
+            yield item
+
+    try:
+        if n_process == 1:
+            # batches restart at each chunk, so a resumed run batches exactly as an uninterrupted one
+            for chunk_records in minibatch(pending(), chunk_size):
+                items = list(annotated(_run_serial(nlp, list(chunk_records), batch_size)))
+                if items:
+                    checkpoint.commit(items)
+        else:
+            for items in minibatch(annotated(_run_parallel(nlp, pending(), batch_size, n_process)), chunk_size):
+                checkpoint.commit(list(items))
+    finally:
+        bar.close()
+        errors.close()
+
+    seconds = time.monotonic() - began
+    totals = checkpoint.totals
+    summary: Dict[str, Any] = {
+        "documents_read": counts["read"],
+        "documents_written": totals["documents_written"],
+        "documents_skipped": errors.counts["duplicate"],
+        "errors": errors.counts["error"],
+        "mentions": totals["mentions"],
+        "mentions_linked": totals["mentions_linked"],
+        "chunks": totals["chunks"],
+        "complete": True,
+        "out": str(out),
+        "format": format,
+        "errors_file": str(errors.path),
+        "this_run": {
+            "documents_resumed": counts["resumed"],
+            "documents_annotated": counts["run_docs"],
+            "mentions": counts["run_mentions"],
+            "seconds": round(seconds, 3),
+            "documents_per_s": round(counts["run_docs"] / seconds, 2) if seconds > 0 else None,
+            "mentions_per_s": round(counts["run_mentions"] / seconds, 2) if seconds > 0 else None,
+        },
+    }
+    atomic_json(out / SUMMARY, summary)
+    return summary

@@ -21,9 +21,9 @@ from spacy_genbioel.cli._util import app, setup_logging
 def annotate_cmd(
     inputs: List[Path] = typer.Argument(..., help="Input files or folders: PubTator, BioC XML/JSON, PubMed XML, JSONL, plain text (.gz too)"),
     pipeline: Path = typer.Option(..., "--pipeline", help="spaCy pipeline directory with NER and a genbioel component"),
-    out: Path = typer.Option(..., "--out", help="Output folder (chunk files, checkpoint, errors, provenance, summary)"),
+    out: Path = typer.Option(..., "--out", help="Output folder of one job (chunk files, job.json, checkpoint, errors, provenance, summary); another job's folder is refused"),
     format: str = typer.Option("jsonl", "--format", "-f", help="jsonl | pubtator | bioc | docbin"),
-    input_format: Optional[str] = typer.Option(None, "--input-format", help="pubtator | bioc | pubmed | jsonl | text (default: detected per file)"),
+    input_format: Optional[str] = typer.Option(None, "--input-format", help="pubtator | bioc | pubmed | jsonl | text (default: detected per file; needed where the format cannot be told)"),
     n_process: int = typer.Option(1, "--n-process", help="Worker processes for nlp.pipe (CPU)"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
     batch_size: int = typer.Option(64, "--batch-size", help="Documents per nlp.pipe batch"),
@@ -32,7 +32,8 @@ def annotate_cmd(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Link the mentions of many documents, streaming and resumable (rerun the same command after an interruption)."""
+    """Link the mentions of many documents, streaming and resumable (rerun the same command after an interruption;
+    an output folder holds one job, see docs/annotate.md)."""
     setup_logging(verbose)
     from spacy_genbioel.annotate import AnnotateError, annotate
 

@@ -1,0 +1,146 @@
+"""The identity of an annotation job, kept in ``OUT/job.json``, so that an output
+folder only ever holds one job's documents.
+
+A job is: its inputs (each by resolved path, size, fingerprint and the format
+it is read in, in order), the output format, and the pipeline (a fingerprint
+of the genbioel model's weights and config, of its KB, of every other file in
+the pipeline folder, and the genbioel component's settings). A run into a
+folder whose ``job.json`` says the same resumes it; anything else is refused
+with :class:`~spacy_genbioel.annotate.records.AnnotateError` saying what
+differs. What is not identity: the pipeline's path (a copy of the same
+pipeline is the same), how an input path is spelled (it is resolved),
+``--input-format`` where detection gives the same format, ``--device``,
+``--batch-size``, ``--n-process``, ``--chunk-size`` and ``--errors``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from spacy_genbioel.annotate.checkpoint import CHUNK_NAME
+from spacy_genbioel.annotate.records import CHECKPOINT, JOB, PROVENANCE, AnnotateError
+from spacy_genbioel.util import atomic_json, fingerprint
+
+__all__ = ["check_job", "differences", "job_identity", "record_job"]
+
+VERSION = 1
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _existing(path: Optional[Path]) -> Optional[Path]:
+    return path if path is not None and path.exists() else None
+
+
+def _pipeline_identity(pipeline_dir: Path, name: str) -> Dict[str, Any]:
+    from spacy.util import load_config
+
+    config = dict(load_config(pipeline_dir / "config.cfg", interpolate=False)["components"][name])
+    config.pop("device", None)  # where it runs is not what it computes
+    folder = pipeline_dir / name
+    # a saved linker travels in the folder; one never initialized loads from its config's paths
+    model = _existing(folder / "model") or _existing(Path(config["model"]) if config.get("model") else None)
+    kb = _existing(folder / "kb.jsonl") or _existing(Path(config["kb"]) if config.get("kb") else None)
+    counted = set()
+    if model is not None and model.is_dir():
+        counted = {p.resolve() for p in [*model.glob("*.safetensors"), *model.glob("config.json")]}
+    if kb is not None:
+        counted.add(kb.resolve())
+    others = sorted(p for p in pipeline_dir.rglob("*") if p.is_file() and p.resolve() not in counted)
+    return {
+        "path": str(pipeline_dir.resolve()),
+        "component": name,
+        "model": fingerprint([model]) if model is not None else None,
+        "kb": fingerprint([kb]) if kb is not None else None,
+        "files": fingerprint(others),
+        "config": _plain(config),
+    }
+
+
+def job_identity(paths: Sequence[Path], formats: Sequence[str], input_format: Optional[str], format: str,
+                 pipeline_dir: Path, component: str) -> Dict[str, Any]:
+    """What makes a job this job (see the module docstring); reads every input and pipeline file once."""
+    inputs = []
+    for path, fmt in zip(paths, formats):
+        resolved = path.resolve()
+        inputs.append({"path": str(resolved), "size": resolved.stat().st_size, "fingerprint": fingerprint([resolved]), "format": fmt})
+    return {"version": VERSION, "format": format, "input_format": input_format, "inputs": inputs,
+            "pipeline": _pipeline_identity(pipeline_dir, component)}
+
+
+def _listed(paths: Sequence[str]) -> str:
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
+def _config_changes(old: Any, new: Any, prefix: str = "") -> List[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [c for key in sorted(set(old) | set(new), key=str) for c in _config_changes(old.get(key), new.get(key), f"{prefix}{key}.")]
+    return [] if old == new else [f"{prefix[:-1]} {json.dumps(old)} before, {json.dumps(new)} now"]
+
+
+def differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+    """What differs between a recorded job and this one, in words (empty: the same job)."""
+    diffs = []
+    if old.get("version") != new["version"]:
+        diffs.append(f"job record version {old.get('version')} before, {new['version']} now")
+    if old.get("format") != new["format"]:
+        diffs.append(f"output format {old.get('format')} before, {new['format']} now")
+    before = {i.get("path"): i for i in old.get("inputs", [])}
+    now = {i["path"]: i for i in new["inputs"]}
+    added = [p for p in now if p not in before]
+    missing = [p for p in before if p not in now]
+    if added:
+        diffs.append(f"inputs added: {_listed(added)}")
+    if missing:
+        diffs.append(f"inputs missing: {_listed(missing)}")
+    for path in (p for p in now if p in before):
+        was, is_ = before[path], now[path]
+        if was.get("format") != is_["format"]:
+            diffs.append(f"{path} was read as {was.get('format')}, now as {is_['format']}")
+        elif was.get("size") != is_["size"] or was.get("fingerprint") != is_["fingerprint"]:
+            diffs.append(f"{path} changed (size {was.get('size')} bytes before, {is_['size']} now; other content)")
+    if not added and not missing and list(before) != list(now):
+        diffs.append("the same inputs in another order")
+    was_pipe, pipe = old.get("pipeline", {}), new["pipeline"]
+    if was_pipe.get("component") != pipe["component"]:
+        diffs.append(f"genbioel component {was_pipe.get('component')!r} before, {pipe['component']!r} now")
+    for key, label in (("model", "model weights"), ("kb", "KB"), ("files", "other pipeline files (NER, vocabulary, tokenizer, trie, meta)")):
+        if was_pipe.get(key) != pipe[key]:
+            diffs.append(f"the pipeline's {label} differ ({was_pipe.get('path')} before, {pipe['path']} now)")
+    changes = _config_changes(was_pipe.get("config"), pipe["config"])
+    if changes:
+        diffs.append("genbioel settings differ: " + "; ".join(changes[:4]) + (f" and {len(changes) - 4} more" if len(changes) > 4 else ""))
+    return diffs
+
+
+def check_job(out: Path, identity: Dict[str, Any]) -> bool:
+    """True when ``out`` holds no job yet; False when it holds this one (a resume). Raises
+    :class:`AnnotateError`, changing nothing, when it holds another job or output whose job is unknown."""
+    path = out / JOB
+    if not path.exists():
+        earlier = sorted(p.name for p in out.iterdir() if p.name in (CHECKPOINT, PROVENANCE) or CHUNK_NAME.match(p.name))
+        if earlier:
+            raise AnnotateError(
+                f"{out} holds annotate output ({_listed(earlier)}) but no {JOB}: it was written by an earlier version, "
+                f"so it cannot be told whether it is this job. Give a new --out (or remove {out}) to start this job.")
+        return True
+    try:
+        recorded = json.loads(path.read_text(encoding="utf8"))
+        if not isinstance(recorded, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as err:
+        raise AnnotateError(f"{path} cannot be read ({err}); give a new --out to start the job again") from err
+    diffs = differences(recorded, identity)
+    if diffs:
+        raise AnnotateError(
+            f"{out} holds the output of another job: {'; '.join(diffs)}. To resume that job, rerun the command that "
+            f"started it (in {out / PROVENANCE}); to start this one, give a new --out (or remove {out}).")
+    return False
+
+
+def record_job(out: Path, identity: Dict[str, Any]) -> None:
+    """Write ``OUT/job.json`` (before anything else of the job is written)."""
+    atomic_json(out / JOB, identity)
