@@ -28,6 +28,8 @@ import zlib
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from spacy_genbioel.progress import watch_file
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -61,15 +63,20 @@ def open_text(path: PathLike) -> IO[str]:
     and :func:`iter_lines` turn them into an error naming the file."""
     path = Path(path)
     if _is_gzip(path):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+        return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", newline="")
     # utf-8-sig: a BOM would otherwise glue itself to the first ID
-    return path.open(encoding="utf-8-sig", newline="")
+    handle = path.open(encoding="utf-8-sig", newline="")
+    watch_file(path, handle.buffer)
+    return handle
 
 
 def open_binary(path: PathLike) -> IO[bytes]:
-    """Open a file as bytes, gunzipping it when it is gzip."""
+    """Open a file as bytes, gunzipping it when it is gzip. The file on disk is shown to
+    :func:`~spacy_genbioel.progress.watch_file` (a progress bar over input bytes)."""
     path = Path(path)
-    return gzip.open(path, "rb") if _is_gzip(path) else path.open("rb")  # type: ignore[return-value]
+    handle = gzip.open(path, "rb") if _is_gzip(path) else path.open("rb")
+    watch_file(path, getattr(handle, "fileobj", None) or handle)  # GzipFile.fileobj: the compressed file
+    return handle  # type: ignore[return-value]
 
 
 def _unreadable(path: PathLike, where: Union[int, str], err: BaseException) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from spacy_genbioel.annotate.records import RecordError
+from spacy_genbioel.progress import watch_file
 
 __all__ = ["BLOCK", "READ_ERRORS", "decoded_lines", "first_json_value", "json_lines", "read_blocks", "read_head"]
 
@@ -42,6 +43,7 @@ def read_blocks(path: Path, size: int = BLOCK, piece: int = 256) -> Iterator[byt
     or check ``OSError`` -- after the blocks before the damage: the compressed data is inflated
     ``piece`` bytes at a time, so damage costs what follows it, not the block it is in."""
     with path.open("rb") as handle:
+        watch_file(path, handle)  # a progress bar over input bytes reads its position
         if handle.read(2) != b"\x1f\x8b":
             handle.seek(0)
             while data := handle.read(size):

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.ty import Candidate, MentionLike, mention_text
 from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint
 
@@ -184,7 +185,8 @@ class DenseEncoder:
         """(len(texts), dim) float32 CPU matrix of unit vectors.
 
         Texts are tokenized once, sorted by length and padded per batch only
-        to that batch's longest. ``progress=None`` shows a bar from 10,000 texts on."""
+        to that batch's longest. ``progress=None`` shows a bar from 10,000 texts on
+        (on a terminal: :func:`spacy_genbioel.progress.wanted`)."""
         n = len(texts)
         out = torch.empty(n, self.dim, dtype=torch.float32)
         if n == 0:
@@ -192,11 +194,7 @@ class DenseEncoder:
         ids = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
         order = sorted(range(n), key=lambda i: len(ids[i]))
         pad_id = self.tokenizer.pad_token_id or 0
-        bar = None
-        if progress or (progress is None and n >= 10_000):
-            from tqdm import tqdm
-
-            bar = tqdm(total=n, desc="encode", unit="text", dynamic_ncols=True)
+        bar = StepProgress("encode", n, unit="text", enabled=progress if progress is not None else n >= 10_000)
         was_training = self.model.training
         self.model.eval()
         dtype = autocast_dtype(self.precision, self.device)
@@ -213,12 +211,10 @@ class DenseEncoder:
                         mask[r, : len(ids[i])] = 1
                     vectors = self.embed({"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)})
                     out[torch.tensor(rows)] = vectors.cpu()
-                    if bar is not None:
-                        bar.update(len(rows))
+                    bar.update(len(rows))
         finally:
             self.model.train(was_training)
-            if bar is not None:
-                bar.close()
+            bar.close()
         seconds = time.monotonic() - began
         logger.debug("Encoded %d texts in %.1fs (%.0f/s)", n, seconds, n / max(seconds, 1e-9))
         return out

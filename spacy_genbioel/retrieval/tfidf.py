@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.progress import LARGE, StepProgress
 from spacy_genbioel.ty import Candidate, MentionLike, mention_text
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ class TfidfLinker:
 
     ``similarity`` scores mentions against arbitrary name lists with the same
     vectorizer (used for the "mention vs gold names" similarity bins).
+
+    Fitting reads the names once; ``progress`` (None: from 100,000 names on,
+    on a terminal) counts them as the fit goes.
     """
 
     name = "tfidf"
@@ -49,6 +53,7 @@ class TfidfLinker:
         min_df: Union[int, float] = 1,
         max_block: int = 1 << 24,
         chunk_size: Optional[int] = None,
+        progress: Optional[bool] = None,
     ) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -62,8 +67,10 @@ class TfidfLinker:
         )
         names = kb.names
         if names:
-            # (n_names, vocab), rows L2-normalized by the vectorizer
-            self._name_vectors = self.vectorizer.fit_transform(names).tocsr()
+            # (n_names, vocab), rows L2-normalized by the vectorizer; the fit reads the names once, counted as it goes
+            with StepProgress("tfidf index", len(names), unit="name",
+                              enabled=progress if progress is not None else len(names) >= LARGE) as bar:
+                self._name_vectors = self.vectorizer.fit_transform(bar.wrap(names, every=4096)).tocsr()
             # (vocab, n_names) CSR: X @ names_t is a CSR x CSR product
             self._names_t = self._name_vectors.T.tocsr()
         else:

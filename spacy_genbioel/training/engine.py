@@ -52,7 +52,8 @@ from spacy_genbioel.training.checkpoints import (
 )
 from spacy_genbioel.training.evaluator import Evaluator
 from spacy_genbioel.training.examples import TrainingExample
-from spacy_genbioel.training.loop import budget_clock, build_optimizer, log_due, lr_factor, progress_bar, set_seed, train_step
+from spacy_genbioel.progress import StepProgress
+from spacy_genbioel.training.loop import budget_clock, build_optimizer, log_due, lr_factor, set_seed, train_step
 from spacy_genbioel.training.settings import EngineConfig
 from spacy_genbioel.training.seq2seq import Seq2SeqLoss
 from spacy_genbioel.training.sources import EpochSampler, ExampleSource, as_source
@@ -205,8 +206,11 @@ class TrainingEngine:
                 spent[0] = (elapsed_before + clock() - began) / cfg.max_seconds
 
         last_eval_step = step if resumed_from is not None else -1
-        bar = progress_bar(cfg.progress and step < stop_at, cfg.max_steps, "train", initial=step)
+        bar = StepProgress("train", stop_at, initial=step, max_seconds=cfg.max_seconds, budget_before=elapsed_before,
+                           clock=clock, budget_name="cpu budget" if cfg.budget_clock == "cpu" else "budget",
+                           enabled=cfg.progress and step < stop_at)
         window: List[float] = []
+        ended = False
         self.model.train()
         try:
             while step < stop_at:
@@ -217,9 +221,7 @@ class TrainingEngine:
                 step += 1
                 result.losses.append(step_loss)
                 window.append(step_loss)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{step_loss:.4f}", lr=f"{lr:.2e}", refresh=False)
+                bar.update(1, loss=f"{step_loss:.4f}", lr=f"{lr:.2e}")
                 if log_due(step, cfg.log_every):
                     self.log({"step": step, "loss": sum(window) / len(window), "lr": lr, "epoch": sampler.epoch,
                               "elapsed": round(elapsed_before + clock() - began, 2)})
@@ -244,9 +246,9 @@ class TrainingEngine:
                     break
             else:
                 result.stopped_by = "max_steps" if step >= cfg.max_steps else "until_step"
+            ended = True
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close(stopped=ended)
             self.model.eval()
         result.step = step
         result.best_metric, result.best_step = best_metric, best_step

@@ -1,13 +1,13 @@
 """What every training loop here shares: seeds, the budget clock, the
-learning-rate schedule, the optimizer, autocast, one optimizer step, the
-progress bar and when to log.
+learning-rate schedule, the optimizer, autocast, one optimizer step and when
+to log.
 
 The training engine (:mod:`~spacy_genbioel.training.engine`), the short
 seq2seq loop (:mod:`~spacy_genbioel.training.seq2seq`), ANGEL's DPO rounds
 (:mod:`~spacy_genbioel.training.angel`) and SapBERT-style encoder training
 (:mod:`~spacy_genbioel.training.sapbert`) differ in their data and losses;
 the step itself (accumulate, clip, step, schedule) is :func:`train_step` in
-all of them.
+all of them. Their progress bars are :class:`spacy_genbioel.progress.StepProgress`.
 """
 from __future__ import annotations
 
@@ -128,12 +128,3 @@ def train_step(
 def log_due(step: int, log_every: int) -> bool:
     """Whether optimizer step ``step`` (1-based) writes a log record: the first and every ``log_every``-th."""
     return bool(log_every) and (step % log_every == 0 or step == 1)
-
-
-def progress_bar(enabled: bool, total: int, desc: str, **options: Any):
-    """A tqdm bar counting steps, or ``None`` when ``enabled`` is false."""
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit=options.pop("unit", "step"), dynamic_ncols=True, **options)

@@ -60,10 +60,11 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 import torch
 
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.dense import DenseEncoder
 from spacy_genbioel.training.checkpoints import fresh_tmp, replace_dir
 from spacy_genbioel.training.examples import read_examples_jsonl
-from spacy_genbioel.training.loop import autocast as autocast_to, log_due, lr_factor, progress_bar, set_seed, train_step
+from spacy_genbioel.training.loop import autocast as autocast_to, log_due, lr_factor, set_seed, train_step
 from spacy_genbioel.training.settings import DENSE_SECTIONS, MINERS, DenseTrainConfig, load_dense_config
 from spacy_genbioel.training.trainlog import LOG_FILE, append_log
 from spacy_genbioel.util import PathLike, atomic_json, autocast_dtype
@@ -258,8 +259,9 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
     result = DenseTrainResult()
     epoch_pairs = pairs.epoch(0)
     position = 0
-    bar = progress_bar(config.progress, config.max_steps, "train-dense")
     began = time.monotonic()
+    bar = StepProgress("train-dense", config.max_steps, max_seconds=config.max_seconds, enabled=config.progress)
+    ended = False
     window: List[float] = []
     counts: Dict[str, int] = {}
     model.train()
@@ -281,9 +283,7 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
             result.step += 1
             result.losses.append(value)
             window.append(value)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{value:.4f}", pos=counts["hard_pos"], neg=counts["hard_neg"], refresh=False)
+            bar.update(1, loss=f"{value:.4f}", pos=counts["hard_pos"], neg=counts["hard_neg"])
             if log_due(result.step, config.log_every):
                 append_log(log_path, {"step": result.step, "loss": sum(window) / len(window), "lr": lr, "epoch": result.epoch,
                                       **counts, "elapsed": round(time.monotonic() - began, 2)})
@@ -292,9 +292,9 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
                 result.stopped_by = "max_seconds"
                 logger.info("Time budget of %.0fs reached at step %d", config.max_seconds, result.step)
                 break
+        ended = True
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close(stopped=ended)
         model.eval()
     result.seconds = time.monotonic() - began
     if out is not None:

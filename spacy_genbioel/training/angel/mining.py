@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from spacy_genbioel.evaluation.recall import gold_id_set
+from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 from spacy_genbioel.training.examples import TrainingExample, mention_from_dict, mention_to_dict
-from spacy_genbioel.training.loop import progress_bar
 from spacy_genbioel.training.targets import select_targets
 from spacy_genbioel.ty import Candidate, Linker, Mention
 from spacy_genbioel.util import PathLike
@@ -136,13 +136,10 @@ def mine_pairs(
     stats.mentions = len(usable)
     rankings: List[List[Candidate]] = []
     step = chunk_size or max(1, len(usable))
-    bar = progress_bar(progress and bool(usable), len(usable), "mine", unit="mention", leave=False)
-    for begin in range(0, len(usable), step):
-        rankings.extend(linker.link(usable[begin : begin + step], top_k=top_k))
-        if bar is not None:
+    with StepProgress("mine", len(usable), unit="mention", enabled=progress and bool(usable), leave=False) as bar:
+        for begin in range(0, len(usable), step):
+            rankings.extend(linker.link(usable[begin : begin + step], top_k=top_k))
             bar.update(min(step, len(usable) - begin))
-    if bar is not None:
-        bar.close()
     pairs: List[PreferencePair] = []
     missing: List[Tuple[Mention, Sequence[Candidate]]] = []
     for mention, candidates in zip(usable, rankings):

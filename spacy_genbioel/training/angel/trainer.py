@@ -25,15 +25,14 @@ from spacy_genbioel.evaluation.recall import gold_id_set
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 from spacy_genbioel.training.angel.dpo import dpo_loss, encode_pairs, pair_logprobs
 from spacy_genbioel.training.angel.mining import PreferencePair, kb_negative_pairs, mine_pairs, write_pairs_jsonl
 from spacy_genbioel.training.engine import TrainingEngine, TrainResult
 from spacy_genbioel.training.evaluator import Evaluator, stage_evaluator
 from spacy_genbioel.training.examples import read_mentions_jsonl
-from spacy_genbioel.training.loop import (
-    autocast, budget_clock, build_optimizer, log_due, lr_factor, progress_bar, set_seed, train_step,
-)
+from spacy_genbioel.training.loop import autocast, budget_clock, build_optimizer, log_due, lr_factor, set_seed, train_step
 from spacy_genbioel.training.settings import AngelConfig, EngineConfig, load_stage_config
 from spacy_genbioel.training.sources import ExampleSource, SampledSource
 from spacy_genbioel.training.stages import kb_guided_examples, load_for_training
@@ -176,10 +175,11 @@ class AngelTrainer:
 
     # -- training one round ------------------------------------------------------------------------
     def train_round(self, pairs: Sequence[PreferencePair], round_no: int = 1, first_step: int = 0,
-                    out_of_time: Callable[[], bool] = lambda: False) -> Dict[str, Any]:
+                    out_of_time: Callable[[], bool] = lambda: False, budget_left: Optional[float] = None) -> Dict[str, Any]:
         """DPO on ``pairs`` against the current model as the reference; returns
         the round's training statistics (``steps``, mean ``train_loss``,
-        preference accuracy and margin before and after, ...)."""
+        preference accuracy and margin before and after, ...). ``budget_left``:
+        seconds of the run's ``max_seconds`` left as the round starts (for the bar)."""
         cfg, ang = self.config, self.angel
         began = time.monotonic()
         ref_chosen, ref_rejected = self.score_pairs(pairs)
@@ -214,7 +214,14 @@ class AngelTrainer:
         losses: List[float] = []
         accuracies: List[float] = []
         window: List[float] = []
-        bar = progress_bar(cfg.progress and bool(planned), planned, f"angel round {round_no}", leave=False)
+        spent = time.monotonic() - began  # scoring the pairs counts in the round's time
+        bounds = [(left - spent, total, total - left + spent, name) for left, total, name in (
+            (ang.seconds_per_round, ang.seconds_per_round, "round budget"), (budget_left, cfg.max_seconds, "budget"))
+            if left is not None and total is not None]
+        _, max_seconds, before, name = min(bounds) if bounds else (None, None, 0.0, "budget")
+        bar = StepProgress(f"angel round {round_no}", planned, max_seconds=max_seconds, budget_before=before,
+                           budget_name=name, enabled=cfg.progress and bool(planned), leave=False)
+        ended = False
         self.model.train(not ang.disable_dropout)
         stopped_by = "steps"
         step = 0
@@ -227,9 +234,7 @@ class AngelTrainer:
                 losses.append(loss)
                 accuracies.append(correct / cfg.grad_accumulation)
                 window.append(losses[-1])
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{losses[-1]:.4f}", lr=f"{lr:.2e}", refresh=False)
+                bar.update(1, loss=f"{losses[-1]:.4f}", lr=f"{lr:.2e}")
                 if log_due(step, cfg.log_every):
                     self.engine.log({"round": round_no, "step": first_step + step, "loss": sum(window) / len(window),
                                      "reward_accuracy": accuracies[-1], "lr": lr})
@@ -240,9 +245,9 @@ class AngelTrainer:
                 if ang.seconds_per_round is not None and time.monotonic() - began > ang.seconds_per_round:
                     stopped_by = "seconds_per_round"
                     break
+            ended = True
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close(stopped=ended)
             self.model.eval()
         # before (the reference) and after training, on (a sample of) the round's pairs
         sample = torch.as_tensor(np.sort(rng.permutation(n)[: ang.score_after or n]), dtype=torch.long)
@@ -315,7 +320,8 @@ class AngelTrainer:
                         info["mentions"], info["recall@1"])
             trained = {"steps": 0, "stopped_by": "no_pairs"}
             if pairs:
-                trained = self.train_round(pairs, round_no, step, out_of_time)
+                trained = self.train_round(pairs, round_no, step, out_of_time,
+                                           None if cfg.max_seconds is None else cfg.max_seconds - (clock() - began))
             step += trained["steps"]
             record.update(trained)
             improved = False
