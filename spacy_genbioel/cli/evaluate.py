@@ -36,6 +36,8 @@ def evaluate_cmd(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON"),
     predictions_path: Optional[Path] = typer.Option(None, "--predictions", help="Write each mention's gold IDs, hit rank and ranked candidates as JSON lines"),
     plots: Optional[Path] = typer.Option(None, help="Folder for the similarity-bin plot"),
+    calibration: Optional[Path] = typer.Option(None, help="Write the precision-coverage curve of the top score (abstaining below a threshold) to this JSON file, and its plot beside it (.png)"),
+    target_precision: float = typer.Option(0.95, help="Report the abstention threshold that reaches this precision (and, in --calibration, the file's default for `package --calibration`)"),
     device: str = typer.Option("auto"),
     end_to_end: bool = typer.Option(False, "--end-to-end", help="Score the pipeline's own entities: NER + linking P/R/F1, strict and partial (a peer --linker links the pipeline's NER entities)"),
     label_map: Optional[str] = typer.Option(None, help="--end-to-end: gold labels -> NER labels: ncbi or FROM=TO,FROM=TO"),
@@ -57,8 +59,8 @@ def evaluate_cmd(
         if end_to_end:
             from spacy_genbioel.evaluation.end_to_end import run_end_to_end
 
-            if predictions_path:
-                raise typer.BadParameter("--predictions lists gold mentions' candidates: not with --end-to-end")
+            if predictions_path or calibration:
+                raise typer.BadParameter("--predictions and --calibration score gold mentions' candidates: not with --end-to-end")
             check_component_overrides(overrides)
             e2e = run_end_to_end(
                 corpus_path, pipeline=pipeline, fmt=fmt, linker=linker, kb=kb, labels=labels, abbreviations=abbreviations,
@@ -73,7 +75,7 @@ def evaluate_cmd(
         report = run_evaluation(
             corpus_path, fmt=fmt, linker=linker, model=dense_model, pipeline=pipeline, component_config=overrides, kb=kb,
             train=train, labels=labels, abbreviations=abbreviations, crosswalk=crosswalk, top_k=top_k, json_path=json_path,
-            predictions_path=predictions_path, plots=plots,
+            predictions_path=predictions_path, plots=plots, calibration=calibration, target_precision=target_precision,
         )
     except (EvaluationSetupError, UnknownFormatError) as err:
         raise typer.BadParameter(str(err)) from None
@@ -84,3 +86,37 @@ def evaluate_cmd(
     print(report.format_table())
     if predictions_path:
         msg.info(f"{report.n_mentions} predictions written to {predictions_path}")
+    if calibration:
+        msg.info(f"Precision-coverage curve written to {calibration} and {calibration.with_suffix('.png')}")
+
+
+@app.command("calibration-plot")
+def calibration_plot_cmd(
+    curves: List[Path] = typer.Argument(..., help="Curves written by `evaluate --calibration` (one per linker)"),
+    out: Optional[Path] = typer.Option(None, help="PNG with every curve on one plot"),
+    target_precision: Optional[float] = typer.Option(None, help="Precision whose threshold is reported (default: each file's)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the comparison table as JSON"),
+) -> None:
+    """Compare linkers' precision-coverage curves: precision at 90% and 95% coverage, the threshold for a target precision."""
+    import json
+
+    from wasabi import table
+
+    from spacy_genbioel.evaluation.calibration import CalibrationError, compare_calibrations, read_calibration
+    from spacy_genbioel.evaluation.run import write_calibration_plot
+
+    try:
+        loaded = [read_calibration(path) for path in curves]
+    except (CalibrationError, FileNotFoundError) as err:
+        msg.fail(str(err), exits=1)
+    rows = compare_calibrations(loaded, target_precision)
+    header = list(rows[0]) if rows else []
+    print(table([[_cell(row[key]) for key in header] for row in rows], header=header, divider=True))
+    if json_path:
+        json_path.write_text(json.dumps(rows, indent=2), encoding="utf8")
+    if out and write_calibration_plot(loaded, out, target_precision):
+        msg.good(f"Plot written to {out}")
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)

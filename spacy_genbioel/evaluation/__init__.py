@@ -2,7 +2,8 @@
 
 * :mod:`.recall` -- GenBioEL's recall@k rule and the KB coverage of gold IDs;
 * :mod:`.analysis` -- sub-populations (GenBioEL Table 9) and similarity bins (ANGEL Fig. 4);
-* :mod:`.plots` -- the similarity-bin chart (the only module that uses matplotlib);
+* :mod:`.calibration` -- precision against coverage when abstaining below a score threshold;
+* :mod:`.plots` -- the similarity-bin and calibration charts (the only module that uses matplotlib);
 * :mod:`.report` -- :func:`evaluate_linker` and its :class:`EvaluationReport`;
 * :mod:`.run` -- the ``evaluate`` command's workflow, :func:`run_evaluation`;
 * :mod:`.end_to_end` -- NER + linking P/R/F1 on a pipeline's own entities.
@@ -16,7 +17,16 @@ from spacy_genbioel.evaluation.analysis import (
     subpopulation_table,
 )
 from spacy_genbioel.evaluation.end_to_end import EndToEndReport, evaluate_end_to_end, run_end_to_end, score_end_to_end
-from spacy_genbioel.evaluation.plots import plot_similarity_bins
+from spacy_genbioel.evaluation.calibration import (
+    CalibrationCurve,
+    CalibrationError,
+    CalibrationPoint,
+    calibration_curve,
+    compare_calibrations,
+    read_calibration,
+    write_calibration,
+)
+from spacy_genbioel.evaluation.plots import plot_calibration, plot_similarity_bins
 from spacy_genbioel.evaluation.recall import NO_GOLD_IDS, KBCoverage, RecallResult, gold_id_set, hit_rank, recall_at_k
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.evaluation.run import (
@@ -28,6 +38,8 @@ from spacy_genbioel.evaluation.run import (
 )
 
 __all__ = [
+    "CalibrationCurve", "CalibrationError", "CalibrationPoint", "calibration_curve", "compare_calibrations",
+    "plot_calibration", "read_calibration", "write_calibration",
     "DEFAULT_BINS", "NO_GOLD_IDS", "EndToEndReport", "EvaluationReport", "EvaluationSetupError", "KBCoverage",
     "RecallResult", "SimilarityBin", "SimilarityBins", "SubpopulationRow", "check_component_overrides",
     "component_overrides", "evaluate_end_to_end", "evaluate_linker", "gold_id_set", "hit_rank", "plot_similarity_bins",

@@ -458,5 +458,8 @@ def run_end_to_end(
         "corpus": str(corpus_path), "pipeline_path": str(pipeline), "linker": linker, "kb": kb_name,
         "abbreviations": abbreviations, "label_map": label_map, "single_label": single_label,
         "crosswalk": str(crosswalk) if crosswalk else None,
+        # abstention (issue 18): an entity its linker scores below the threshold is left without an ID
+        "thresholds": {name: nlp.get_pipe(name).output.threshold for name in nlp.pipe_names
+                       if linker == "genbioel" and nlp.get_pipe_meta(name).factory == "genbioel"},
     })
     return report

@@ -1,6 +1,7 @@
 """The evaluation of a linker on gold mentions: :func:`evaluate_linker` times
 ``linker.link`` and gathers recall@k and KB coverage (:mod:`.recall`),
-sub-populations and similarity bins (:mod:`.analysis`) into an
+sub-populations and similarity bins (:mod:`.analysis`) and the
+precision-coverage curve of the top score (:mod:`.calibration`) into an
 :class:`EvaluationReport`; :func:`write_predictions` writes each mention's
 ranked candidates for error analysis.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from spacy_genbioel.evaluation.calibration import DEFAULT_TARGET_PRECISION, CalibrationCurve, calibration_curve
 from spacy_genbioel.evaluation.analysis import DEFAULT_BINS, SimilarityBins, SubpopulationRow, similarity_bins, subpopulation_table
 from spacy_genbioel.evaluation.recall import RecallResult, check_lengths, gold_id_set, hit_rank, recall_at_k
 from spacy_genbioel.kb.base import KnowledgeBase
@@ -39,6 +41,8 @@ class EvaluationReport:
     recall: RecallResult
     subpopulations: Optional[List[SubpopulationRow]] = None
     similarity: Optional[SimilarityBins] = None
+    #: precision against coverage when abstaining below a top-score threshold (``to_dict``: its summary)
+    calibration: Optional[CalibrationCurve] = None
     meta: Dict[str, Any] = field(default_factory=dict)
     #: the linker's ranked candidates per mention (not part of ``to_dict``; see :func:`write_predictions`)
     predictions: Optional[List[List[Candidate]]] = field(default=None, repr=False)
@@ -55,6 +59,7 @@ class EvaluationReport:
             "recall": self.recall.to_dict(),
             "subpopulations": [row.to_dict() for row in self.subpopulations] if self.subpopulations is not None else None,
             "similarity_bins": self.similarity.to_dict() if self.similarity is not None else None,
+            "calibration": self.calibration.summary() if self.calibration is not None else None,
             "meta": dict(self.meta),
         }
 
@@ -80,6 +85,8 @@ class EvaluationReport:
                 ("gold any missing from KB", cov.n_any_missing),
                 ("gold all missing from KB", cov.n_all_missing),
             ]
+        if self.calibration is not None:
+            summary += self.calibration.format_rows()
         parts = [table(summary, header=("", "value"), divider=True)]
         if self.subpopulations is not None:
             rows = [(r.subset, r.count, _fmt(r.recall_at_1)) for r in self.subpopulations]
@@ -106,13 +113,15 @@ def evaluate_linker(
     ks: Optional[Sequence[int]] = None,
     bins: Optional[Sequence[float]] = DEFAULT_BINS,
     name: Optional[str] = None,
+    target_precision: float = DEFAULT_TARGET_PRECISION,
 ) -> EvaluationReport:
     """Run ``linker.link(mentions, top_k)``, time it, and evaluate.
 
     ``kb`` defaults to ``linker.kb`` when the linker has one; with a KB the
     report has KB coverage and similarity bins (unless ``bins=None``), and with
     ``train_mentions`` too, GenBioEL's subpopulation table. ``ks`` defaults to
-    1, 5 and ``top_k`` (those not above ``top_k``).
+    1, 5 and ``top_k`` (those not above ``top_k``). ``target_precision`` is the
+    precision whose abstention threshold the calibration summary reports.
     """
     mentions = list(mentions)
     if kb is None:
@@ -150,6 +159,7 @@ def evaluate_linker(
         recall=recall,
         subpopulations=subpopulations,
         similarity=similarity,
+        calibration=calibration_curve(mentions, predictions, linker=label, target_precision=target_precision),
         meta={"kb": kb.name if kb is not None else None, "kb_concepts": len(kb) if kb is not None else None},
         predictions=predictions,
     )

@@ -1,6 +1,7 @@
 """The ``evaluate`` workflow as a library function: read the gold mentions,
 build the linker (a pipeline's ``genbioel`` or a registered retriever), evaluate
-it and write the report, the predictions and the plot.
+it and write the report, the predictions, the plot and the precision-coverage
+curve (:mod:`.calibration`: JSON and PNG).
 
 :func:`run_evaluation` is what ``python -m spacy_genbioel evaluate`` runs
 (``--end-to-end`` runs :func:`~spacy_genbioel.evaluation.end_to_end.run_end_to_end`);
@@ -11,10 +12,11 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from spacy_genbioel.corpus.load import load_corpus
-from spacy_genbioel.evaluation.plots import plot_similarity_bins
+from spacy_genbioel.evaluation.calibration import DEFAULT_TARGET_PRECISION, CalibrationCurve, write_calibration
+from spacy_genbioel.evaluation.plots import plot_calibration, plot_similarity_bins
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.linking.settings import NO_RETRIEVER, linking_overrides
@@ -23,7 +25,8 @@ from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvaluationSetupError", "check_component_overrides", "component_overrides", "run_evaluation", "write_report_json"]
+__all__ = ["EvaluationSetupError", "check_component_overrides", "component_overrides", "run_evaluation", "write_calibration_plot",
+           "write_report_json"]
 
 
 
@@ -66,7 +69,9 @@ def _pipeline_linker(pipeline: Optional[PathLike], overrides: Dict[str, Any]) ->
     decoding = component.decoding
     run_meta = {"candidates": component.candidates, "num_candidates": decoding.num_candidates,
                 "candidates_model": component.candidates_model, "exact_match": decoding.exact_match,
-                "restrict_to_candidates": decoding.restrict_to_candidates, "shortcut_threshold": decoding.shortcut_threshold}
+                "restrict_to_candidates": decoding.restrict_to_candidates, "shortcut_threshold": decoding.shortcut_threshold,
+                # the pipeline's abstention threshold: recall@k and the calibration curve use every top score regardless
+                "threshold": component.output.threshold}
     return model, model.kb, run_meta
 
 
@@ -87,6 +92,8 @@ def run_evaluation(
     json_path: Optional[PathLike] = None,
     predictions_path: Optional[PathLike] = None,
     plots: Optional[PathLike] = None,
+    calibration: Optional[PathLike] = None,
+    target_precision: float = DEFAULT_TARGET_PRECISION,
 ) -> EvaluationReport:
     """Recall@k of ``linker`` on the gold mentions of ``corpus_path``.
 
@@ -97,7 +104,10 @@ def run_evaluation(
     ``genbioel`` with ``candidates="dense"``). ``train`` adds GenBioEL's
     sub-population table; ``abbreviations`` expands short forms with scispacy
     first (the count is ``report.abbreviations_expanded``). The report, the
-    predictions and the similarity-bin plot are written where asked.
+    predictions and the similarity-bin plot are written where asked; ``calibration``
+    (a ``.json`` path) gets the precision-coverage curve of the top score, and a
+    PNG of it beside (same name, ``.png``), with the threshold that reaches
+    ``target_precision``.
     """
     mentions, texts = load_corpus(corpus_path, fmt, crosswalk)
     labels = list(labels)
@@ -123,7 +133,8 @@ def run_evaluation(
         knowledge_base = KnowledgeBase.load(kb)
         retriever = get_retriever(linker, knowledge_base, **({"model": model} if model else {}))
         run_meta = {}
-    report = evaluate_linker(retriever, mentions, top_k=top_k, train_mentions=train_mentions, kb=knowledge_base, name=linker)
+    report = evaluate_linker(retriever, mentions, top_k=top_k, train_mentions=train_mentions, kb=knowledge_base, name=linker,
+                             target_precision=target_precision)
     report.meta.update({"corpus": str(corpus_path), "abbreviations": abbreviations, "kb_names": knowledge_base.n_names, **run_meta})
     report.abbreviations_expanded = n_expanded
     if json_path:
@@ -132,4 +143,16 @@ def run_evaluation(
         write_predictions(predictions_path, mentions, report.predictions or [])
     if plots and report.similarity is not None:
         plot_similarity_bins(report.similarity, Path(plots) / f"similarity_bins_{linker}.png")
+    if calibration and report.calibration is not None:
+        write_calibration(calibration, report.calibration)
+        write_calibration_plot([report.calibration], Path(calibration).with_suffix(".png"), target_precision)
     return report
+
+
+def write_calibration_plot(curves: Sequence[CalibrationCurve], path: PathLike, target_precision: Optional[float] = None) -> Optional[Path]:
+    """:func:`~spacy_genbioel.evaluation.plots.plot_calibration`, or a warning without matplotlib (extra ``plots``)."""
+    try:
+        return plot_calibration(curves, path, target_precision=target_precision)
+    except ImportError as err:
+        logger.warning("No calibration plot (%s): install the 'plots' extra (matplotlib)", err)
+        return None

@@ -12,6 +12,8 @@ gets a ``.v2`` and the ``.v1`` a saved pipeline names keeps working)::
     [components.genbioel.candidates]
     @misc = "genbioel.candidates.v1"      # retrieve, then generate
     retriever = "none"                    # or a registered retriever: "genbioel.tfidf_retriever.v1", "tfidf", ...
+    [components.genbioel.output]
+    @misc = "genbioel.output.v1"          # what the component writes where: abstention threshold, attribute names
 
 :data:`DEFAULT_CONFIG` is the factory's default config; :func:`linking_overrides`
 turns command-line settings (``evaluate``, ``package``) into the nested
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -34,11 +37,19 @@ from spacy_genbioel.models import MARKERS
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DecodingConfig", "CandidateSettings", "DEFAULT_CONFIG", "LEGACY_SETTINGS", "NO_RETRIEVER",
-    "make_inputs", "make_decoding", "make_candidates", "apply_legacy", "linking_overrides",
+    "DecodingConfig", "CandidateSettings", "OutputSettings", "DEFAULT_CONFIG", "LEGACY_SETTINGS", "NO_RETRIEVER",
+    "SCORE_DECIMALS", "written_score",
+    "make_inputs", "make_decoding", "make_candidates", "make_output", "apply_legacy", "linking_overrides",
 ]
 
 NO_RETRIEVER = "none"
+#: decimals of the scores the component writes; the threshold compares the written score
+SCORE_DECIMALS = 6
+
+
+def written_score(score: float) -> float:
+    """A score as the component writes it (and as its threshold and calibration compare it)."""
+    return round(float(score), SCORE_DECIMALS)
 
 
 @dataclass
@@ -73,6 +84,31 @@ class CandidateSettings:
     @property
     def enabled(self) -> bool:
         return self.retriever != NO_RETRIEVER
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """What the component writes on each span, and where (so that two linkers can share a pipeline)."""
+
+    #: the top candidate's score must be at least this for the span to get an ID (None: always link)
+    threshold: Optional[float] = None
+    #: span extension holding the top concept ID (None below ``threshold``)
+    kb_id_attr: str = "kb_id"
+    #: span extension holding up to ``top_k`` ``(concept_id, name, score)`` tuples
+    candidates_attr: str = "kb_candidates"
+    #: span extension holding scispacy's ``kb_ents``: up to ``top_k`` ``(concept_id, score)``, best first
+    ents_attr: str = "kb_ents"
+    #: also write spaCy's own ``span.kb_id_`` (one slot per span: one linker of a pipeline owns it)
+    write_kb_id: bool = True
+
+    @property
+    def attrs(self) -> Tuple[str, str, str]:
+        return (self.kb_id_attr, self.candidates_attr, self.ents_attr)
+
+    def links(self, score: float) -> bool:
+        """Whether a top candidate of this score is written as the span's ID: its written
+        score (:func:`written_score`, what ``kb_ents`` shows) is at least the threshold."""
+        return self.threshold is None or written_score(score) >= self.threshold
 
 
 @registry.misc("genbioel.inputs.v1")
@@ -135,6 +171,32 @@ def make_candidates(
     return settings
 
 
+@registry.misc("genbioel.output.v1")
+def make_output(
+    threshold: Optional[float] = None,
+    kb_id_attr: str = "kb_id",
+    candidates_attr: str = "kb_candidates",
+    ents_attr: str = "kb_ents",
+    write_kb_id: bool = True,
+) -> OutputSettings:
+    """Abstention and where the results go. ``threshold``: a span whose top candidate
+    scores below it keeps its candidates and ``kb_ents`` but gets no ID (``kb_id``
+    None, ``span.kb_id_`` empty); the score is the linker's own (the generator's mean
+    log-probability, at most 0; a retriever shortcut or exact match counts as 0), so
+    calibrate it on dev (``evaluate --calibration``). ``*_attr``: the span extensions
+    written (registered when missing); a second linker in the same pipeline takes
+    other names and ``write_kb_id = false``, since ``span.kb_id_`` holds one ID."""
+    if threshold is not None and not math.isfinite(threshold):
+        raise ValueError(f"threshold must be a finite number or null (got {threshold})")
+    attrs = {"kb_id_attr": kb_id_attr, "candidates_attr": candidates_attr, "ents_attr": ents_attr}
+    for key, value in attrs.items():
+        if not isinstance(value, str) or not value.isidentifier():
+            raise ValueError(f"{key} must be a Python identifier, the name of a span extension (got {value!r})")
+    if len(set(attrs.values())) < len(attrs):
+        raise ValueError(f"kb_id_attr, candidates_attr and ents_attr must differ (got {sorted(attrs.values())})")
+    return OutputSettings(threshold, kb_id_attr, candidates_attr, ents_attr, write_kb_id)
+
+
 def decoding_with_candidates(decoding: DecodingConfig, candidates: CandidateSettings) -> DecodingConfig:
     """The linker's one decoding config: beam settings plus how candidates restrict it."""
     return dataclasses.replace(decoding, num_candidates=candidates.num_candidates,
@@ -178,6 +240,14 @@ model = null
 num_candidates = 20
 restrict_to_candidates = true
 shortcut_threshold = null
+
+[genbioel.output]
+@misc = "genbioel.output.v1"
+threshold = null
+kb_id_attr = "kb_id"
+candidates_attr = "kb_candidates"
+ents_attr = "kb_ents"
+write_kb_id = true
 """
 DEFAULT_CONFIG: Dict[str, Any] = Config().from_str(DEFAULT_CONFIG_STR)["genbioel"]
 
