@@ -1,9 +1,10 @@
 """``package``: a trained model and its KB as a spaCy pipeline directory
-(:func:`spacy_genbioel.training.package.package`)."""
+(:func:`spacy_genbioel.training.package.package`); ``package-wheel``: that
+directory as an installable wheel (:func:`spacy_genbioel.training.wheel.build_wheel`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import typer
 from wasabi import msg
@@ -32,14 +33,62 @@ def package_cmd(
     num_candidates: int = typer.Option(20, help="Concepts the retriever proposes per mention"),
     restrict: bool = typer.Option(True, "--restrict/--no-restrict", help="Decode only the retrieved concepts' names (--no-restrict: the retriever serves --shortcut-threshold only)"),
     shortcut_threshold: Optional[float] = typer.Option(None, help="A mention whose top retrieved candidate scores at least this takes it without generating"),
+    threshold: Optional[float] = typer.Option(None, help="Abstain below this top score: the span keeps its candidates, kb_id is None (default: link every mention)"),
+    calibration: Optional[Path] = typer.Option(None, help="Take the threshold from a curve written by `evaluate --calibration`: the one reaching --target-precision on that data"),
+    target_precision: Optional[float] = typer.Option(None, help="With --calibration: the precision to reach (default: the file's)"),
+    kb_url: Optional[str] = typer.Option(None, "--kb-url", help="The KB's concept pages, recorded in meta.json for visualize: schemes (mesh,omim,umls,snomedct) or a template with {} for the ID"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """A spaCy pipeline directory (abbreviation detector, entity ruler or trained NER, genbioel) for spacy.load / spacy package."""
     setup_logging(verbose)
     from spacy_genbioel.training.package import package
 
+    threshold, source = _threshold(threshold, calibration, target_precision)
     path = package(model, kb, out, name=name, version=version, config_path=config, entity_label=entity_label,
                    entity_ruler=entity_ruler, abbreviations=abbreviations, num_beams=num_beams, top_k=top_k,
                    min_name_chars=min_name_chars, lang=lang, ner=ner, exact_match=exact_match, candidates=candidates,
-                   num_candidates=num_candidates, restrict_to_candidates=restrict, shortcut_threshold=shortcut_threshold)
+                   num_candidates=num_candidates, restrict_to_candidates=restrict, shortcut_threshold=shortcut_threshold,
+                   kb_url=kb_url, threshold=threshold, calibration=source)
     msg.good(f"Pipeline saved to {path}")
+
+
+def _threshold(threshold: Optional[float], calibration: Optional[Path], target: Optional[float]) -> Tuple[Optional[float], Optional[dict]]:
+    """``--threshold`` as given, or the one ``--calibration`` reaches ``--target-precision`` with (and its source)."""
+    if calibration is None:
+        if target is not None:
+            raise typer.BadParameter("--target-precision needs --calibration")
+        return threshold, None
+    if threshold is not None:
+        raise typer.BadParameter("--threshold and --calibration both set the threshold: give one")
+    from spacy_genbioel.evaluation.calibration import CalibrationError, calibrated_threshold
+
+    try:
+        threshold, source = calibrated_threshold(calibration, target)
+    except (CalibrationError, FileNotFoundError) as err:
+        msg.fail(str(err), exits=1)
+    if threshold is None:
+        msg.warn(f"No threshold in {calibration} reaches precision {source['target_precision']}: the pipeline links every mention")
+    else:
+        msg.info(f"Threshold {threshold:.6g}: precision {source['dev_precision']:.4f} at coverage "
+                 f"{source['dev_coverage']:.4f} on the {source['dev_mentions']} calibration mentions")
+    return threshold, source
+
+
+@app.command("package-wheel")
+def package_wheel_cmd(
+    pipeline: Path = typer.Argument(..., help="Pipeline directory written by `package`"),
+    out: Path = typer.Option(..., "--out", help="Folder the wheel goes to"),
+    name: Optional[str] = typer.Option(None, help="Package name without the language prefix (default: meta.json's)"),
+    version: Optional[str] = typer.Option(None, help="Package version (default: meta.json's)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """An installable wheel of a pipeline (spacy package --build wheel; needs the [package] extra), checked to require spacy_genbioel."""
+    setup_logging(verbose)
+    from spacy_genbioel.training.wheel import WheelError, build_wheel, wheel_requirements
+
+    try:
+        wheel = build_wheel(pipeline, out, name=name, version=version)
+    except WheelError as err:
+        msg.fail(str(err), exits=1)
+        return
+    msg.good(f"Wheel saved to {wheel}", f"requires: {', '.join(wheel_requirements(wheel))}")

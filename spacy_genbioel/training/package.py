@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import spacy
 
@@ -39,12 +39,14 @@ def component_config(
     num_candidates: int = 20,
     restrict_to_candidates: bool = True,
     shortcut_threshold: Optional[float] = None,
+    threshold: Optional[float] = None,
 ) -> Dict[str, Any]:
     """The ``genbioel`` component's config blocks in a packaged pipeline: decoding and
-    candidate settings, and the encoder-input settings the model was trained with."""
+    candidate settings, the abstention threshold, and the encoder-input settings the
+    model was trained with."""
     return linking_overrides(
         num_beams=num_beams, top_k=top_k, exact_match=exact_match, retriever=candidates, num_candidates=num_candidates,
-        restrict_to_candidates=restrict_to_candidates, shortcut_threshold=shortcut_threshold,
+        restrict_to_candidates=restrict_to_candidates, shortcut_threshold=shortcut_threshold, threshold=threshold,
         context_words=inputs.context_words, lowercase=inputs.lowercase, decoder_prompt=inputs.decoder_prompt,
         max_source_tokens=max_source_tokens, device="auto",
     )
@@ -70,6 +72,9 @@ def package(
     num_candidates: int = 20,
     restrict_to_candidates: bool = True,
     shortcut_threshold: Optional[float] = None,
+    kb_url: Optional[str] = None,
+    threshold: Optional[float] = None,
+    calibration: Optional[Dict[str, Any]] = None,
 ) -> Path:
     """A spaCy pipeline directory: scispacy's ``abbreviation_detector`` (when
     installed), an ``entity_ruler`` over the KB names, and ``genbioel`` with
@@ -82,7 +87,14 @@ def package(
     abbreviation_detector, tok2vec, ner, genbioel. ``exact_match``,
     ``candidates``, ``num_candidates``, ``restrict_to_candidates`` and
     ``shortcut_threshold`` set the component's settings of those names (a
-    retriever is rebuilt from the KB on first use; nothing extra is stored)."""
+    retriever is rebuilt from the KB on first use; nothing extra is stored).
+    ``kb_url`` (``"mesh,omim"`` or a template with ``{}``, see
+    :func:`spacy_genbioel.visualize.urls.resolve_templates`) records the KB's
+    concept pages in ``meta.json`` (``kb_url_templates``) for ``visualize``.
+    ``threshold`` is the component's abstention threshold (``[output]``; None:
+    link every mention); ``calibration`` (where it came from: see
+    :func:`~spacy_genbioel.evaluation.calibration.calibrated_threshold`) goes to
+    ``meta.json`` as ``genbioel_calibration``."""
     inputs = InputBuilder()
     max_source_tokens = 256
     if config_path:
@@ -105,9 +117,16 @@ def package(
         "description": f"Generative biomedical entity linking (GenBioEL) with {source}",
         "requirements": requirements(),
     })
+    if threshold is not None or calibration is not None:
+        nlp.meta["genbioel_calibration"] = {"threshold": threshold, **(calibration or {})}
+    if kb_url:
+        from spacy_genbioel.visualize.urls import resolve_templates
+
+        nlp.meta["kb_url_templates"] = resolve_templates(kb_url)
     if abbreviations:
         if abbreviation_detector_available():
             nlp.add_pipe("abbreviation_detector")
+            nlp.meta["requirements"] = requirements(extras=("scispacy",))  # the detector is scispacy's
         else:
             logger.warning("scispacy is not installed: the pipeline has no abbreviation detector")
     if ner_nlp is not None:
@@ -118,7 +137,7 @@ def package(
     component = nlp.add_pipe("genbioel", config=component_config(
         inputs, max_source_tokens, num_beams=num_beams, top_k=top_k, exact_match=exact_match, candidates=candidates,
         num_candidates=num_candidates, restrict_to_candidates=restrict_to_candidates,
-        shortcut_threshold=shortcut_threshold,
+        shortcut_threshold=shortcut_threshold, threshold=threshold,
     ))
     component.set_linker(GenerativeLinker(model, tokenizer, kb, inputs=component.inputs, config=component.decoding))
     out = Path(out_dir)
@@ -128,11 +147,15 @@ def package(
     return out
 
 
-def requirements() -> List[str]:
-    """What ``meta.json`` asks pip for: this package, at least the installed version."""
+def requirements(extras: Sequence[str] = ()) -> List[str]:
+    """What ``meta.json`` asks pip for: this package, at least the installed version,
+    with ``extras`` (``spacy_genbioel[scispacy]>=0.1.0`` for a pipeline with scispacy's
+    abbreviation detector); ``spacy package`` turns it into the wheel's requirement."""
     try:
         from importlib.metadata import version
 
-        return [f"spacy_genbioel>={version('spacy_genbioel')}"]
+        installed = version("spacy_genbioel")
     except Exception:  # not installed as a distribution (a source checkout)
-        return ["spacy_genbioel"]
+        from spacy_genbioel import __version__ as installed
+    extra = f"[{','.join(extras)}]" if extras else ""
+    return [f"spacy_genbioel{extra}>={installed}"]
