@@ -1,4 +1,5 @@
 """The benchmark scripts parse, and refuse what they do not know, without running anything heavy."""
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -60,3 +61,26 @@ def test_shortcut_sweep_replays_the_component_rule(tmp_path):
     write_predictions(tmp_path / "other.jsonl", mentions[::-1], generated)
     with pytest.raises(ValueError, match="different mentions"):
         shortcut_sweep.sweep(tmp_path / "r.jsonl", tmp_path / "other.jsonl", [None])
+
+
+def test_annotate_scale_reads_bc5cdr_in_order_and_projects_linearly(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import annotate_scale
+    finally:
+        sys.path.remove(str(BENCH))
+    (tmp_path / "bc5cdr").mkdir()
+    for name, pmids in (("CDR_TrainingSet.PubTator.txt", (1, 2)), ("CDR_DevelopmentSet.PubTator.txt", (3, 4))):
+        (tmp_path / "bc5cdr" / name).write_text("".join(f"{p}|t|Title {p}\n{p}|a|Abstract {p}.\n{p}\t0\t5\tTitle\tDisease\tD1\n\n"
+                                                        for p in pmids))
+    n = annotate_scale.write_abstracts(annotate_scale.data_dir(str(tmp_path)), 3, tmp_path / "a.jsonl")
+    lines = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert n == 3 and lines == [{"id": str(p), "title": f"Title {p}", "abstract": f"Abstract {p}."} for p in (1, 2, 3)]
+    run = {"run": "ray-1", "documents": 100, "mentions": 2000, "seconds": 100.0, "documents_per_s": 1.0}
+    plan = annotate_scale.projection(run, 800.0, 10.0)  # 20 mentions/s per CPU worker
+    assert plan["cpu_hours_by_workers"]["1"] == 5000.0 and plan["cpu_hours_by_workers"]["16"] == 312.5
+    assert plan["gpu_hours_by_workers_decoder_only"]["8"] == 15.6  # 36M abstracts x 10 mentions / (8 x 800/s) in hours
+    with pytest.raises(SystemExit, match="no bc5cdr"):
+        annotate_scale.data_dir(str(tmp_path / "nowhere"))

@@ -25,9 +25,9 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import IO, Any, Dict, Iterator, List, Sequence, Set, Tuple, Union
+from typing import IO, Any, Callable, Dict, Iterator, List, Sequence, Set, Tuple, Union
 
-from spacy_genbioel.annotate.records import CHECKPOINT, PROVENANCE, AnnotateError, Annotated, RecordError, chunk_summary, id_key
+from spacy_genbioel.annotate.records import CHECKPOINT, PROVENANCE, AnnotateError, Annotated, ChunkSummary, RecordError, chunk_summary, id_key
 from spacy_genbioel.annotate.writers import ChunkWriter
 from spacy_genbioel.util import atomic_json, atomic_write
 
@@ -147,14 +147,26 @@ class Checkpoint:
         self.next_number = max(numbers) + 1 if numbers else 0
 
     def commit(self, items: Sequence[Annotated]) -> Dict[str, Any]:
-        name = f"part-{self.next_number:06d}{self.writer.suffix}"
-        atomic_write(self.out / name, lambda p: self.writer.write(items, p))
-        summary = chunk_summary(items)
+        return self.commit_file(self.next_number, lambda p: self.writer.write(items, p), chunk_summary(items))
+
+    def commit_file(self, number: int, write: Callable[[Path], None], summary: ChunkSummary) -> Dict[str, Any]:
+        """Commit chunk ``number``, written by ``write(path)``: the chunk file lands (atomically),
+        then its checkpoint line. The Ray engine commits units as they finish, so out of order."""
+        name = f"part-{number:06d}{self.writer.suffix}"
+        atomic_write(self.out / name, write)
         entry = {"chunk": name, "ids": summary.ids, "mentions": summary.mentions, "linked": summary.linked}
         self._append(entry)
         self.entries.append({"chunk": name, "mentions": summary.mentions, "linked": summary.linked, "documents": len(summary.ids)})
-        self.next_number += 1
+        self.next_number = max(self.next_number, number + 1)
         return entry
+
+    def put_in_order(self) -> None:
+        """Rewrite ``checkpoint.jsonl`` in chunk order where chunks were committed out of order."""
+        lines = _complete_lines(self.path)
+        ordered = sorted(lines, key=lambda line: int(CHUNK_NAME.match(json.loads(line)["chunk"]).group(1)))  # type: ignore[union-attr]
+        if ordered != lines:
+            atomic_write(self.path, lambda p: p.write_text("".join(line + "\n" for line in ordered), encoding="utf8"))
+        self.entries.sort(key=lambda e: int(CHUNK_NAME.match(e["chunk"]).group(1)))  # type: ignore[union-attr]
 
     def _append(self, entry: Dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf8", newline="\n") as handle:

@@ -10,7 +10,7 @@ with :class:`~spacy_genbioel.annotate.records.AnnotateError` saying what
 differs. What is not identity: the pipeline's path (a copy of the same
 pipeline is the same), how an input path is spelled (it is resolved),
 ``--input-format`` where detection gives the same format, ``--device``,
-``--batch-size``, ``--n-process``, ``--chunk-size`` and ``--errors``.
+``--batch-size``, ``--n-process``, ``--engine``, ``--chunk-size`` and ``--errors``.
 """
 from __future__ import annotations
 

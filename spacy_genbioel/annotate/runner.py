@@ -43,7 +43,9 @@ from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog, output_lock
 from spacy_genbioel.annotate.job import check_job, job_identity, record_job
 from spacy_genbioel.annotate.readers import check_input_format, detect_format, expand_inputs, safe_records
 from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, Annotated, InputRecord, RecordError, doc_mentions, id_key
+from spacy_genbioel.annotate.units import first_seen, load_pipeline as _load_pipeline, run_one as _one, run_serial as _run_serial, run_summary
 from spacy_genbioel.annotate.writers import OUTPUT_FORMATS, WRITERS, ChunkWriter
+from spacy_genbioel.progress import InputProgress
 from spacy_genbioel.util import PathLike, atomic_json, resolve_device
 
 logger = logging.getLogger(__name__)
@@ -51,26 +53,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["annotate"]
 
 
-# -- running the pipeline ------------------------------------------------------------------------------------------
-def _run_serial(nlp: Any, records: Sequence[InputRecord], batch_size: int) -> Iterator[Tuple[InputRecord, Any]]:
-    """(record, doc or the exception) in order; a failing batch is retried one document at a time."""
-    for start in range(0, len(records), batch_size):
-        batch = records[start : start + batch_size]
-        try:
-            docs: List[Any] = list(nlp.pipe([r.text for r in batch], batch_size=len(batch)))
-        except Exception as err:  # noqa: BLE001  (any component may fail; find the document)
-            logger.warning("pipeline failed on a batch (%s); retrying its %d documents one by one", err, len(batch))
-            docs = [_one(nlp, r) for r in batch]
-        yield from zip(batch, docs)
-
-
-def _one(nlp: Any, record: InputRecord) -> Any:
-    try:
-        return nlp(record.text)
-    except Exception as err:  # noqa: BLE001
-        return err
-
-
+# -- running the pipeline (in this process: units.run_serial) -----------------------------------------------------
 def _run_parallel(nlp: Any, records: Iterable[InputRecord], batch_size: int, n_process: int) -> Iterator[Tuple[InputRecord, Any]]:
     """``nlp.pipe`` with worker processes. Documents a worker failed on never come back;
     they are spotted by their sequence number and retried in this process."""
@@ -145,21 +128,6 @@ def _check_device(device: str) -> None:
             raise AnnotateError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices")
 
 
-def _load_pipeline(pipeline_dir: Path, name: str, device: str) -> Tuple[Any, Any]:
-    """``(nlp, genbioel component)`` with its linker loaded; any failure is an AnnotateError."""
-    import spacy
-
-    try:
-        nlp = spacy.load(pipeline_dir, config={"components": {name: {"device": device}}})
-        component = _genbioel_component(nlp)
-        component.linker  # noqa: B018  (load the model now, not at the first document)
-    except AnnotateError:
-        raise
-    except Exception as err:  # noqa: BLE001  (whatever loading a damaged pipeline raises)
-        raise AnnotateError(f"the pipeline in {pipeline_dir} cannot be loaded ({type(err).__name__}: {err})") from err
-    return nlp, component
-
-
 def _leave_as_found(out: Path, created: bool) -> None:
     """After a run that could not start (lock held): when the folder holds nothing but the
     lock, remove the lock, and the folder when this run created it."""
@@ -177,15 +145,6 @@ def _records(paths: Sequence[Path], formats: Sequence[str]) -> Iterator[Any]:
         yield from safe_records(path, fmt)
 
 
-def _genbioel_component(nlp: Any) -> Any:
-    from spacy_genbioel.linking.component import GenBioELLinker
-
-    for _, proc in nlp.pipeline:
-        if isinstance(proc, GenBioELLinker):
-            return proc
-    raise AnnotateError(f"the pipeline has no genbioel component (components: {', '.join(nlp.pipe_names)})")
-
-
 def annotate(
     inputs: Union[PathLike, Sequence[PathLike]],
     pipeline_dir: PathLike,
@@ -199,6 +158,8 @@ def annotate(
     errors_path: Optional[PathLike] = None,
     progress: bool = True,
     command: Optional[str] = None,
+    engine: str = "local",
+    ray_address: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Annotate every document of ``inputs`` with the pipeline in ``pipeline_dir``; resumable.
 
@@ -211,6 +172,8 @@ def annotate(
     number of documents per ``nlp.pipe`` batch; ``n_process > 1`` runs
     ``nlp.pipe`` in worker processes (CPU only); ``device`` (``auto``,
     ``cpu``, ``cuda``, ``cuda:N``) is set on the genbioel component.
+    ``engine="ray"`` runs the units of the job on ``n_process`` Ray workers
+    (a local Ray, or the cluster at ``ray_address``): :mod:`.ray_engine`.
 
     Returns the summary written to ``summary.json``: ``documents_read``
     (records seen, valid or not), ``documents_written``, ``documents_skipped``
@@ -231,8 +194,17 @@ def annotate(
         raise AnnotateError("no input files")
     check_input_format(input_format)
     formats = [input_format or detect_format(p) for p in paths]  # fail on an unknown file before loading the model
-    _check_device(device)
-    if n_process > 1:
+    if engine not in ("local", "ray"):
+        raise AnnotateError(f"unknown engine {engine!r}; use local or ray")
+    if engine == "ray":  # the workers' devices are the cluster's: checked when it is reached
+        from spacy_genbioel.annotate.ray_engine import check_ray_options
+
+        check_ray_options(device)
+    elif ray_address is not None:
+        raise AnnotateError("--ray-address needs --engine ray")
+    else:
+        _check_device(device)
+    if n_process > 1 and engine == "local":
         if device == "auto":
             device = "cpu"
         elif resolve_device(device).type != "cpu":
@@ -253,7 +225,7 @@ def annotate(
     with output_lock(out):
         try:
             new_job = check_job(out, identity)  # before anything in the folder changes
-            nlp, component = _load_pipeline(pipeline_dir, name, device)
+            nlp, component = _load_pipeline(pipeline_dir, name, "cpu" if engine == "ray" else device)  # Ray: the workers link
             if new_job:
                 record_job(out, identity)
         except BaseException:
@@ -261,9 +233,14 @@ def annotate(
             raise
         (out / SUMMARY).unlink(missing_ok=True)  # present only after a run that finished
         settings = {"format": format, "inputs": [{"path": str(p), "format": f} for p, f in zip(paths, formats)],
-                    "input_format": input_format, "chunk_size": chunk_size, "batch_size": batch_size, "n_process": n_process}
+                    "input_format": input_format, "chunk_size": chunk_size, "batch_size": batch_size, "n_process": n_process, "engine": engine}
         try:
             update_provenance(out, provenance(nlp, pipeline_dir, component, device, settings, command), format, chunk_size)
+            if engine == "ray":
+                from spacy_genbioel.annotate.ray_engine import run_on_ray
+
+                return run_on_ray(nlp, component, paths, formats, out, format, batch_size, n_process, chunk_size, errors_path,
+                                  progress, pipeline_dir=pipeline_dir, device=device, address=ray_address)
             return _run(nlp, component, paths, formats, out, format, batch_size, n_process, chunk_size, errors_path, progress)
         except OSError as err:  # reading is guarded record by record: this is the output that cannot be written
             raise AnnotateError(f"cannot write the output ({err}); what was committed is kept: "
@@ -280,32 +257,17 @@ def _run(nlp: Any, component: Any, paths: Sequence[Path], formats: Sequence[str]
     errors = ErrorLog(Path(errors_path) if errors_path else out / ERRORS)
     counts = collections.Counter()
     seen: Set[Union[int, str]] = set()  # IDs claimed in this pass over the inputs
-    from tqdm import tqdm
-
-    bar = tqdm(desc="annotate", unit=" docs", disable=not progress, dynamic_ncols=True, mininterval=0.5)
+    # input bytes (compressed, for .gz) as the total; documents found committed are skipped, not in the rates
+    bar = InputProgress("annotate", paths, counts=("docs", "mentions"), enabled=progress)
 
     def pending() -> Iterator[InputRecord]:
         """Valid, first-seen records not yet in a committed chunk; the rest goes to the errors file."""
-        for item in _records(paths, formats):
-            counts["read"] += 1
-            if isinstance(item, RecordError):
-                errors.log(item)
-                continue
-            reason = writer.check(item)
-            if reason:
-                errors.log(RecordError(item.file, reason, item.line, item.record, item.doc_id))
-                continue
+        for item in first_seen(bar.read(_records(paths, formats)), writer.check, errors, seen, counts):
             key = id_key(item.doc_id)
-            if key in seen:
-                errors.log(RecordError(item.file, f"duplicate document ID {item.doc_id!r}: the first one is kept",
-                                       item.line, item.record, item.doc_id, kind="duplicate"))
-                continue
-            seen.add(key)
             if key in checkpoint.done:
                 checkpoint.done.discard(key)  # now in `seen`: keep one copy
                 counts["resumed"] += 1
-                if counts["resumed"] % 10_000 == 0:
-                    bar.set_postfix_str(f"{counts['resumed']} done before, skipped", refresh=True)
+                bar.skip()
                 continue
             yield item
 
@@ -326,10 +288,7 @@ def _run(nlp: Any, component: Any, paths: Sequence[Path], formats: Sequence[str]
                 continue
             counts["run_docs"] += 1
             counts["run_mentions"] += len(item.mentions)
-            bar.update(1)
-            elapsed = max(time.monotonic() - began, 1e-9)
-            resumed = f", {counts['resumed']} done before" if counts["resumed"] else ""
-            bar.set_postfix_str(f"{counts['run_mentions'] / elapsed:.1f} mentions/s{resumed}", refresh=False)
+            bar.add(docs=1, mentions=len(item.mentions))
             yield item
 
     try:
@@ -346,28 +305,6 @@ def _run(nlp: Any, component: Any, paths: Sequence[Path], formats: Sequence[str]
         bar.close()
         errors.close()
 
-    seconds = time.monotonic() - began
-    totals = checkpoint.totals
-    summary: Dict[str, Any] = {
-        "documents_read": counts["read"],
-        "documents_written": totals["documents_written"],
-        "documents_skipped": errors.counts["duplicate"],
-        "errors": errors.counts["error"],
-        "mentions": totals["mentions"],
-        "mentions_linked": totals["mentions_linked"],
-        "chunks": totals["chunks"],
-        "complete": True,
-        "out": str(out),
-        "format": format,
-        "errors_file": str(errors.path),
-        "this_run": {
-            "documents_resumed": counts["resumed"],
-            "documents_annotated": counts["run_docs"],
-            "mentions": counts["run_mentions"],
-            "seconds": round(seconds, 3),
-            "documents_per_s": round(counts["run_docs"] / seconds, 2) if seconds > 0 else None,
-            "mentions_per_s": round(counts["run_mentions"] / seconds, 2) if seconds > 0 else None,
-        },
-    }
+    summary = run_summary(checkpoint, errors, counts, out, format, time.monotonic() - began)
     atomic_json(out / SUMMARY, summary)
     return summary
