@@ -50,14 +50,17 @@ class DemoResult:
     train_steps: int
 
 
-def build_demo_pipeline(out: Path, train_seconds: float = 120.0, seed: int = 0, device: str = "cpu") -> Path:
-    """Train a tiny model on the demo KB and save a complete pipeline to ``out``."""
+def build_demo_pipeline(out: Path, train_seconds: float = 120.0, seed: int = 0, device: str = "cpu") -> Tuple[Path, int]:
+    """Train a tiny model on the demo KB and save a complete pipeline to ``out``; returns it and the steps trained."""
     torch.manual_seed(seed)
     kb = demo_kb()
     model_dir = out.parent / (out.name + "_model")
     model, tokenizer = init_model("tiny", kb.names, model_dir, vocab_size=2000, seed=seed)
     examples = kb_name_examples(kb, synonyms_per_name=1, seed=seed)
-    config = TrainConfig(max_steps=100_000, max_seconds=train_seconds, batch_size=32, learning_rate=1e-3, warmup_steps=50, seed=seed)
+    # counted in CPU time (all threads): on a busy machine the demo trains as many steps as on
+    # a quiet one, only slower; a wall-clock budget left it a few steps and a model linking nothing
+    config = TrainConfig(max_steps=100_000, max_seconds=train_seconds * torch.get_num_threads(), budget_clock="cpu",
+                         batch_size=32, learning_rate=1e-3, warmup_steps=50, seed=seed)
     began = time.monotonic()
     losses = train_seq2seq(model, tokenizer, examples, config)
     logger.info("Trained %d steps in %.0fs, final loss %.3f", len(losses), time.monotonic() - began, losses[-1])
@@ -68,12 +71,12 @@ def build_demo_pipeline(out: Path, train_seconds: float = 120.0, seed: int = 0, 
     linker = nlp.add_pipe("genbioel", config={"device": device})
     linker.set_linker(GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(num_beams=5, top_k=5)))
     nlp.to_disk(out)
-    return out
+    return out, len(losses)
 
 
 def run_demo(out: Path, train_seconds: float = 120.0, seed: int = 0) -> DemoResult:
     began = time.monotonic()
-    build_demo_pipeline(out, train_seconds=train_seconds, seed=seed)
+    _, steps = build_demo_pipeline(out, train_seconds=train_seconds, seed=seed)
     trained = time.monotonic() - began
     nlp = spacy.load(out)
     texts = demo_texts()
@@ -89,4 +92,4 @@ def run_demo(out: Path, train_seconds: float = 120.0, seed: int = 0) -> DemoResu
             ids = gold.get((i, ent.start_char, ent.end_char))
             if ids and ent._.kb_id in ids:
                 hits += 1
-    return DemoResult(out, rows, hits / max(1, len(gold)), len(gold), trained, 0)
+    return DemoResult(out, rows, hits / max(1, len(gold)), len(gold), trained, steps)

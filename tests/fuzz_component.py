@@ -11,10 +11,12 @@ file; nothing else may escape (no IndexError, KeyError, SafetensorError, ...):
   or None, and spans with nothing to link (control characters, whitespace,
   emoji) get None;
 * folders (:func:`folder_cases`): a saved pipeline with a truncated
-  ``model.safetensors`` or ``trie.safetensors``, a missing or wrong tokenizer,
-  garbage ``cfg.json`` and ``config.json``, an old trie without the tokenizer
-  fingerprint, a pipeline saved before its first use. Each must link (with a
-  warning where the case says so) or be refused naming the file.
+  ``model.safetensors``, ``trie.safetensors`` or ``kb.safetensors``, a missing
+  or wrong tokenizer, garbage ``cfg.json`` and ``config.json``, an old trie
+  without the tokenizer fingerprint, a compact KB with damaged arrays or
+  metadata, a ``kb.jsonl`` edited after saving, a pipeline saved before its
+  first use. Each must link (with a warning where the case says so) or be
+  refused naming the file.
 
 Run against any tree (``PYTHONPATH`` first decides which ``spacy_genbioel``)::
 
@@ -181,6 +183,27 @@ def _trie_metadata(change: Callable[[Dict[str, str]], Dict[str, str]]) -> Callab
     return run
 
 
+def _kb_file(change: Callable[[Dict, Dict[str, str]], Tuple[Dict, Dict[str, str]]]) -> Callable[[Path, "Resources"], None]:
+    """Rewrite ``kb.safetensors`` with ``change(arrays, metadata)``."""
+    def run(folder: Path, _res) -> None:
+        from safetensors import safe_open
+        from safetensors.numpy import load_file, save_file
+
+        path = folder / "genbioel" / "kb.safetensors"
+        with safe_open(str(path), framework="np") as handle:
+            meta = dict(handle.metadata() or {})
+        arrays, meta = change(load_file(str(path)), meta)
+        save_file(arrays, str(path), metadata=meta)
+    return run
+
+
+def _edit_jsonl(folder: Path, _res) -> None:
+    """Drop the KB's last concept from ``kb.jsonl`` (as a user editing the file would)."""
+    path = folder / "genbioel" / "kb.jsonl"
+    lines = path.read_text(encoding="utf8").splitlines()
+    path.write_text("\n".join(lines[:-1]) + "\n", encoding="utf8")
+
+
 def _cfg(change: Callable[[dict], object]) -> Callable[[Path, "Resources"], None]:
     def run(folder: Path, _res) -> None:
         path = folder / "genbioel" / "cfg.json"
@@ -196,11 +219,13 @@ def _old_trie(meta: Dict[str, str]) -> Dict[str, str]:
 
 def folder_cases() -> List[FolderCase]:
     m, t, c = "genbioel/model/model.safetensors", "genbioel/trie.safetensors", "genbioel/cfg.json"
+    k = "genbioel/kb.safetensors"
     cases = [FolderCase("intact", lambda f, r: None, "link")]
     for label, keep in [("empty", lambda n: 0), ("7 bytes", lambda n: 7), ("100 bytes", lambda n: 100),
                         ("half", lambda n: n // 2), ("last byte cut", lambda n: n - 1)]:
         cases.append(FolderCase(f"model.safetensors {label}", _truncate(m, keep), "refuse", ("model.safetensors",)))
         cases.append(FolderCase(f"trie.safetensors {label}", _truncate(t, keep), "refuse", ("trie.safetensors",)))
+        cases.append(FolderCase(f"kb.safetensors {label}", _truncate(k, keep), "refuse", ("kb.safetensors",)))
     cases += [
         FolderCase("model.safetensors garbage", _write(m, b"\x00" * 64 + b"not safetensors" * 50), "refuse", ("model.safetensors",)),
         FolderCase("model.safetensors missing", _delete(m), "refuse", ("model.safetensors",)),
@@ -221,7 +246,27 @@ def folder_cases() -> List[FolderCase]:
                    "link_warned", ("trie.safetensors",)),
         FolderCase("trie of format 1 without fingerprint", _trie_metadata(_old_trie), "link"),
         FolderCase("trie missing", _delete(t), "link_warned", ("trie.safetensors",)),
-        FolderCase("kb.jsonl missing", _delete("genbioel/kb.jsonl"), "refuse", ("kb.jsonl",)),
+        FolderCase("kb.jsonl missing, kb.safetensors there", _delete("genbioel/kb.jsonl"), "link_warned", ("kb.jsonl",)),
+        FolderCase("kb.jsonl and kb.safetensors missing", _delete("genbioel/kb.jsonl", k), "refuse", ("kb.jsonl",)),
+        FolderCase("kb.safetensors missing (a pipeline saved before it)", _delete(k), "link"),
+        FolderCase("kb.jsonl edited after saving", _edit_jsonl, "link_warned", ("kb.jsonl",)),
+        FolderCase("kb.safetensors garbage", _write(k, b"\xff" * 300), "refuse", ("kb.safetensors",)),
+        FolderCase("kb.safetensors of format version 99", _kb_file(lambda a, m: (a, {**m, "format_version": "99"})), "refuse",
+                   ("kb.safetensors",)),
+        FolderCase("kb.safetensors not a KB", _kb_file(lambda a, m: (a, {k2: v for k2, v in m.items() if k2 != "format"})),
+                   "refuse", ("kb.safetensors",)),
+        FolderCase("kb.safetensors without its checksum", _kb_file(lambda a, m: (a, {k2: v for k2, v in m.items()
+                                                                                    if k2 != "checksum"})),
+                   "refuse", ("kb.safetensors",)),
+        FolderCase("kb.safetensors without name_offsets", _kb_file(lambda a, m: ({k2: v for k2, v in a.items()
+                                                                                 if k2 != "name_offsets"}, m)),
+                   "refuse", ("kb.safetensors",)),
+        FolderCase("kb.safetensors name offsets reversed", _kb_file(lambda a, m: ({**a, "name_offsets": a["name_offsets"][::-1].copy()}, m)),
+                   "refuse", ("kb.safetensors",)),
+        FolderCase("kb.safetensors concepts of names out of range",
+                   _kb_file(lambda a, m: ({**a, "name_concepts": a["name_concepts"] + 1000}, m)), "refuse", ("kb.safetensors",)),
+        FolderCase("kb.safetensors names of concepts as text", _kb_file(lambda a, m: ({**a, "concept_names": a["concept_names"].astype("float32")}, m)),
+                   "refuse", ("kb.safetensors",)),
         FolderCase("cfg.json garbage", _write(c, b"{{{"), "refuse", ("cfg.json",)),
         FolderCase("cfg.json empty", _write(c, b""), "refuse", ("cfg.json",)),
         FolderCase("cfg.json a list", _write(c, b"[]"), "refuse", ("cfg.json",)),

@@ -17,6 +17,8 @@ from spacy_genbioel.cli import annotate  # noqa: E402,F401  (annotate)
 
 from spacy_genbioel.cli import ner  # noqa: E402,F401  (ner-corpus)
 
+from spacy_genbioel.cli import visualize  # noqa: E402,F401  (visualize)
+
 __all__ = ["app", "main", "setup_logging"]
 
 

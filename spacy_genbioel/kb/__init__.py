@@ -3,6 +3,9 @@
 * :mod:`.base` -- :class:`Concept`, :class:`KnowledgeBase` (names, the
   normalized-name index, JSONL / ``target_kb.json`` files, what was dropped:
   :class:`KBDrops`), :class:`KBFormatError` and :class:`EmptyKBError`;
+* :mod:`.compact` -- :class:`CompactKB`: the same KB as flat arrays, saved as
+  ``kb.safetensors`` and read memory-mapped (UMLS-sized KBs), built by
+  :mod:`.compact_build`;
 * :mod:`.normalizers` -- name normalizers, in spaCy's ``registry.misc``;
 * :mod:`.sources` -- MEDIC, CTD, MeSH and JSON vocabulary readers;
 * :mod:`.ontologies` -- UMLS RRF and OBO readers;
@@ -11,6 +14,7 @@
   augmentation steps, the check against GenBioEL's ``target_kb.json``.
 """
 from spacy_genbioel.kb.base import Concept, EmptyKBError, KBDrops, KBFormatError, KnowledgeBase
+from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.kb.build import (
     FORMATS,
     KBAugmentation,
@@ -37,6 +41,7 @@ from spacy_genbioel.kb.sources import (
 __all__ = [
     "FORMATS",
     "NORMALIZER_ALIASES",
+    "CompactKB",
     "Concept",
     "EmptyKBError",
     "KBAugmentation",

@@ -11,7 +11,10 @@ Two plain file formats travel: JSONL (one concept per line, ``{"id", "names",
 "definition", "types"}``) and GenBioEL's ``target_kb.json`` (``{id: [names]}``).
 Both are read here, once, for :meth:`KnowledgeBase.load` and for ``build-kb``
 (``-f jsonl``, ``-f genbioel``): ``.gz``, a BOM and any line ends are fine, and
-every failure is a :class:`KBFormatError` naming the file and line.
+every failure is a :class:`KBFormatError` naming the file and line. Binary
+formats register a reader and a writer by suffix in :data:`KB_FILE_FORMATS`:
+:mod:`~spacy_genbioel.kb.compact` adds ``.safetensors`` (a compact KB read
+memory-mapped, for KBs of UMLS's size).
 
 Unusable names are dropped and counted (:class:`KBDrops`, logged): a name that
 normalizes to nothing, and a concept all of whose names do. A concept listed
@@ -34,6 +37,10 @@ from spacy_genbioel.kb.normalizers import Normalizer, get_normalizer
 from spacy_genbioel.util import LINE_PROBE, PathLike, iter_json_lines, line_separator, parse_json, read_text
 
 logger = logging.getLogger(__name__)
+
+#: suffix -> (reader(path, **load_kwargs), writer(kb, path)) of binary KB files, registered by the
+#: modules that define them (``kb.compact``: ``.safetensors``); ``load`` and ``save`` use them
+KB_FILE_FORMATS: Dict[str, Tuple[Callable[..., "KnowledgeBase"], Callable[["KnowledgeBase", Path], None]]] = {}
 
 
 class KBFormatError(ValueError):
@@ -210,7 +217,7 @@ class KnowledgeBase:
         return self._concepts[concept_id]
 
     def __repr__(self) -> str:
-        return f"KnowledgeBase({self.name!r}, {len(self)} concepts, {len(self._names)} names, dedup={self.dedup})"
+        return f"KnowledgeBase({self.name!r}, {len(self)} concepts, {self.n_names} names, dedup={self.dedup})"
 
     @property
     def names(self) -> List[str]:
@@ -230,15 +237,15 @@ class KnowledgeBase:
     def ids_for_name(self, name: str, normalize: bool = True) -> Tuple[str, ...]:
         """Concept IDs of a name (normalized first unless told otherwise); empty if unknown."""
         key = self.normalize(name) if normalize else name
-        idx = self._name_index.get(key)
-        return self._name_ids[idx] if idx is not None else ()
+        idx = self.name_index(key)
+        return self.ids_for_name_index(idx) if idx is not None else ()
 
     def names_of(self, concept_id: str) -> List[str]:
         """Normalized names that map to a concept (after de-duplication)."""
         return self._concept_names.get(concept_id, [])
 
     def preferred_name(self, concept_id: str) -> str:
-        concept = self._concepts[concept_id]
+        concept = self[concept_id]
         return concept.names[0] if concept.names else concept_id
 
     @property
@@ -260,25 +267,26 @@ class KnowledgeBase:
         (the BioSyn/GenBioEL dictionary augmentation). Unknown IDs are ignored."""
         extra: Dict[str, List[str]] = {}
         for cid, name in pairs:
-            if cid in self._concepts:
+            if cid in self:
                 extra.setdefault(cid, []).append(name)
-        concepts = [Concept(c.id, c.names + extra.get(c.id, []), c.definition, c.types, c.prior) for c in self]
-        return KnowledgeBase(concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name)
+        return self._rebuild(Concept(c.id, c.names + extra.get(c.id, []), c.definition, c.types, c.prior) for c in self)
 
     def with_first_names_only(self) -> "KnowledgeBase":
         """A new KB in which every concept keeps one name: its first normalized
         name after de-duplication (the preferred name unless a shared name
         moved it). GenBioEL's ablation of the N-to-1 trie: one name per
         concept, so training can only target that name."""
-        concepts = [Concept(c.id, self.names_of(c.id)[:1], c.definition, c.types, c.prior) for c in self]
-        return KnowledgeBase(concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name)
+        return self._rebuild(Concept(c.id, self.names_of(c.id)[:1], c.definition, c.types, c.prior) for c in self)
 
     def with_priors(self, counts: Mapping[str, float]) -> "KnowledgeBase":
         """A new KB whose concepts carry ``counts`` (e.g. gold IDs of a training
         split) as priors, so a name shared by several concepts lists the most
         frequent answer first. Unknown IDs are ignored; names are unchanged, so
         a trie built for this KB stays valid."""
-        concepts = [Concept(c.id, c.names, c.definition, c.types, float(counts.get(c.id, 0.0))) for c in self]
+        return self._rebuild(Concept(c.id, c.names, c.definition, c.types, float(counts.get(c.id, 0.0))) for c in self)
+
+    def _rebuild(self, concepts: Iterable[Concept]) -> "KnowledgeBase":
+        """A KB of the same kind and settings over ``concepts`` (what the ``with_*`` methods return)."""
         return KnowledgeBase(concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name)
 
     # -- persistence --------------------------------------------------------
@@ -286,8 +294,8 @@ class KnowledgeBase:
         """One concept per line, with the raw names whose normalized form this
         KB keeps for it (so a de-duplicated KB reloads as the same index)."""
         with Path(path).open("w", encoding="utf8") as out:
-            for concept in self._concepts.values():
-                kept = set(self._concept_names[concept.id])
+            for concept in self:
+                kept = set(self.names_of(concept.id))
                 names = [raw for raw in concept.names if self.normalize(raw) in kept]
                 record = Concept(concept.id, names, concept.definition, concept.types, concept.prior).to_dict()
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -299,7 +307,7 @@ class KnowledgeBase:
 
     def to_target_kb_json(self, path: PathLike) -> None:
         """GenBioEL's ``target_kb.json``: ``{concept_id: [normalized names]}``."""
-        data = {cid: self._concept_names[cid] for cid in self._concepts}
+        data = {cid: self.names_of(cid) for cid in self.concept_ids}
         Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf8")
 
     @classmethod
@@ -308,20 +316,26 @@ class KnowledgeBase:
         return cls(read_target_kb_json(path), **kwargs)
 
     def save(self, path: PathLike) -> None:
-        """Write GenBioEL ``target_kb.json`` (``.json``) or JSONL (any other suffix), as :meth:`load` reads."""
-        if Path(path).suffix == ".json":
+        """Write GenBioEL ``target_kb.json`` (``.json``), a registered binary format
+        (``.safetensors``: :data:`KB_FILE_FORMATS`) or JSONL (any other suffix), as :meth:`load` reads."""
+        if Path(path).suffix in KB_FILE_FORMATS:
+            KB_FILE_FORMATS[Path(path).suffix][1](self, Path(path))
+        elif Path(path).suffix == ".json":
             self.to_target_kb_json(path)
         else:
             self.to_jsonl(path)
 
     @classmethod
     def load(cls, path: PathLike, **kwargs) -> "KnowledgeBase":
-        """Load JSONL (``.jsonl``, ``.jsonl.gz``) or GenBioEL ``target_kb.json``
-        (``.json``, ``.json.gz``), with the readers ``build-kb`` uses; a KB
-        without a usable name raises :class:`EmptyKBError` naming the file."""
+        """Load JSONL (``.jsonl``, ``.jsonl.gz``), GenBioEL ``target_kb.json``
+        (``.json``, ``.json.gz``), with the readers ``build-kb`` uses, or a
+        registered binary format (``.safetensors``: a compact KB, memory-mapped);
+        a KB without a usable name raises :class:`EmptyKBError` naming the file."""
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"KB file not found: {path}")
+        if path.suffix in KB_FILE_FORMATS:
+            return KB_FILE_FORMATS[path.suffix][0](path, **kwargs)
         target_kb = path.name.endswith((".json", ".json.gz"))
         try:
             return cls.from_target_kb_json(path, **kwargs) if target_kb else cls.from_jsonl(path, **kwargs)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from spacy_genbioel.kb.base import Concept, EmptyKBError, KnowledgeBase
+from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.kb.crosswalk import apply_crosswalk, normalize_id, read_crosswalk
 from spacy_genbioel.kb.normalizers import Normalizer, get_normalizer
 from spacy_genbioel.kb.ontologies import read_obo, read_umls
@@ -25,6 +26,7 @@ from spacy_genbioel.kb.sources import (
     read_mesh_xml,
     read_scispacy_jsonl,
 )
+from spacy_genbioel.progress import InputProgress
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.util import PathLike
 
@@ -91,6 +93,8 @@ def build_kb(
     normalizer: Union[str, Normalizer] = "genbioel",
     crosswalk: Optional[Union[Mapping[str, str], PathLike]] = None,
     name: Optional[str] = None,
+    progress: Optional[bool] = None,
+    compact: bool = False,
     **reader_kwargs: Any,
 ) -> KnowledgeBase:
     """Read ``sources`` with the ``format`` reader and merge them into one KB.
@@ -101,22 +105,29 @@ def build_kb(
     sources without a single usable name raise
     :class:`~spacy_genbioel.kb.base.EmptyKBError` naming them. ``reader_kwargs`` go to the reader (e.g. ``mrdef=``
     for UMLS); sources given as ``(format, path)`` use that format's defaults.
+    ``progress`` (None: on a terminal) shows the bytes of the sources read and the concepts found.
+    ``compact``: build a :class:`~spacy_genbioel.kb.compact.CompactKB` (the same KB as flat
+    arrays, a fraction of the memory: for KBs of UMLS's size; save it as ``.safetensors``).
     """
     get_reader(format)
     get_normalizer(normalizer)  # fail fast on a bad name, before reading GBs
     walk: Optional[Mapping[str, str]] = None
     if crosswalk is not None:
         walk = crosswalk if isinstance(crosswalk, Mapping) else read_crosswalk(crosswalk)
-    concepts: Iterable[Concept] = iter_concepts(format, sources, **reader_kwargs)
+    bar = InputProgress("build-kb", _source_paths(sources), counts=("concepts",), enabled=progress)
+    concepts: Iterable[Concept] = bar.read(iter_concepts(format, sources, **reader_kwargs), count="concepts")
     if walk:
         concepts = (apply_crosswalk(c, walk) for c in concepts)
     if name is None:
         first = sources if isinstance(sources, (str, Path)) else None
         name = Path(first).stem if first is not None else format
     try:
-        kb = KnowledgeBase(concepts, normalizer=normalizer, dedup=dedup, name=name)
+        kind = CompactKB.build if compact else KnowledgeBase
+        kb = kind(concepts, normalizer=normalizer, dedup=dedup, name=name)
     except EmptyKBError as err:
         raise EmptyKBError(f"{', '.join(_source_paths(sources))}: {err}") from None
+    finally:
+        bar.close()
     logger.info("Built %r", kb)
     return kb
 

@@ -2,10 +2,18 @@
 
     nlp.add_pipe("genbioel", config={"model": "model_dir", "kb": "kb.jsonl"})
 
-writes ``span._.kb_id`` (top concept ID or None), spaCy's ``span.kb_id_`` and
-``span._.kb_candidates`` (up to ``top_k`` ``(id, name, score)`` tuples); a span
-with nothing to link (only control characters, whitespace or emoji) gets None
-without being decoded. Model, tokenizer, KB and trie load lazily on first use
+writes ``span._.kb_id`` (top concept ID or None), spaCy's ``span.kb_id_``,
+``span._.kb_candidates`` (up to ``top_k`` ``(id, name, score)`` tuples) and
+scispacy's ``span._.kb_ents`` (up to ``top_k`` ``(id, score)`` pairs, one per
+concept, best first); a span with nothing to link (only control characters,
+whitespace or emoji) gets None without being decoded. The ``output`` block
+(:func:`~spacy_genbioel.linking.settings.make_output`) sets an abstention
+``threshold`` (below it the span keeps its candidates but gets no ID) and the
+extension names, so that two linkers (a MeSH and a UMLS one, say) share a
+pipeline without overwriting each other; ``component.kb`` is scispacy's
+``linker.kb`` (``cui_to_entity``, ``alias_to_cuis``; :mod:`.kb_view`).
+
+Model, tokenizer, KB and trie load lazily on first use
 (or ``initialize``, or ``to_disk``), and travel inside the pipeline directory,
 so ``spacy.load(dir)`` works once the original files are gone; a damaged saved
 file is refused naming it.
@@ -44,11 +52,15 @@ from spacy_genbioel.linking.settings import (
     LEGACY_SETTINGS,
     CandidateSettings,
     DecodingConfig,
+    OutputSettings,
     apply_legacy,
     decoding_with_candidates,
     make_candidates,
+    written_score,
 )
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.kb.compact import CompactKB
+from spacy_genbioel.linking.kb_view import LinkerKB
 from spacy_genbioel.ty import Candidate, Mention
 from spacy_genbioel.kb.normalizers import get_normalizer
 from spacy_genbioel.models import ModelFileNotFoundError, ModelFormatError, load_model, save_model
@@ -57,9 +69,15 @@ from spacy_genbioel.linking.trie import NameTrie
 
 logger = logging.getLogger(__name__)
 
-for _attr in ("kb_id", "kb_candidates"):
-    if not Span.has_extension(_attr):
-        Span.set_extension(_attr, default=None)
+
+def register_extensions(output: OutputSettings) -> None:
+    """The span extensions ``output`` names (kept when they exist: scispacy registers ``kb_ents`` too)."""
+    for attr, default in zip(output.attrs, (None, None, [])):
+        if not Span.has_extension(attr):
+            Span.set_extension(attr, default=default)
+
+
+register_extensions(OutputSettings())  # the default names exist once the package is imported
 
 
 def make_genbioel(
@@ -78,6 +96,7 @@ def make_genbioel(
     inputs: InputBuilder,
     decoding: DecodingConfig,
     candidates: Union[CandidateSettings, str],
+    output: OutputSettings = OutputSettings(),
     **legacy: Any,
 ) -> "GenBioELLinker":
     """The ``genbioel`` factory: resources at the top level, behaviour in the
@@ -85,7 +104,9 @@ def make_genbioel(
 
     A pipeline saved by spacy_genbioel 0.1 names flat settings (``num_beams``,
     ``candidates = "tfidf"``, ...): they are accepted and mapped onto the blocks,
-    so it loads and links as it did."""
+    so it loads and links as it did. A pipeline saved before the ``output`` block
+    existed gets its defaults (no threshold, the usual attribute names)."""
+    warn_on_shared_outputs(nlp, name, output)
     if isinstance(candidates, str):  # 0.1: the retriever's name at the top level
         candidates = make_candidates(retriever=candidates)
     inputs, decoding, candidates = apply_legacy(legacy, inputs, decoding, candidates)
@@ -106,7 +127,24 @@ def make_genbioel(
         resolve_abbreviations=resolve_abbreviations,
         candidates=candidates.retriever,
         candidates_model=candidates.model,
+        output=output,
     )
+
+
+def warn_on_shared_outputs(nlp: Language, name: str, output: OutputSettings) -> None:
+    """Warn when another ``genbioel`` component of ``nlp`` writes the same span extensions or
+    ``span.kb_id_``: the later one would overwrite the earlier one's results."""
+    for other_name, other in nlp.components:
+        if not isinstance(other, GenBioELLinker) or other_name == name:
+            continue
+        shared = sorted(set(output.attrs) & set(other.output.attrs))
+        if output.write_kb_id and other.output.write_kb_id:
+            shared.append("span.kb_id_")
+        if shared:
+            logger.warning(
+                "Components %r and %r both write %s: the later overwrites the earlier. Give one of them other "
+                "names and write_kb_id = false in its [output] block (docs/scispacy.md, 'Several linkers')",
+                other_name, name, ", ".join(shared))
 
 
 # 0.1's flat settings stay accepted (None: not given), without showing in the factory's code
@@ -137,6 +175,7 @@ class GenBioELLinker(Pipe):
         resolve_abbreviations: bool = True,
         candidates: str = "none",
         candidates_model: Optional[str] = None,
+        output: Optional[OutputSettings] = None,
     ) -> None:
         self.vocab = vocab
         self.name = name
@@ -154,7 +193,10 @@ class GenBioELLinker(Pipe):
         self.resolve_abbreviations = resolve_abbreviations
         self.candidates = candidates
         self.candidates_model = candidates_model
+        self.output = output or OutputSettings()
+        register_extensions(self.output)
         self._linker: Optional[GenerativeLinker] = None
+        self._kb_view: Optional[LinkerKB] = None
 
     # -- resources -------------------------------------------------------------
     @property
@@ -163,6 +205,15 @@ class GenBioELLinker(Pipe):
             self.initialize()
         assert self._linker is not None
         return self._linker
+
+    @property
+    def kb(self) -> LinkerKB:
+        """scispacy's ``linker.kb``: ``cui_to_entity[cui]`` (an :class:`~spacy_genbioel.linking.kb_view.Entity`),
+        ``alias_to_cuis[alias]``, and the KB itself as ``knowledge_base``; views, nothing copied."""
+        kb = self.linker.kb
+        if self._kb_view is None or self._kb_view.knowledge_base is not kb:
+            self._kb_view = LinkerKB(kb)
+        return self._kb_view
 
     def initialize(
         self,
@@ -244,13 +295,18 @@ class GenBioELLinker(Pipe):
     def _write(self, doc: Doc, spans: List[Span], results: List[List[Candidate]]) -> None:
         if not spans:
             return
+        out, top_k = self.output, self.decoding.top_k
         linked: Dict[Tuple[int, int, str], str] = {}
         for span, candidates in zip(spans, results):
-            kb_id = candidates[0].ids[0] if candidates and candidates[0].ids else None
-            span._.kb_id = kb_id
+            top = candidates[0] if candidates and candidates[0].ids else None
+            kb_id = top.ids[0] if top is not None and out.links(top.score) else None
+            span._.set(out.kb_id_attr, kb_id)
             # one tuple per concept ID (a name may map to several), at most top_k
-            span._.kb_candidates = [(cid, c.name, round(c.score, 6)) for c in candidates for cid in c.ids][: self.decoding.top_k]
+            span._.set(out.candidates_attr, [(cid, c.name, written_score(c.score)) for c in candidates for cid in c.ids][:top_k])
+            span._.set(out.ents_attr, concept_scores(candidates, top_k))
             linked[(span.start, span.end, span.label_)] = kb_id or ""
+        if not out.write_kb_id:
+            return
         # spaCy's own kb_id lives on the stored spans, so rebuild them with it
         if self.spans_key is None:
             doc.ents = [
@@ -283,6 +339,8 @@ class GenBioELLinker(Pipe):
             lk = self._linker
             save_model(lk.model, lk.tokenizer, path / "model")
             lk.kb.to_jsonl(path / "kb.jsonl")
+            # the same KB as arrays, which from_disk maps instead of parsing kb.jsonl
+            CompactKB.from_kb(lk.kb).save(path / "kb.safetensors", jsonl=path / "kb.jsonl")
             lk.trie.to_disk(path / "trie.safetensors")
             meta["kb_checksum"] = lk.kb.checksum()
         (path / "cfg.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
@@ -304,17 +362,21 @@ class GenBioELLinker(Pipe):
 
     def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "GenBioELLinker":
         """Load what :meth:`to_disk` wrote. A missing or damaged file raises
-        :class:`~spacy_genbioel.models.hf.ModelFormatError` naming it; a trie that
-        no longer fits the KB or tokenizer beside it is rebuilt with a warning."""
+        :class:`~spacy_genbioel.models.hf.ModelFormatError` (or, for the KB,
+        :class:`~spacy_genbioel.kb.base.KBFormatError`) naming it; a trie that
+        no longer fits the KB or tokenizer beside it is rebuilt with a warning.
+        The KB and the trie are memory-mapped, not read (``kb.safetensors``;
+        a pipeline saved before it existed has only ``kb.jsonl``, read as before)."""
         path = Path(path)
         meta = read_component_cfg(path / "cfg.json")
         if not meta.get("has_linker"):
             return self
         self.kb_normalizer, self.kb_dedup = meta["kb_normalizer"], meta["kb_dedup"]
-        for name in ("kb.jsonl", "model"):
+        kb_file = "kb.jsonl" if not (path / "kb.safetensors").exists() else "kb.safetensors"
+        for name in (kb_file, "model"):
             if not (path / name).exists():
                 raise ModelFileNotFoundError(f"{path / name} not found: the saved component is incomplete")
-        kb = KnowledgeBase.load(path / "kb.jsonl", normalizer=self.kb_normalizer, dedup=self.kb_dedup)
+        kb = self._saved_kb(path)
         trie: Optional[NameTrie] = None
         if not (path / "trie.safetensors").exists():
             logger.warning("%s not found; building the trie from the KB", path / "trie.safetensors")
@@ -327,6 +389,32 @@ class GenBioELLinker(Pipe):
         self._linker = self._with_candidates(GenerativeLinker(hf_model, tokenizer, kb, trie, inputs=self.inputs,
                                                               config=self.decoding, stale_trie="rebuild"))
         return self
+
+
+    def _saved_kb(self, path: Path) -> KnowledgeBase:
+        """``kb.safetensors`` memory-mapped when it is there and ``kb.jsonl`` beside it is the
+        file it was written with; else ``kb.jsonl`` parsed (pipelines saved before 0.2)."""
+        compact, jsonl = path / "kb.safetensors", path / "kb.jsonl"
+        kwargs = {"normalizer": self.kb_normalizer, "dedup": self.kb_dedup}
+        if compact.exists():
+            kb = CompactKB.open(compact, **kwargs)
+            if not jsonl.exists():
+                logger.warning("%s not found; using %s", jsonl, compact)
+                return kb
+            if kb.matches_jsonl(jsonl):
+                return kb
+            logger.warning("%s changed since %s was written; reading %s", jsonl, compact, jsonl)
+        return KnowledgeBase.load(jsonl, **kwargs)
+
+
+def concept_scores(candidates: Sequence[Candidate], limit: int) -> List[Tuple[str, float]]:
+    """scispacy's ``kb_ents``: ``(concept_id, score)`` once per concept (its best name's
+    score), best first (ties keep the linker's rank), at most ``limit``."""
+    best: Dict[str, float] = {}
+    for candidate in candidates:
+        for cid in candidate.ids:
+            best.setdefault(cid, written_score(candidate.score))
+    return sorted(best.items(), key=lambda item: -item[1])[:limit]
 
 
 def read_component_cfg(path: Path) -> Dict[str, Any]:

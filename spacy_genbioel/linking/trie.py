@@ -22,11 +22,12 @@ batch, answered by the same kind of binary search (``TrieRestriction``). Name
 -> terminal node and node -> parent are derived from the stored arrays.
 
 A trie only holds for the tokenizer and model it was built with. Format 2
-files store the tokenizer's fingerprint beside the model's vocabulary size,
+and 3 files store the tokenizer's fingerprint beside the model's vocabulary size,
 EOS and root token; :meth:`NameTrie.mismatch` compares them (and, for format 1
 files, which have no fingerprint, re-tokenizes a sample of the KB names) so a
-stale trie is rebuilt or refused rather than silently used. A damaged file
-raises :class:`TrieFormatError` naming it.
+stale trie is rebuilt or refused rather than silently used. Files are read
+memory-mapped and checked (:mod:`.trie_io`); a damaged file raises
+:class:`TrieFormatError` naming it.
 """
 from __future__ import annotations
 
@@ -34,8 +35,12 @@ import logging
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
-from spacy_genbioel.models.hf import ModelFileNotFoundError, ModelFormatError, tokenizer_fingerprint
+from spacy_genbioel.models.hf import tokenizer_fingerprint
+from spacy_genbioel.arrayfile import release_pages
+from spacy_genbioel.linking.name_tokens import tokenize_names
+from spacy_genbioel.linking.trie_io import TrieFormatError, TrieMismatchError, read_trie, write_trie
 from spacy_genbioel.linking.trie_tensors import TrieRestriction, TrieTensors
+from spacy_genbioel.progress import LARGE, StepProgress
 from spacy_genbioel.util import PathLike
 
 import numpy as np
@@ -44,21 +49,6 @@ import torch
 logger = logging.getLogger(__name__)
 
 __all__ = ["NameTrie", "TrieFormatError", "TrieMismatchError", "TrieRestriction", "TrieTensors"]
-
-_FORMAT_VERSION = 2
-#: format 1 (spacy_genbioel 0.1): the same arrays, no tokenizer fingerprint
-_READABLE_VERSIONS = ("1", "2")
-_ARRAYS = ("edge_keys", "terminal_nodes", "terminal_ptr", "terminal_names")
-_META_INTS = ("vocab_size", "eos_token_id", "root_token_id", "max_depth")
-
-
-class TrieFormatError(ModelFormatError):
-    """A trie file that is truncated, not a trie, or of an unknown format; names the file."""
-
-
-class TrieMismatchError(ModelFormatError):
-    """A trie built for another tokenizer, model or KB than the one it is used with."""
-
 
 class NameTrie:
     def __init__(
@@ -73,6 +63,8 @@ class NameTrie:
         root_token_id: int,
         max_depth: int,
         tokenizer_fingerprint: Optional[str] = None,
+        child_tokens: Optional[np.ndarray] = None,
+        child_ptr: Optional[np.ndarray] = None,
     ) -> None:
         #: :func:`~spacy_genbioel.models.hf.tokenizer_fingerprint` of the tokenizer the names were split with
         self.tokenizer_fingerprint = tokenizer_fingerprint
@@ -87,12 +79,11 @@ class NameTrie:
         self.root_token_id = int(root_token_id)
         self.max_depth = int(max_depth)
         self.n_nodes = len(self.edge_keys) + 1
-        # children of node p: child_tokens[child_ptr[p]:child_ptr[p + 1]]
-        self.child_tokens = (self.edge_keys % self.vocab_size).astype(np.int32)
-        counts = np.bincount(self.edge_keys // self.vocab_size, minlength=self.n_nodes)
-        self.child_ptr = np.zeros(self.n_nodes + 1, dtype=np.int64)
-        np.cumsum(counts, out=self.child_ptr[1:])
-        del counts
+        # children of node p: child_tokens[child_ptr[p]:child_ptr[p + 1]] (stored in format 3 files)
+        if child_tokens is None or child_ptr is None:
+            child_tokens, child_ptr = _children(self.edge_keys, self.vocab_size)
+        self.child_tokens = np.ascontiguousarray(child_tokens, dtype=np.int32)
+        self.child_ptr = np.ascontiguousarray(child_ptr, dtype=np.int64)
         self._device_cache: dict = {}
         self._name_terminals: Optional[np.ndarray] = None
 
@@ -159,7 +150,10 @@ class NameTrie:
         np.cumsum(full_len[:-1], out=starts[1:])
         node = np.zeros(n, dtype=np.int64)
         levels: List[np.ndarray] = []
-        next_id = 1
+        # children per level too (counts of the previous level's nodes, tokens): no pass over all edges later
+        child_counts: List[np.ndarray] = []
+        child_tokens: List[np.ndarray] = []
+        next_id, level_start = 1, 0
         max_depth = int(full_len.max()) if n else 0
         alive = np.arange(n, dtype=np.int64)
         for depth in range(max_depth):
@@ -167,11 +161,17 @@ class NameTrie:
             keys = node[alive] * vocab_size + tokens[starts[alive] + depth]
             unique, inverse = np.unique(keys, return_inverse=True)
             node[alive] = next_id + inverse
-            next_id += len(unique)
+            child_counts.append(np.bincount(unique // vocab_size - level_start, minlength=next_id - level_start))
+            child_tokens.append((unique % vocab_size).astype(np.int32))
+            level_start, next_id = next_id, next_id + len(unique)
             levels.append(unique)
             del keys, inverse
+        child_counts.append(np.zeros(next_id - level_start, dtype=np.int64))  # the deepest nodes have no children
         edge_keys = np.concatenate(levels) if levels else np.zeros(0, dtype=np.int64)
         del levels
+        child_ptr = np.zeros(next_id + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(child_counts), out=child_ptr[1:])
+        del child_counts
         # `node` now holds each name's terminal (post-EOS) node
         order = np.argsort(node, kind="stable")
         term_sorted = node[order]
@@ -189,6 +189,8 @@ class NameTrie:
             eos_token_id=eos_token_id,
             root_token_id=root_token_id,
             max_depth=max_depth,
+            child_tokens=np.concatenate(child_tokens) if child_tokens else np.zeros(0, dtype=np.int32),
+            child_ptr=child_ptr,
         )
 
     @classmethod
@@ -202,38 +204,24 @@ class NameTrie:
         vocab_size: Optional[int] = None,
         chunk_size: int = 20_000,
         max_name_tokens: int = 128,
+        progress: Optional[bool] = None,
     ) -> "NameTrie":
         """Tokenize ``" " + name`` for every name (in chunks, so a million names
-        never sit in memory as Python lists) and build the trie. Names longer
-        than ``max_name_tokens`` tokens cannot be generated and are left out."""
+        never sit in memory as Python lists; each distinct word once where the
+        tokenizer allows it: :mod:`.name_tokens`) and build the trie. Names longer
+        than ``max_name_tokens`` tokens cannot be generated and are left out.
+        ``progress`` (None: from 100,000 names on, on a terminal) counts the names tokenized."""
         vocab_size = vocab_size or len(tokenizer)
-        chunks: List[np.ndarray] = []
-        lens: List[np.ndarray] = []
-        kept: List[np.ndarray] = []
-        skipped = 0
-        for begin in range(0, len(names), chunk_size):
-            ids = tokenizer([" " + name for name in names[begin : begin + chunk_size]], add_special_tokens=False)["input_ids"]
-            ok = [0 < len(x) <= max_name_tokens for x in ids]
-            good = [x + [eos_token_id] for x, keep in zip(ids, ok) if keep]
-            skipped += len(ids) - len(good)
-            chunks.append(np.fromiter((t for x in good for t in x), dtype=np.int32))
-            lens.append(np.fromiter((len(x) for x in good), dtype=np.int64, count=len(good)))
-            kept.append(np.flatnonzero(ok) + begin)
-            del ids, good
-        if skipped:
-            logger.warning("%d names left out of the trie (empty or longer than %d tokens)", skipped, max_name_tokens)
-        tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
-        del chunks
+        bar = StepProgress("trie", len(names), unit="name", enabled=progress if progress is not None else len(names) >= LARGE)
+        found = tokenize_names(names, tokenizer, eos_token_id=eos_token_id, max_name_tokens=max_name_tokens,
+                               chunk_size=chunk_size, on_chunk=bar.update)
+        bar.close()
+        if found.skipped:
+            logger.warning("%d names left out of the trie (empty or longer than %d tokens)", found.skipped, max_name_tokens)
+        tokens = found.tokens
         if len(tokens) and (int(tokens.max()) >= vocab_size or int(tokens.min()) < 0):
             raise ValueError("Token id outside the vocabulary")
-        trie = cls._build(
-            tokens,
-            np.concatenate(lens) if lens else np.zeros(0, dtype=np.int64),
-            vocab_size,
-            eos_token_id,
-            root_token_id,
-            np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64),
-        )
+        trie = cls._build(tokens, found.lengths, vocab_size, eos_token_id, root_token_id, found.kept)
         trie.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
         return trie
 
@@ -315,6 +303,8 @@ class NameTrie:
             out = np.full(size, -1, dtype=np.int64)
             out[self.terminal_names] = np.repeat(self.terminal_nodes, np.diff(self.terminal_ptr))
             self._name_terminals = out
+            for array in (self.terminal_names, self.terminal_nodes, self.terminal_ptr):
+                release_pages(array)  # read once whole (memory-mapped files): not kept resident
         return self._name_terminals
 
     def terminals_of(self, name_indices: np.ndarray) -> np.ndarray:
@@ -330,11 +320,11 @@ class NameTrie:
         path from the root to each ``(row, terminal)``: one vectorized step per level."""
         rows = np.asarray(rows, dtype=np.int64)
         cur = np.asarray(terminals, dtype=np.int64)
-        parents = self.parents
         keys: List[np.ndarray] = []
         while len(cur):
             keys.append(rows * self.n_nodes + cur)
-            cur = parents[cur - 1]
+            # parents of these nodes only; a parent precedes its child (clamped: a damaged file cannot loop or overrun)
+            cur = np.minimum(self.edge_keys[cur - 1] // self.vocab_size, cur - 1)
             live = cur > 0
             rows, cur = rows[live], cur[live]
         return np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
@@ -365,7 +355,7 @@ class NameTrie:
         rows, nodes = np.divmod(keys, self.n_nodes)
         # Node ids grow with (level, parent, token), so keys sorted by node are
         # also sorted by (row, parent, token): no second sort is needed.
-        edge_keys = rows * self.n_nodes + self.parents[nodes - 1]
+        edge_keys = rows * self.n_nodes + self.edge_keys[nodes - 1] // self.vocab_size
         return TrieRestriction(edge_keys, self.child_tokens[nodes - 1], restricted, self.n_nodes, torch.device(device))
 
     def sequences(self) -> List[Tuple[int, List[int]]]:
@@ -394,58 +384,25 @@ class NameTrie:
             self._device_cache[key] = TrieTensors(self, torch.device(device))
         return self._device_cache[key]
 
-    # -- persistence (safetensors, no pickle) --------------------------------
+    # -- persistence (safetensors, no pickle; :mod:`.trie_io`) ----------------------------
     def to_disk(self, path: PathLike) -> None:
-        from safetensors.numpy import save_file
-
-        meta = {
-            "format_version": str(_FORMAT_VERSION),
-            "vocab_size": str(self.vocab_size),
-            "eos_token_id": str(self.eos_token_id),
-            "root_token_id": str(self.root_token_id),
-            "max_depth": str(self.max_depth),
-        }
+        """Write a format 3 file (children stored, so loading computes nothing)."""
+        meta = {k: str(getattr(self, k)) for k in ("vocab_size", "eos_token_id", "root_token_id", "max_depth")}
         if self.tokenizer_fingerprint is not None:
             meta["tokenizer_fingerprint"] = self.tokenizer_fingerprint
-        arrays = {
-            "edge_keys": self.edge_keys,
-            "terminal_nodes": self.terminal_nodes,
-            "terminal_ptr": self.terminal_ptr,
-            "terminal_names": self.terminal_names,
-        }
-        save_file(arrays, str(path), metadata=meta)
+        arrays = {k: getattr(self, k) for k in ("edge_keys", "terminal_nodes", "terminal_ptr", "terminal_names",
+                                                "child_tokens", "child_ptr")}
+        write_trie(path, arrays, meta)
 
     @classmethod
-    def from_disk(cls, path: PathLike) -> "NameTrie":
-        """Read a trie file of format 1 or 2; a missing, truncated, foreign or
-        inconsistent file raises :class:`TrieFormatError` naming it."""
-        from safetensors import safe_open
-
-        path = Path(path)
-        if not path.exists():
-            raise ModelFileNotFoundError(f"Trie file not found: {path}")
-        try:
-            with safe_open(str(path), framework="np") as handle:
-                meta = handle.metadata() or {}
-                arrays = {k: handle.get_tensor(k) for k in handle.keys() if k in _ARRAYS}
-        except Exception as err:  # safetensors' own error type: truncated, not safetensors
-            raise TrieFormatError(f"{path}: not a complete safetensors file ({err})") from err
-        version = meta.get("format_version")
-        if version not in _READABLE_VERSIONS:
-            newer = version is not None and version.isdigit() and int(version) > _FORMAT_VERSION
-            raise TrieFormatError(f"{path}: not a NameTrie file of format {' or '.join(_READABLE_VERSIONS)} "
-                                  f"(format_version {version!r}{', written by a newer spacy_genbioel' if newer else ''})")
-        missing = [k for k in _ARRAYS if k not in arrays] + [k for k in _META_INTS if k not in meta]
-        if missing:
-            raise TrieFormatError(f"{path}: the trie lacks {', '.join(missing)}")
-        try:
-            ints = {k: int(meta[k]) for k in _META_INTS}
-        except ValueError as err:
-            raise TrieFormatError(f"{path}: metadata that is not an integer ({err})") from err
-        problem = _inconsistency(arrays, **ints)
-        if problem:
-            raise TrieFormatError(f"{path}: not a consistent trie ({problem})")
-        trie = cls(*(arrays[k] for k in _ARRAYS), **ints, tokenizer_fingerprint=meta.get("tokenizer_fingerprint"))
+    def from_disk(cls, path: PathLike, full_check: bool = False) -> "NameTrie":
+        """Read a trie file of format 1, 2 or 3, memory-mapped; a missing, truncated,
+        foreign or inconsistent file raises :class:`TrieFormatError` naming it (the
+        per-node arrays are checked at a sample of positions unless ``full_check``)."""
+        arrays, meta, ints = read_trie(path, full_check)
+        trie = cls(arrays["edge_keys"], arrays["terminal_nodes"], arrays["terminal_ptr"], arrays["terminal_names"], **ints,
+                   tokenizer_fingerprint=meta.get("tokenizer_fingerprint"), child_tokens=arrays.get("child_tokens"),
+                   child_ptr=arrays.get("child_ptr"))
         trie.source = str(path)
         return trie
 
@@ -456,21 +413,11 @@ class NameTrie:
         return f"NameTrie({self.n_names} names, {self.n_nodes} nodes, depth {self.max_depth}, {self.nbytes() / 1e6:.1f} MB)"
 
 
-def _inconsistency(arrays, *, vocab_size: int, eos_token_id: int, root_token_id: int, max_depth: int) -> Optional[str]:
-    """What makes stored arrays unusable as a trie (None: they are usable), so a
-    damaged file fails on loading and never as an IndexError while decoding."""
-    if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in arrays.values()):
-        return "arrays must be one-dimensional integers"
-    edges, nodes, ptr, names = (arrays[k].astype(np.int64) for k in _ARRAYS)
-    n_nodes = len(edges) + 1
-    if vocab_size < 1 or not (0 <= eos_token_id < vocab_size and 0 <= root_token_id < vocab_size) or max_depth < 0:
-        return f"vocab_size {vocab_size}, EOS {eos_token_id}, root {root_token_id}, depth {max_depth}"
-    if len(edges) and (edges.min() < 0 or (np.diff(edges) <= 0).any() or (edges // vocab_size >= np.arange(1, n_nodes)).any()):
-        return "edges out of order"
-    if len(nodes) and (nodes.min() < 1 or nodes.max() >= n_nodes or (np.diff(nodes) <= 0).any()):
-        return "terminal nodes out of range"
-    if len(ptr) != len(nodes) + 1 or ptr[0] != 0 or ptr[-1] != len(names) or (np.diff(ptr) < 0).any():
-        return "terminal pointers out of range"
-    if len(names) and names.min() < 0:
-        return "negative name index"
-    return None
+
+def _children(edge_keys: np.ndarray, vocab_size: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(child_tokens, child_ptr) of sorted edge keys: each node's children as one slice."""
+    tokens = (edge_keys % vocab_size).astype(np.int32)
+    counts = np.bincount(edge_keys // vocab_size, minlength=len(edge_keys) + 1)
+    ptr = np.zeros(len(edge_keys) + 2, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return tokens, ptr

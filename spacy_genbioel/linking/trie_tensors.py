@@ -49,11 +49,14 @@ class TrieTensors:
         vocab_size = vocab_size or self.vocab_size
         unique, inverse = torch.unique(nodes, return_inverse=True)
         safe = unique.clamp(min=0)
-        starts = self.child_ptr[safe]
-        counts = torch.where(unique >= 0, self.child_ptr[safe + 1] - starts, torch.zeros_like(starts))
+        # clamped to the arrays: a damaged file (checked at a sample of positions) cannot index outside them
+        n_edges = len(self.child_tokens)
+        starts = self.child_ptr[safe].clamp(0, n_edges)
+        ends = torch.maximum(self.child_ptr[safe + 1].clamp(0, n_edges), starts)
+        counts = torch.where(unique >= 0, ends - starts, torch.zeros_like(starts))
         rows, offsets = _ragged(starts, counts)
         mask = torch.zeros((len(unique), vocab_size), dtype=torch.bool, device=nodes.device)
-        mask[rows, self.child_tokens[offsets].long()] = True
+        mask[rows, self.child_tokens[offsets].long().clamp_(0, vocab_size - 1)] = True
         return mask[inverse]
 
 

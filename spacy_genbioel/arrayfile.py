@@ -1,0 +1,168 @@
+"""Flat numpy arrays in safetensors files: written without copies, read memory-mapped.
+
+``safetensors.numpy.load_file`` and ``safe_open(..., framework="np")`` read
+every array into memory (a copy per array), and ``save_file`` first turns every
+array into a ``bytes`` object (another copy). For the KB and the name trie of
+a UMLS-sized KB (hundreds of MB each) both double the memory and the load
+time, so:
+
+* :func:`write_arrays` streams the arrays to a temporary file in the
+  safetensors layout (8-byte header length, JSON header with ``__metadata__``,
+  tensors sorted by alignment then name, the header padded to 8 bytes, as
+  ``safetensors`` writes them) and renames it into place;
+* :func:`read_arrays` checks the header (dtypes, shapes, offsets within the
+  file, the file's exact length) and returns arrays that are views of one
+  copy-on-write ``mmap`` of the file: nothing is read until a page is
+  touched, the OS shares the pages between processes, and the arrays are
+  writable (a write stays private), so ``torch.from_numpy`` takes them as
+  they are;
+* :func:`release_pages` hands the pages under an array back to the OS once
+  a full pass (a check) has read them: they stay in the page cache and come
+  back on the next read, but no longer count in the process's memory.
+
+Files written here are ordinary safetensors files (``safetensors`` reads
+them), and :func:`read_arrays` reads those written by ``safetensors``. Any
+problem raises the caller's error type with the file's name.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Tuple
+
+from spacy_genbioel.util import PathLike, atomic_write
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+__all__ = ["read_arrays", "write_arrays", "backing_map", "release_pages", "DTYPES"]
+
+#: safetensors dtype name -> numpy dtype string (little-endian)
+DTYPES = {"BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
+          "I64": "<i8", "U64": "<u8", "F16": "<f2", "F32": "<f4", "F64": "<f8"}
+_MAX_HEADER = 100_000_000  # safetensors' own limit
+
+
+def write_arrays(path: PathLike, arrays: Mapping[str, "np.ndarray"], metadata: Mapping[str, str]) -> None:
+    """Write ``arrays`` (any shape, C order; copied only if not contiguous) and string ``metadata``."""
+    import numpy as np
+
+    names = {np.dtype(v).str: k for k, v in DTYPES.items()}
+    prepared = {}
+    for key, value in arrays.items():
+        array = np.ascontiguousarray(value)
+        code = array.dtype.newbyteorder("<").str if array.dtype.byteorder == ">" else array.dtype.str
+        if code not in names:
+            raise ValueError(f"{path}: array {key!r} has a dtype safetensors cannot store ({array.dtype})")
+        prepared[key] = (array.astype(code, copy=False), names[code])
+    order = sorted(prepared, key=lambda k: (-prepared[k][0].dtype.itemsize, k))
+    header: Dict[str, object] = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}}
+    offset = 0
+    for key in order:
+        array, dtype = prepared[key]
+        header[key] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf8")
+    text += b" " * (-len(text) % 8)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as out:
+            out.write(struct.pack("<Q", len(text)))
+            out.write(text)
+            for key in order:
+                array = prepared[key][0]
+                if array.nbytes:
+                    out.write(memoryview(array.reshape(-1)).cast("B"))
+
+    atomic_write(Path(path), write)
+
+
+def read_arrays(path: PathLike, error: Callable[[str], Exception] = ValueError) -> Tuple[Dict[str, "np.ndarray"], Dict[str, str]]:
+    """The arrays and metadata of a safetensors file, the arrays memory-mapped (see the module docstring).
+
+    A file that is missing, truncated, longer than its header says, or whose
+    header is not a valid safetensors header raises ``error`` naming it."""
+    import numpy as np
+
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{path}: file not found")
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise error(f"{path}: not a safetensors file ({size} bytes)")
+        (n,) = struct.unpack("<Q", head)
+        if n > min(size - 8, _MAX_HEADER):
+            raise error(f"{path}: not a complete safetensors file (header of {n} bytes in a file of {size})")
+        try:
+            header = json.loads(handle.read(n).decode("utf8"))
+        except (UnicodeDecodeError, ValueError) as err:
+            raise error(f"{path}: not a safetensors file (unreadable header: {err})") from None
+        if not isinstance(header, dict):
+            raise error(f"{path}: not a safetensors file (the header is not a JSON object)")
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise error(f"{path}: safetensors metadata must map strings to strings")
+        layout = {key: _entry(path, key, value, error) for key, value in header.items()}
+        end = max((stop for _, _, _, stop in layout.values()), default=0)
+        if size != 8 + n + end:
+            raise error(f"{path}: not a complete safetensors file ({size} bytes, the header describes {8 + n + end})")
+        if not layout:
+            return {}, metadata
+        buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    arrays = {}
+    for key, (dtype, shape, start, stop) in layout.items():
+        count = (stop - start) // np.dtype(dtype).itemsize
+        flat = np.frombuffer(buffer, dtype=dtype, count=count, offset=8 + n + start)
+        arrays[key] = flat if len(shape) == 1 else flat.reshape(shape)
+    return arrays, metadata
+
+
+def _entry(path: Path, key: str, value: object, error: Callable[[str], Exception]) -> Tuple[str, Tuple[int, ...], int, int]:
+    """(numpy dtype, shape, start, stop) of one header entry, checked."""
+    import numpy as np
+
+    if not isinstance(value, dict) or value.get("dtype") not in DTYPES:
+        raise error(f"{path}: tensor {key!r} has no dtype safetensors knows")
+    shape, offsets = value.get("shape"), value.get("data_offsets")
+    ints = lambda xs: isinstance(xs, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)  # noqa: E731
+    if not ints(shape) or not ints(offsets) or len(offsets) != 2 or offsets[0] > offsets[1]:
+        raise error(f"{path}: tensor {key!r} has a malformed shape or offsets")
+    dtype = DTYPES[value["dtype"]]
+    if int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize != offsets[1] - offsets[0]:
+        raise error(f"{path}: tensor {key!r} of shape {shape} does not fill its {offsets[1] - offsets[0]} bytes")
+    return dtype, tuple(shape), offsets[0], offsets[1]
+
+
+
+def backing_map(array: "np.ndarray") -> Optional[mmap.mmap]:
+    """The ``mmap`` an array is a view of (None: it owns or borrows ordinary memory)."""
+    base: object = array
+    while True:
+        if isinstance(base, mmap.mmap):
+            return base
+        if isinstance(base, memoryview):
+            base = base.obj
+        elif getattr(base, "base", None) is not None:
+            base = base.base  # type: ignore[attr-defined]
+        else:
+            return None
+
+
+def release_pages(array: "np.ndarray") -> None:
+    """Drop the pages of a memory-mapped array (from :func:`read_arrays`) from this process
+    (``MADV_DONTNEED`` on its whole pages; a later read maps them again from the page cache).
+    Arrays that are not views of such a map, and systems without ``madvise``, are left alone."""
+    import numpy as np
+
+    base = backing_map(array)
+    if base is None or not hasattr(base, "madvise") or not array.nbytes:
+        return
+    start = array.__array_interface__["data"][0] - np.frombuffer(base, dtype=np.uint8, count=1).__array_interface__["data"][0]
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages only: neighbours may be in use
+    last = (start + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        base.madvise(mmap.MADV_DONTNEED, first, last - first)
