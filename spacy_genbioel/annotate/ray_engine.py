@@ -73,12 +73,12 @@ def import_ray() -> Any:
 
 def check_ray_options(device: str) -> None:
     """Refuse what cannot run on Ray before anything is loaded or written (the cluster's GPUs
-    are checked once it is reached)."""
-    import_ray()
+    are checked once it is reached). Options first: the answer does not depend on Ray being installed."""
     if device.startswith("cuda:"):
         raise AnnotateError(f"--device {device} with --engine ray: Ray gives each worker its own GPU; use --device cuda")
     if device not in ("auto", "cpu", "cuda"):
         raise AnnotateError(f"--device {device}: use auto, cpu or cuda with --engine ray")
+    import_ray()
 
 
 class UnitWorker:
