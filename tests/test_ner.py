@@ -1,4 +1,5 @@
 """NER corpus conversion, the NER training configs, and packaging with a trained NER."""
+import re
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,7 @@ def test_ner_corpus_command(tmp_path):
     assert both.exit_code != 0
 
 
-@pytest.mark.parametrize("name", ["ner_ncbi", "ner_bc5cdr"])
+@pytest.mark.parametrize("name", ["ner_ncbi_cnn", "ner_bc5cdr_cnn"])
 def test_ner_configs_are_valid_spacy_training_configs(name):
     from spacy.cli.debug_config import debug_config
 
@@ -176,7 +177,7 @@ def trained_ner(tmp_path_factory):
         "training.batcher.size.start": 40, "training.batcher.size.stop": 40,
         "components.tok2vec.model.embed_size": 500, "components.tok2vec.model.depth": 2,
     }
-    train(ROOT / "configs" / "ner_ncbi.cfg", tmp / "out", overrides=overrides)
+    train(ROOT / "configs" / "ner_ncbi_cnn.cfg", tmp / "out", overrides=overrides)
     return tmp / "out" / "model-last"
 
 
@@ -275,19 +276,30 @@ def test_project_ner_commands():
         for name in ("ner-corpus", "ner-train", "ner-evaluate", "package-ner", "evaluate-e2e"):
             assert f"{prefix}{name}" in commands
     spacy_cli = typer.main.get_command(spacy_app)
-    for command in commands.values():
-        for line in command["script"]:
-            args = shlex.split(line)
-            if args[:3] != ["python", "-m", "spacy"]:
-                continue
-            click_cmd = spacy_cli.commands[args[3]]
-            known = {opt for p in click_cmd.params for opt in (*p.opts, *p.secondary_opts)}
-            for arg in args[4:]:
-                if arg.startswith("--"):
-                    assert arg in known or (args[3] == "train" and "." in arg), f"{command['name']}: unknown option {arg}"
-            if args[3] == "train":
-                assert (ROOT / args[4]).exists() and args[4] in command["deps"]
-                config = spacy.util.load_config(ROOT / args[4])
-                for arg in args[5:]:
-                    if arg.startswith("--paths."):
-                        assert arg[len("--paths."):] in config["paths"], arg
+    trained = set()
+    for arch in ("cnn", "transformer"):  # vars.ner_arch picks the config
+        variables = {**{k: str(v) for k, v in project["vars"].items()}, "ner_arch": arch}
+        for command in commands.values():
+            deps = [re.sub(r"\$\{vars\.(\w+)\}", lambda m: variables[m.group(1)], d) for d in command.get("deps", [])]
+            for line in command["script"]:
+                args = shlex.split(re.sub(r"\$\{vars\.(\w+)\}", lambda m: variables[m.group(1)], line))
+                if args[:3] != ["python", "-m", "spacy"]:
+                    continue
+                _check_spacy_line(spacy_cli, command["name"], args, deps)
+                if args[3] == "train":
+                    trained.add(args[4])
+    assert {f"configs/ner_{c}_{a}.cfg" for c in ("ncbi", "bc5cdr") for a in ("cnn", "transformer")} <= trained
+
+
+def _check_spacy_line(spacy_cli, name, args, deps):
+    click_cmd = spacy_cli.commands[args[3]]
+    known = {opt for p in click_cmd.params for opt in (*p.opts, *p.secondary_opts)}
+    for arg in args[4:]:
+        if arg.startswith("--"):
+            assert arg in known or (args[3] == "train" and "." in arg), f"{name}: unknown option {arg}"
+    if args[3] == "train":
+        assert (ROOT / args[4]).exists() and args[4] in deps
+        config = spacy.util.load_config(ROOT / args[4])
+        for arg in args[5:]:
+            if arg.startswith("--paths."):
+                assert arg[len("--paths."):] in config["paths"], arg

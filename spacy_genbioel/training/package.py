@@ -21,7 +21,7 @@ from spacy_genbioel.linking.settings import linking_overrides
 from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.models import load_model
-from spacy_genbioel.ner import add_kb_entity_ruler, source_ner
+from spacy_genbioel.ner import add_kb_entity_ruler, ner_extras, source_ner
 from spacy_genbioel.training.settings import load_stage_config
 from spacy_genbioel.util import PathLike
 
@@ -123,12 +123,14 @@ def package(
         from spacy_genbioel.visualize.urls import resolve_templates
 
         nlp.meta["kb_url_templates"] = resolve_templates(kb_url)
+    extras = ner_extras(ner_nlp) if ner_nlp is not None else []
     if abbreviations:
         if abbreviation_detector_available():
             nlp.add_pipe("abbreviation_detector")
-            nlp.meta["requirements"] = requirements(extras=("scispacy",))  # the detector is scispacy's
+            extras.insert(0, "scispacy")  # the detector is scispacy's
         else:
             logger.warning("scispacy is not installed: the pipeline has no abbreviation detector")
+    nlp.meta["requirements"] = requirements(extras=extras)
     if ner_nlp is not None:
         logger.info("Sourced %s from %s", source_ner(nlp, ner_nlp), ner)
     elif entity_ruler:
