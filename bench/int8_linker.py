@@ -34,7 +34,9 @@ def main() -> None:
     import torch
 
     from spacy_genbioel.evaluation.report import evaluate_linker
-    from spacy_genbioel.evaluation.run import _pipeline_linker, load_corpus
+    import spacy
+
+    from spacy_genbioel.evaluation.run import load_corpus
     from spacy_genbioel.linking.abbreviations import AbbreviationExpander
 
     data = Path(os.environ.get("GENBIOEL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -43,7 +45,8 @@ def main() -> None:
         sys.exit(f"no corpus at {corpus}: give --corpus or set GENBIOEL_DATA")
     mentions, texts = load_corpus(corpus, "pubtator", None)
     mentions, _ = AbbreviationExpander().expand(mentions, texts)
-    linker, kb, _ = _pipeline_linker(args.pipeline, {})
+    linker = spacy.load(args.pipeline).get_pipe("genbioel").linker
+    kb = linker.kb
     fp32 = linker.model
     int8 = copy.deepcopy(fp32)
     int8.model = torch.ao.quantization.quantize_dynamic(int8.model, {torch.nn.Linear}, dtype=torch.qint8)
