@@ -165,8 +165,27 @@ def run_benchmark(
     device: str = "cpu",
     mesh: bool = True,
     context_words: Sequence[int] = (0, 16, 64),
+    pipeline: Optional[Path] = None,
+    corpus: Optional[Path] = None,
+    n_docs: int = 1000,
+    settings: Optional[Sequence[tuple]] = None,
+    threads: Sequence[int] = (1,),
+    decoders: bool = True,
 ) -> Dict:
+    """The decoder comparison (``decoders``) and, with a ``pipeline``, the annotation
+    benchmark of :mod:`~spacy_genbioel.benchmark_annotate` on ``n_docs`` abstracts
+    of ``corpus`` (default: BC5CDR train + dev), in one run and one JSON object."""
     data_dir = data_dir or default_data_dir()
+    result: Dict = {"date": time.strftime("%Y-%m-%d"),
+                    "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, threads {torch.get_num_threads()}"}
+    if pipeline is not None:
+        from spacy_genbioel.benchmark_annotate import DEFAULT_SETTINGS, benchmark_texts, run_annotation_benchmark
+
+        texts, source = benchmark_texts(data_dir, n_docs, corpus)
+        result["annotation"] = {"texts": source, **run_annotation_benchmark(
+            pipeline, texts, settings or DEFAULT_SETTINGS, threads=threads, batch_size=batch_size, device=device)}
+    if not decoders:
+        return result
     torch.manual_seed(0)
     kb, kb_name = benchmark_kb(data_dir)
     work = Path(tempfile.mkdtemp(prefix="genbioel_bench_"))
@@ -181,9 +200,7 @@ def run_benchmark(
     linker = GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(num_beams=num_beams, top_k=num_beams, batch_size=batch_size))
     trie_seconds = time.monotonic() - began
     mentions, mentions_name = benchmark_mentions(data_dir, kb, n_mentions)
-    result: Dict = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, threads {torch.get_num_threads()}",
+    result.update({
         "device": str(linker.device),
         "kb": kb_name,
         "kb_names": kb.n_names,
@@ -193,7 +210,7 @@ def run_benchmark(
         "num_beams": num_beams,
         "batch_size": batch_size,
         "runs": [compare_decoders(linker, mentions, cw) for cw in context_words],
-    }
+    })
     if mesh and data_dir and (data_dir / "vocab" / "mesh").is_dir():
         tok_dir = work / "tokenizer"
         tokenizer.save_pretrained(str(tok_dir))

@@ -272,7 +272,8 @@ def resolve_dtype(dtype: str, device: "torch.device") -> "torch.dtype":
     table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
              "fp16": torch.float16, "float16": torch.float16}
     if dtype not in table:
-        raise ValueError(f"Unknown dtype {dtype!r}; use auto, fp32, bf16 or fp16")
+        hint = " ('int8' is a model dtype: load_model quantizes on CPU)" if dtype == "int8" else ""
+        raise ValueError(f"Unknown dtype {dtype!r}; use auto, fp32, bf16 or fp16{hint}")
     return table[dtype]
 
 

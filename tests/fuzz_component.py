@@ -379,14 +379,14 @@ def find(row: List[int], part: List[int], start: int = 0) -> int:
 def _spy_rows(linker) -> List[List[int]]:
     """Record every encoder row the decoder reads (the pad-free ids)."""
     rows: List[List[int]] = []
-    original = linker.beam_search
+    original = linker.encode_windows
 
     def spy(input_ids, attention_mask, *args, **kwargs):
         for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
             rows.append([i for i, keep in zip(ids, mask) if keep])
         return original(input_ids, attention_mask, *args, **kwargs)
 
-    linker.beam_search = spy
+    linker.encode_windows = spy
     return rows
 
 
@@ -413,7 +413,7 @@ def run_document(nlp, case: DocCase) -> Outcome:
     except Exception as err:  # noqa: BLE001 - the point is to see what escapes
         return Outcome(case.name, "crash", f"{type(err).__name__}: {str(err)[:200]}")
     finally:
-        del linker.beam_search
+        del linker.encode_windows
     problems = []
     for i, row in enumerate(rows):
         at = find(row, start)

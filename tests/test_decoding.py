@@ -210,13 +210,13 @@ def test_the_decoder_reads_the_mention_whatever_the_context(micro_model, word_to
     linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=2, top_k=2, max_source_tokens=64))
     (start,), (end,) = _markers(word_tokenizer)
     seen = []
-    original = linker.beam_search
+    original = linker.encode_windows
 
     def spy(input_ids, attention_mask, *args, **kwargs):
         seen.extend(input_ids.tolist())
         return original(input_ids, attention_mask, *args, **kwargs)
 
-    linker.beam_search = spy
+    linker.encode_windows = spy
     results = linker.link([Mention("renal failure", left="ACGT" * 1250, right="文字" * 2500),
                            Mention("renal failure", left="acute")])
     assert all(results) and len(seen) == 2
@@ -226,6 +226,6 @@ def test_the_decoder_reads_the_mention_whatever_the_context(micro_model, word_to
 @pytest.mark.parametrize("text", ["\x00\x01\x1f", "😷🦠", "👩\u200d⚕️ ❤️", "\u200b\ufeff", " \u3000 ", "🇺🇳 👍🏽"])
 def test_nothing_but_control_characters_whitespace_or_emoji_gives_empty_without_decoding(micro_model, word_tokenizer, small_kb, text):
     linker = GenerativeLinker(micro_model, word_tokenizer, small_kb)
-    linker.beam_search = lambda *a, **k: pytest.fail("decoded a mention with nothing to link")
+    linker.encode_windows = lambda *a, **k: pytest.fail("decoded a mention with nothing to link")
     assert linker.link([Mention(text, left="renal", right="failure")]) == [[]]
     assert has_linkable_text("😷 renal", small_kb.normalize) and not has_linkable_text(text, small_kb.normalize)

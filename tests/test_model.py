@@ -197,3 +197,30 @@ def test_every_weight_load_is_explicitly_pickle_free():
             if not ok:
                 offenders.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}")
     assert not offenders, offenders
+
+
+def test_int8_dtype_quantizes_the_linear_layers_but_keeps_the_output_projection_and_saves_float(saved, tmp_path, small_kb):
+    from spacy_genbioel.models import save_model
+    from spacy_genbioel.ty import Mention
+
+    model, tokenizer = load_model(saved, dtype="int8")
+    quantized = [name for name, module in model.named_modules() if type(module).__name__ == "Linear"
+                 and type(module).__module__.startswith("torch.ao.nn.quantized")]
+    assert quantized, "no linear layer was quantized"
+    assert isinstance(model.get_output_embeddings(), torch.nn.Linear)  # float: scores keep their normalization
+    float_model, _ = load_model(saved)
+    mentions = [Mention(name, left="patients with", right="were studied") for name in small_kb.names[:6]]
+    fp32 = GenerativeLinker(float_model, tokenizer, small_kb).link(mentions)
+    int8 = GenerativeLinker(model, tokenizer, small_kb).link(mentions)
+    assert [len(r) for r in int8] == [len(r) for r in fp32]
+    assert all(abs(a[0].score - b[0].score) < 0.5 for a, b in zip(int8, fp32))  # close, not equal: weights rounded
+    # saving writes the float weights the model was loaded with, which load back as plain linear layers
+    save_model(model, tokenizer, tmp_path / "again")
+    again, _ = load_model(tmp_path / "again")
+    for (name, a), (_, b) in zip(again.state_dict().items(), float_model.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_int8_dtype_is_cpu_only(saved):
+    with pytest.raises(ValueError, match="CPU only"):
+        load_model(saved, device=torch.device("meta"), dtype="int8")

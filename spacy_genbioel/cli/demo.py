@@ -44,24 +44,46 @@ def benchmark_cmd(
     device: str = typer.Option("cpu"),
     context_words: str = typer.Option("0,16,64", help="Context windows (words per side) to compare, comma-separated"),
     skip_mesh: bool = typer.Option(False, help="Skip the full-MeSH trie build measurement"),
+    pipeline: Optional[Path] = typer.Option(None, help="A packaged pipeline (NER + genbioel): also measure annotation throughput per linker input setting"),
+    corpus: Optional[Path] = typer.Option(None, help="PubTator abstracts for --pipeline (default: BC5CDR train + dev in the data folder)"),
+    n_docs: int = typer.Option(1000, help="Abstracts annotated per setting with --pipeline"),
+    settings: str = typer.Option("mention-0,mention-16,mention-64,document", help="Linker input settings compared with --pipeline: mention-<context words> or document"),
+    threads: str = typer.Option("1", help="Torch thread counts for --pipeline, comma-separated"),
+    skip_decoders: bool = typer.Option(False, help="Only the --pipeline annotation benchmark"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Batched decoder versus the one-at-a-time dict-trie reference, plus the MeSH trie build."""
     setup_logging(verbose)
     from spacy_genbioel.benchmark import run_benchmark
+    from spacy_genbioel.benchmark_annotate import parse_settings
 
+    if skip_decoders and pipeline is None:
+        msg.fail("--skip-decoders leaves nothing to measure without --pipeline", exits=1)
+    try:
+        chosen = parse_settings(settings)
+    except ValueError as err:
+        msg.fail(str(err), exits=1)
     result = run_benchmark(
         data_dir=data_dir, model_dir=model, train_seconds=train_seconds, n_mentions=n_mentions,
         num_beams=num_beams, batch_size=batch_size, device=device, mesh=not skip_mesh,
         context_words=[int(c) for c in context_words.split(",") if c.strip()],
+        pipeline=pipeline, corpus=corpus, n_docs=n_docs, settings=chosen,
+        threads=[int(t) for t in threads.split(",") if t.strip()], decoders=not skip_decoders,
     )
     if json_out:
         print(json.dumps(result))
-    else:
-        runs = result.pop("runs")
-        msg.table(sorted(result.items()), header=("figure", "value"), divider=True)
+        return
+    annotation = result.pop("annotation", None)
+    runs = result.pop("runs", [])
+    msg.table(sorted(result.items()), header=("figure", "value"), divider=True)
+    if runs:
         msg.table([tuple(r.values()) for r in runs], header=tuple(runs[0]), divider=True)
+    if annotation:
+        stages = sorted({k for r in annotation["runs"] for k in r["linker_stage_seconds"]})
+        msg.table([(r["name"], r["threads"], r["docs_per_s"], r["mentions_per_s"], r["searches"],
+                    *(r["linker_stage_seconds"].get(k, 0.0) for k in stages)) for r in annotation["runs"]],
+                  header=("setting", "threads", "docs/s", "mentions/s", "searches", *stages), divider=True)
 
 
 @app.command("mesh-trie-memory", hidden=True)

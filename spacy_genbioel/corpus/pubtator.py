@@ -270,7 +270,7 @@ def document_mentions(
         left = text[: ann.start]
         right = text[ann.end:]
         if context_chars is not None:
-            left = left[len(left) - context_chars:] if context_chars > 0 else ""
+            left = left[max(0, len(left) - context_chars):] if context_chars > 0 else ""
             right = right[:context_chars]
         yield Mention(
             text=text[ann.start:ann.end],

@@ -260,14 +260,20 @@ class GenBioELLinker(Pipe):
         spans = list(doc.ents) if self.spans_key is None else list(doc.spans.get(self.spans_key, []))
         return [s for s in spans if not self.link_labels or s.label_ in self.link_labels]
 
-    def _mention(self, doc: Doc, span: Span, long_forms: Dict[Tuple[int, int], str], by_text: Dict[str, str]) -> Mention:
-        # enough characters for the context window without copying huge documents
-        window = max(self.inputs.context_words, 1) * 30
+    def _mention(self, doc: Doc, span: Span, long_forms: Dict[Tuple[int, int], str], by_text: Dict[str, str],
+                 doc_key: str = "") -> Mention:
+        # enough characters for the context window without copying huge documents; in
+        # document mode, for a window of the document (the linker pieces the contexts together)
+        if self.inputs.input_mode == "document":
+            window = self.decoding.max_source_tokens * 16
+        else:
+            window = max(self.inputs.context_words, 1) * 30
         text = long_forms.get((span.start_char, span.end_char)) or by_text.get(span.text) or span.text
         return Mention(
             text=text,
             left=doc.text[max(0, span.start_char - window) : span.start_char],
             right=doc.text[span.end_char : span.end_char + window],
+            doc_id=doc_key,
             start=span.start_char,
             end=span.end_char,
             label=span.label_,
@@ -283,9 +289,11 @@ class GenBioELLinker(Pipe):
         linker = self.linker  # fail on the first call, not on the first entity
         spans_per_doc = [self._spans(doc) for doc in docs]
         mentions: List[Mention] = []
-        for doc, spans in zip(docs, spans_per_doc):
+        for k, (doc, spans) in enumerate(zip(docs, spans_per_doc)):
             long_forms, by_text = self._abbreviations(doc)
-            mentions.extend(self._mention(doc, s, long_forms, by_text) for s in spans)
+            # which document a mention is in: what per-document input groups by
+            key = f"<doc {k} of batch>"
+            mentions.extend(self._mention(doc, s, long_forms, by_text, key) for s in spans)
         results = linker.link(mentions) if mentions else []
         cursor = 0
         for doc, spans in zip(docs, spans_per_doc):

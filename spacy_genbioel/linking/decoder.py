@@ -7,8 +7,12 @@ rule, same early-stopping heuristic, scores = mean log-probability of the
 generated tokens with ``length_penalty=1``) with three differences that make it
 fast:
 
-* a whole batch of mentions is encoded once, the decoder prompt is pre-filled
-  once per mention and its KV cache copied to the beams;
+* each distinct encoder input is encoded once, with the decoder's
+  cross-attention keys and values: in document mode
+  (:mod:`~spacy_genbioel.linking.documents`) all mentions of a document window
+  share them; the decoder prompt is pre-filled once per mention and its KV
+  cache copied to the beams;
+* mentions with the same text, encoder input and allowed names are one search;
 * the trie mask for every beam comes from flat arrays in one vectorized call
   (``TrieTensors.allowed_mask``), never a Python walk per beam per token;
 * mentions whose search is over leave the batch, so long names do not keep
@@ -35,11 +39,13 @@ generator serves only that shortcut and the other mentions decode unrestricted
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
+from contextlib import nullcontext
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from spacy_genbioel.kb.base import KnowledgeBase
@@ -48,6 +54,7 @@ from spacy_genbioel.models import check_vocabulary, special_ids
 from spacy_genbioel.util import resolve_device
 from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text, model_max_positions
 from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.stages import EncodedWindows, StageClock, blocks_of_inputs, distinct_searches
 from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError, TrieRestriction
 
 logger = logging.getLogger(__name__)
@@ -68,6 +75,9 @@ class GenerativeLinker:
     :class:`TrieMismatchError`, or with ``stale_trie="rebuild"`` is rebuilt
     from the KB with a warning that says why.
     """
+
+    #: a block of mentions whose distinct encoder inputs are encoded together: this many batches
+    BLOCK_BATCHES = 4
 
     def __init__(
         self,
@@ -115,6 +125,14 @@ class GenerativeLinker:
                 vocab_size=self.vocab_size, max_name_tokens=min(128, self.max_positions - self.prompt_tokens.max_prompt_tokens),
             )
         self.trie = trie
+        #: counts: ``mentions_decoded`` (sent to beam search) and ``searches`` (distinct
+        #: input, prompt and allowed names: what was actually decoded)
+        self.stats: Counter = Counter()
+        #: seconds per stage (tokenize, encoder, decoder, trie) when set; None: not timed
+        self.clock: Optional[StageClock] = None
+
+    def _stage(self, name: str):
+        return self.clock.stage(name) if self.clock is not None else nullcontext()
 
     @property
     def vocab_size(self) -> int:
@@ -172,12 +190,25 @@ class GenerativeLinker:
         if allowed is None and retrieved and cfg.restrict_to_candidates:
             allowed = [self._concept_ids(retrieved[i]) if i in retrieved else None for i in range(len(mentions))]
         name_sets = self._name_sets([allowed[i] for i in todo]) if allowed is not None else None
-        sources = self.encode_sources([mentions[i] for i in todo])
-        prompts = self.prompt_tokens.prompts([self.inputs.prompt(mentions[i]) for i in todo])
-        for positions, hyps in self._decode(sources, prompts, name_sets):
+        with self._stage("tokenize"):
+            if self.inputs.input_mode == "document":
+                # every mention is marked in its document, linked or not
+                every = self.encode_sources(mentions)
+                sources = [every[i] for i in todo]
+            else:
+                sources = self.encode_sources([mentions[i] for i in todo])
+            prompts = self.prompt_tokens.prompts([self.inputs.prompt(mentions[i]) for i in todo])
+        unique, job_of = distinct_searches(sources, prompts, name_sets)
+        self.stats["mentions_decoded"] += len(todo)
+        self.stats["searches"] += len(unique)
+        hyps_of: Dict[int, List[Tuple[float, int]]] = {}
+        for positions, hyps in self._decode([sources[p] for p in unique], [prompts[p] for p in unique],
+                                            [name_sets[p] for p in unique] if name_sets is not None else None):
             for pos, hyp in zip(positions, hyps):
-                i = todo[pos]
-                results[i] = self._to_candidates(hyp, top_k, first=firsts.get(i))
+                hyps_of[pos] = hyp
+        for pos, job in enumerate(job_of):
+            i = todo[pos]
+            results[i] = self._to_candidates(hyps_of[job], top_k, first=firsts.get(i))
         return results
 
     def propose(self, mentions: Sequence[Mention], which: Optional[Sequence[int]] = None) -> List[Optional[List[str]]]:
@@ -250,19 +281,50 @@ class GenerativeLinker:
     def _decode(self, sources: List[List[int]], prompts: List[List[int]], name_sets: Optional[List[Optional[np.ndarray]]] = None):
         """Yield (positions, hypotheses) per batch; batches share a prompt length.
         ``sources``: encoder token ids; ``name_sets`` (parallel to ``sources``)
-        restricts mentions to those names."""
-        groups: Dict[int, List[int]] = defaultdict(list)
-        for i, p in enumerate(prompts):
-            groups[len(p)].append(i)
+        restricts mentions to those names.
+
+        Mentions are taken in blocks of whole encoder inputs (one document window
+        is never split across blocks); each distinct input of a block is encoded
+        once, and every mention reading it is decoded from those states."""
+        window_of: Dict[Tuple[int, ...], int] = {}
+        keys = [window_of.setdefault(tuple(src), len(window_of)) for src in sources]
         bs = self.config.batch_size
-        for length in sorted(groups):
-            members = sorted(groups[length], key=lambda i: len(sources[i]))
-            for begin in range(0, len(members), bs):
-                chunk = members[begin : begin + bs]
-                enc = self.sources.pad([sources[i] for i in chunk])
-                prompt_ids = torch.tensor([prompts[i] for i in chunk], dtype=torch.long)
-                restriction = self.trie.restrict([name_sets[i] for i in chunk], self.device) if name_sets else None
-                yield chunk, self.beam_search(enc["input_ids"], enc["attention_mask"], prompt_ids, restriction=restriction)
+        for block in blocks_of_inputs(sources, keys, self.BLOCK_BATCHES * bs):
+            local: Dict[int, int] = {}
+            rows = [local.setdefault(keys[i], len(local)) for i in block]
+            firsts = {}
+            for i in block:
+                firsts.setdefault(keys[i], i)
+            enc = self.sources.pad([sources[firsts[k]] for k in local])
+            windows = self.encode_windows(enc["input_ids"], enc["attention_mask"])
+            groups: Dict[int, List[int]] = defaultdict(list)
+            for i, row in zip(block, rows):
+                groups[len(prompts[i])].append(i)
+            row_of = dict(zip(block, rows))
+            for length in sorted(groups):
+                members = groups[length]
+                for start in range(0, len(members), bs):
+                    chunk = members[start : start + bs]
+                    prompt_ids = torch.tensor([prompts[i] for i in chunk], dtype=torch.long)
+                    restriction = self.trie.restrict([name_sets[i] for i in chunk], self.device) if name_sets else None
+                    yield chunk, self._search(windows, [row_of[i] for i in chunk], prompt_ids, restriction=restriction)
+
+    @torch.inference_mode()
+    def encode_windows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> "EncodedWindows":
+        """Encode distinct encoder inputs once: their attention mask and the
+        decoder's cross-attention keys and values, which every mention reading
+        them shares (a one-token decoder pass computes them, whatever the model)."""
+        device = self.device
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        with self._stage("encoder"):
+            encoder_outputs = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+            start = torch.full((input_ids.shape[0], 1), self.prompt_tokens.decoder_start_token_id, dtype=torch.long, device=device)
+            out = self.model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=start,
+                             use_cache=True)
+            cross = out.past_key_values.cross_attention_cache
+            kv = [(layer.keys, layer.values) for layer in cross.layers]
+        hidden = encoder_outputs.last_hidden_state
+        return EncodedWindows(kv, attention_mask, tuple(hidden.shape[1:]), hidden.dtype)
 
     @torch.inference_mode()
     def beam_search(
@@ -273,36 +335,51 @@ class GenerativeLinker:
         *,
         restriction: Optional[TrieRestriction] = None,
     ) -> List[List[Tuple[float, int]]]:
-        """Constrained beam search for mentions whose prompts have one length.
+        """Constrained beam search for mentions whose prompts have one length,
+        each with its own encoder input (row ``i`` of ``input_ids`` for mention ``i``).
 
         Returns per mention the finished hypotheses as (score, terminal trie
         node), best first, with Hugging Face's junk placeholders removed.
         ``restriction`` (rows = mentions of this batch) narrows the trie per mention.
         """
+        windows = self.encode_windows(input_ids, attention_mask)
+        return self._search(windows, list(range(input_ids.shape[0])), prompt_ids, restriction=restriction)
+
+    @torch.inference_mode()
+    def _search(
+        self,
+        windows: "EncodedWindows",
+        rows: Sequence[int],
+        prompt_ids: torch.Tensor,
+        *,
+        restriction: Optional[TrieRestriction] = None,
+    ) -> List[List[Tuple[float, int]]]:
+        """Beam search for mentions whose prompts have one length; mention ``i``
+        reads encoded window ``rows[i]``."""
         device = self.device
         model = self.model
         trie = self.trie.on_device(device)
         K = self.config.num_beams
         lp = self.config.length_penalty
         V = self.vocab_size
-        n = input_ids.shape[0]
-        input_ids, attention_mask, prompt_ids = input_ids.to(device), attention_mask.to(device), prompt_ids.to(device)
-
-        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
-        out = model(
-            encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=prompt_ids, use_cache=True
-        )
+        n = len(rows)
+        prompt_ids = prompt_ids.to(device)
+        index = torch.tensor(rows, dtype=torch.long, device=device)
+        # each mention's copy of its window's cross-attention keys and values
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache([(k.index_select(0, index), v.index_select(0, index))
+                                                                  for k, v in windows.kv]))
+        enc_mask = windows.mask.index_select(0, index)
+        # the decoder reads the encoder states' shape only: their keys and values
+        # are in the cache, so a zero-stride view stands in for them
+        placeholder = torch.zeros((), dtype=windows.dtype, device=device)
+        with self._stage("decoder"):
+            out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(n, *windows.shape)),
+                        attention_mask=enc_mask, decoder_input_ids=prompt_ids, past_key_values=cache, use_cache=True)
         cache = out.past_key_values
         # the prompt is read once per mention; beams start from copies of its cache
         cache.batch_repeat_interleave(K)
         logits = out.logits[:, -1, :].float().repeat_interleave(K, dim=0)
-        # After the prefill the cross-attention keys and values sit in the
-        # cache and the decoder only reads the encoder states' shape, so a
-        # zero-stride view stands in for n * K copies of them.
-        enc_shape = encoder_outputs.last_hidden_state.shape
-        hidden_dtype = encoder_outputs.last_hidden_state.dtype
-        del encoder_outputs
-        enc_mask = attention_mask.repeat_interleave(K, dim=0)
+        enc_mask = enc_mask.repeat_interleave(K, dim=0)
         del out
 
         max_new = self.trie.max_depth
@@ -321,10 +398,11 @@ class GenerativeLinker:
         for step in range(max_new):
             m = active.shape[0]
             log_probs = torch.log_softmax(logits, dim=-1)
-            if restriction is None:
-                allowed_tokens = trie.allowed_mask(nodes, V)
-            else:
-                allowed_tokens = restriction.allowed_mask(trie, nodes, active.repeat_interleave(K), V)
+            with self._stage("trie"):
+                if restriction is None:
+                    allowed_tokens = trie.allowed_mask(nodes, V)
+                else:
+                    allowed_tokens = restriction.allowed_mask(trie, nodes, active.repeat_interleave(K), V)
             log_probs = log_probs.masked_fill(~allowed_tokens, float("-inf"))
             acc = (log_probs.view(m, K, V) + running[:, :, None]).view(m, K * V)
             top_scores, top_idx = torch.topk(acc, 2 * K, dim=1)
@@ -334,7 +412,8 @@ class GenerativeLinker:
             if step + 1 >= max_new:
                 hits = torch.ones_like(hits)
             parent_rows = (parent + beam_offsets[:m]).view(-1)
-            child = trie.advance(nodes[parent_rows], token.view(-1)).view(m, 2 * K)
+            with self._stage("trie"):
+                child = trie.advance(nodes[parent_rows], token.view(-1)).view(m, 2 * K)
 
             # running beams for the next step: best K that did not just finish
             run_all = top_scores + hits.float() * _DEAD
@@ -377,13 +456,12 @@ class GenerativeLinker:
                 cache.reorder_cache(keep_rows.view(-1))
             else:
                 self._reorder_self_attention(cache, keep_rows.view(-1))
-            out = model(
-                encoder_outputs=BaseModelOutput(
-                    last_hidden_state=torch.zeros((), dtype=hidden_dtype, device=device).expand(enc_mask.shape[0], *enc_shape[1:])
-                ),
-                attention_mask=enc_mask,
-                decoder_input_ids=next_tokens.reshape(-1, 1), past_key_values=cache, use_cache=True,
-            )
+            with self._stage("decoder"):
+                out = model(
+                    encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(enc_mask.shape[0], *windows.shape)),
+                    attention_mask=enc_mask,
+                    decoder_input_ids=next_tokens.reshape(-1, 1), past_key_values=cache, use_cache=True,
+                )
             cache = out.past_key_values
             logits = out.logits[:, -1, :].float()
             del out

@@ -32,6 +32,8 @@ _SPACES = re.compile(r"\s+")
 # "other"/modifier symbols (emoji, skin tones): a text made only of these has
 # nothing the KB could name
 _NOTHING_TO_LINK = ("C", "Z", "M", "So", "Sk")
+#: what one encoder input holds: a mention in its context, or a document with all its mentions
+INPUT_MODES = ("mention", "document")
 
 
 def has_linkable_text(text: str, normalize: Callable[[str], str]) -> bool:
@@ -53,20 +55,31 @@ class InputBuilder:
     #: GenBioEL prompts the decoder with "mention is"; False starts the name
     #: right after the decoder's start tokens (GenBioEL's Table 4 ablation)
     decoder_prompt: bool = True
+    #: "mention": one encoder input per mention, ``context_words`` around it
+    #: (GenBioEL); "document": one input per document (or window of it) with
+    #: every mention marked, encoded once for all its mentions
+    #: (:mod:`~spacy_genbioel.linking.documents`)
+    input_mode: str = "mention"
 
-    def _clean(self, text: str) -> str:
+    def __post_init__(self) -> None:
+        if self.input_mode not in INPUT_MODES:
+            raise ValueError(f"input_mode must be one of {INPUT_MODES} (got {self.input_mode!r})")
+
+    def clean(self, text: str) -> str:
+        """Whitespace collapsed (and lowercased when ``lowercase``), as the model reads text."""
         text = _SPACES.sub(" ", text).strip()
         return text.lower() if self.lowercase else text
 
+
     def mention_text(self, mention: Mention) -> str:
-        return " ".join(self._clean(mention.text).split(" ")[: self.max_mention_words])
+        return " ".join(self.clean(mention.text).split(" ")[: self.max_mention_words])
 
     def parts(self, mention: Mention) -> Tuple[str, str, str, str, str]:
         """``(left, START, mention, END, right)``: the pieces :meth:`source` joins
         with single spaces (``left`` and ``right`` empty when there is no context)."""
         n = self.context_words
-        left = self._clean(mention.left).split(" ")[-n:] if n > 0 and mention.left.strip() else []
-        right = self._clean(mention.right).split(" ")[:n] if n > 0 and mention.right.strip() else []
+        left = self.clean(mention.left).split(" ")[-n:] if n > 0 and mention.left.strip() else []
+        right = self.clean(mention.right).split(" ")[:n] if n > 0 and mention.right.strip() else []
         return " ".join(left), self.start_marker, self.mention_text(mention), self.end_marker, " ".join(right)
 
     def source(self, mention: Mention) -> str:
@@ -106,9 +119,24 @@ class SourceEncoder:
         if at is None:
             raise ValueError(f"Cannot tell the special tokens of {type(tokenizer).__name__}: {full} does not contain {bare}")
         self.prefix, self.suffix = full[:at], full[at + len(bare) :]
+        self._documents = None
+
+    @property
+    def documents(self):
+        """The per-document inputs (:class:`~spacy_genbioel.linking.documents.DocumentSources`)
+        this encoder builds when ``inputs.input_mode == "document"``; ``register`` a
+        corpus's mentions on it so that batches holding part of a document still see all of it."""
+        if self._documents is None:
+            from spacy_genbioel.linking.documents import DocumentSources
+
+            self._documents = DocumentSources(self)
+        return self._documents
 
     def ids(self, mentions: Sequence[Mention], inputs: InputBuilder, max_tokens: int) -> List[List[int]]:
-        """Token ids (special tokens included, at most ``max_tokens``) per mention."""
+        """Token ids (special tokens included, at most ``max_tokens``) per mention;
+        in document mode, mentions of one document window share one list."""
+        if inputs.input_mode == "document":
+            return self.documents.ids(mentions, inputs, max_tokens)
         texts = [inputs.source(m) for m in mentions]
         out: List[Optional[List[int]]] = [None] * len(texts)
         whole = [i for i, text in enumerate(texts) if len(text) <= self.MAX_CHARS_PER_TOKEN * max_tokens]
@@ -143,6 +171,22 @@ class SourceEncoder:
             mask[row, cols] = 1
         return {"input_ids": ids, "attention_mask": mask}
 
+    def pieces(self, texts: Sequence[str]) -> List[List[int]]:
+        """Token ids of text pieces, without special tokens (the pieces of a trimmed
+        or per-document input, tokenized alone and joined)."""
+        return self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+
+    def fit_mention(self, text: List[int], markers: int, budget: int, max_tokens: int) -> Tuple[List[int], bool]:
+        """A mention's tokens cut to the room ``budget`` leaves beside its ``markers``
+        tokens (its first tokens kept), and whether they were cut; no room at all is an error."""
+        room = budget - markers
+        if room < min(1, len(text)):
+            raise ValueError(
+                f"max_source_tokens ({max_tokens}) leaves no room for a mention between its markers "
+                f"({markers} marker and {len(self.prefix) + len(self.suffix)} special tokens)"
+            )
+        return (text[:room], True) if len(text) > room else (text, False)
+
     def _trimmed(self, parts: Sequence[Tuple[str, str, str, str, str]], max_tokens: int) -> List[List[int]]:
         cap = self.MAX_CHARS_PER_TOKEN * max_tokens
         texts: List[str] = []
@@ -150,22 +194,15 @@ class SourceEncoder:
             left = left[-cap:]
             # the pieces as source() joins them: single spaces, none before the first
             texts += [left, (" " if left else "") + start, " " + text[:cap], " " + end, " " + right[:cap] if right else ""]
-        pieces = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        pieces = self.pieces(texts)
         budget = max_tokens - len(self.prefix) - len(self.suffix)
         out: List[List[int]] = []
         shortened = 0
         for k in range(len(parts)):
             left, start, text, end, right = (list(p) for p in pieces[5 * k : 5 * k + 5])
-            room = budget - len(start) - len(end)
-            if room < min(1, len(text)):
-                raise ValueError(
-                    f"max_source_tokens ({max_tokens}) leaves no room for a mention between its markers "
-                    f"({len(start) + len(end)} marker and {len(self.prefix) + len(self.suffix)} special tokens)"
-                )
-            if len(text) > room:
-                text = text[:room]
-                shortened += 1
-            rest = room - len(text)
+            text, cut = self.fit_mention(text, len(start) + len(end), budget, max_tokens)
+            shortened += cut
+            rest = budget - len(start) - len(end) - len(text)
             left_quota, right_quota = rest // 2, rest - rest // 2
             # the part of one side's half the other side cannot use goes to it
             left_quota, right_quota = (left_quota + max(0, right_quota - len(right)),

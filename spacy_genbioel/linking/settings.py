@@ -118,13 +118,16 @@ def make_inputs(
     decoder_prompt: bool = True,
     start_marker: str = MARKERS[0],
     end_marker: str = MARKERS[1],
+    input_mode: str = "mention",
 ) -> InputBuilder:
-    """GenBioEL's encoder text and decoder prompt. ``decoder_prompt`` must match the
-    training config's ``[inputs]`` (false only for a model trained without it)."""
+    """GenBioEL's encoder text and decoder prompt. ``decoder_prompt`` and
+    ``input_mode`` must match the training config's ``[inputs]``: ``"mention"``
+    encodes each mention with ``context_words`` around it, ``"document"`` each
+    document (window of ``max_source_tokens``) once with all its mentions marked."""
     if context_words < 0:
         raise ValueError(f"context_words must be >= 0 (got {context_words})")
     return InputBuilder(start_marker, end_marker, context_words=context_words, lowercase=lowercase,
-                        decoder_prompt=decoder_prompt)
+                        decoder_prompt=decoder_prompt, input_mode=input_mode)
 
 
 @registry.misc("genbioel.decoding.v1")
@@ -224,6 +227,7 @@ lowercase = true
 decoder_prompt = true
 start_marker = "START"
 end_marker = "END"
+input_mode = "mention"
 
 [genbioel.decoding]
 @misc = "genbioel.decoding.v1"

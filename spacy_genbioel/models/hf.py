@@ -136,9 +136,12 @@ def load_model(
         raise ModelFormatError(f"{config_file}: not a Hugging Face model config ({type(err).__name__}: {err})") from err
     tokenizer = load_tokenizer(tokenizer_path or path)
     _check_weights(path)
+    if dtype == "int8" and dev.type != "cpu":
+        raise ValueError(f"dtype 'int8' (dynamic quantization) runs on CPU only, not on {dev}; use bf16 on a GPU")
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(
-            str(path), local_files_only=True, use_safetensors=True, dtype=resolve_dtype(dtype, dev)
+            str(path), local_files_only=True, use_safetensors=True,
+            dtype=resolve_dtype("fp32" if dtype == "int8" else dtype, dev),
         )
     except Exception as err:
         raise ModelFormatError(f"{path}: cannot load a seq2seq model ({type(err).__name__}: {err})") from err
@@ -150,12 +153,31 @@ def load_model(
             logger.warning("%s differs from the tokenizer saved with the model in %s: the model reads other token ids "
                            "than it was trained on", where, path)
     model.to(dev).eval()
+    if dtype == "int8":
+        model = quantize_int8(model)
     return model, tokenizer
+
+
+def quantize_int8(model):
+    """The model with its linear layers dynamically quantized to int8 for CPU
+    inference (``torch.ao.quantization.quantize_dynamic``); the output projection
+    stays in float, so scores keep their full-vocabulary normalization. The float
+    model rides along (not as a submodule) so :func:`save_model` writes the
+    weights it was loaded with."""
+    import torch
+
+    output = model.get_output_embeddings()
+    spec = {name: torch.ao.quantization.default_dynamic_qconfig for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and module is not output}
+    quantized = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=False)
+    object.__setattr__(quantized, "_genbioel_float_model", model)
+    return quantized.eval()
 
 
 def save_model(model, tokenizer, path: PathLike) -> None:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    model = getattr(model, "_genbioel_float_model", model)  # an int8 model saves the float weights it came from
     model.save_pretrained(str(path), safe_serialization=True)
     tokenizer.save_pretrained(str(path))
 

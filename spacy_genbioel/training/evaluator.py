@@ -25,6 +25,7 @@ def linking_evaluator(
     batch_size: int = 64,
     ks: Sequence[int] = (1, 5),
     max_mentions: Optional[int] = None,
+    max_source_tokens: int = 256,
 ) -> Evaluator:
     """``evaluate(model, tokenizer) -> {"recall@1": ..., "recall@5": ...}`` on dev
     mentions, with trie-constrained decoding (GenBioEL's recall rule). The trie
@@ -39,9 +40,12 @@ def linking_evaluator(
     def evaluate(model, tokenizer) -> Dict[str, float]:
         linker = GenerativeLinker(
             model, tokenizer, kb, cache.get(id(tokenizer)), inputs=inputs,
-            config=DecodingConfig(num_beams=num_beams, top_k=max(ks), batch_size=batch_size),
+            config=DecodingConfig(num_beams=num_beams, top_k=max(ks), batch_size=batch_size,
+                                  max_source_tokens=max_source_tokens),
         )
         cache[id(tokenizer)] = linker.trie
+        if linker.inputs.input_mode == "document":  # a first-N slice still reads whole documents
+            linker.sources.documents.register(mentions)
         predictions = linker.link(chosen, top_k=max(ks))
         result = recall_at_k(chosen, predictions, ks=ks)
         return {f"recall@{k}": result.recall[k] for k in result.ks if result.recall[k] is not None}
@@ -61,4 +65,5 @@ def stage_evaluator(stage: StageConfig, kb: KnowledgeBase, dev_jsonl: Optional[P
     return linking_evaluator(
         kb, mentions, inputs=stage.inputs, num_beams=int(stage.data["eval_beams"]),
         batch_size=int(stage.data["eval_batch_size"]), max_mentions=int(stage.data["eval_mentions"]) or None,
+        max_source_tokens=stage.training.max_source_tokens,
     )

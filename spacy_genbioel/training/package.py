@@ -48,6 +48,7 @@ def component_config(
         num_beams=num_beams, top_k=top_k, exact_match=exact_match, retriever=candidates, num_candidates=num_candidates,
         restrict_to_candidates=restrict_to_candidates, shortcut_threshold=shortcut_threshold, threshold=threshold,
         context_words=inputs.context_words, lowercase=inputs.lowercase, decoder_prompt=inputs.decoder_prompt,
+        input_mode=inputs.input_mode,
         max_source_tokens=max_source_tokens, device="auto",
     )
 

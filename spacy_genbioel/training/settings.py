@@ -161,7 +161,7 @@ class AngelConfig:
         return settings_from_dict(cls, data, "angel")
 
 
-INPUT_KEYS = ("context_words", "max_mention_words", "lowercase", "decoder_prompt")
+INPUT_KEYS = ("context_words", "max_mention_words", "lowercase", "decoder_prompt", "input_mode")
 DATA_DEFAULTS: Dict[str, Any] = {
     # pre-training (GenBioEL section 2.2)
     "max_context_synonyms": 3,

@@ -28,7 +28,7 @@ from spacy_genbioel.models import PRESETS, build_model, load_model, load_tokeniz
 from spacy_genbioel.models.bert2bert import WARM_START_PRESETS, init_warm_start, is_warm_start, save_marker_tokenizer
 from spacy_genbioel.training.engine import TrainingEngine, TrainResult
 from spacy_genbioel.training.evaluator import stage_evaluator
-from spacy_genbioel.training.examples import read_examples_jsonl, write_examples_jsonl
+from spacy_genbioel.training.examples import TrainingExample, read_mentions_jsonl, write_examples_jsonl
 from spacy_genbioel.training.pretraining import PretrainingExamples
 from spacy_genbioel.training.settings import StageConfig, load_stage_config
 from spacy_genbioel.training.sources import ExampleSource, FixedExamples, MixedExamples, SampledSource
@@ -88,7 +88,7 @@ def make_corpus(
         dev_mentions, stats["dev_expanded"] = expander.expand(dev_mentions, {d.pmid: d.text for d in dev_docs})
 
     def cut(m: Mention) -> Mention:
-        return dataclasses.replace(m, left=m.left[len(m.left) - context_chars:] if context_chars else "",
+        return dataclasses.replace(m, left=m.left[max(0, len(m.left) - context_chars):] if context_chars else "",
                                    right=m.right[:context_chars])
 
     examples, target_stats = select_targets(kb, train_mentions, top_k=top_k_targets, strategy=target_strategy, seed=seed)
@@ -154,11 +154,13 @@ def load_for_training(model_dir: PathLike, device: str) -> Tuple[Any, Any, torch
 
 
 def run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, source: ExampleSource, out_dir: PathLike,
-              dev_jsonl: Optional[PathLike], device: str, resume: bool, inputs: Sequence[PathLike] = ()) -> TrainResult:
+              dev_jsonl: Optional[PathLike], device: str, resume: bool, inputs: Sequence[PathLike] = (),
+              documents: Sequence[Mention] = ()) -> TrainResult:
     """Train ``model_dir`` on ``source`` with the training engine into ``out_dir``
     (``config.cfg``, ``inputs.sha256``, ``result.json`` and the engine's files);
     a checkpoint there is resumed only when the start model and ``inputs`` are
-    the ones it grew from."""
+    the ones it grew from. ``documents``: every mention of the training corpus,
+    so that per-document inputs mark all of a document's mentions whatever the batch."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # a checkpoint is only resumed when it grew from the same start model and data
@@ -173,6 +175,8 @@ def run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, source
     (out / "config.cfg").write_text(stage.text, encoding="utf8")
     engine = TrainingEngine(model, tokenizer, stage.training, inputs=stage.inputs, out_dir=out,
                             evaluate=stage_evaluator(stage, kb, dev_jsonl), device=dev)
+    if stage.inputs.input_mode == "document":
+        engine.loss.sources.documents.register(documents)
     result = engine.train(source, resume=resume)
     atomic_json(out / "result.json", result.to_dict())
     return result
@@ -220,11 +224,13 @@ def finetune(
     every ``eval_every`` steps; the best model ends in ``out_dir/model``."""
     stage = load_stage_config(config_path, overrides)
     kb = KnowledgeBase.load(kb_path)
-    examples = read_examples_jsonl(train_jsonl)
+    mentions = list(read_mentions_jsonl(train_jsonl))
+    examples = [TrainingExample(m, t) for m, t in mentions if t]
     if not examples:
         raise ValueError(f"{train_jsonl}: no training examples with a target")
     source: ExampleSource = FixedExamples(examples)
     n_kb = int(stage.data["kb_examples_per_epoch"])
     if n_kb > 0:
         source = MixedExamples(source, SampledSource(kb_guided_examples(stage, kb), n_kb, stage.training.seed))
-    return run_stage(stage, model_dir, kb, source, out_dir, dev_jsonl, device, resume, inputs=[train_jsonl, kb_path])
+    return run_stage(stage, model_dir, kb, source, out_dir, dev_jsonl, device, resume, inputs=[train_jsonl, kb_path],
+                     documents=[m for m, _ in mentions])

@@ -23,12 +23,14 @@ if TYPE_CHECKING:
 
 
 def encode_pairs(pairs: Sequence[PreferencePair], tokenizer, prompts, inputs, pad_token_id: int,
-                 max_source_tokens: int = 256) -> Dict[str, torch.Tensor]:
+                 max_source_tokens: int = 256, sources=None) -> Dict[str, torch.Tensor]:
     """The chosen names (first half of the rows) and the rejected ones (second
     half) after each mention's inference prompt, by
-    :func:`~spacy_genbioel.training.seq2seq.encode_examples`."""
+    :func:`~spacy_genbioel.training.seq2seq.encode_examples` (``sources``: its
+    :class:`~spacy_genbioel.linking.inputs.SourceEncoder`, with the corpus's
+    documents registered in document mode)."""
     examples = [TrainingExample(p.mention, p.chosen) for p in pairs] + [TrainingExample(p.mention, p.rejected) for p in pairs]
-    return encode_examples(examples, tokenizer, prompts, inputs, pad_token_id, max_source_tokens)
+    return encode_examples(examples, tokenizer, prompts, inputs, pad_token_id, max_source_tokens, sources)
 
 
 def _label_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -117,7 +117,8 @@ class AngelTrainer:
         return autocast(self.engine.device, self.engine.autocast_dtype)
 
     def _encode(self, pairs: Sequence[PreferencePair]) -> Dict[str, torch.Tensor]:
-        batch = encode_pairs(pairs, self.tokenizer, self.prompts, self.inputs, self.engine.pad_id, self.config.max_source_tokens)
+        batch = encode_pairs(pairs, self.tokenizer, self.prompts, self.inputs, self.engine.pad_id, self.config.max_source_tokens,
+                             self.engine.loss.sources)
         return {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
 
     def score_pairs(self, pairs: Sequence[PreferencePair], batch_size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -280,6 +281,9 @@ class AngelTrainer:
         pool = [m for m in dict.fromkeys(mentions) if gold_id_set(m)]
         if not pool:
             raise ValueError("No training mentions with gold IDs to mine")
+        if self.inputs.input_mode == "document":  # mining chunks and DPO batches read whole documents
+            for sources in (self.engine.loss.sources, self.linker.sources):
+                sources.documents.register(mentions)
         set_seed(cfg.seed)
         clock = budget_clock(cfg.budget_clock)
         began, wall_began = clock(), time.monotonic()

@@ -1,0 +1,138 @@
+"""Annotation benchmark: a packaged pipeline (NER + ``genbioel``) run over the
+same abstracts with several linker input settings side by side in one run:
+per-mention input at several context widths and per-document input, on one
+or more torch thread counts. Per run: documents/s and mentions/s through
+``nlp.pipe``, seconds per pipe, and inside ``genbioel`` seconds per stage
+(tokenization, encoder, decoder steps, trie masks; ``spacy_overhead`` is the
+rest of the component: building mentions, writing spans), so the bound of each
+setting is visible. Top-1 IDs are compared with the first run's.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+logger = logging.getLogger(__name__)
+
+#: (name, input_mode, context_words): what ``benchmark --pipeline`` compares by default
+DEFAULT_SETTINGS = (
+    ("mention-0", "mention", 0),
+    ("mention-16", "mention", 16),
+    ("mention-64", "mention", 64),
+    ("document", "document", 64),
+)
+
+
+def parse_settings(text: str) -> List[tuple]:
+    """``"mention-0,mention-64,document"`` into (name, input_mode, context_words) triples."""
+    out = []
+    for name in (t.strip() for t in text.split(",") if t.strip()):
+        mode, _, width = name.partition("-")
+        if mode not in ("mention", "document") or (width and not width.isdigit()):
+            raise ValueError(f"Unknown setting {name!r}: use mention-<words> or document")
+        out.append((name, mode, int(width) if width else 64))
+    return out
+
+
+def benchmark_texts(data_dir: Optional[Path], n: int, corpus: Optional[Path] = None) -> tuple:
+    """The first ``n`` abstracts (title and abstract joined) of ``corpus`` (PubTator),
+    else of BC5CDR train + dev in ``data_dir``; and where they came from."""
+    from spacy_genbioel.corpus import read_pubtator
+
+    files = [corpus] if corpus else [data_dir / "bc5cdr" / f"CDR_{s}.PubTator.txt" for s in ("TrainingSet", "DevelopmentSet")] if data_dir else []
+    texts: List[str] = []
+    for path in files:
+        if not path.exists():
+            continue
+        for doc in read_pubtator(path):
+            if len(texts) >= n:
+                break
+            texts.append(f"{doc.title} {doc.abstract}".strip())
+    if not texts:
+        raise FileNotFoundError(f"No abstracts to annotate: give a PubTator corpus or a data folder with bc5cdr/ (looked in {files})")
+    return texts, ", ".join(str(p) for p in files if p.exists())
+
+
+def annotate_run(pipeline: Path, texts: Sequence[str], name: str, input_mode: str, context_words: int,
+                 threads: int, batch_size: int = 64, device: str = "cpu") -> Dict[str, Any]:
+    """One setting on ``threads`` torch threads: throughput, seconds per pipe and per linker stage, top-1 IDs."""
+    import spacy
+    import torch
+
+    from spacy_genbioel.linking.settings import linking_overrides
+    from spacy_genbioel.linking.stages import StageClock
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        overrides = linking_overrides(input_mode=input_mode, context_words=context_words, device=device)
+        nlp = spacy.load(pipeline, config={"components": {"genbioel": overrides}})
+        linker = nlp.get_pipe("genbioel").linker
+        nlp(texts[0])  # warm-up: allocator, lazy resources
+        linker.clock = StageClock(linker.device)
+        linker.stats.clear()
+        load = os.getloadavg()
+        pipes: Dict[str, float] = {}
+        began = time.perf_counter()
+        docs = [nlp.make_doc(text) for text in texts]
+        pipes["tokenizer"] = time.perf_counter() - began
+        for pipe_name, proc in nlp.pipeline:
+            start = time.perf_counter()
+            docs = list(proc.pipe(docs, batch_size=batch_size))
+            pipes[pipe_name] = time.perf_counter() - start
+        total = time.perf_counter() - began
+    finally:
+        torch.set_num_threads(before)
+    stages = {k: v["seconds"] for k, v in linker.clock.report().items()}
+    stages["spacy_overhead"] = round(pipes["genbioel"] - sum(stages.values()), 4)
+    mentions = sum(len(doc.ents) for doc in docs)
+    return {
+        "name": name,
+        "input_mode": input_mode,
+        "context_words": context_words if input_mode == "mention" else None,
+        "threads": threads,
+        "documents": len(docs),
+        "mentions": mentions,
+        "docs_per_s": round(len(docs) / total, 2),
+        "mentions_per_s": round(mentions / total, 1),
+        "linker_mentions_per_s": round(mentions / pipes["genbioel"], 1),
+        "seconds": round(total, 2),
+        "pipe_seconds": {k: round(v, 3) for k, v in pipes.items()},
+        "linker_stage_seconds": stages,
+        "searches": int(linker.stats["searches"]),
+        "mentions_decoded": int(linker.stats["mentions_decoded"]),
+        "loadavg_before": [round(x, 2) for x in load],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "top1": [e.kb_id_ for doc in docs for e in doc.ents],
+    }
+
+
+def run_annotation_benchmark(pipeline: Path, texts: Sequence[str], settings: Sequence[tuple] = DEFAULT_SETTINGS,
+                             threads: Sequence[int] = (1,), batch_size: int = 64, device: str = "cpu") -> Dict[str, Any]:
+    """Every setting on every thread count over the same ``texts``; the headline
+    ``per_mention_docs_per_s`` (the widest per-mention context) and
+    ``per_document_docs_per_s`` are those of the first thread count."""
+    runs: List[Dict[str, Any]] = []
+    for n_threads in threads:
+        for name, mode, width in settings:
+            logger.info("annotate benchmark: %s on %d thread(s)", name, n_threads)
+            runs.append(annotate_run(pipeline, texts, name, mode, width, n_threads, batch_size, device))
+    reference = runs[0]["top1"]
+    for run in runs:
+        top1 = run.pop("top1")
+        run["top1_agreement_with_first"] = round(sum(a == b for a, b in zip(top1, reference)) / max(1, len(reference)), 4)
+    result: Dict[str, Any] = {"pipeline": str(pipeline), "documents": len(texts), "runs": runs}
+    first = [r for r in runs if r["threads"] == threads[0]]
+    per_mention = [r for r in first if r["input_mode"] == "mention"]
+    per_document = [r for r in first if r["input_mode"] == "document"]
+    if per_mention:
+        widest = max(per_mention, key=lambda r: r["context_words"])
+        result["per_mention_docs_per_s"] = widest["docs_per_s"]
+    if per_document:
+        result["per_document_docs_per_s"] = per_document[0]["docs_per_s"]
+    if per_mention and per_document:
+        result["per_document_speedup"] = round(result["per_document_docs_per_s"] / result["per_mention_docs_per_s"], 2)
+    return result

@@ -1,0 +1,97 @@
+"""What decoding shares and measures: which mentions are one search
+(:func:`distinct_searches`), blocks of whole encoder inputs
+(:func:`blocks_of_inputs`), the encoded windows every mention reading them
+decodes from (:class:`EncodedWindows`), and the seconds spent per stage when a
+benchmark asks (:class:`StageClock`)."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+
+def distinct_searches(sources: Sequence[Sequence[int]], prompts: Sequence[Sequence[int]],
+                      name_sets: Optional[Sequence[Optional[np.ndarray]]] = None) -> Tuple[List[int], List[int]]:
+    """Mentions with the same encoder input, prompt and allowed names are one
+    search (within a document: the same text in the same window). Returns the
+    position of each search's first mention, and each mention's search."""
+    jobs: Dict[tuple, int] = {}
+    job_of: List[int] = []
+    firsts: List[int] = []
+    for pos in range(len(sources)):
+        names = None if name_sets is None or name_sets[pos] is None else name_sets[pos].tobytes()
+        key = (tuple(sources[pos]), tuple(prompts[pos]), names)
+        if key not in jobs:
+            jobs[key] = len(firsts)
+            firsts.append(pos)
+        job_of.append(jobs[key])
+    return firsts, job_of
+
+
+def blocks_of_inputs(sources: Sequence[Sequence[int]], keys: Sequence[int], size: int) -> Iterator[List[int]]:
+    """Positions in blocks of about ``size``, shortest inputs first, never
+    splitting the mentions of one input (``keys``: an id per distinct input)."""
+    order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), keys[i]))
+    begin = 0
+    while begin < len(order):
+        end = min(begin + size, len(order))
+        while end < len(order) and keys[order[end]] == keys[order[end - 1]]:
+            end += 1
+        yield order[begin:end]
+        begin = end
+
+
+@dataclass
+class EncodedWindows:
+    """Distinct encoder inputs, encoded once: per decoder layer the
+    cross-attention keys and values (batch first: one row per input), the
+    encoder attention mask, and the encoder states' shape and dtype (the
+    decoder reads those, never the states themselves, once the keys and values
+    are cached)."""
+
+    kv: List[Tuple[torch.Tensor, torch.Tensor]]
+    mask: torch.Tensor
+    shape: Tuple[int, ...]
+    dtype: torch.dtype
+
+    def __len__(self) -> int:
+        return int(self.mask.shape[0])
+
+
+class StageClock:
+    """Seconds and calls per named stage. On a GPU each stage synchronizes
+    before and after, so the seconds are the stage's own (and the whole run a
+    little slower): time a benchmark with it, not production."""
+
+    def __init__(self, device: Optional[torch.device] = None) -> None:
+        self.seconds: Counter = Counter()
+        self.calls: Counter = Counter()
+        self._sync = device is not None and torch.device(device).type == "cuda"
+        self._depth = 0
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        if self._depth:  # a stage inside another counts to the outer one
+            yield
+            return
+        if self._sync:
+            torch.cuda.synchronize()
+        self._depth += 1
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._sync:
+                torch.cuda.synchronize()
+            self.seconds[name] += time.perf_counter() - began
+            self.calls[name] += 1
+            self._depth -= 1
+
+    def report(self) -> Dict[str, Dict[str, float]]:
+        """``{stage: {"seconds": s, "calls": n}}``, stages by time spent."""
+        return {name: {"seconds": round(sec, 4), "calls": int(self.calls[name])} for name, sec in self.seconds.most_common()}
