@@ -17,23 +17,25 @@ from typing import Any, Dict, List, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
-#: (name, input_mode, context_words): what ``benchmark --pipeline`` compares by default
+#: (name, input_mode, context_words, dtype): what ``benchmark --pipeline`` compares by default
 DEFAULT_SETTINGS = (
-    ("mention-0", "mention", 0),
-    ("mention-16", "mention", 16),
-    ("mention-64", "mention", 64),
-    ("document", "document", 64),
+    ("mention-0", "mention", 0, None),
+    ("mention-16", "mention", 16, None),
+    ("mention-64", "mention", 64, None),
+    ("document", "document", 64, None),
 )
 
 
 def parse_settings(text: str) -> List[tuple]:
-    """``"mention-0,mention-64,document"`` into (name, input_mode, context_words) triples."""
+    """``"mention-0,mention-64,document,document+int8"`` into (name, input_mode,
+    context_words, dtype) tuples; ``+int8``: the component's ``dtype = "int8"``."""
     out = []
     for name in (t.strip() for t in text.split(",") if t.strip()):
-        mode, _, width = name.partition("-")
-        if mode not in ("mention", "document") or (width and not width.isdigit()):
-            raise ValueError(f"Unknown setting {name!r}: use mention-<words> or document")
-        out.append((name, mode, int(width) if width else 64))
+        base, plus, dtype = name.partition("+")
+        mode, _, width = base.partition("-")
+        if mode not in ("mention", "document") or (width and not width.isdigit()) or (plus and dtype != "int8"):
+            raise ValueError(f"Unknown setting {name!r}: use mention-<words> or document, optionally +int8")
+        out.append((name, mode, int(width) if width else 64, dtype or None))
     return out
 
 
@@ -57,7 +59,7 @@ def benchmark_texts(data_dir: Optional[Path], n: int, corpus: Optional[Path] = N
 
 
 def annotate_run(pipeline: Path, texts: Sequence[str], name: str, input_mode: str, context_words: int,
-                 threads: int, batch_size: int = 64, device: str = "cpu") -> Dict[str, Any]:
+                 threads: int, batch_size: int = 64, device: str = "cpu", dtype: Optional[str] = None) -> Dict[str, Any]:
     """One setting on ``threads`` torch threads: throughput, seconds per pipe and per linker stage, top-1 IDs."""
     import spacy
     import torch
@@ -68,7 +70,7 @@ def annotate_run(pipeline: Path, texts: Sequence[str], name: str, input_mode: st
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        overrides = linking_overrides(input_mode=input_mode, context_words=context_words, device=device)
+        overrides = linking_overrides(input_mode=input_mode, context_words=context_words, device=device, dtype=dtype)
         nlp = spacy.load(pipeline, config={"components": {"genbioel": overrides}})
         linker = nlp.get_pipe("genbioel").linker
         nlp(texts[0])  # warm-up: allocator, lazy resources
@@ -81,7 +83,7 @@ def annotate_run(pipeline: Path, texts: Sequence[str], name: str, input_mode: st
         pipes["tokenizer"] = time.perf_counter() - began
         for pipe_name, proc in nlp.pipeline:
             start = time.perf_counter()
-            docs = list(proc.pipe(docs, batch_size=batch_size))
+            docs = list(proc.pipe(docs, batch_size=batch_size)) if hasattr(proc, "pipe") else [proc(doc) for doc in docs]
             pipes[pipe_name] = time.perf_counter() - start
         total = time.perf_counter() - began
     finally:
@@ -92,6 +94,7 @@ def annotate_run(pipeline: Path, texts: Sequence[str], name: str, input_mode: st
     return {
         "name": name,
         "input_mode": input_mode,
+        "dtype": dtype or "pipeline's",
         "context_words": context_words if input_mode == "mention" else None,
         "threads": threads,
         "documents": len(docs),
@@ -104,6 +107,8 @@ def annotate_run(pipeline: Path, texts: Sequence[str], name: str, input_mode: st
         "linker_stage_seconds": stages,
         "searches": int(linker.stats["searches"]),
         "mentions_decoded": int(linker.stats["mentions_decoded"]),
+        "encoder_inputs": int(linker.stats["encoder_inputs"]),
+        "encoder_tokens": int(linker.stats["encoder_tokens"]),
         "loadavg_before": [round(x, 2) for x in load],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "top1": [e.kb_id_ for doc in docs for e in doc.ents],
@@ -117,17 +122,18 @@ def run_annotation_benchmark(pipeline: Path, texts: Sequence[str], settings: Seq
     ``per_document_docs_per_s`` are those of the first thread count."""
     runs: List[Dict[str, Any]] = []
     for n_threads in threads:
-        for name, mode, width in settings:
+        for name, mode, width, dtype in settings:
             logger.info("annotate benchmark: %s on %d thread(s)", name, n_threads)
-            runs.append(annotate_run(pipeline, texts, name, mode, width, n_threads, batch_size, device))
+            runs.append(annotate_run(pipeline, texts, name, mode, width, n_threads, batch_size, device, dtype))
     reference = runs[0]["top1"]
     for run in runs:
         top1 = run.pop("top1")
         run["top1_agreement_with_first"] = round(sum(a == b for a, b in zip(top1, reference)) / max(1, len(reference)), 4)
     result: Dict[str, Any] = {"pipeline": str(pipeline), "documents": len(texts), "runs": runs}
     first = [r for r in runs if r["threads"] == threads[0]]
-    per_mention = [r for r in first if r["input_mode"] == "mention"]
-    per_document = [r for r in first if r["input_mode"] == "document"]
+    plain = [r for r in first if r["dtype"] != "int8"]
+    per_mention = [r for r in plain if r["input_mode"] == "mention"]
+    per_document = [r for r in plain if r["input_mode"] == "document"]
     if per_mention:
         widest = max(per_mention, key=lambda r: r["context_words"])
         result["per_mention_docs_per_s"] = widest["docs_per_s"]

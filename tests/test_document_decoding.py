@@ -240,15 +240,21 @@ def test_stage_clock_records_every_stage(sharp_model, word_tokenizer, small_kb, 
     linker.clock = StageClock()
     linker.link(documents)
     report = linker.clock.report()
-    assert set(report) == {"tokenize", "encoder", "decoder", "trie"}
+    assert set(report) == {"tokenize", "encoder", "decoder", "trie", "beam"}
     assert all(v["seconds"] >= 0 and v["calls"] > 0 for v in report.values())
     assert report["tokenize"]["calls"] == 1
     assert list(report) == sorted(report, key=lambda k: -linker.clock.seconds[k])
-    # a stage inside another counts to the outer one
+    # a stage inside another pauses it: each counts its own time only
+    import time
+
     clock = StageClock()
-    with clock.stage("outer"), clock.stage("inner"):
-        pass
-    assert dict(clock.calls) == {"outer": 1}
+    with clock.stage("outer"):
+        time.sleep(0.02)
+        with clock.stage("inner"):
+            time.sleep(0.05)
+    assert dict(clock.calls) == {"outer": 1, "inner": 1}
+    assert 0.05 <= clock.seconds["inner"] < 0.05 + 0.04
+    assert 0.02 <= clock.seconds["outer"] < 0.05
     # unset: nothing is timed
     linker.clock = None
     assert linker.link(documents[:2])
@@ -344,12 +350,12 @@ def word_tokenizer_marker(linker):
 def test_parse_settings():
     from spacy_genbioel.benchmark_annotate import DEFAULT_SETTINGS, parse_settings
 
-    assert parse_settings("mention-0,mention-64,document") == [("mention-0", "mention", 0),
-                                                                ("mention-64", "mention", 64),
-                                                                ("document", "document", 64)]
-    assert parse_settings(" mention-16 , ") == [("mention-16", "mention", 16)]
+    assert parse_settings("mention-0,mention-64,document,document+int8") == [
+        ("mention-0", "mention", 0, None), ("mention-64", "mention", 64, None), ("document", "document", 64, None),
+        ("document+int8", "document", 64, "int8")]
+    assert parse_settings(" mention-16 , ") == [("mention-16", "mention", 16, None)]
     assert [s[0] for s in DEFAULT_SETTINGS] == ["mention-0", "mention-16", "mention-64", "document"]
-    for bad in ("bogus", "mention-x", "document-wide", "documents"):
+    for bad in ("bogus", "mention-x", "document-wide", "documents", "document+fp8"):
         with pytest.raises(ValueError, match="Unknown setting"):
             parse_settings(bad)
 
@@ -364,9 +370,11 @@ def test_annotation_benchmark_on_a_tiny_pipeline(resources, tmp_path_factory):
     out = tmp_path_factory.mktemp("pipeline") / "nlp"
     document_nlp(tmp_path, input_mode="mention").to_disk(out)
     texts = [TEXTS[0], TEXTS[2], TEXTS[3]]
-    result = run_annotation_benchmark(out, texts, parse_settings("mention-0,mention-16,document"), threads=(1,),
-                                      batch_size=2)
-    assert result["documents"] == 3 and len(result["runs"]) == 3
+    result = run_annotation_benchmark(out, texts, parse_settings("mention-0,mention-16,document,document+int8"),
+                                      threads=(1,), batch_size=2)
+    assert result["documents"] == 3 and len(result["runs"]) == 4
+    int8 = result["runs"].pop()
+    assert (int8["dtype"], int8["input_mode"], int8["mentions"]) == ("int8", "document", 8)
     assert result["per_mention_docs_per_s"] == result["runs"][1]["docs_per_s"] > 0  # the widest context
     assert result["per_document_docs_per_s"] == result["runs"][2]["docs_per_s"] > 0
     assert result["per_document_speedup"] > 0
@@ -375,7 +383,7 @@ def test_annotation_benchmark_on_a_tiny_pipeline(resources, tmp_path_factory):
         assert (run["name"], run["input_mode"], run["threads"]) == (name, mode, 1)
         assert run["documents"] == 3 and run["mentions"] == 8
         stages = run["linker_stage_seconds"]
-        assert {"tokenize", "encoder", "decoder", "trie", "spacy_overhead"} <= set(stages)
+        assert {"tokenize", "encoder", "decoder", "trie", "beam", "spacy_overhead"} <= set(stages)
         assert all(v >= 0 for k, v in stages.items() if k != "spacy_overhead")
         assert stages["spacy_overhead"] >= -1e-3  # the component's time less its stages
         assert set(run["pipe_seconds"]) == {"tokenizer", "entity_ruler", "genbioel"}

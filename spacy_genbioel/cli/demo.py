@@ -47,7 +47,7 @@ def benchmark_cmd(
     pipeline: Optional[Path] = typer.Option(None, help="A packaged pipeline (NER + genbioel): also measure annotation throughput per linker input setting"),
     corpus: Optional[Path] = typer.Option(None, help="PubTator abstracts for --pipeline (default: BC5CDR train + dev in the data folder)"),
     n_docs: int = typer.Option(1000, help="Abstracts annotated per setting with --pipeline"),
-    settings: str = typer.Option("mention-0,mention-16,mention-64,document", help="Linker input settings compared with --pipeline: mention-<context words> or document"),
+    settings: str = typer.Option("mention-0,mention-16,mention-64,document", help="Linker input settings compared with --pipeline: mention-<context words> or document, +int8 for dtype int8"),
     threads: str = typer.Option("1", help="Torch thread counts for --pipeline, comma-separated"),
     skip_decoders: bool = typer.Option(False, help="Only the --pipeline annotation benchmark"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object"),

@@ -125,10 +125,12 @@ class GenerativeLinker:
                 vocab_size=self.vocab_size, max_name_tokens=min(128, self.max_positions - self.prompt_tokens.max_prompt_tokens),
             )
         self.trie = trie
-        #: counts: ``mentions_decoded`` (sent to beam search) and ``searches`` (distinct
-        #: input, prompt and allowed names: what was actually decoded)
+        #: counts: ``mentions_decoded`` (sent to beam search), ``searches`` (distinct
+        #: input, prompt and allowed names: what was actually decoded), ``encoder_inputs``
+        #: and ``encoder_tokens`` (what the encoder read)
         self.stats: Counter = Counter()
-        #: seconds per stage (tokenize, encoder, decoder, trie) when set; None: not timed
+        #: seconds per stage when set (tokenize, encoder, decoder, trie; beam: the search's own
+        #: bookkeeping: softmax, top-k, reordering); None: not timed
         self.clock: Optional[StageClock] = None
 
     def _stage(self, name: str):
@@ -296,6 +298,8 @@ class GenerativeLinker:
             for i in block:
                 firsts.setdefault(keys[i], i)
             enc = self.sources.pad([sources[firsts[k]] for k in local])
+            self.stats["encoder_inputs"] += len(local)
+            self.stats["encoder_tokens"] += int(enc["attention_mask"].sum())
             windows = self.encode_windows(enc["input_ids"], enc["attention_mask"])
             groups: Dict[int, List[int]] = defaultdict(list)
             for i, row in zip(block, rows):
@@ -307,7 +311,9 @@ class GenerativeLinker:
                     chunk = members[start : start + bs]
                     prompt_ids = torch.tensor([prompts[i] for i in chunk], dtype=torch.long)
                     restriction = self.trie.restrict([name_sets[i] for i in chunk], self.device) if name_sets else None
-                    yield chunk, self._search(windows, [row_of[i] for i in chunk], prompt_ids, restriction=restriction)
+                    with self._stage("beam"):
+                        hyps = self._search(windows, [row_of[i] for i in chunk], prompt_ids, restriction=restriction)
+                    yield chunk, hyps
 
     @torch.inference_mode()
     def encode_windows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> "EncodedWindows":

@@ -64,33 +64,38 @@ class EncodedWindows:
 
 
 class StageClock:
-    """Seconds and calls per named stage. On a GPU each stage synchronizes
-    before and after, so the seconds are the stage's own (and the whole run a
-    little slower): time a benchmark with it, not production."""
+    """Seconds and calls per named stage, each stage's own: a stage entered
+    inside another pauses the outer one (so ``beam`` around a search counts the
+    bookkeeping, not the ``decoder`` and ``trie`` calls inside it). On a GPU each
+    stage synchronizes before and after, so the seconds are the stage's own (and
+    the whole run a little slower): time a benchmark with it, not production."""
 
     def __init__(self, device: Optional[torch.device] = None) -> None:
         self.seconds: Counter = Counter()
         self.calls: Counter = Counter()
         self._sync = device is not None and torch.device(device).type == "cuda"
-        self._depth = 0
+        self._stack: List[List] = []  # [name, time the stage last resumed]
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        if self._depth:  # a stage inside another counts to the outer one
-            yield
-            return
         if self._sync:
             torch.cuda.synchronize()
-        self._depth += 1
-        began = time.perf_counter()
+        now = time.perf_counter()
+        if self._stack:  # pause the enclosing stage
+            outer = self._stack[-1]
+            self.seconds[outer[0]] += now - outer[1]
+        self._stack.append([name, now])
         try:
             yield
         finally:
             if self._sync:
                 torch.cuda.synchronize()
-            self.seconds[name] += time.perf_counter() - began
+            now = time.perf_counter()
+            _, resumed = self._stack.pop()
+            self.seconds[name] += now - resumed
             self.calls[name] += 1
-            self._depth -= 1
+            if self._stack:
+                self._stack[-1][1] = now
 
     def report(self) -> Dict[str, Dict[str, float]]:
         """``{stage: {"seconds": s, "calls": n}}``, stages by time spent."""
