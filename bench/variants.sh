@@ -18,6 +18,8 @@
 #   SCISPACY     1: scispacy's CandidateGenerator peer (14 min on BC5CDR's 788k names)
 #   QUICK        1: generative rows free + TF-IDF K=20 only (for slow models such as minilm)
 #   VARIANTS     KBs to run ("plain aug"); one each in two processes uses both cores
+#   FUSION_DIR   a folder with fusion_plain.json / fusion_aug.json (bench/crossfit.sh fit): adds the
+#                generator + cross-fitted score fusion row (_fusion) per KB
 # Each row writes its JSON report and per-mention candidates (JSONL); price
 # every shortcut threshold from them with
 #   python bench/shortcut_sweep.py OUT/plain_tfidf.jsonl OUT/plain_genbioel.jsonl
@@ -78,6 +80,9 @@ for variant in ${VARIANTS:-plain aug}; do
   run() { local name=$1; shift; [ -f "$OUT/${variant}_${TAG}$name.json" ] || "${E[@]}" --linker genbioel --pipeline "$pipeline" "$@" \
       --json "$OUT/${variant}_${TAG}$name.json" --predictions "$OUT/${variant}_${TAG}$name.jsonl"; }
   run "" --candidates none --no-exact-match
+  if [ -n "${FUSION_DIR:-}" ]; then
+    run _fusion --candidates none --no-exact-match --fusion "$FUSION_DIR/fusion_$variant.json"
+  fi
   run _tfidf20 --candidates tfidf --num-candidates 20 --no-exact-match
   [ "${QUICK:-0}" = 1 ] && continue
   run _exact --candidates none --exact-match

@@ -579,6 +579,9 @@ def test_project_commands_use_existing_options():
             args = shlex.split(line)
             if args[:3] == ["python", "-m", "spacy"]:  # spaCy's own CLI, checked in test_ner
                 continue
+            if args[0] in ("bash", "python") and args[1].startswith("bench/"):  # fold loops over the CLI
+                assert (ROOT / args[1]).exists(), line
+                continue
             assert args[:3] == ["python", "-m", "spacy_genbioel"], line
             name = args[3]
             click_cmd = main.commands.get(name)

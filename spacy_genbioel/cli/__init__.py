@@ -19,6 +19,8 @@ from spacy_genbioel.cli import ner  # noqa: E402,F401  (ner-corpus)
 
 from spacy_genbioel.cli import visualize  # noqa: E402,F401  (visualize)
 
+from spacy_genbioel.cli import fusion  # noqa: E402,F401  (folds, fit-fusion)
+
 __all__ = ["app", "main", "setup_logging"]
 
 

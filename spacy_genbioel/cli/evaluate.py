@@ -27,6 +27,7 @@ def evaluate_cmd(
     exact_match: Optional[bool] = typer.Option(None, "--exact-match/--no-exact-match", help="genbioel: a KB name equal to the mention comes first (default: the pipeline's config)"),
     restrict: Optional[bool] = typer.Option(None, "--restrict/--no-restrict", help="genbioel with --candidates: decode only the retrieved concepts' names; --no-restrict: the retriever serves --shortcut-threshold only (default: the pipeline's config)"),
     shortcut_threshold: Optional[float] = typer.Option(None, help="genbioel with --candidates: a mention whose top retrieved candidate scores at least this takes it without generating (default: the pipeline's config)"),
+    fusion: Optional[Path] = typer.Option(None, help="genbioel: rerank with these score-fusion weights (`fit-fusion` JSON) instead of the pipeline's own (genbioel/fusion.json, if any)"),
     kb: Optional[Path] = typer.Option(None, help="KB for the peers (genbioel uses the pipeline's)"),
     train: Optional[Path] = typer.Option(None, help="Training split, for GenBioEL's sub-population table"),
     labels: List[str] = typer.Option([], help="Only gold mentions with these labels"),
@@ -54,7 +55,7 @@ def evaluate_cmd(
         EvaluationSetupError, check_component_overrides, component_overrides, run_evaluation, write_report_json,
     )
 
-    overrides = component_overrides(device, candidates, num_candidates, exact_match, restrict, shortcut_threshold)
+    overrides = component_overrides(device, candidates, num_candidates, exact_match, restrict, shortcut_threshold, fusion)
     try:
         if end_to_end:
             from spacy_genbioel.evaluation.end_to_end import run_end_to_end

@@ -19,6 +19,7 @@ def build_kb_cmd(
     crosswalk: Optional[Path] = typer.Option(None, help="TSV of old -> new concept IDs applied to the KB"),
     augment_pubtator: List[Path] = typer.Option([], help="Add the mentions of these PubTator files as names of their gold concepts (training splits only)"),
     prior_pubtator: List[Path] = typer.Option([], help="Count the gold IDs of these PubTator files (training splits only) as concept priors: a name shared by several concepts lists the most frequent answer first"),
+    mentions_format: str = typer.Option("pubtator", "--mentions-format", help="Format of the --augment-pubtator / --prior-pubtator files: pubtator | askapatient"),
     first_names_only: bool = typer.Option(False, "--first-names-only", help="Keep one name per concept, its first (the N-to-1 trie ablation)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Bytes read and concepts/s on stderr (on a terminal)"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -28,6 +29,7 @@ def build_kb_cmd(
     import resource
     import time
 
+    from spacy_genbioel.corpus.askapatient import read_askapatient
     from spacy_genbioel.corpus.pubtator import mentions_from_pubtator
     from spacy_genbioel.kb.build import augment_kb, build_kb, parse_source
     from spacy_genbioel.kb.crosswalk import read_crosswalk
@@ -42,6 +44,10 @@ def build_kb_cmd(
         def gold_mentions(paths: List[Path]):
             if not paths:
                 return None
+            if mentions_format == "askapatient":
+                return (m for path in paths for m in read_askapatient(path))
+            if mentions_format != "pubtator":
+                raise ValueError(f"--mentions-format {mentions_format!r}: pubtator or askapatient")
             return (m for path in paths for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk))
 
         kb, report = augment_kb(kb, augment_mentions=gold_mentions(augment_pubtator), prior_mentions=gold_mentions(prior_pubtator),

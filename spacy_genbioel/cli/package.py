@@ -37,6 +37,7 @@ def package_cmd(
     calibration: Optional[Path] = typer.Option(None, help="Take the threshold from a curve written by `evaluate --calibration`: the one reaching --target-precision on that data"),
     target_precision: Optional[float] = typer.Option(None, help="With --calibration: the precision to reach (default: the file's)"),
     kb_url: Optional[str] = typer.Option(None, "--kb-url", help="The KB's concept pages, recorded in meta.json for visualize: schemes (mesh,omim,umls,snomedct) or a template with {} for the ID"),
+    fusion: Optional[Path] = typer.Option(None, help="Score fusion weights from `fit-fusion` (JSON): rerank the generator's candidates with its retrievers'; decode freely (no --exact-match or --candidates) as the fusion was fitted"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """A spaCy pipeline directory (abbreviation detector, entity ruler or trained NER, genbioel) for spacy.load / spacy package."""
@@ -48,7 +49,7 @@ def package_cmd(
                    entity_ruler=entity_ruler, abbreviations=abbreviations, num_beams=num_beams, top_k=top_k,
                    min_name_chars=min_name_chars, lang=lang, ner=ner, exact_match=exact_match, candidates=candidates,
                    num_candidates=num_candidates, restrict_to_candidates=restrict, shortcut_threshold=shortcut_threshold,
-                   kb_url=kb_url, threshold=threshold, calibration=source)
+                   kb_url=kb_url, threshold=threshold, calibration=source, fusion=fusion)
     msg.good(f"Pipeline saved to {path}")
 
 

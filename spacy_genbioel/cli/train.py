@@ -32,8 +32,9 @@ def stage_overrides(ctx: typer.Context) -> Dict[str, Any]:
 # -- data and model --------------------------------------------------------------------------------
 @app.command("corpus")
 def corpus_cmd(
-    train: Path = typer.Option(..., help="Training split (PubTator)"),
+    train: List[Path] = typer.Option(..., help="Training split (PubTator); repeat to read several as one (the published protocol: train + dev)"),
     dev: Path = typer.Option(..., help="Dev split (PubTator)"),
+    fmt: str = typer.Option("pubtator", "--format", help="pubtator | askapatient (mentions without context)"),
     kb: Path = typer.Option(..., help="KB (.jsonl or target_kb.json)"),
     out: Path = typer.Option(..., help="Output folder: train.jsonl, dev.jsonl, texts.txt, stats.json"),
     top_k_targets: int = typer.Option(1, help="Synonyms per training mention as separate targets (ANGEL: 3)"),
@@ -54,7 +55,7 @@ def corpus_cmd(
         raise typer.BadParameter(f"--targets must be one of {', '.join(TARGET_STRATEGIES)}")
     stats = make_corpus(train, dev, kb, out, top_k_targets=top_k_targets, abbreviations=abbreviations,
                         crosswalk=crosswalk, context_chars=context_chars, labels=labels,
-                        target_strategy=targets, seed=seed)
+                        target_strategy=targets, seed=seed, fmt=fmt)
     t = stats["targets"]
     msg.good(f"{stats['train_lines']} training examples from {t['used']} of {t['mentions']} mentions "
              f"(composite {t['composite']}, no gold {t['no_gold']}, not in KB {t['not_in_kb']}); "

@@ -36,11 +36,12 @@ class EvaluationSetupError(ValueError):
 
 def component_overrides(device: Optional[str] = None, candidates: Optional[str] = None, num_candidates: Optional[int] = None,
                         exact_match: Optional[bool] = None, restrict: Optional[bool] = None,
-                        shortcut_threshold: Optional[float] = None) -> Dict[str, Any]:
+                        shortcut_threshold: Optional[float] = None, fusion: Optional[PathLike] = None) -> Dict[str, Any]:
     """The ``genbioel`` component settings to override (None: keep the pipeline's), as the
     nested config blocks ``spacy.load`` takes; :func:`check_component_overrides` tells whether they can work."""
     return linking_overrides(device=device, retriever=candidates, num_candidates=num_candidates, exact_match=exact_match,
-                             restrict_to_candidates=restrict, shortcut_threshold=shortcut_threshold)
+                             restrict_to_candidates=restrict, shortcut_threshold=shortcut_threshold,
+                             fusion=str(fusion) if fusion is not None else None)
 
 
 def check_component_overrides(config: Mapping[str, Any]) -> None:
@@ -48,6 +49,9 @@ def check_component_overrides(config: Mapping[str, Any]) -> None:
     candidates = config.get("candidates", {})
     if candidates.get("retriever") == NO_RETRIEVER and candidates.get("shortcut_threshold") is not None:
         raise EvaluationSetupError("--shortcut-threshold needs a retriever: --candidates tfidf | dense")
+    fusion = config.get("fusion")
+    if fusion is not None and not Path(fusion).is_file():  # else a pipeline's own fusion.json would stand in for it
+        raise EvaluationSetupError(f"--fusion {fusion}: fusion file not found")
 
 
 def write_report_json(path: PathLike, report: Any) -> None:
@@ -66,12 +70,15 @@ def _pipeline_linker(pipeline: Optional[PathLike], overrides: Dict[str, Any]) ->
     component = nlp.get_pipe("genbioel")
     model = component.linker
     getattr(model.candidate_generator, "generator", None)  # fit a lazy retriever before the clock starts
+    for retriever in (model.reranker.retrievers.values() if model.reranker is not None else ()):
+        getattr(retriever, "generator", None)
     decoding = component.decoding
     run_meta = {"candidates": component.candidates, "num_candidates": decoding.num_candidates,
                 "candidates_model": component.candidates_model, "exact_match": decoding.exact_match,
                 "restrict_to_candidates": decoding.restrict_to_candidates, "shortcut_threshold": decoding.shortcut_threshold,
                 # the pipeline's abstention threshold: recall@k and the calibration curve use every top score regardless
-                "threshold": component.output.threshold}
+                "threshold": component.output.threshold,
+                "fusion": component.fusion.to_dict() if component.fusion is not None else None}
     return model, model.kb, run_meta
 
 

@@ -25,6 +25,7 @@ from spacy_genbioel.kb.sources import (
     read_mesh_tsv,
     read_mesh_xml,
     read_scispacy_jsonl,
+    read_askapatient_kb,
 )
 from spacy_genbioel.progress import InputProgress
 from spacy_genbioel.ty import Mention
@@ -57,6 +58,7 @@ FORMATS: Dict[str, Reader] = {
     "genbioel": read_genbioel_target_kb,
     "jsonl": read_jsonl,
     "scispacy": read_scispacy_jsonl,
+    "askapatient": read_askapatient_kb,
 }
 
 Source = Union[PathLike, Tuple[str, PathLike]]

@@ -37,12 +37,13 @@ from spacy_genbioel.kb.base import (
     read_target_kb_json,
 )
 from spacy_genbioel.kb.crosswalk import normalize_id
-from spacy_genbioel.util import PathLike, iter_json_lines, iter_lines, iter_raw_lines
+from spacy_genbioel.util import PathLike, iter_json_lines, iter_lines, iter_raw_lines, parse_json, read_text
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "load_target_kb_json",
+    "read_askapatient_kb",
     "read_ctd",
     "read_genbioel_target_kb",
     "read_jsonl",
@@ -300,3 +301,20 @@ def read_scispacy_jsonl(path: PathLike) -> Iterator[Concept]:
         if not record.get("canonical_name") and not record.get("aliases"):
             raise KBFormatError.at(path, lineno, f"concept {record['concept_id']!r} has no canonical_name or aliases")
         yield concept_from_record(record, f"{path}:{lineno}")
+
+
+def read_askapatient_kb(path: PathLike) -> Iterator[Concept]:
+    """AskAPatient's concept list ``askapatient.json``: ``{id: [[kind, name], ...]}`` (SNOMED CT /
+    AMT IDs; kind ``primary`` for the preferred name, listed first)."""
+    data = parse_json(read_text(path, KBFormatError), path, KBFormatError)
+    if not isinstance(data, dict):
+        raise KBFormatError(f"{path}: expected a JSON object {{id: [[kind, name], ...]}}, got {type(data).__name__}")
+    for raw_id, entries in data.items():
+        if not isinstance(entries, list) or not all(
+                isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries):
+            raise KBFormatError(f"{path}: concept {raw_id!r}: expected a list of [kind, name] pairs")
+        ordered = sorted(entries, key=lambda e: e[0] != "primary")
+        names = list(dict.fromkeys(name.strip() for _, name in ordered if name.strip()))
+        if not raw_id.strip() or not names:
+            raise KBFormatError(f"{path}: concept {raw_id!r} has no ID or no name")
+        yield Concept(normalize_id(raw_id), names)

@@ -46,6 +46,7 @@ from spacy.util import minibatch
 from spacy_genbioel.linking.abbreviations import doc_long_forms
 from spacy_genbioel.linking.candidates import make_candidate_generator
 from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, FusionReranker
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.linking.settings import (
     DEFAULT_CONFIG,
@@ -97,6 +98,7 @@ def make_genbioel(
     decoding: DecodingConfig,
     candidates: Union[CandidateSettings, str],
     output: OutputSettings = OutputSettings(),
+    fusion: Optional[str] = None,
     **legacy: Any,
 ) -> "GenBioELLinker":
     """The ``genbioel`` factory: resources at the top level, behaviour in the
@@ -128,6 +130,7 @@ def make_genbioel(
         candidates=candidates.retriever,
         candidates_model=candidates.model,
         output=output,
+        fusion_path=fusion,
     )
 
 
@@ -176,6 +179,7 @@ class GenBioELLinker(Pipe):
         candidates: str = "none",
         candidates_model: Optional[str] = None,
         output: Optional[OutputSettings] = None,
+        fusion_path: Optional[str] = None,
     ) -> None:
         self.vocab = vocab
         self.name = name
@@ -194,6 +198,20 @@ class GenBioELLinker(Pipe):
         self.candidates = candidates
         self.candidates_model = candidates_model
         self.output = output or OutputSettings()
+        #: score fusion (:mod:`.fusion`): a fusion JSON file to read on initialize; a saved
+        #: pipeline carries its own as fusion.json (read by from_disk unless this names another)
+        self.fusion_path = fusion_path
+        self.fusion: Optional[FusionModel] = None
+        # a configured fusion file that is gone: a saved pipeline's from_disk uses its own fusion.json
+        # instead (as it does for the model and KB); anything else raises this on first use
+        self._fusion_missing: Optional[FusionFormatError] = None
+        if fusion_path:
+            try:
+                self.fusion = FusionModel.load(fusion_path)
+            except FusionFormatError as err:
+                if Path(fusion_path).exists():
+                    raise
+                self._fusion_missing = err
         register_extensions(self.output)
         self._linker: Optional[GenerativeLinker] = None
         self._kb_view: Optional[LinkerKB] = None
@@ -240,10 +258,20 @@ class GenBioELLinker(Pipe):
         self._linker = self._with_candidates(linker)
 
     def _with_candidates(self, linker: GenerativeLinker) -> GenerativeLinker:
-        """Give the linker the configured candidate generator (lazy: fitted on first use)."""
+        """Give the linker the configured candidate generator and fusion retrievers (lazy: fitted on first use)."""
+        if self._fusion_missing is not None:
+            raise self._fusion_missing
         generator = make_candidate_generator(self.candidates, linker.kb, model=self.candidates_model)
         if generator is not None:
             linker.candidate_generator = generator
+        linker.reranker = None
+        if self.fusion is not None:
+            linker.reranker = FusionReranker(self.fusion, linker.kb, {
+                source: make_candidate_generator(source, linker.kb, model=self.fusion.retrievers.get(source, {}).get("model"))
+                for source in self.fusion.retriever_sources})
+            if self.decoding.exact_match or self.decoding.shortcut_threshold is not None or self.candidates != "none":
+                logger.warning("The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
+                               "candidates change the generator's lists it reads", self.name)
         return linker
 
     # -- processing -------------------------------------------------------------
@@ -351,6 +379,10 @@ class GenBioELLinker(Pipe):
             CompactKB.from_kb(lk.kb).save(path / "kb.safetensors", jsonl=path / "kb.jsonl")
             lk.trie.to_disk(path / "trie.safetensors")
             meta["kb_checksum"] = lk.kb.checksum()
+        if self.fusion is not None:
+            self.fusion.save(path / "fusion.json")
+        elif (path / "fusion.json").exists():
+            (path / "fusion.json").unlink()
         (path / "cfg.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
@@ -384,6 +416,11 @@ class GenBioELLinker(Pipe):
         for name in (kb_file, "model"):
             if not (path / name).exists():
                 raise ModelFileNotFoundError(f"{path / name} not found: the saved component is incomplete")
+        if (self.fusion_path is None or self._fusion_missing is not None) and (path / "fusion.json").exists():
+            if self._fusion_missing is not None:
+                logger.warning("%s not found: using the fusion saved with the pipeline, %s", self.fusion_path, path / "fusion.json")
+            self.fusion = FusionModel.load(path / "fusion.json")
+            self._fusion_missing = None
         kb = self._saved_kb(path)
         trie: Optional[NameTrie] = None
         if not (path / "trie.safetensors").exists():

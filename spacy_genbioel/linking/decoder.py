@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from contextlib import nullcontext
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -96,6 +96,7 @@ class GenerativeLinker:
             raise ValueError(f"stale_trie must be 'error' or 'rebuild' (got {stale_trie!r})")
         self.model = model
         self.candidate_generator = candidate_generator
+        self.reranker: Optional[Any] = None  # a FusionReranker (score fusion), set by the component
         self.tokenizer = tokenizer
         self.kb = kb
         self.inputs = inputs or InputBuilder()
@@ -163,8 +164,15 @@ class GenerativeLinker:
         lists all the name's concepts. A mention whose allowed set is empty (or
         holds no concept with a name in the trie) is decoded unrestricted rather
         than left without an answer. Without ``allowed``, a
-        ``candidate_generator`` (if set) supplies the sets.
+        ``candidate_generator`` (if set) supplies the sets. A ``reranker``
+        (:class:`~.fusion.FusionReranker`) then fuses the retrievers' evidence in.
         """
+        results = self._link(mentions, top_k, allowed)
+        if self.reranker is not None:
+            results = self.reranker.rerank(mentions, results, top_k or self.config.top_k)
+        return results
+
+    def _link(self, mentions: Sequence[Mention], top_k: Optional[int], allowed) -> List[List[Candidate]]:
         top_k = top_k or self.config.top_k
         results: List[List[Candidate]] = [[] for _ in mentions]
         if allowed is not None and len(allowed) != len(mentions):

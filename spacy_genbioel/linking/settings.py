@@ -212,6 +212,7 @@ DEFAULT_CONFIG_STR = """
 model = null
 tokenizer = null
 kb = null
+fusion = null
 kb_normalizer = "genbioel.normalizer.v1"
 kb_dedup = false
 labels = []

@@ -22,6 +22,7 @@ from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.models import load_model
 from spacy_genbioel.ner import add_kb_entity_ruler, ner_extras, source_ner
+from spacy_genbioel.linking.fusion import FusionModel
 from spacy_genbioel.training.settings import load_stage_config
 from spacy_genbioel.util import PathLike
 
@@ -76,6 +77,7 @@ def package(
     kb_url: Optional[str] = None,
     threshold: Optional[float] = None,
     calibration: Optional[Dict[str, Any]] = None,
+    fusion: Optional[PathLike] = None,
 ) -> Path:
     """A spaCy pipeline directory: scispacy's ``abbreviation_detector`` (when
     installed), an ``entity_ruler`` over the KB names, and ``genbioel`` with
@@ -95,7 +97,9 @@ def package(
     ``threshold`` is the component's abstention threshold (``[output]``; None:
     link every mention); ``calibration`` (where it came from: see
     :func:`~spacy_genbioel.evaluation.calibration.calibrated_threshold`) goes to
-    ``meta.json`` as ``genbioel_calibration``."""
+    ``meta.json`` as ``genbioel_calibration``. ``fusion`` (a ``fit-fusion`` JSON file)
+    reranks the generator's candidates with its retrievers' (:mod:`~spacy_genbioel.linking.fusion`);
+    the pipeline carries it as ``genbioel/fusion.json``."""
     inputs = InputBuilder()
     max_source_tokens = 256
     if config_path:
@@ -142,6 +146,9 @@ def package(
         num_candidates=num_candidates, restrict_to_candidates=restrict_to_candidates,
         shortcut_threshold=shortcut_threshold, threshold=threshold,
     ))
+    if fusion is not None:
+        component.fusion = FusionModel.load(fusion)
+        nlp.meta["genbioel_fusion"] = {"sources": component.fusion.sources, "fit": component.fusion.fit.get("recall", {})}
     component.set_linker(GenerativeLinker(model, tokenizer, kb, inputs=component.inputs, config=component.decoding))
     out = Path(out_dir)
     if out.exists():

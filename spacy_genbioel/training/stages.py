@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Unio
 
 import torch
 
+from spacy_genbioel.corpus.askapatient import read_askapatient
 from spacy_genbioel.corpus.pubtator import document_mentions, read_pubtator
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.kb.crosswalk import read_crosswalk
@@ -40,14 +41,25 @@ logger = logging.getLogger(__name__)
 
 
 # -- corpus ---------------------------------------------------------------------------
-def _read_corpus(path: PathLike, crosswalk: Optional[Mapping[str, str]], context_chars: Optional[int]):
-    documents = list(read_pubtator(path, crosswalk=crosswalk))
-    mentions = [m for doc in documents for m in document_mentions(doc, context_chars=context_chars)]
+def _read_corpus(paths: Union[PathLike, Sequence[PathLike]], crosswalk: Optional[Mapping[str, str]],
+                 context_chars: Optional[int], fmt: str = "pubtator"):
+    """Documents and mentions of one split, or of several read as one (the published protocol's train + dev);
+    ``askapatient`` files have mentions only."""
+    documents, mentions = [], []
+    for path in ([paths] if isinstance(paths, (str, Path)) else paths):
+        if fmt == "askapatient":
+            mentions.extend(read_askapatient(path))
+            continue
+        if fmt != "pubtator":
+            raise ValueError(f"unknown corpus format {fmt!r}: pubtator or askapatient")
+        docs = list(read_pubtator(path, crosswalk=crosswalk))
+        documents.extend(docs)
+        mentions.extend(m for doc in docs for m in document_mentions(doc, context_chars=context_chars))
     return documents, mentions
 
 
 def make_corpus(
-    train_pubtator: PathLike,
+    train_pubtator: Union[PathLike, Sequence[PathLike]],
     dev_pubtator: PathLike,
     kb_path: PathLike,
     out_dir: PathLike,
@@ -58,8 +70,10 @@ def make_corpus(
     labels: Sequence[str] = (),
     target_strategy: str = "tfidf",
     seed: int = 0,
+    fmt: str = "pubtator",
 ) -> Dict[str, Any]:
-    """Training and dev examples from PubTator corpora.
+    """Training and dev examples from PubTator corpora (``fmt="askapatient"``: AskAPatient folds,
+    mentions without context). ``train_pubtator`` may list several files, read as one split.
 
     Writes ``out_dir/train.jsonl`` (one line per target: ``top_k_targets``
     per usable mention, chosen by :func:`~spacy_genbioel.training.targets.select_targets`),
@@ -76,8 +90,8 @@ def make_corpus(
     out.mkdir(parents=True, exist_ok=True)
     walk = read_crosswalk(crosswalk) if crosswalk else None
     kb = KnowledgeBase.load(kb_path)
-    train_docs, train_mentions = _read_corpus(train_pubtator, walk, None)
-    dev_docs, dev_mentions = _read_corpus(dev_pubtator, walk, None)
+    train_docs, train_mentions = _read_corpus(train_pubtator, walk, None, fmt)
+    dev_docs, dev_mentions = _read_corpus(dev_pubtator, walk, None, fmt)
     if labels:
         train_mentions = [m for m in train_mentions if m.label in labels]
         dev_mentions = [m for m in dev_mentions if m.label in labels]
@@ -98,6 +112,8 @@ def make_corpus(
     with (out / "texts.txt").open("w", encoding="utf8") as texts:
         for doc in train_docs:
             texts.write(" ".join(doc.text.split()) + "\n")
+        if not train_docs:  # mentions without documents (AskAPatient): their texts
+            texts.writelines(" ".join(m.text.split()) + "\n" for m in train_mentions)
     stats["kb"] = {"path": str(kb_path), "concepts": len(kb), "names": kb.n_names}
     atomic_json(out / "stats.json", stats)
     logger.info("Corpus: %d training lines, %d dev mentions -> %s", stats["train_lines"], stats["dev_lines"], out)

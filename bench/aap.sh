@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# AskAPatient (social-media phrases -> SNOMED CT / AMT, 1,036 concepts, mentions
+# without context) over its 10 folds, every linker on the same folds.
+#
+#   bash bench/aap.sh prepare [DATA]   # KB, tokenizer, model, KB-guided pre-training: once, shared by every fold (they share the KB)
+#   bash bench/aap.sh folds     # per fold: corpus, fine-tuning from the shared pre-training; the peers and the
+#                               # generator score the fold's validation split (plain KB and KB + the fold's training mentions)
+#   bash bench/aap.sh fusion    # per fold: score fusion fitted on the *other* folds' validation predictions (cross-fitting:
+#                               # each made by a model that never saw them), minus any mention/concept pair of this
+#                               # fold's validation split, then evaluated on this fold through the component
+#   python bench/folds_report.py training/aap/tiny/folds   # mean and spread per linker and KB
+#
+# Environment: DATA (../shared/data), OUT (training/aap/tiny), FOLDS ("0 1 2 3 4 5 6 7 8 9"), JOBS (2 folds at a
+# time), PRETRAIN_SECONDS (900), FINETUNE_SECONDS (420), SEED (0). Steps whose outputs exist are skipped.
+set -euo pipefail
+STAGE=${1:?usage: bench/aap.sh prepare|folds|fusion}
+DATA=${2:-${DATA:-../shared/data}}
+AAP=$DATA/askapatient
+OUT=${OUT:-training/aap/tiny}
+FOLDS=${FOLDS:-0 1 2 3 4 5 6 7 8 9}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+G="python -m spacy_genbioel"
+KB=$OUT/kb.jsonl
+
+prepare() {
+  mkdir -p "$OUT"
+  [ -f "$KB" ] || $G build-kb "$AAP/askapatient.json" --format askapatient --no-dedup --out "$KB"
+  # the tokenizer learns the KB names only: no fold's mentions
+  [ -f "$OUT/tokenizer/tokenizer.json" ] || $G tokenizer --kb "$KB" --preset tiny --out "$OUT/tokenizer"
+  [ -d "$OUT/init" ] || $G init-model --tokenizer "$OUT/tokenizer" --preset tiny --seed "${SEED:-0}" --out "$OUT/init"
+  [ -f "$OUT/pretrain/result.json" ] || $G pretrain --model "$OUT/init" --kb "$KB" --config configs/pretrain_tiny.cfg \
+      --out "$OUT/pretrain" --device cpu --training.max_seconds "${PRETRAIN_SECONDS:-900}" --training.seed "${SEED:-0}" \
+      --training.eval_every 100000
+}
+
+fold() {
+  local i=$1 F=$OUT/folds/fold-$1
+  local train=$AAP/AskAPatient.fold-$i.train.txt valid=$AAP/AskAPatient.fold-$i.validation.txt
+  mkdir -p "$F"
+  [ -f "$F/kb_plain.jsonl" ] || $G build-kb "$AAP/askapatient.json" --format askapatient --no-dedup \
+      --prior-pubtator "$train" --mentions-format askapatient --out "$F/kb_plain.jsonl"
+  [ -f "$F/kb_aug.jsonl" ] || $G build-kb "$AAP/askapatient.json" --format askapatient --no-dedup \
+      --prior-pubtator "$train" --augment-pubtator "$train" --mentions-format askapatient --out "$F/kb_aug.jsonl"
+  [ -f "$F/corpus/train.jsonl" ] || $G corpus --format askapatient --train "$train" --dev "$valid" --kb "$F/kb_plain.jsonl" --out "$F/corpus"
+  [ -f "$F/finetune/result.json" ] || $G finetune --model "$OUT/pretrain/model" --train "$F/corpus/train.jsonl" \
+      --dev "$F/corpus/dev.jsonl" --kb "$F/kb_plain.jsonl" --config configs/finetune_tiny.cfg --out "$F/finetune" --device cpu \
+      --training.max_seconds "${FINETUNE_SECONDS:-420}" --training.seed "${SEED:-0}" --training.eval_every 100000
+  for variant in plain aug; do
+    local kb=$F/kb_$variant.jsonl
+    [ -d "$F/pipeline_$variant" ] || $G package --model "$F/finetune/model" --kb "$kb" --config "$F/finetune/config.cfg" \
+        --out "$F/pipeline_$variant" --no-entity-ruler --no-abbreviations
+    E=($G evaluate --corpus "$valid" --format askapatient --device cpu)
+    row() { local name=$1; shift; [ -f "$F/${variant}_$name.json" ] || "${E[@]}" "$@" \
+        --json "$F/${variant}_$name.json" --predictions "$F/${variant}_$name.jsonl"; }
+    row exact --linker exact --kb "$kb"
+    row tfidf --linker tfidf --kb "$kb"
+    row dense --linker dense --kb "$kb"
+    row genbioel --linker genbioel --pipeline "$F/pipeline_$variant" --candidates none --no-exact-match
+  done
+}
+
+fusion() {
+  local i=$1 F=$OUT/folds/fold-$1
+  for variant in plain aug; do
+    local gen=() tfidf=() dense=() kbs=()
+    for j in $FOLDS; do
+      [ "$j" = "$i" ] && continue
+      local O=$OUT/folds/fold-$j
+      gen+=("$O/${variant}_genbioel.jsonl"); tfidf+=("$O/${variant}_tfidf.jsonl"); dense+=("$O/${variant}_dense.jsonl")
+      kbs+=(--kb "$O/kb_$variant.jsonl")
+    done
+    local IFS=,
+    [ -f "$F/fusion_$variant.json" ] || $G fit-fusion --source "genbioel=${gen[*]}" --source "tfidf=${tfidf[*]}" \
+        --source "dense=${dense[*]}" "${kbs[@]}" --exclude "$F/${variant}_genbioel.jsonl" --out "$F/fusion_$variant.json"
+    unset IFS
+    [ -f "$F/${variant}_fusion.json" ] || $G evaluate --corpus "$AAP/AskAPatient.fold-$i.validation.txt" --format askapatient \
+        --device cpu --linker genbioel --pipeline "$F/pipeline_$variant" --candidates none --no-exact-match \
+        --fusion "$F/fusion_$variant.json" --json "$F/${variant}_fusion.json" --predictions "$F/${variant}_fusion.jsonl"
+  done
+}
+
+case $STAGE in
+  prepare) prepare ;;
+  folds) export -f fold; export OUT AAP G KB; printf '%s\n' $FOLDS | xargs -P "${JOBS:-2}" -I{} bash -c 'set -euo pipefail; fold {}' ;;
+  fusion) for i in $FOLDS; do fusion "$i"; done ;;
+  *) echo "unknown stage $STAGE (prepare | folds | fusion)" >&2; exit 2 ;;
+esac

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Cross-fitted predictions for score fusion: the training split cut into K
+# folds of whole documents (`folds`); per fold, a generative model fine-tuned
+# on the other folds (from the same pre-trained checkpoint as the final model)
+# and the retrievers, with a dictionary of the other folds only, score the
+# held-out fold. `fit-fusion` then fits the fusion on those predictions, never
+# on dev.
+#
+#   bash bench/crossfit.sh ncbi train [DATA] [PRESET]   # fold models (one process per fold, in parallel)
+#   bash bench/crossfit.sh ncbi score [DATA] [PRESET]   # held-out predictions: genbioel, tfidf, dense, plain and + train KBs
+#   bash bench/crossfit.sh ncbi fit [DATA] [PRESET]     # fit-fusion on them: OUT/fusion_plain.json, OUT/fusion_aug.json
+#
+# Arguments / environment:
+#   DATA        shared data folder (../shared/data)
+#   PRESET      model preset (tiny)
+#   K           folds (2)
+#   PRETRAINED  checkpoint the fold models start from (training/<corpus>/tiny/pretrain/model)
+#   CONFIG      fine-tuning config (configs/finetune_tiny.cfg)
+#   SECONDS_PER_FOLD  fine-tuning budget of each fold model (1200, as the final model's)
+#   OUT         output folder (training/<corpus>/<preset>/crossfit)
+# Steps whose outputs exist are skipped: rerun after a crash to finish.
+set -euo pipefail
+CORPUS=${1:?usage: bench/crossfit.sh ncbi|bc5cdr train|score}
+STAGE=${2:?usage: bench/crossfit.sh ncbi|bc5cdr train|score}
+DATA=${3:-${DATA:-../shared/data}}
+PRESET=${4:-${PRESET:-tiny}}
+K=${K:-2}
+PRETRAINED=${PRETRAINED:-training/$CORPUS/$PRESET/pretrain/model}
+CONFIG=${CONFIG:-configs/finetune_$PRESET.cfg}
+SECONDS_PER_FOLD=${SECONDS_PER_FOLD:-1200}
+OUT=${OUT:-training/$CORPUS/$PRESET/crossfit}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+G="python -m spacy_genbioel"
+case $CORPUS in
+  ncbi)
+    TRAIN=$DATA/ncbi_disease/NCBItrainset_corpus.txt
+    DEV=corpus/ncbi/dev.jsonl
+    build_kb() { $G build-kb "$DATA/vocab/medic_06Jul2012.txt" --format medic --no-dedup "$@"; }
+    WALK=()
+    ;;
+  bc5cdr)
+    TRAIN=$DATA/bc5cdr/CDR_TrainingSet.PubTator.txt
+    DEV=corpus/bc5cdr/dev.jsonl
+    WALK=(--crosswalk "$DATA/vocab/bc5cdr_legacy_id_crosswalk.tsv")
+    build_kb() { $G build-kb --format ctd "$DATA/vocab/CTD_diseases_2017.tsv.gz" \
+        mesh-tsv:"$DATA/vocab/mesh/mesh_id_label_mappings.tsv" mesh-tsv:"$DATA/vocab/mesh/mesh_supp_id_label_mappings.tsv" \
+        "${WALK[@]}" --no-dedup "$@"; }
+    ;;
+  *) echo "unknown corpus $CORPUS (ncbi | bc5cdr)" >&2; exit 2 ;;
+esac
+FOLDS=$OUT/folds
+mkdir -p "$OUT"
+[ -f "$FOLDS/folds.json" ] || $G folds "$TRAIN" --out "$FOLDS" --k "$K"
+
+fold_train() {
+  local i=$1 F=$FOLDS/fold-$1
+  # the fold's KB: concept priors from its own training documents only
+  [ -f "$F/kb_plain.jsonl" ] || build_kb --prior-pubtator "$F/train.txt" --out "$F/kb_plain.jsonl"
+  [ -f "$F/corpus/train.jsonl" ] || $G corpus --train "$F/train.txt" --dev "$F/heldout.txt" --kb "$F/kb_plain.jsonl" \
+      --out "$F/corpus" "${WALK[@]}" --abbreviations
+  [ -f "$OUT/models/fold-$i/result.json" ] || $G finetune --model "$PRETRAINED" --train "$F/corpus/train.jsonl" --dev "$DEV" \
+      --kb "$F/kb_plain.jsonl" --config "$CONFIG" --out "$OUT/models/fold-$i" --device cpu \
+      --training.max_seconds "$SECONDS_PER_FOLD" --training.seed "$i"
+}
+
+fold_score() {
+  local i=$1 F=$FOLDS/fold-$1
+  [ -f "$F/kb_aug.jsonl" ] || build_kb --prior-pubtator "$F/train.txt" --augment-pubtator "$F/train.txt" --out "$F/kb_aug.jsonl"
+  for variant in plain aug; do
+    local kb=$F/kb_$variant.jsonl P=$OUT/models/fold-$i/pipeline_$variant D=$OUT/fold-$i
+    mkdir -p "$D"
+    [ -d "$P" ] || $G package --model "$OUT/models/fold-$i/model" --kb "$kb" --config "$OUT/models/fold-$i/config.cfg" --out "$P"
+    E=($G evaluate --corpus "$F/heldout.txt" "${WALK[@]}" --abbreviations --device cpu)
+    row() { local name=$1; shift; [ -f "$D/${variant}_$name.jsonl" ] || "${E[@]}" "$@" \
+        --json "$D/${variant}_$name.json" --predictions "$D/${variant}_$name.jsonl"; }
+    row genbioel --linker genbioel --pipeline "$P" --candidates none --no-exact-match
+    row tfidf --linker tfidf --kb "$kb"
+    row dense --linker dense --kb "$kb"
+  done
+}
+
+fit() {
+  for variant in plain aug; do
+    local gen=() tfidf=() dense=() kbs=()
+    for i in $(seq 0 $((K - 1))); do
+      gen+=("$OUT/fold-$i/${variant}_genbioel.jsonl"); tfidf+=("$OUT/fold-$i/${variant}_tfidf.jsonl")
+      dense+=("$OUT/fold-$i/${variant}_dense.jsonl"); kbs+=(--kb "$FOLDS/fold-$i/kb_$variant.jsonl")
+    done
+    local IFS=,
+    $G fit-fusion --source "genbioel=${gen[*]}" --source "tfidf=${tfidf[*]}" --source "dense=${dense[*]}" "${kbs[@]}" \
+        --out "$OUT/fusion_$variant.json"
+    unset IFS
+  done
+}
+
+case $STAGE in
+  train)
+    for i in $(seq 0 $((K - 1))); do fold_train "$i" > "$OUT/train-fold-$i.log" 2>&1 & done
+    wait ;;
+  score) for i in $(seq 0 $((K - 1))); do fold_score "$i"; done ;;
+  fit) fit ;;
+  *) echo "unknown stage $STAGE (train | score | fit)" >&2; exit 2 ;;
+esac

@@ -1,0 +1,89 @@
+"""``folds`` and ``fit-fusion``: cross-fitted score fusion (:mod:`spacy_genbioel.linking.fusion`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import typer
+from wasabi import msg
+
+from spacy_genbioel.cli._util import app, setup_logging
+
+
+@app.command("folds")
+def folds_cmd(
+    train: Path = typer.Argument(..., help="Training split (PubTator)"),
+    out: Path = typer.Option(..., help="Output folder: fold-<i>/train.txt and fold-<i>/heldout.txt per fold, folds.json"),
+    k: int = typer.Option(2, "--k", help="Number of folds"),
+    seed: int = typer.Option(0, help="Seed of the document-to-fold assignment"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Cut a training split into k folds of whole documents (for cross-fitting score fusion)."""
+    setup_logging(verbose)
+    from spacy_genbioel.corpus import CorpusFormatError
+    from spacy_genbioel.corpus.folds import split_pubtator
+
+    try:
+        summary = split_pubtator(train, out, k=k, seed=seed)
+    except (CorpusFormatError, ValueError, OSError) as err:
+        msg.fail(f"folds: {err}")
+        raise typer.Exit(1) from None
+    msg.good(f"{k} folds of {summary['documents']} documents -> {out}")
+
+
+@app.command("fit-fusion")
+def fit_fusion_cmd(
+    source: List[str] = typer.Option(..., "--source", help="NAME=FILE[,FILE...]: `evaluate --predictions` files of a source over held-out folds, fold i's file i-th (genbioel, tfidf, dense, ...)"),
+    kb: List[Path] = typer.Option(..., "--kb", help="The KB each fold was scored with, in fold order (one for all folds, or one per fold)"),
+    out: Path = typer.Option(..., help="Fusion JSON to write (package --fusion, evaluate --fusion)"),
+    depth: int = typer.Option(5, help="Candidates read from each source (the predictions' top-k)"),
+    l2: float = typer.Option(1e-3, help="L2 penalty on the standardized weights"),
+    exclude: List[Path] = typer.Option([], help="Prediction files (`evaluate --predictions`) of mentions to keep out of the fit: any example with the same text and gold concepts is dropped (AskAPatient folds repeat mention/concept pairs across validation splits)"),
+    retriever_model: List[str] = typer.Option([], "--retriever-model", help="NAME=DIR: the encoder a retriever source uses at linking time (dense: default all-MiniLM-L6-v2)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Fit score fusion on cross-fitted training predictions (bench/crossfit.sh), never on dev."""
+    setup_logging(verbose)
+    from spacy_genbioel.kb import KBFormatError, KnowledgeBase
+    from spacy_genbioel.linking.fusion import GENERATOR
+    from spacy_genbioel.training.fusion_fit import drop_examples, fit_fusion, read_fusion_examples
+
+    files = {}
+    for item in source:
+        name, sep, paths = item.partition("=")
+        if not sep or not name or not paths:
+            raise typer.BadParameter(f"--source {item!r}: expected NAME=FILE[,FILE...]")
+        files[name] = [Path(p) for p in paths.split(",") if p]
+    folds = {len(paths) for paths in files.values()}
+    if len(folds) != 1:
+        raise typer.BadParameter(f"every --source needs one file per fold; got {sorted(folds)} files")
+    n_folds = folds.pop()
+    if len(kb) not in (1, n_folds):
+        raise typer.BadParameter(f"--kb: give one KB, or one per fold ({n_folds}); got {len(kb)}")
+    settings = {}
+    for item in retriever_model:
+        name, sep, path = item.partition("=")
+        if not sep or name not in files:
+            raise typer.BadParameter(f"--retriever-model {item!r}: expected NAME=DIR for a --source name")
+        settings[name] = {"model": path}
+    try:
+        kbs = [KnowledgeBase.load(path) for path in kb]
+        examples = []
+        for i in range(n_folds):
+            examples.extend(read_fusion_examples({s: [paths[i]] for s, paths in files.items()}, kbs[min(i, len(kbs) - 1)]))
+        if exclude:
+            examples, dropped = drop_examples(examples, exclude)
+            msg.info(f"{dropped} examples dropped: their mention and gold concepts are in {', '.join(map(str, exclude))}")
+        sources = [GENERATOR, *(s for s in files if s != GENERATOR)]
+        model = fit_fusion(examples, kbs[0], sources, depth=depth, l2=l2,
+                           retrievers={s: settings.get(s, {}) for s in sources[1:]})
+    except (KBFormatError, ValueError, OSError) as err:
+        msg.fail(f"fit-fusion: {err}")
+        raise typer.Exit(1) from None
+    model.save(out)
+    fit = model.fit
+    msg.good(f"Fusion of {', '.join(sources)} fitted on {fit['reachable']} of {fit['mentions']} mentions -> {out}")
+    for name, recall in fit["recall"].items():
+        msg.text(f"  {name:10s} {recall}")
+    for name, weight in fit["standardized_weights"].items():
+        msg.text(f"  weight {name:18s} {weight:+.3f} (standardized)")

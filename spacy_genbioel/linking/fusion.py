@@ -1,0 +1,229 @@
+"""Score fusion: rerank the union of the generator's and the retrievers' top candidates.
+
+The generative linker and the retrievers fail on different mentions: the
+generator links paraphrases no string matcher can, and sometimes misses a
+mention whose text is exactly a name of its concept, which a retriever gets.
+A :class:`FusionModel` reranks, per mention, every concept in the top
+``depth`` candidates of each source (``genbioel`` and retrievers such as
+``tfidf`` or ``dense``) by a linear score of what each source says about it:
+
+* per source: ``<source>_in`` (the concept is in its list), ``<source>_score``
+  (its score there: mean log-probability for the generator, cosine
+  similarity for a retriever; 0 when absent) and ``<source>_rr`` (1 / rank
+  among the source's concepts; 0 when absent);
+* ``exact``: the normalized mention is one of the concept's KB names;
+* ``log_prior``: ``log(1 + prior)``, the concept's count among training gold IDs.
+
+The concepts' softmax probabilities become the candidates' scores, best
+first. The weights are a conditional logit fitted on cross-fitted training
+predictions (:mod:`spacy_genbioel.training.fusion_fit`): a dozen numbers,
+saved as JSON beside the pipeline (``fusion.json``) and readable as they are.
+:func:`fusion_features` is the one feature function, shared by the fit
+(offline, from ``evaluate --predictions`` files) and the component (online).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.util import PathLike
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GENERATOR", "FusionFormatError", "FusionModel", "FusionReranker", "feature_names", "fusion_features", "concept_ranks"]
+
+#: the source name of the generative linker's own candidates
+GENERATOR = "genbioel"
+FORMAT_VERSION = 1
+_PER_SOURCE = ("in", "score", "rr")
+_SHARED = ("exact", "log_prior")
+
+
+class FusionFormatError(ValueError):
+    """A fusion file that cannot be read (names the file and the problem)."""
+
+
+def feature_names(sources: Sequence[str]) -> List[str]:
+    """The features of ``sources``, in the order of the weight vector."""
+    return [f"{s}_{f}" for s in sources for f in _PER_SOURCE] + list(_SHARED)
+
+
+def concept_ranks(candidates: Sequence[Candidate], depth: int) -> Dict[str, Tuple[int, float, str]]:
+    """``concept -> (rank, score, name)`` over a ranked list, rank counted in distinct concepts
+    (1 = best), each concept at its first (best) appearance, at most ``depth`` concepts."""
+    out: Dict[str, Tuple[int, float, str]] = {}
+    for cand in candidates:
+        for cid in cand.ids:
+            if cid not in out:
+                if len(out) >= depth:
+                    return out
+                out[cid] = (len(out) + 1, float(cand.score), cand.name)
+    return out
+
+
+def fusion_features(
+    text: str,
+    lists: Mapping[str, Sequence[Candidate]],
+    sources: Sequence[str],
+    depth: int,
+    kb: Any,
+    priors: Optional[Dict[str, float]] = None,
+) -> Tuple[List[str], List[str], np.ndarray]:
+    """``(concept IDs, names, features)`` for one mention: every concept in the top ``depth`` of any
+    source, generator's first, then each retriever's in order; ``features`` is
+    ``(n_concepts, len(feature_names(sources)))``. ``kb`` gives the exact-match and prior features
+    (``normalize``, ``ids_for_name``, ``kb[cid].prior``); ``priors`` caches the latter."""
+    ranked = {s: concept_ranks(lists.get(s, ()), depth) for s in sources}
+    concepts: Dict[str, str] = {}
+    for s in sources:
+        for cid, (_, _, name) in ranked[s].items():
+            concepts.setdefault(cid, name)
+    ids = list(concepts)
+    width = len(sources) * len(_PER_SOURCE) + len(_SHARED)
+    x = np.zeros((len(ids), width), dtype=np.float64)
+    exact = set(kb.ids_for_name(text)) if text.strip() else set()
+    for row, cid in enumerate(ids):
+        for k, s in enumerate(sources):
+            hit = ranked[s].get(cid)
+            if hit is not None:
+                rank, score, _ = hit
+                x[row, 3 * k : 3 * k + 3] = (1.0, score, 1.0 / rank)
+        x[row, -2] = float(cid in exact)
+        x[row, -1] = math.log1p(max(_prior(kb, cid, priors), 0.0))
+    return ids, [concepts[c] for c in ids], x
+
+
+def _prior(kb: Any, cid: str, cache: Optional[Dict[str, float]]) -> float:
+    if cache is not None and cid in cache:
+        return cache[cid]
+    try:
+        value = float(getattr(kb[cid], "prior", 0.0) or 0.0)
+    except KeyError:  # a concept the KB does not hold (a retriever run on another KB)
+        value = 0.0
+    if cache is not None:
+        cache[cid] = value
+    return value
+
+
+@dataclass
+class FusionModel:
+    """Linear fusion weights over :func:`feature_names` of ``sources``.
+
+    ``retrievers`` holds each retriever source's settings (``{"dense": {"model": DIR}}``;
+    empty: the retriever's defaults); ``fit`` the fitting report (data, cross-fitted
+    recall of each source and of the fusion), kept for inspection."""
+
+    sources: List[str]
+    weights: List[float]
+    depth: int = 5
+    retrievers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    fit: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.sources or self.sources[0] != GENERATOR:
+            raise ValueError(f"fusion sources must start with {GENERATOR!r}, got {self.sources}")
+        if len(set(self.sources)) != len(self.sources):
+            raise ValueError(f"fusion sources repeat: {self.sources}")
+        names = feature_names(self.sources)
+        if len(self.weights) != len(names):
+            raise ValueError(f"{len(self.weights)} weights for {len(names)} features ({', '.join(names)})")
+        if self.depth < 1:
+            raise ValueError(f"depth must be at least 1, got {self.depth}")
+
+    @property
+    def retriever_sources(self) -> List[str]:
+        return self.sources[1:]
+
+    @property
+    def features(self) -> List[str]:
+        return feature_names(self.sources)
+
+    def rank(self, text: str, lists: Mapping[str, Sequence[Candidate]], kb: Any, top_k: int,
+             priors: Optional[Dict[str, float]] = None) -> List[Candidate]:
+        """The fused ranking of one mention: up to ``top_k`` candidates, scores the softmax over the union."""
+        ids, names, x = fusion_features(text, lists, self.sources, self.depth, kb, priors)
+        if not ids:
+            return []
+        logits = x @ np.asarray(self.weights, dtype=np.float64)
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        order = sorted(range(len(ids)), key=lambda i: (-logits[i], i))[:top_k]
+        return [Candidate((ids[i],), names[i], float(probs[i])) for i in order]
+
+    # -- files -------------------------------------------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        return {"version": FORMAT_VERSION, "sources": self.sources, "depth": self.depth, "retrievers": self.retrievers,
+                "weights": dict(zip(self.features, (round(float(w), 8) for w in self.weights))), "fit": self.fit}
+
+    def save(self, path: PathLike) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf8")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "fusion") -> "FusionModel":
+        if not isinstance(data, dict):
+            raise FusionFormatError(f"{where}: expected a JSON object")
+        if data.get("version") != FORMAT_VERSION:
+            raise FusionFormatError(f"{where}: version {data.get('version')!r}, this package reads {FORMAT_VERSION}")
+        sources, weights = data.get("sources"), data.get("weights")
+        if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+            raise FusionFormatError(f"{where}: 'sources' must be a list of source names")
+        if not isinstance(weights, dict) or not all(isinstance(v, (int, float)) for v in weights.values()):
+            raise FusionFormatError(f"{where}: 'weights' must map feature names to numbers")
+        expected = feature_names(sources)
+        if sorted(weights) != sorted(expected):
+            missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+            raise FusionFormatError(f"{where}: weights do not match the sources' features (missing {missing}, unknown {extra})")
+        retrievers = data.get("retrievers", {})
+        if not isinstance(retrievers, dict) or not all(isinstance(v, dict) for v in retrievers.values()):
+            raise FusionFormatError(f"{where}: 'retrievers' must map retriever names to settings objects")
+        try:
+            return cls(sources, [float(weights[f]) for f in expected], depth=int(data.get("depth", 5)),
+                       retrievers=retrievers, fit=data.get("fit", {}))
+        except (TypeError, ValueError) as err:
+            raise FusionFormatError(f"{where}: {err}") from None
+
+    @classmethod
+    def load(cls, path: PathLike) -> "FusionModel":
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf8"))
+        except FileNotFoundError:
+            raise FusionFormatError(f"{path}: fusion file not found") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise FusionFormatError(f"{path}: not a JSON fusion file ({err})") from None
+        return cls.from_dict(data, str(path))
+
+
+class FusionReranker:
+    """Applies a :class:`FusionModel` to the generator's results: asks each retriever source
+    for its top ``depth`` candidates (built lazily on the generator's KB, like the
+    candidate generators) and reranks the union."""
+
+    def __init__(self, model: FusionModel, kb: Any, retrievers: Mapping[str, Any]) -> None:
+        missing = [s for s in model.retriever_sources if s not in retrievers]
+        if missing:
+            raise ValueError(f"no retriever for fusion source(s) {missing}")
+        self.model = model
+        self.kb = kb
+        self.retrievers = dict(retrievers)
+        self._priors: Dict[str, float] = {}
+
+    def rerank(self, mentions: Sequence[Mention], generated: Sequence[Sequence[Candidate]], top_k: int) -> List[List[Candidate]]:
+        """Fused candidates per mention; a mention the generator left empty (nothing to link) stays empty."""
+        todo = [i for i, cands in enumerate(generated) if cands]
+        retrieved: Dict[str, List[List[Candidate]]] = {}
+        if todo:
+            for source in self.model.retriever_sources:
+                retrieved[source] = self.retrievers[source].link([mentions[i] for i in todo], self.model.depth)
+        out: List[List[Candidate]] = [[] for _ in mentions]
+        for pos, i in enumerate(todo):
+            lists = {GENERATOR: generated[i], **{s: retrieved[s][pos] for s in retrieved}}
+            out[i] = self.model.rank(mentions[i].text, lists, self.kb, top_k, self._priors)
+        return out

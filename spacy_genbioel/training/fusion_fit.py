@@ -1,0 +1,194 @@
+"""Fit score fusion (:mod:`spacy_genbioel.linking.fusion`) on cross-fitted predictions.
+
+Input: ``evaluate --predictions`` files of each source (the generator and the
+retrievers) over training mentions that the scoring models never saw, from
+``bench/crossfit.sh`` (folds of whole documents: a model trained on the other
+folds scores each fold). Files of one source are concatenated; sources are
+joined on the mention (document, offsets, text), so the folds may come in any
+order. The fit is a conditional logit: per mention, a softmax over the union
+of the sources' top concepts, maximising the probability of the gold concepts,
+with an L2 penalty on standardized features. Mentions whose gold concept is in
+no source's list teach nothing and are counted apart (``unreachable``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from spacy_genbioel.evaluation.recall import NO_GOLD_IDS
+from spacy_genbioel.linking.fusion import GENERATOR, FusionModel, concept_ranks, feature_names, fusion_features
+from spacy_genbioel.ty import Candidate
+from spacy_genbioel.util import PathLike
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FusionExample", "read_fusion_examples", "drop_examples", "fit_fusion", "score_fusion"]
+
+
+@dataclass(frozen=True)
+class FusionExample:
+    """One mention: its text, gold concepts, each source's ranked candidates, and the KB
+    its fold was scored with (exact-match and prior features; None: the one given to the fit)."""
+
+    text: str
+    gold: FrozenSet[str]
+    lists: Dict[str, List[Candidate]]
+    kb: Any = None
+
+
+def _records(path: Path) -> List[Tuple[Tuple[Any, ...], dict]]:
+    out = []
+    with path.open(encoding="utf8") as lines:
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                key = (record["doc_id"], record["start"], record["end"], record["text"])
+                record["candidates"] = [Candidate(tuple(ids), name, float(score)) for ids, name, score in record["candidates"]]
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+                raise ValueError(f"{path}:{lineno}: not an `evaluate --predictions` line ({err!r})") from None
+            out.append((key, record))
+    return out
+
+
+def read_fusion_examples(files: Mapping[str, Sequence[PathLike]], kb: Any = None) -> List[FusionExample]:
+    """Examples from prediction files per source (``{"genbioel": [fold0, fold1], "tfidf": [...]}``).
+
+    The generator's files define the mentions; every other source must list the same
+    mentions (any order, any split into files), else a ``ValueError`` names the first
+    one missing. Mentions without a gold concept are dropped. ``kb``: the KB these
+    predictions were made with (a fold's own, whose dictionary lacks the fold's mentions)."""
+    if GENERATOR not in files:
+        raise ValueError(f"no {GENERATOR!r} prediction files")
+    by_source: Dict[str, Dict[Tuple[Any, ...], dict]] = {}
+    for source, paths in files.items():
+        table: Dict[Tuple[Any, ...], dict] = {}
+        for path in paths:
+            for key, record in _records(Path(path)):
+                if key in table:
+                    raise ValueError(f"{path}: mention {key} listed twice for source {source!r}")
+                table[key] = record
+        by_source[source] = table
+    examples = []
+    for key, record in by_source[GENERATOR].items():
+        gold = frozenset(i.strip() for i in record["gold"] if i.strip() not in NO_GOLD_IDS)
+        if not gold:
+            continue
+        lists = {}
+        for source, table in by_source.items():
+            if key not in table:
+                raise ValueError(f"source {source!r} has no prediction for mention {key} (files {list(map(str, files[source]))})")
+            lists[source] = table[key]["candidates"]
+        examples.append(FusionExample(record["text"], gold, lists, kb))
+    return examples
+
+
+def _pair(text: str, gold: Sequence[str]) -> Tuple[str, FrozenSet[str]]:
+    return " ".join(text.lower().split()), frozenset(g.strip() for g in gold if g.strip() not in NO_GOLD_IDS)
+
+
+def drop_examples(examples: Sequence[FusionExample], prediction_files: Sequence[PathLike]) -> Tuple[List[FusionExample], int]:
+    """``examples`` minus those whose (case- and space-folded text, gold concepts) pair is a mention of
+    ``prediction_files`` (the evaluation set a fusion will be reported on); also the number dropped."""
+    held = {_pair(record["text"], record["gold"]) for path in prediction_files for _, record in _records(Path(path))}
+    kept = [ex for ex in examples if _pair(ex.text, sorted(ex.gold)) not in held]
+    return kept, len(examples) - len(kept)
+
+
+def _design(examples: Sequence[FusionExample], sources: Sequence[str], depth: int, kb: Any):
+    """Padded features ``(n, width, d)``, validity and gold masks, for the examples whose gold is reachable."""
+    priors: Dict[int, Dict[str, float]] = {}
+    rows = []
+    for ex in examples:
+        ex_kb = ex.kb if ex.kb is not None else kb
+        ids, _, x = fusion_features(ex.text, ex.lists, sources, depth, ex_kb, priors.setdefault(id(ex_kb), {}))
+        gold = np.array([cid in ex.gold for cid in ids], dtype=bool)
+        if gold.any():
+            rows.append((x, gold))
+    d = len(feature_names(sources))
+    width = max((len(g) for _, g in rows), default=1)
+    x = np.zeros((len(rows), width, d))
+    valid = np.zeros((len(rows), width), dtype=bool)
+    gold = np.zeros((len(rows), width), dtype=bool)
+    for i, (xi, gi) in enumerate(rows):
+        x[i, : len(gi)], valid[i, : len(gi)], gold[i, : len(gi)] = xi, True, gi
+    return x, valid, gold
+
+
+def _masked_softmax(logits: np.ndarray, mask: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    z = np.where(mask, logits, -np.inf)
+    top = z.max(axis=1, keepdims=True)
+    e = np.where(mask, np.exp(z - top), 0.0)
+    total = e.sum(axis=1, keepdims=True)
+    return e / total, (np.log(total) + top)[:, 0]
+
+
+def fit_fusion(
+    examples: Sequence[FusionExample],
+    kb: Any,
+    sources: Optional[Sequence[str]] = None,
+    *,
+    depth: int = 5,
+    l2: float = 1e-3,
+    retrievers: Optional[Dict[str, Dict[str, Any]]] = None,
+) -> FusionModel:
+    """Fit the fusion weights (L-BFGS on the conditional log-likelihood, features standardized
+    so that ``l2`` treats them alike; the saved weights apply to raw features)."""
+    from scipy.optimize import minimize
+
+    if sources is None:
+        sources = [GENERATOR, *sorted(s for s in examples[0].lists if s != GENERATOR)] if examples else [GENERATOR]
+    x, valid, gold = _design(examples, sources, depth, kb)
+    if len(x) == 0:
+        raise ValueError("no example has its gold concept among the sources' candidates: nothing to fit")
+    rows = x[valid]
+    mean, scale = rows.mean(axis=0), rows.std(axis=0)
+    scale = np.where(scale > 1e-12, scale, np.inf)  # a constant feature gets weight 0
+    z = (x - mean) / scale
+    n = len(z)
+
+    def objective(w: np.ndarray) -> Tuple[float, np.ndarray]:
+        logits = z @ w
+        p, lse_all = _masked_softmax(logits, valid)
+        q, lse_gold = _masked_softmax(logits, gold)
+        loss = float((lse_all - lse_gold).sum() / n + l2 * w @ w)
+        grad = np.einsum("nc,ncd->d", p - q, z) / n + 2 * l2 * w
+        return loss, grad
+
+    result = minimize(objective, np.zeros(z.shape[-1]), jac=True, method="L-BFGS-B")
+    weights = result.x / scale
+    model = FusionModel(list(sources), [float(w) for w in weights], depth=depth, retrievers=dict(retrievers or {}))
+    model.fit = {
+        "mentions": len(examples), "reachable": n, "unreachable": len(examples) - n, "l2": l2,
+        "converged": bool(result.success), "loss": round(float(result.fun), 6),
+        "standardized_weights": dict(zip(model.features, (round(float(w), 4) for w in result.x))),
+        "recall": score_fusion(model, examples, kb),
+    }
+    logger.info("Fusion fitted on %d mentions (%d reachable): %s", len(examples), n, model.fit["recall"])
+    return model
+
+
+def score_fusion(model: FusionModel, examples: Sequence[FusionExample], kb: Any, ks: Sequence[int] = (1, 5)) -> Dict[str, Dict[str, float]]:
+    """recall@k of each source alone (its concept ranking), of the fusion, and of the union (``oracle``:
+    the gold concept is in some source's list)."""
+    priors: Dict[int, Dict[str, float]] = {}
+    hits: Dict[str, Dict[int, int]] = {name: {k: 0 for k in ks} for name in [*model.sources, "fusion"]}
+    oracle = 0
+    for ex in examples:
+        ex_kb = ex.kb if ex.kb is not None else kb
+        ranked = model.rank(ex.text, ex.lists, ex_kb, max(ks), priors.setdefault(id(ex_kb), {}))
+        for name, ids in [(s, list(concept_ranks(ex.lists.get(s, ()), model.depth))) for s in model.sources] + \
+                [("fusion", [c.ids[0] for c in ranked])]:
+            for k in ks:
+                hits[name][k] += any(cid in ex.gold for cid in ids[:k])
+        oracle += any(cid in ex.gold for s in model.sources for cid in concept_ranks(ex.lists.get(s, ()), model.depth))
+    n = max(len(examples), 1)
+    report = {name: {f"recall@{k}": round(v / n, 4) for k, v in per_k.items()} for name, per_k in hits.items()}
+    report["oracle"] = {"recall": round(oracle / n, 4)}
+    return report
