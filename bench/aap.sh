@@ -11,7 +11,9 @@
 #   python bench/folds_report.py training/aap/tiny/folds   # mean and spread per linker and KB
 #
 # Environment: DATA (../shared/data), OUT (training/aap/tiny), FOLDS ("0 1 2 3 4 5 6 7 8 9"), JOBS (2 folds at a
-# time), PRETRAIN_SECONDS (900), FINETUNE_SECONDS (420), SEED (0). Steps whose outputs exist are skipped.
+# time), PRETRAIN_STEPS (1500) / PRETRAIN_SECONDS (900), FINETUNE_STEPS (1500) / FINETUNE_SECONDS (1800): step
+# budgets, so that folds trained side by side get the same training whatever else runs; the seconds are a cap.
+# SEED (0). Steps whose outputs exist are skipped.
 set -euo pipefail
 STAGE=${1:?usage: bench/aap.sh prepare|folds|fusion}
 DATA=${2:-${DATA:-../shared/data}}
@@ -20,6 +22,7 @@ OUT=${OUT:-training/aap/tiny}
 FOLDS=${FOLDS:-0 1 2 3 4 5 6 7 8 9}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G="python -m spacy_genbioel"
+join() { local IFS=,; echo "$*"; }
 KB=$OUT/kb.jsonl
 
 prepare() {
@@ -29,7 +32,8 @@ prepare() {
   [ -f "$OUT/tokenizer/tokenizer.json" ] || $G tokenizer --kb "$KB" --preset tiny --out "$OUT/tokenizer"
   [ -d "$OUT/init" ] || $G init-model --tokenizer "$OUT/tokenizer" --preset tiny --seed "${SEED:-0}" --out "$OUT/init"
   [ -f "$OUT/pretrain/result.json" ] || $G pretrain --model "$OUT/init" --kb "$KB" --config configs/pretrain_tiny.cfg \
-      --out "$OUT/pretrain" --device cpu --training.max_seconds "${PRETRAIN_SECONDS:-900}" --training.seed "${SEED:-0}" \
+      --out "$OUT/pretrain" --device cpu --training.max_steps "${PRETRAIN_STEPS:-1500}" \
+      --training.max_seconds "${PRETRAIN_SECONDS:-900}" --training.seed "${SEED:-0}" \
       --training.eval_every 100000
 }
 
@@ -44,7 +48,8 @@ fold() {
   [ -f "$F/corpus/train.jsonl" ] || $G corpus --format askapatient --train "$train" --dev "$valid" --kb "$F/kb_plain.jsonl" --out "$F/corpus"
   [ -f "$F/finetune/result.json" ] || $G finetune --model "$OUT/pretrain/model" --train "$F/corpus/train.jsonl" \
       --dev "$F/corpus/dev.jsonl" --kb "$F/kb_plain.jsonl" --config configs/finetune_tiny.cfg --out "$F/finetune" --device cpu \
-      --training.max_seconds "${FINETUNE_SECONDS:-420}" --training.seed "${SEED:-0}" --training.eval_every 100000
+      --training.max_steps "${FINETUNE_STEPS:-1500}" --training.max_seconds "${FINETUNE_SECONDS:-1800}" \
+      --training.seed "${SEED:-0}" --training.eval_every 100000
   for variant in plain aug; do
     local kb=$F/kb_$variant.jsonl
     [ -d "$F/pipeline_$variant" ] || $G package --model "$F/finetune/model" --kb "$kb" --config "$F/finetune/config.cfg" \
@@ -69,10 +74,8 @@ fusion() {
       gen+=("$O/${variant}_genbioel.jsonl"); tfidf+=("$O/${variant}_tfidf.jsonl"); dense+=("$O/${variant}_dense.jsonl")
       kbs+=(--kb "$O/kb_$variant.jsonl")
     done
-    local IFS=,
-    [ -f "$F/fusion_$variant.json" ] || $G fit-fusion --source "genbioel=${gen[*]}" --source "tfidf=${tfidf[*]}" \
-        --source "dense=${dense[*]}" "${kbs[@]}" --exclude "$F/${variant}_genbioel.jsonl" --out "$F/fusion_$variant.json"
-    unset IFS
+    [ -f "$F/fusion_$variant.json" ] || $G fit-fusion --source "genbioel=$(join "${gen[@]}")" --source "tfidf=$(join "${tfidf[@]}")" \
+        --source "dense=$(join "${dense[@]}")" "${kbs[@]}" --exclude "$F/${variant}_genbioel.jsonl" --out "$F/fusion_$variant.json"
     [ -f "$F/${variant}_fusion.json" ] || $G evaluate --corpus "$AAP/AskAPatient.fold-$i.validation.txt" --format askapatient \
         --device cpu --linker genbioel --pipeline "$F/pipeline_$variant" --candidates none --no-exact-match \
         --fusion "$F/fusion_$variant.json" --json "$F/${variant}_fusion.json" --predictions "$F/${variant}_fusion.jsonl"

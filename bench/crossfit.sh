@@ -31,6 +31,7 @@ SECONDS_PER_FOLD=${SECONDS_PER_FOLD:-1200}
 OUT=${OUT:-training/$CORPUS/$PRESET/crossfit}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G="python -m spacy_genbioel"
+join() { local IFS=,; echo "$*"; }
 case $CORPUS in
   ncbi)
     TRAIN=$DATA/ncbi_disease/NCBItrainset_corpus.txt
@@ -86,10 +87,8 @@ fit() {
       gen+=("$OUT/fold-$i/${variant}_genbioel.jsonl"); tfidf+=("$OUT/fold-$i/${variant}_tfidf.jsonl")
       dense+=("$OUT/fold-$i/${variant}_dense.jsonl"); kbs+=(--kb "$FOLDS/fold-$i/kb_$variant.jsonl")
     done
-    local IFS=,
-    $G fit-fusion --source "genbioel=${gen[*]}" --source "tfidf=${tfidf[*]}" --source "dense=${dense[*]}" "${kbs[@]}" \
+    $G fit-fusion --source "genbioel=$(join "${gen[@]}")" --source "tfidf=$(join "${tfidf[@]}")" --source "dense=$(join "${dense[@]}")" "${kbs[@]}" \
         --out "$OUT/fusion_$variant.json"
-    unset IFS
   done
 }
 

@@ -84,3 +84,34 @@ def test_annotate_scale_reads_bc5cdr_in_order_and_projects_linearly(tmp_path):
     assert plan["gpu_hours_by_workers_decoder_only"]["8"] == 15.6  # 36M abstracts x 10 mentions / (8 x 800/s) in hours
     with pytest.raises(SystemExit, match="no bc5cdr"):
         annotate_scale.data_dir(str(tmp_path / "nowhere"))
+
+
+def test_crossfit_and_aap_scripts_reject_unknown_stages(tmp_path):
+    bad = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "medmentions", "train"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown corpus" in bad.stderr
+    bad = subprocess.run(["bash", str(BENCH / "aap.sh"), "nonsense"], capture_output=True, text=True,
+                         env={**os.environ, "OUT": str(tmp_path)})
+    assert bad.returncode == 2 and "unknown stage" in bad.stderr
+
+
+def test_folds_report_gives_mean_and_spread_per_kb_and_linker(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("folds_report", BENCH / "folds_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    values = {"fold-0": (0.80, 0.90), "fold-1": (0.84, 0.94), "fold-10": (0.82, 0.92)}
+    for fold, (r1, r5) in values.items():
+        (tmp_path / fold).mkdir()
+        (tmp_path / fold / "plain_tfidf.json").write_text(json.dumps({"recall": {"recall": {"recall@1": r1, "recall@5": r5}}}))
+        # fitted fusion weights sit beside the reports and are not one
+        (tmp_path / fold / "fusion_plain.json").write_text(json.dumps({"version": 1, "weights": {}}))
+    (tmp_path / "fold-0" / "aug_fusion.json").write_text(json.dumps({"recall": {"recall": {"recall@1": 0.9, "recall@5": 0.95}}}))
+    report.main([str(tmp_path), "--json", str(tmp_path / "summary.json")])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    tfidf = summary["plain"]["tfidf"]
+    assert tfidf["folds"] == 3 and set(summary) == {"plain", "aug"}
+    assert tfidf["recall@1"]["mean"] == pytest.approx(0.82) and tfidf["recall@1"]["sd"] == pytest.approx(0.02)
+    assert (tfidf["recall@1"]["min"], tfidf["recall@1"]["max"]) == (0.80, 0.84)
+    assert summary["aug"]["fusion"]["folds"] == 1
+    assert "1 of 3" in capsys.readouterr().out  # a linker missing on some folds says so

