@@ -468,7 +468,7 @@ def test_crosswalk(tmp_path: Path) -> None:
 
 
 def test_formats_registry() -> None:
-    assert set(FORMATS) == {"medic", "ctd", "mesh-tsv", "mesh-xml", "umls", "obo", "genbioel", "jsonl", "scispacy"}
+    assert set(FORMATS) == {"medic", "ctd", "mesh-tsv", "mesh-xml", "umls", "obo", "genbioel", "jsonl", "scispacy", "askapatient"}
     with pytest.raises(ValueError, match="Unknown KB format"):
         build_kb("nope", "x")
 
@@ -538,7 +538,8 @@ def _samples() -> dict:
             "genbioel": json.dumps({f"D{i}": [f"name {i}"] for i in range(40)}, indent=1),
             "jsonl": "".join(json.dumps({"id": f"D{i}", "names": [f"n{i}"]}) + "\n" for i in range(40)),
             "scispacy": "".join(json.dumps({"concept_id": f"C{i}", "canonical_name": f"n{i}"}) + "\n" for i in range(40)),
-            "mesh-tsv": "".join(f"D{i:06d}\tName {i}\tSyn {i}\tC01.{i:03d}\t\n" for i in range(40))}
+            "mesh-tsv": "".join(f"D{i:06d}\tName {i}\tSyn {i}\tC01.{i:03d}\t\n" for i in range(40)),
+            "askapatient": json.dumps({f"1000{i}": [["primary", f"name {i}"], ["synonym", f"syn {i}"]] for i in range(40)}, indent=1)}
 
 
 def test_every_reader_is_covered_here() -> None:
@@ -547,7 +548,7 @@ def test_every_reader_is_covered_here() -> None:
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_truncated_or_corrupt_gzip_names_file_and_line(tmp_path: Path, fmt: str) -> None:
-    data = gzip.compress((_samples()[fmt] * (1 if fmt in ("genbioel", "mesh-xml") else 20)).encode("utf8"))
+    data = gzip.compress((_samples()[fmt] * (1 if fmt in ("genbioel", "mesh-xml", "askapatient") else 20)).encode("utf8"))
     cut = write_bytes(tmp_path / "source.gz", data[: len(data) * 2 // 3])
     with pytest.raises(KBFormatError, match=r"source\.gz:\d+: truncated or corrupt gzip data"):
         list(FORMATS[fmt](cut))
