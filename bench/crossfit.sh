@@ -6,7 +6,7 @@
 # held-out fold. `fit-fusion` then fits the fusion on those predictions, never
 # on dev.
 #
-#   bash bench/crossfit.sh ncbi train [DATA] [PRESET]   # fold models (one process per fold, in parallel)
+#   bash bench/crossfit.sh ncbi train [DATA] [PRESET] [SECONDS]   # fold models (one process per fold, in parallel)
 #   bash bench/crossfit.sh ncbi score [DATA] [PRESET]   # held-out predictions: genbioel, tfidf, dense, plain and + train KBs
 #   bash bench/crossfit.sh ncbi fit [DATA] [PRESET]     # fit-fusion on them: OUT/fusion_plain.json, OUT/fusion_aug.json
 #
@@ -27,7 +27,7 @@ PRESET=${4:-${PRESET:-tiny}}
 K=${K:-2}
 PRETRAINED=${PRETRAINED:-training/$CORPUS/$PRESET/pretrain/model}
 CONFIG=${CONFIG:-configs/finetune_$PRESET.cfg}
-SECONDS_PER_FOLD=${SECONDS_PER_FOLD:-1200}
+SECONDS_PER_FOLD=${5:-${SECONDS_PER_FOLD:-1200}}
 OUT=${OUT:-training/$CORPUS/$PRESET/crossfit}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G="python -m spacy_genbioel"
