@@ -1,4 +1,5 @@
 """Candidate-restricted decoding (retrieve, then generate) and the exact-match shortcut."""
+import dataclasses
 import random
 
 import numpy as np
@@ -11,14 +12,14 @@ from hypothesis import strategies as st
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.linking.candidates import LazyCandidateGenerator, check_candidates, known_candidates, make_candidate_generator
 from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Candidate, Mention
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 from spacy_genbioel.linking.trie import NameTrie
 
 from conftest import assert_same_links, random_kb
-from spacy_genbioel.linking.settings import linking_overrides
+from spacy_genbioel.linking.settings import CandidateSettings, nested_overrides
 from test_decoding import mentions_for
 from test_pipeline import TEXTS, linked, make_nlp, resources  # noqa: F401  (fixture)
 
@@ -89,10 +90,14 @@ def test_name_terminals_survive_the_file_round_trip(tmp_path):
 
 # -- decoding --------------------------------------------------------------------
 
-def make_linker(model, tokenizer, kb, **config):
+CANDIDATE_KEYS = ("num_candidates", "restrict_to_candidates", "shortcut_threshold")
+
+
+def make_linker(model, tokenizer, kb, retriever=None, **config):
     cfg = dict(num_beams=4, top_k=4, batch_size=4)
     cfg.update(config)
-    return GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(**cfg))
+    candidates = CandidateSettings(**{key: cfg.pop(key) for key in CANDIDATE_KEYS if key in cfg})
+    return GenerativeLinker(model, tokenizer, kb, decoding=DecodingSettings(**cfg), candidates=candidates, retriever=retriever)
 
 
 def generated_from(kb, cand, allowed):
@@ -173,7 +178,7 @@ def test_candidate_generator_restricts_link(micro_model, word_tokenizer, small_k
     tfidf = TfidfLinker(small_kb)
     linker = make_linker(micro_model, word_tokenizer, small_kb, num_candidates=3)
     mentions = mentions_for(small_kb, n=8)
-    linker.candidate_generator = tfidf
+    linker.retriever = tfidf
     allowed = linker.propose(mentions)
     expected = [list(dict.fromkeys(cid for c in cands for cid in c.ids)) for cands in tfidf.link(mentions, 3)]
     assert allowed == expected
@@ -182,13 +187,13 @@ def test_candidate_generator_restricts_link(micro_model, word_tokenizer, small_k
     for ranked, ids in zip(through_generator, allowed):
         assert ranked and all(generated_from(small_kb, c, ids) for c in ranked if ids)
     # more candidates than the KB has names: everything TF-IDF finds is allowed
-    linker.config.num_candidates = 10 * small_kb.n_names
+    linker.candidates = dataclasses.replace(linker.candidates, num_candidates=10 * small_kb.n_names)
     assert all(linker.link(mentions))
     # an explicit allowed list wins over the generator
     everything = [small_kb.concept_ids] * len(mentions)
-    linker.candidate_generator = None
+    linker.retriever = None
     free = linker.link(mentions)
-    linker.candidate_generator = tfidf
+    linker.retriever = tfidf
     assert linker.link(mentions, allowed=everything) == free
 
 
@@ -235,12 +240,12 @@ def test_retriever_shortcut(micro_model, word_tokenizer, small_kb, monkeypatch):
     retriever = FixedRetriever(small_kb, {"sure thing": [(ids[3], 0.95), (ids[4], 0.5)], "unsure thing": [(ids[5], 0.6), (ids[6], 0.55)]})
     free = make_linker(micro_model, word_tokenizer, small_kb).link(mentions)
     restricted = make_linker(micro_model, word_tokenizer, small_kb, num_candidates=2)
-    restricted.candidate_generator = retriever
+    restricted.retriever = retriever
     restricted_out = restricted.link(mentions)
 
     # retrieve for the shortcut only: the rest decodes unrestricted
     linker = make_linker(micro_model, word_tokenizer, small_kb, num_candidates=2, restrict_to_candidates=False, shortcut_threshold=0.9)
-    linker.candidate_generator = retriever
+    linker.retriever = retriever
     ranked = linker.link(mentions)
     top = Candidate((ids[3],), small_kb.names_of(ids[3])[0], 0.0)
     assert ranked[0][0] == top
@@ -248,7 +253,7 @@ def test_retriever_shortcut(micro_model, word_tokenizer, small_kb, monkeypatch):
     assert ranked[1:] == free[1:]  # below the threshold, nothing retrieved: the model's answer
 
     # with restriction, the shortcut comes first and the rest is the restricted answer
-    linker.config.restrict_to_candidates = True
+    linker.candidates = dataclasses.replace(linker.candidates, restrict_to_candidates=True)
     both = linker.link(mentions)
     assert both[0][0] == top and both[1:] == restricted_out[1:]
     assert [c for c in both[0][1:]] == [c for c in restricted_out[0] if c.name != top.name][:3]
@@ -262,7 +267,7 @@ def test_retriever_shortcut(micro_model, word_tokenizer, small_kb, monkeypatch):
 
     # an exact match wins over the shortcut and is not retrieved for
     name = small_kb.names_of(ids[7])[0]
-    linker.config.exact_match = True
+    linker.decoding = dataclasses.replace(linker.decoding, exact_match=True)
     retriever.answers[name] = [(ids[3], 0.99)]
     retriever.calls.clear()
     exact = linker.link([Mention(name), mentions[0]], top_k=1)
@@ -273,7 +278,7 @@ def test_retriever_shortcut(micro_model, word_tokenizer, small_kb, monkeypatch):
 def test_shortcut_off_retrieves_nothing_without_restriction(micro_model, word_tokenizer, small_kb):
     retriever = FixedRetriever(small_kb, {})
     linker = make_linker(micro_model, word_tokenizer, small_kb, restrict_to_candidates=False)
-    linker.candidate_generator = retriever
+    linker.retriever = retriever
     mentions = mentions_for(small_kb, n=3)
     assert linker.link(mentions) == make_linker(micro_model, word_tokenizer, small_kb).link(mentions)
     assert retriever.calls == []
@@ -290,7 +295,7 @@ def test_registry_builds_lazily(small_kb, monkeypatch):
     built = []
 
     class Dense:
-        def __init__(self, kb, model=None, **settings):
+        def __init__(self, kb, model=None, settings=None):
             built.append(kb)
 
         def link(self, mentions, top_k=5):
@@ -308,7 +313,7 @@ def test_dense_generator_gets_its_model_directory(small_kb, monkeypatch):
     from spacy_genbioel.retrieval import dense
 
     seen = []
-    monkeypatch.setattr(dense, "DenseLinker", lambda kb, model=None, **settings: seen.append(model) or object())
+    monkeypatch.setattr(dense, "DenseLinker", lambda kb, model=None, settings=None: seen.append(model) or object())
     make_candidate_generator("dense", small_kb, model="trained/dense/model").generator
     make_candidate_generator("genbioel.dense_retriever.v1", small_kb).generator
     assert seen == ["trained/dense/model", None]
@@ -366,9 +371,9 @@ def test_pipeline_config_round_trip(resources, tmp_path_factory):
     nlp = make_nlp(tmp_path, candidates={"retriever": "tfidf", "num_candidates": 2}, decoding={"exact_match": True})
     pipe = nlp.get_pipe("genbioel")
     before = [linked(d) for d in nlp.pipe(TEXTS)]
-    generator = pipe.linker.candidate_generator
+    generator = pipe.linker.retriever
     assert isinstance(generator, LazyCandidateGenerator) and generator.name == "tfidf"
-    assert pipe.linker.config.num_candidates == 2 and pipe.linker.config.exact_match
+    assert pipe.linker.candidates.num_candidates == 2 and pipe.linker.decoding.exact_match
     allowed = pipe.linker.propose([Mention("renal failure")])[0]
     first = before[0][0]
     assert first[0] == "renal failure" and allowed
@@ -385,11 +390,11 @@ def test_pipeline_config_round_trip(resources, tmp_path_factory):
     cfg = loaded.config["components"]["genbioel"]
     assert (cfg["candidates"]["retriever"], cfg["candidates"]["num_candidates"], cfg["decoding"]["exact_match"]) == ("tfidf", 2, True)
     assert_same_links([linked(d) for d in loaded.pipe(TEXTS)], before)
-    # overriding at load time, as `evaluate --candidates none` does
-    overrides = linking_overrides(retriever="none", exact_match=False)
+    # overriding at load time, as `evaluate --candidates.retriever none` does
+    overrides = nested_overrides({"retriever": "none", "decoding.exact_match": False})
     assert overrides == {"candidates": {"retriever": "none"}, "decoding": {"exact_match": False}}
     plain = spacy.load(out, config={"components": {"genbioel": overrides}})
-    assert plain.get_pipe("genbioel").linker.candidate_generator is None
+    assert plain.get_pipe("genbioel").linker.retriever is None
     assert [linked(d) for d in plain.pipe(TEXTS)] == [linked(d) for d in make_nlp(tmp_path).pipe(TEXTS)]
 
 
@@ -405,7 +410,7 @@ def test_pipeline_warns_on_a_shortcut_without_retriever(caplog):
     with caplog.at_level("WARNING", logger="spacy_genbioel.linking.settings"):
         pipe = spacy.blank("en").add_pipe("genbioel", config={"candidates": {"shortcut_threshold": 0.9}})
     assert "no effect" in caplog.text
-    assert pipe.decoding.shortcut_threshold == 0.9 and pipe.decoding.restrict_to_candidates
+    assert pipe.candidates.shortcut_threshold == 0.9 and pipe.candidates.restrict_to_candidates
 
 
 def test_evaluate_command_overrides_candidates(resources, tmp_path_factory):
@@ -427,18 +432,22 @@ def test_evaluate_command_overrides_candidates(resources, tmp_path_factory):
         f"1\t{text.index('renal')}\t{text.index('renal') + 13}\trenal failure\tDisease\t{kb.concept_ids[1]}\n\n"
     )
     args = ["evaluate", "--corpus", str(tmp_path / "dev.txt"), "--linker", "genbioel", "--pipeline", str(out), "--device", "cpu"]
-    result = CliRunner().invoke(app, [*args, "--candidates", "tfidf", "--num-candidates", "3", "--exact-match", "--top-k", "3",
+    result = CliRunner().invoke(app, [*args, "--candidates.retriever", "tfidf", "--candidates.num_candidates", "3", "--decoding.exact_match",
+                                      "--top-k", "3",
                                       "--json", str(tmp_path / "r.json")])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "r.json").read_text())
     assert (report["meta"]["candidates"], report["meta"]["num_candidates"], report["meta"]["exact_match"]) == ("tfidf", 3, True)
     assert report["recall"]["recall"]["recall@1"] >= 0.5  # the exact match
-    bad = CliRunner().invoke(app, [*args, "--candidates", "nope"])
+    bad = CliRunner().invoke(app, [*args, "--candidates.retriever", "nope"])
     assert bad.exit_code != 0
-    result = CliRunner().invoke(app, [*args, "--candidates", "tfidf", "--no-restrict", "--shortcut-threshold", "0.99",
+    bad = CliRunner().invoke(app, [*args, "--candidates.retreiver", "tfidf"])
+    assert bad.exit_code == 2 and "candidates.retreiver" in bad.output
+    result = CliRunner().invoke(app, [*args, "--candidates.retriever", "tfidf", "--candidates.restrict_to_candidates", "false",
+                                      "--candidates.shortcut_threshold", "0.99",
                                       "--json", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
     meta = json.loads((tmp_path / "s.json").read_text())["meta"]
     assert (meta["candidates"], meta["restrict_to_candidates"], meta["shortcut_threshold"]) == ("tfidf", False, 0.99)
-    bad = CliRunner().invoke(app, [*args, "--candidates", "none", "--shortcut-threshold", "0.9"])
+    bad = CliRunner().invoke(app, [*args, "--candidates.retriever", "none", "--candidates.shortcut_threshold", "0.9"])
     assert bad.exit_code != 0 and "retriever" in bad.output

@@ -7,7 +7,7 @@ from spacy_genbioel.linking.decoder import GenerativeLinker
 
 from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text
 
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.linking.reference import ReferenceLinker
 
@@ -45,7 +45,7 @@ def test_without_decoder_prompt_the_name_follows_the_start_tokens(micro_model, w
     m = Mention("renal failure", left="acute", right="")
     assert inputs.prompt(m) == "" and inputs.source(m) == InputBuilder().source(m)
     linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, inputs=inputs,
-                              config=DecodingConfig(num_beams=4, top_k=4, batch_size=5))
+                              decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=5))
     prefix = linker.prompt_tokens.prefix
     assert linker.prompt_tokens.prompts(["", ""]) == [prefix, prefix]
     assert linker.trie.root_token_id == prefix[-1]
@@ -59,7 +59,7 @@ def test_without_decoder_prompt_the_name_follows_the_start_tokens(micro_model, w
 
 
 def test_batched_equals_one_at_a_time_and_reference(micro_model, word_tokenizer, small_kb):
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=4, top_k=4, batch_size=5))
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=5))
     mentions = mentions_for(small_kb)
     batched = linker.link(mentions)
     singles = [linker.link([m])[0] for m in mentions]
@@ -72,7 +72,7 @@ def test_batched_equals_one_at_a_time_and_reference(micro_model, word_tokenizer,
 
 
 def test_scores_are_mean_log_probabilities(micro_model, word_tokenizer, small_kb):
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=3, top_k=3))
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=3, top_k=3))
     mention = Mention("renal failure", left="acute", right="")
     best = linker.link([mention])[0][0]
     enc = word_tokenizer([linker.inputs.source(mention)], return_tensors="pt")
@@ -89,7 +89,7 @@ def test_scores_are_mean_log_probabilities(micro_model, word_tokenizer, small_kb
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_outputs_are_kb_names_and_concepts(micro_model, word_tokenizer, seed):
     kb = random_kb(seed, n_concepts=25)
-    linker = GenerativeLinker(micro_model, word_tokenizer, kb, config=DecodingConfig(num_beams=3, top_k=3, batch_size=4))
+    linker = GenerativeLinker(micro_model, word_tokenizer, kb, decoding=DecodingSettings(num_beams=3, top_k=3, batch_size=4))
     for ranked in linker.link(mentions_for(kb, n=6)):
         assert ranked, "every non-empty mention gets candidates"
         scores = [c.score for c in ranked]
@@ -107,7 +107,7 @@ def test_nothing_to_link_gives_empty(micro_model, word_tokenizer, small_kb, text
 
 
 def test_unseen_characters_and_huge_inputs(micro_model, word_tokenizer, small_kb):
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=2, top_k=2, max_source_tokens=64))
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=2, top_k=2, max_source_tokens=64))
     odd = Mention("Σύνδρομο 😷 ßü", left="文字 " * 5000, right="ω " * 5000)
     long_mention = Mention("renal " * 2000)
     results = linker.link([odd, long_mention])
@@ -115,7 +115,7 @@ def test_unseen_characters_and_huge_inputs(micro_model, word_tokenizer, small_kb
 
 
 def test_top_k_limits_output(micro_model, word_tokenizer, small_kb):
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=5, top_k=5))
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=5, top_k=5))
     assert all(len(r) <= 2 for r in linker.link(mentions_for(small_kb, 4), top_k=2))
 
 
@@ -196,7 +196,7 @@ def test_training_encodes_the_source_exactly_as_inference(micro_model, word_toke
     from spacy_genbioel.training.examples import TrainingExample
     from spacy_genbioel.training.seq2seq import encode_examples
 
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(max_source_tokens=48))
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(max_source_tokens=48))
     mentions = mentions_for(small_kb, 6) + [Mention("renal failure", left="文字" * 2000, right="ACGT" * 1000),
                                             Mention("renal" * 500, left="acute")]
     batch = encode_examples([TrainingExample(m, small_kb.names[0]) for m in mentions], word_tokenizer,
@@ -207,7 +207,7 @@ def test_training_encodes_the_source_exactly_as_inference(micro_model, word_toke
 
 
 def test_the_decoder_reads_the_mention_whatever_the_context(micro_model, word_tokenizer, small_kb):
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=2, top_k=2, max_source_tokens=64))
+    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=2, top_k=2, max_source_tokens=64))
     (start,), (end,) = _markers(word_tokenizer)
     seen = []
     original = linker.encode_windows

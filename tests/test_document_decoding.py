@@ -12,9 +12,10 @@ import test_documents
 from conftest import WORDS, assert_same_links, random_kb
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
+from spacy_genbioel.linking.candidates import allowed_name_sets
 from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.inputs import InputBuilder
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.linking.stages import StageClock
 from spacy_genbioel.models import save_model
 from spacy_genbioel.ty import Mention
@@ -55,9 +56,9 @@ def random_document(seed, n_mentions, doc_id):
 
 
 def document_linker(model, tokenizer, kb, max_source_tokens=40, **decoding):
-    config = DecodingConfig(**{"num_beams": 4, "top_k": 4, "batch_size": 3, "max_source_tokens": max_source_tokens,
+    config = DecodingSettings(**{"num_beams": 4, "top_k": 4, "batch_size": 3, "max_source_tokens": max_source_tokens,
                                **decoding})
-    return GenerativeLinker(model, tokenizer, kb, inputs=InputBuilder(input_mode="document"), config=config)
+    return GenerativeLinker(model, tokenizer, kb, inputs=InputBuilder(input_mode="document"), decoding=config)
 
 
 def one_at_a_time(linker, mention, source_ids, top_k=None, allowed=None):
@@ -67,9 +68,9 @@ def one_at_a_time(linker, mention, source_ids, top_k=None, allowed=None):
     ids = torch.tensor([source_ids])
     restriction = None
     if allowed is not None:
-        restriction = linker.trie.restrict(linker._name_sets([allowed]), linker.device)
+        restriction = linker.trie.restrict(allowed_name_sets(linker.kb, [allowed]), linker.device)
     hyps = linker.beam_search(ids, torch.ones_like(ids), torch.tensor(prompt), restriction=restriction)[0]
-    return linker._to_candidates(hyps, top_k or linker.config.top_k)
+    return linker._to_candidates(hyps, top_k or linker.decoding.top_k)
 
 
 def as_tuples(candidates):
@@ -155,7 +156,7 @@ def test_mention_mode_dedupes_identical_inputs_and_ignores_documents(sharp_model
     bare = [Mention(m.text, left=m.left, right=m.right) for m in with_docs]
     # one word of context: "acute START renal failure END acute" and "acute START renal failure END"
     linker = GenerativeLinker(sharp_model, word_tokenizer, small_kb, inputs=InputBuilder(context_words=1),
-                              config=DecodingConfig(num_beams=3, top_k=3))
+                              decoding=DecodingSettings(num_beams=3, top_k=3))
     assert linker.encode_sources(with_docs) == linker.encode_sources(bare)
     assert linker.link(with_docs) == linker.link(bare)
     assert linker.stats["mentions_decoded"] == linker.stats["searches"] == 4
@@ -348,7 +349,7 @@ def word_tokenizer_marker(linker):
 
 # -- the annotation benchmark ------------------------------------------------------------------------------------------
 def test_parse_settings():
-    from spacy_genbioel.benchmark_annotate import DEFAULT_SETTINGS, parse_settings
+    from spacy_genbioel.workflows.benchmark_annotate import DEFAULT_SETTINGS, parse_settings
 
     assert parse_settings("mention-0,mention-64,document,document+int8") == [
         ("mention-0", "mention", 0, None), ("mention-64", "mention", 64, None), ("document", "document", 64, None),
@@ -361,7 +362,7 @@ def test_parse_settings():
 
 
 def test_annotation_benchmark_on_a_tiny_pipeline(resources, tmp_path_factory):
-    from spacy_genbioel.benchmark_annotate import (
+    from spacy_genbioel.workflows.benchmark_annotate import (
         parse_settings,
         run_annotation_benchmark,
     )

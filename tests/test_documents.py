@@ -21,7 +21,7 @@ from spacy_genbioel.linking.documents import (
     mention_key,
 )
 from spacy_genbioel.linking.inputs import INPUT_MODES, InputBuilder, SourceEncoder
-from spacy_genbioel.linking.settings import DEFAULT_CONFIG, DecodingConfig, make_inputs
+from spacy_genbioel.linking.settings import DEFAULT_CONFIG, DecodingSettings
 from spacy_genbioel.ty import Mention
 
 DOC = InputBuilder(input_mode="document")
@@ -299,7 +299,7 @@ def test_training_batches_of_one_mention_read_the_whole_registered_document(micr
 
     _, mentions = long_document(n_mentions=10, seed=3)
     linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, inputs=InputBuilder(input_mode="document"),
-                              config=DecodingConfig(max_source_tokens=40))
+                              decoding=DecodingSettings(max_source_tokens=40))
     inference = linker.encode_sources(mentions)
     assert len({tuple(r) for r in inference}) > 1  # several windows
     sources = SourceEncoder(word_tokenizer)
@@ -343,7 +343,7 @@ def test_input_mode_is_checked_and_configurable():
     assert InputBuilder().input_mode == "mention" and DEFAULT_CONFIG["inputs"]["input_mode"] == "mention"
     with pytest.raises(ValueError, match="input_mode"):
         InputBuilder(input_mode="bogus")
-    assert make_inputs(input_mode="document").input_mode == "document"
-    assert make_inputs().input_mode == "mention"
+    assert InputBuilder(input_mode="document").input_mode == "document"
+    assert InputBuilder().input_mode == "mention"
     with pytest.raises(ValueError, match="input_mode"):
-        make_inputs(input_mode="bogus")
+        InputBuilder(input_mode="bogus")

@@ -170,13 +170,11 @@ def test_evaluate_end_to_end_maps_gold_labels():
 
 
 def test_a_linking_pipeline_writes_kb_id_and_top_name_ids(micro_model, word_tokenizer):
-    from spacy_genbioel.linking.decoder import GenerativeLinker
-
     kb = KnowledgeBase([Concept("D1", ["renal failure"]), Concept("OMIM1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])])
     nlp = spacy.blank("en")
     nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "renal failure"}])
     component = nlp.add_pipe("genbioel", config={"num_beams": 2, "top_k": 2, "device": "cpu"})
-    component.set_linker(GenerativeLinker(micro_model, word_tokenizer, kb, inputs=component.inputs, config=component.decoding))
+    component.set_model(micro_model, word_tokenizer, kb)
     [entity] = predict_entities(["Acute renal failure."], nlp)[0]
     # whichever name the untrained model picks, the entity carries all of that name's concepts
     assert entity.ids in (kb.ids_for_name("renal failure"), kb.ids_for_name("cystic fibrosis"))
@@ -187,7 +185,7 @@ def test_a_linking_pipeline_writes_kb_id_and_top_name_ids(micro_model, word_toke
 @pytest.fixture()
 def package_dir(tmp_path, micro_model, word_tokenizer):
     from spacy_genbioel.models import save_model
-    from spacy_genbioel.training.package import package
+    from spacy_genbioel.training.package import EntitySource, package
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]).to_jsonl(tmp_path / "kb.jsonl")
@@ -195,7 +193,8 @@ def package_dir(tmp_path, micro_model, word_tokenizer):
     (tmp_path / "dev.txt").write_text(
         f"1|t|{text}\n1|a|\n1\t0\t13\tRenal failure\tSpecificDisease\tD1\n1\t18\t33\tcystic fibrosis\tModifier\tD2|D9\n\n"
     )
-    return package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", entity_label="Disease", num_beams=2, top_k=2)
+    return package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", settings={"num_beams": 2, "top_k": 2},
+                   entities=EntitySource(entity_label="Disease"))
 
 
 def test_evaluate_command_end_to_end(tmp_path, package_dir):
@@ -216,9 +215,9 @@ def test_evaluate_command_end_to_end(tmp_path, package_dir):
 
 
 def test_end_to_end_errors(tmp_path, package_dir):
-    with pytest.raises(ValueError, match="--kb is required"):
+    with pytest.raises(ValueError, match="kb is required for linker tfidf"):
         run_end_to_end(tmp_path / "dev.txt", pipeline=package_dir, linker="tfidf")
-    with pytest.raises(ValueError, match="needs --pipeline"):
+    with pytest.raises(ValueError, match="needs a pipeline"):
         run_end_to_end(tmp_path / "dev.txt", pipeline=None)
     with pytest.raises(ValueError, match="needs documents"):
         read_documents(tmp_path / "dev.txt", "askapatient")

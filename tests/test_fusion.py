@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.evaluation.run import EvaluationSetupError, check_component_overrides, component_overrides
+from spacy_genbioel.evaluation.run import EvaluationSetupError, check_component_settings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, FusionReranker, concept_ranks, feature_names, fusion_features
 from spacy_genbioel.training.fusion_fit import FusionExample, drop_examples, fit_fusion, read_fusion_examples, score_fusion
@@ -412,18 +412,18 @@ def parts(tmp_path, micro_model, word_tokenizer):
 
 
 def test_packaged_pipeline_carries_its_fusion(parts):
-    from spacy_genbioel.training.package import package
+    from spacy_genbioel.training.package import EntitySource, package
 
     kb, tmp_path, fusion, text = parts
-    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", entity_label="Disease", num_beams=3, top_k=3,
-                  abbreviations=False, fusion=tmp_path / "fusion.json")
+    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", entities=EntitySource(entity_label="Disease", abbreviations=False),
+                  settings={"num_beams": 3, "top_k": 3, "reranker.fusion": str(tmp_path / "fusion.json")})
     assert (out / "genbioel" / "fusion.json").exists()
     (tmp_path / "fusion.json").unlink()  # the pipeline travels with its own copy
     nlp = spacy.load(out)
     assert nlp.meta["genbioel_fusion"]["sources"] == SOURCES
     component = nlp.get_pipe("genbioel")
-    assert component.fusion == fusion and component.linker.reranker.model == fusion
-    assert isinstance(component.linker.reranker, FusionReranker)
+    assert component.fusion == fusion and component.reranker.model == fusion
+    assert isinstance(component.reranker, FusionReranker)
     doc = nlp(text)
     assert doc.ents
     for ent in doc.ents:
@@ -439,14 +439,14 @@ def test_packaged_pipeline_carries_its_fusion(parts):
 
 
 def test_pipeline_without_fusion_has_no_reranker(parts):
-    from spacy_genbioel.training.package import package
+    from spacy_genbioel.training.package import EntitySource, package
 
     _, tmp_path, fusion, text = parts
-    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", entity_label="Disease", num_beams=3, top_k=3,
-                  abbreviations=False)
+    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", settings={"num_beams": 3, "top_k": 3},
+                  entities=EntitySource(entity_label="Disease", abbreviations=False))
     assert not (out / "genbioel" / "fusion.json").exists()
     nlp = spacy.load(out)
-    assert nlp.get_pipe("genbioel").fusion is None and nlp.get_pipe("genbioel").linker.reranker is None
+    assert nlp.get_pipe("genbioel").fusion is None and nlp.get_pipe("genbioel").reranker is None
     assert "genbioel_fusion" not in nlp.meta
     component = nlp.get_pipe("genbioel")  # a fusion set later is saved; dropping it again removes the file
     component.fusion = fusion
@@ -465,7 +465,7 @@ def test_fusion_factory_setting(parts, caplog):
     nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
                                       "decoding": {"num_beams": 3, "top_k": 3}, "fusion": str(tmp_path / "fusion.json")})
     component = nlp.get_pipe("genbioel")
-    assert component.fusion == fusion and isinstance(component.linker.reranker, FusionReranker)
+    assert component.fusion == fusion and isinstance(component.reranker, FusionReranker)
     doc = nlp(text)
     scores = [s for ent in doc.ents for _, _, s in ent._.kb_candidates]
     assert scores and all(0.0 <= s <= 1.0 for s in scores)
@@ -475,7 +475,7 @@ def test_fusion_factory_setting(parts, caplog):
     with caplog.at_level("WARNING", logger="spacy_genbioel"):
         loaded = spacy.load(tmp_path / "saved")
     assert "using the fusion saved with the pipeline" in caplog.text and loaded.get_pipe("genbioel").fusion == fusion
-    assert isinstance(loaded.get_pipe("genbioel").linker.reranker, FusionReranker)
+    assert isinstance(loaded.get_pipe("genbioel").reranker, FusionReranker)
     # a configured file that is missing (and no saved copy) is named on first use; a damaged one at once
     cfg = {"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu", "fusion": str(tmp_path / "nope.json")}
     bad = spacy.blank("en")
@@ -494,6 +494,6 @@ def test_fusion_factory_setting(parts, caplog):
 
 def test_evaluate_refuses_a_missing_fusion_override(tmp_path):
     FusionModel(SOURCES, weights()).save(tmp_path / "there.json")
-    check_component_overrides(component_overrides(fusion=tmp_path / "there.json"))
+    check_component_settings({"reranker.fusion": str(tmp_path / "there.json")})
     with pytest.raises(EvaluationSetupError, match="gone.json"):
-        check_component_overrides(component_overrides(fusion=tmp_path / "gone.json"))
+        check_component_settings({"reranker.fusion": str(tmp_path / "gone.json")})

@@ -4,7 +4,7 @@ import torch
 
 from spacy_genbioel.linking.decoder import GenerativeLinker
 
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 
 from test_decoding import mentions_for
 
@@ -13,10 +13,10 @@ pytestmark = pytest.mark.gpu
 
 def test_gpu_decoding_equals_cpu_in_fp32(micro_model, word_tokenizer, small_kb):
     mentions = mentions_for(small_kb, 16)
-    cpu = GenerativeLinker(micro_model, word_tokenizer, small_kb, config=DecodingConfig(num_beams=4, top_k=4, batch_size=8)).link(mentions)
+    cpu = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=8)).link(mentions)
     gpu_model = type(micro_model)(micro_model.config)
     gpu_model.load_state_dict(micro_model.state_dict())
-    gpu = GenerativeLinker(gpu_model.to("cuda").eval(), word_tokenizer, small_kb, config=DecodingConfig(num_beams=4, top_k=4, batch_size=8)).link(mentions)
+    gpu = GenerativeLinker(gpu_model.to("cuda").eval(), word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=8)).link(mentions)
     assert [[c.name for c in r][:1] for r in gpu] == [[c.name for c in r][:1] for r in cpu]
 
 
@@ -42,10 +42,10 @@ def test_gpu_per_document_decoding_equals_cpu_in_fp32(micro_model, word_tokenize
         at = start + len(name)
         mentions.append(Mention(name, left=text[:start], right=text[at:], doc_id="d", start=start, end=at))
     inputs = InputBuilder(input_mode="document")
-    config = DecodingConfig(num_beams=4, top_k=4, batch_size=2, max_source_tokens=48)
-    cpu = GenerativeLinker(micro_model, word_tokenizer, small_kb, inputs=inputs, config=config).link(mentions)
+    config = DecodingSettings(num_beams=4, top_k=4, batch_size=2, max_source_tokens=48)
+    cpu = GenerativeLinker(micro_model, word_tokenizer, small_kb, inputs=inputs, decoding=config).link(mentions)
     gpu_model = type(micro_model)(micro_model.config)
     gpu_model.load_state_dict(micro_model.state_dict())
-    gpu = GenerativeLinker(gpu_model.to("cuda").eval(), word_tokenizer, small_kb, inputs=inputs, config=config)
+    gpu = GenerativeLinker(gpu_model.to("cuda").eval(), word_tokenizer, small_kb, inputs=inputs, decoding=config)
     assert [[c.name for c in r][:1] for r in gpu.link(mentions)] == [[c.name for c in r][:1] for r in cpu]
     assert gpu.stats["encoder_inputs"] < len(mentions)  # windows shared on the GPU too

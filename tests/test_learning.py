@@ -4,7 +4,7 @@ import torch
 
 from spacy_genbioel.linking.decoder import GenerativeLinker
 
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.models import build_model, train_tokenizer
 from spacy_genbioel.training import TrainConfig, kb_name_examples, train_seq2seq
@@ -24,7 +24,7 @@ def test_tiny_model_learns_exact_synonyms_in_a_minute_of_cpu():
         config = TrainConfig(max_steps=200, max_seconds=60, budget_clock="cpu", batch_size=32, learning_rate=1e-3,
                              warmup_steps=20, label_smoothing=0.0, seed=0)
         losses = train_seq2seq(model, tokenizer, examples, config)
-        linker = GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(num_beams=3, top_k=1, batch_size=64))
+        linker = GenerativeLinker(model, tokenizer, kb, decoding=DecodingSettings(num_beams=3, top_k=1, batch_size=64))
         mentions = [Mention(name, (cid,)) for cid in kb.concept_ids for name in kb.names_of(cid)]
         results = linker.link(mentions)
     finally:

@@ -1,4 +1,4 @@
-"""A pipeline saved by spacy_genbioel 0.1 (flat settings) loads and links as it did."""
+"""Pipelines saved by spacy_genbioel 0.1 (flat settings) and 0.2 (blocks, top-level fusion) load and link as they did."""
 import json
 import subprocess
 import sys
@@ -9,6 +9,7 @@ import spacy
 from conftest import assert_same_links
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy_v0_1"
+FIXTURE_0_2 = Path(__file__).parent / "fixtures" / "pipeline_v0_2"
 
 
 def test_a_0_1_pipeline_loads_and_links_identically(tmp_path):
@@ -18,8 +19,8 @@ def test_a_0_1_pipeline_loads_and_links_identically(tmp_path):
     nlp = spacy.load(out)
     component = nlp.get_pipe("genbioel")
     # the flat settings reached the blocks
-    assert (component.decoding.num_beams, component.decoding.top_k, component.decoding.num_candidates) == (4, 3, 6)
-    assert (component.inputs.context_words, component.decoding.exact_match, component.candidates) == (8, True, "tfidf")
+    assert (component.decoding.num_beams, component.decoding.top_k, component.candidates.num_candidates) == (4, 3, 6)
+    assert (component.inputs.context_words, component.decoding.exact_match, component.candidates.retriever) == (8, True, "tfidf")
     sys.path.insert(0, str(FIXTURE))
     from make_fixture import TEXTS, linked
 
@@ -66,3 +67,24 @@ def test_a_0_1_trie_file_without_fingerprint_loads_as_it_is(tmp_path, caplog):
     from make_fixture import linked
 
     assert_same_links(linked(nlp), json.loads((FIXTURE / "expected.json").read_text()))
+
+
+def _load_0_2(out):
+    subprocess.run([sys.executable, str(FIXTURE_0_2 / "make_fixture.py"), str(out)], check=True, capture_output=True)
+    return spacy.load(out)
+
+
+def test_a_0_2_pipeline_loads_and_links_identically(tmp_path):
+    nlp = _load_0_2(tmp_path / "p02")
+    assert "fusion = null" in (tmp_path / "p02" / "config.cfg").read_text()  # the 0.2 config, not a re-saved one
+    component = nlp.get_pipe("genbioel")
+    assert (component.decoding.num_beams, component.decoding.top_k, component.decoding.exact_match) == (4, 3, True)
+    assert (component.candidates.retriever, component.candidates.num_candidates) == ("tfidf", 6)
+    assert (component.inputs.context_words, component.output.threshold, component.fusion) == (8, -4.0, None)
+    expected = json.loads((FIXTURE_0_2 / "expected.json").read_text())
+    sys.path.insert(0, str(FIXTURE_0_2))
+    from make_fixture import linked
+
+    assert_same_links(linked(nlp), expected)
+    nlp.to_disk(tmp_path / "resaved")
+    assert_same_links(linked(spacy.load(tmp_path / "resaved")), expected)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.inputs import InputBuilder, model_max_positions
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.models import MARKERS, init_model, load_model, special_ids
@@ -142,7 +142,7 @@ def test_minilm_keeps_the_checkpoint_and_its_tokenizer(minilm, disease_kb):
 
     kb, _ = disease_kb
     linker = GenerativeLinker(model, tokenizer, kb, inputs=InputBuilder(context_words=32),
-                              config=DecodingConfig(num_beams=2, top_k=2, max_source_tokens=1000))
+                              decoding=DecodingSettings(num_beams=2, top_k=2, max_source_tokens=1000))
     assert model_max_positions(model) == 512 and linker.max_source_tokens == 512
     # prompt + name tokens, as training and the trie see them, are the WordPiece
     # tokens of the whole decoder text: inference and training agree
@@ -165,7 +165,8 @@ def test_minilm_finetunes_a_few_steps(minilm, disease_kb, tmp_path):
     cfg = tmp_path / "tiny.cfg"
     cfg.write_text("[training]\nmax_steps = 3\nbatch_size = 4\nlearning_rate = 0.0001\nwarmup_steps = 1\nprogress = false\n"
                    "max_source_tokens = 128\n\n[inputs]\ncontext_words = 32\n", encoding="utf8")
-    result = stages.finetune(minilm / "init", tmp_path / "train.jsonl", None, kb_path, cfg, tmp_path / "fine", device="cpu")
+    result = stages.finetune(minilm / "init", tmp_path / "train.jsonl", None, kb_path, cfg, tmp_path / "fine",
+                             run=stages.StageRun(device="cpu"))
     assert result.step == 3 and all(loss == loss for loss in result.losses)
     assert (result.model_dir / "model.safetensors").exists()
 

@@ -3,7 +3,7 @@ import torch
 
 from spacy_genbioel.linking.decoder import GenerativeLinker
 
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.models import PRESETS, build_model, init_model, load_model, special_ids
 from spacy_genbioel.util import resolve_device, resolve_dtype
 from spacy_genbioel.linking.reference import ReferenceLinker
@@ -94,7 +94,7 @@ def test_decoding_works_unchanged_for_each_family(family, micro_model, word_toke
 
 def assert_links_like_reference(model, tokenizer, kb):
     """Batched trie-constrained decoding finds what the one-at-a-time reference finds."""
-    linker = GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(num_beams=3, top_k=3, batch_size=4))
+    linker = GenerativeLinker(model, tokenizer, kb, decoding=DecodingSettings(num_beams=3, top_k=3, batch_size=4))
     mentions = mentions_for(kb, 8)
     batched = linker.link(mentions)
     reference = ReferenceLinker(linker).link(mentions)

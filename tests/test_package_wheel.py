@@ -27,12 +27,13 @@ KB = [Concept("D016918", ["reactive arthritis"]), Concept("613097", ["cystic fib
 @pytest.fixture()
 def pipeline_dir(tmp_path, micro_model, word_tokenizer):
     from spacy_genbioel.models import save_model
-    from spacy_genbioel.training.package import package
+    from spacy_genbioel.training.package import EntitySource, PipelineMeta, package
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     KnowledgeBase(KB).to_jsonl(tmp_path / "kb.jsonl")
-    return package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", name="genbioel_wheeltest", version="0.0.1",
-                   entity_label="Disease", num_beams=2, top_k=2, abbreviations=False, kb_url="mesh,omim")
+    return package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", settings={"num_beams": 2, "top_k": 2},
+                   entities=EntitySource(entity_label="Disease", abbreviations=False),
+                   meta=PipelineMeta(name="genbioel_wheeltest", version="0.0.1", kb_url="mesh,omim"))
 
 
 def test_package_meta_declares_this_package(pipeline_dir):
@@ -44,9 +45,10 @@ def test_package_meta_declares_this_package(pipeline_dir):
 def test_a_pipeline_with_scispacy_requires_the_extra(tmp_path, pipeline_dir):
     """scispacy's abbreviation detector in the pipeline: pip must install scispacy with this package."""
     pytest.importorskip("scispacy")
-    from spacy_genbioel.training.package import package
+    from spacy_genbioel.training.package import EntitySource, package
 
-    with_detector = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg2", entity_label="Disease", num_beams=2, top_k=2)
+    with_detector = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg2", settings={"num_beams": 2, "top_k": 2},
+                           entities=EntitySource(entity_label="Disease"))
     meta = json.loads((with_detector / "meta.json").read_text())
     assert meta["requirements"] == [f"spacy_genbioel[scispacy]>={spacy_genbioel.__version__}"]
 

@@ -9,7 +9,7 @@ from spacy.tokens import Span
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.settings import OutputSettings, linking_overrides, make_output
+from spacy_genbioel.linking.settings import OutputSettings, nested_overrides
 from spacy_genbioel.models import save_model
 
 from conftest import assert_same_links, random_kb
@@ -152,14 +152,13 @@ def test_threshold_travels_with_a_saved_pipeline(resources, tmp_path_factory):
 
 
 def test_output_block_validates_and_is_reachable_by_name():
-    assert make_output() == OutputSettings()
-    assert linking_overrides(threshold=-1.5, ents_attr="x") == {"output": {"threshold": -1.5, "ents_attr": "x"}}
+    assert nested_overrides({"threshold": -1.5, "ents_attr": "x"}) == {"output": {"threshold": -1.5, "ents_attr": "x"}}
     with pytest.raises(ValueError, match="finite"):
-        make_output(threshold=float("nan"))
+        OutputSettings(threshold=float("nan"))
     with pytest.raises(ValueError, match="identifier"):
-        make_output(kb_id_attr="mesh id")
+        OutputSettings(kb_id_attr="mesh id")
     with pytest.raises(ValueError, match="must differ"):
-        make_output(kb_id_attr="x", ents_attr="x")
+        OutputSettings(kb_id_attr="x", ents_attr="x")
     assert OutputSettings(threshold=-1.0).links(-1.0) and not OutputSettings(threshold=-1.0).links(-1.01)
     assert OutputSettings().links(-1e9)
 

@@ -1,37 +1,61 @@
-"""The component's config blocks: defaults defined once, overrides, the 0.1 flat names."""
+"""The component's settings: each defined once (a dataclass field), everything else derived from it."""
+import dataclasses
+import inspect
+
 import pytest
 import spacy
 from hypothesis import given, settings, strategies as st
 
+from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.linking.settings import (
-    DEFAULT_CONFIG, LEGACY_SETTINGS, SETTING_BLOCKS, CandidateSettings, DecodingConfig, apply_legacy, linking_overrides,
-    make_candidates, make_decoding, make_inputs,
+    BLOCKS, DEFAULT_CONFIG, LEGACY_SETTINGS, SETTING_BLOCKS, CandidateSettings, ComponentResources, DecodingSettings,
+    LinkerSettings, OutputSettings, RerankerSettings, UnknownSettingError, nested_overrides,
 )
 
 
 def test_blocks_are_registered_under_versioned_names():
     for block, name in (("inputs", "genbioel.inputs.v1"), ("decoding", "genbioel.decoding.v1"),
-                        ("candidates", "genbioel.candidates.v1")):
+                        ("candidates", "genbioel.candidates.v1"), ("output", "genbioel.output.v1"),
+                        ("reranker", "genbioel.reranker.v1")):
         assert DEFAULT_CONFIG[block]["@misc"] == name
-        assert spacy.util.registry.misc.get(name)
+        assert spacy.util.registry.misc.get(name) is BLOCKS[block][1]
 
 
-def test_default_config_matches_the_registered_functions_defaults():
-    assert make_decoding() == DecodingConfig()
-    assert make_candidates() == CandidateSettings()
+def test_default_config_is_derived_from_the_dataclasses():
+    for block, (_, cls) in BLOCKS.items():
+        fields = {f.name: f.default for f in dataclasses.fields(cls)}
+        assert {k: v for k, v in DEFAULT_CONFIG[block].items() if k != "@misc"} == fields, block
+    top = {k: v for k, v in DEFAULT_CONFIG.items() if not isinstance(v, dict)}
+    assert top == dataclasses.asdict(ComponentResources())
+    pipe = spacy.blank("en").add_pipe("genbioel")
+    assert pipe.settings == LinkerSettings()
+
+
+def test_the_factory_signature_lists_every_setting_once():
+    from spacy_genbioel.linking.component import make_genbioel
+
+    params = inspect.signature(make_genbioel).parameters
+    assert set(DEFAULT_CONFIG) <= set(params) and set(LEGACY_SETTINGS) <= set(params)
+    assert params["decoding"].annotation is DecodingSettings
+
+
+def test_a_new_field_reaches_the_config_and_the_overrides():
+    # what adding a decoding setting amounts to: one field; the config, the overrides and
+    # the factory's validation follow (checked on a derived copy of the block)
+    assert SETTING_BLOCKS["length_penalty"] == "decoding" and DEFAULT_CONFIG["decoding"]["length_penalty"] == 1.0
     nlp = spacy.blank("en")
-    pipe = nlp.add_pipe("genbioel")
-    assert pipe.decoding == DecodingConfig() and pipe.inputs == make_inputs() and pipe.candidates == "none"
+    assert nlp.add_pipe("genbioel", config={"decoding": {"length_penalty": 0.5}}).decoding.length_penalty == 0.5
 
 
 def test_overrides_reach_the_right_block():
-    assert linking_overrides(num_beams=3, retriever="tfidf", device="cpu", exact_match=None) == {
+    assert nested_overrides({"num_beams": 3, "retriever": "tfidf", "device": "cpu", "exact_match": None}) == {
         "decoding": {"num_beams": 3}, "candidates": {"retriever": "tfidf"}, "device": "cpu"}
-    assert linking_overrides(**{"candidates.model": "dir", "model": "m"}) == {"candidates": {"model": "dir"}, "model": "m"}
-    with pytest.raises(ValueError, match="Unknown genbioel setting"):
-        linking_overrides(beams=3)
-    with pytest.raises(ValueError, match="Unknown genbioel setting"):
-        linking_overrides(**{"decoding.nope": 1})
+    assert nested_overrides({"candidates.model": "dir", "model": "m"}) == {"candidates": {"model": "dir"}, "model": "m"}
+    assert nested_overrides({"reranker.fusion": "f.json"}) == {"reranker": {"fusion": "f.json"}}
+    with pytest.raises(UnknownSettingError, match="Unknown genbioel setting 'beams'"):
+        nested_overrides({"beams": 3})
+    with pytest.raises(UnknownSettingError, match="decoding.nope"):
+        nested_overrides({"decoding.nope": 1})
 
 
 def test_every_legacy_name_maps_onto_a_block_setting():
@@ -49,16 +73,30 @@ def test_flat_0_1_settings_and_blocks_build_the_same_component(num_beams, contex
               "candidates": {"retriever": "tfidf", "num_candidates": k}}
     a = spacy.blank("en").add_pipe("genbioel", config=flat)
     b = spacy.blank("en").add_pipe("genbioel", config=blocks)
-    assert (a.decoding, a.inputs, a.candidates) == (b.decoding, b.inputs, b.candidates)
+    assert a.settings == b.settings
 
 
-def test_apply_legacy_without_flat_settings_changes_nothing():
-    inputs, decoding, candidates = make_inputs(), make_decoding(), make_candidates()
-    assert apply_legacy({"num_beams": None}, inputs, decoding, candidates) == (inputs, decoding, candidates)
+def test_from_config_without_flat_settings_keeps_the_blocks():
+    built = LinkerSettings.from_config({"decoding": DecodingSettings(num_beams=3, top_k=2), "num_beams": None})
+    assert built.decoding == DecodingSettings(num_beams=3, top_k=2) and built.inputs == InputBuilder()
+    assert LinkerSettings.from_config({"fusion": "f.json"}).reranker == RerankerSettings(fusion="f.json")
+
+
+def test_a_misplaced_setting_names_the_blocks():
+    with pytest.raises(UnknownSettingError, match=r"\[output\]"):
+        LinkerSettings.from_config({"threshold": 0.7})
 
 
 def test_bad_block_values_fail_at_creation():
     with pytest.raises(ValueError, match="top_k"):
-        make_decoding(num_beams=2, top_k=3)
+        DecodingSettings(num_beams=2, top_k=3)
     with pytest.raises(ValueError, match="context_words"):
-        make_inputs(context_words=-1)
+        InputBuilder(context_words=-1)
+    with pytest.raises(ValueError, match="num_candidates"):
+        CandidateSettings(num_candidates=0)
+    with pytest.raises(ValueError, match="Unknown candidate generator"):
+        CandidateSettings(retriever="nope")
+    with pytest.raises(ValueError, match="threshold"):
+        OutputSettings(threshold=float("nan"))
+    with pytest.raises(Exception, match="num_beams"):  # spaCy validates config types against the dataclass
+        spacy.blank("en").add_pipe("genbioel", config={"decoding": {"num_beams": "many"}})

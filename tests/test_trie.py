@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import spacy
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -141,8 +142,11 @@ def test_a_trie_of_another_tokenizer_is_refused_or_rebuilt_with_a_warning(tmp_pa
     stored = NameTrie.from_disk(tmp_path / "trie.safetensors")
     with pytest.raises(TrieMismatchError, match="trie.safetensors.*another tokenizer"):
         GenerativeLinker(micro_model, other, small_kb, stored)
+    # the component rebuilds a trie that does not fit, saying why
+    component = spacy.blank("en").add_pipe("genbioel")
     with caplog.at_level("WARNING", logger="spacy_genbioel"):
-        linker = GenerativeLinker(micro_model, other, small_kb, stored, stale_trie="rebuild")
+        component.set_model(micro_model, other, small_kb, stored)
+    linker = component.linker
     assert "another tokenizer" in caplog.text and "rebuilding" in caplog.text
     ids = other(" " + small_kb.names[0], add_special_tokens=False)["input_ids"]
     assert 0 in linker.trie.names_at(linker.trie.walk([*ids, linker.eos_token_id])).tolist()

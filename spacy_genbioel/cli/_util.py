@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Sequence
 
+import click
 import typer
 
 app = typer.Typer(help="Generative biomedical entity linking for spaCy.", no_args_is_help=True, add_completion=False,
@@ -28,6 +29,25 @@ def parse_overrides(args: Sequence[str]) -> Dict[str, Any]:
     from spacy.cli._util import parse_config_overrides
 
     return parse_config_overrides(list(args))
+
+
+#: ``context_settings`` of a command that takes dotted config overrides after its options
+OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def component_settings(args: Sequence[str], **flags: Any) -> Dict[str, Any]:
+    """A command's ``genbioel`` settings: its dotted overrides (``--decoding.top_k 10``, from
+    ``ctx.args``) over the common flags given as settings (``device="cpu"``,
+    ``**{"reranker.fusion": path}``; None: not given). An unknown setting is a usage error naming it."""
+    from spacy_genbioel.linking.settings import UnknownSettingError, nested_overrides
+
+    try:
+        settings = {**{key: value for key, value in flags.items() if value is not None}, **parse_overrides(args)}
+        nested_overrides(settings)
+    except (UnknownSettingError, click.NoSuchOption) as err:
+        raise typer.BadParameter(f"{err}. Component settings are given as --block.setting VALUE "
+                                 "(--decoding.top_k 10, --candidates.retriever tfidf)") from None
+    return settings
 
 
 # shared options: `verbose: bool = VERBOSE`

@@ -12,22 +12,18 @@ from typing import List, Optional
 import typer
 from wasabi import msg
 
-from spacy_genbioel.cli._util import app, setup_logging
+from spacy_genbioel.cli._util import OVERRIDES, app, component_settings, setup_logging
 
 
-@app.command("evaluate")
+@app.command("evaluate", context_settings=OVERRIDES)
 def evaluate_cmd(
+    ctx: typer.Context,
     corpus_path: Path = typer.Option(..., "--corpus", help="Evaluation corpus (dev split)"),
     fmt: str = typer.Option("pubtator", "--format", help="pubtator | bioc | jsonl | askapatient"),
     linker: str = typer.Option("genbioel", help="genbioel | exact | tfidf | scispacy | dense"),
-    dense_model: Optional[Path] = typer.Option(None, "--model", help="--linker dense (or genbioel --candidates dense): encoder directory (default: the installed all-MiniLM-L6-v2)"),
+    dense_model: Optional[Path] = typer.Option(None, "--model", help="--linker dense (or genbioel's candidates.model): encoder directory (default: the installed all-MiniLM-L6-v2)"),
     pipeline: Optional[Path] = typer.Option(None, help="spaCy pipeline directory with a genbioel component"),
-    candidates: Optional[str] = typer.Option(None, help="genbioel: decode only names of retrieved concepts: none | tfidf | dense (default: the pipeline's config)"),
-    num_candidates: Optional[int] = typer.Option(None, help="genbioel: concepts retrieved per mention (default: the pipeline's config)"),
-    exact_match: Optional[bool] = typer.Option(None, "--exact-match/--no-exact-match", help="genbioel: a KB name equal to the mention comes first (default: the pipeline's config)"),
-    restrict: Optional[bool] = typer.Option(None, "--restrict/--no-restrict", help="genbioel with --candidates: decode only the retrieved concepts' names; --no-restrict: the retriever serves --shortcut-threshold only (default: the pipeline's config)"),
-    shortcut_threshold: Optional[float] = typer.Option(None, help="genbioel with --candidates: a mention whose top retrieved candidate scores at least this takes it without generating (default: the pipeline's config)"),
-    fusion: Optional[Path] = typer.Option(None, help="genbioel: rerank with these score-fusion weights (`fit-fusion` JSON) instead of the pipeline's own (genbioel/fusion.json, if any)"),
+    fusion: Optional[Path] = typer.Option(None, help="genbioel: rerank with these score-fusion weights (reranker.fusion: `fit-fusion` JSON) instead of the pipeline's own"),
     kb: Optional[Path] = typer.Option(None, help="KB for the peers (genbioel uses the pipeline's)"),
     train: Optional[Path] = typer.Option(None, help="Training split, for GenBioEL's sub-population table"),
     labels: List[str] = typer.Option([], help="Only gold mentions with these labels"),
@@ -39,47 +35,49 @@ def evaluate_cmd(
     plots: Optional[Path] = typer.Option(None, help="Folder for the similarity-bin plot"),
     calibration: Optional[Path] = typer.Option(None, help="Write the precision-coverage curve of the top score (abstaining below a threshold) to this JSON file, and its plot beside it (.png)"),
     target_precision: float = typer.Option(0.95, help="Report the abstention threshold that reaches this precision (and, in --calibration, the file's default for `package --calibration`)"),
-    device: str = typer.Option("auto"),
+    device: Optional[str] = typer.Option(None, help="genbioel: auto | cpu | cuda | cuda:N (default: the pipeline's)"),
     end_to_end: bool = typer.Option(False, "--end-to-end", help="Score the pipeline's own entities: NER + linking P/R/F1, strict and partial (a peer --linker links the pipeline's NER entities)"),
     label_map: Optional[str] = typer.Option(None, help="--end-to-end: gold labels -> NER labels: ncbi or FROM=TO,FROM=TO"),
     single_label: Optional[str] = typer.Option(None, help="--end-to-end: every gold label becomes this one"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Recall@1/@5 with GenBioEL's rules, KB coverage, sub-populations and similarity bins
-    (or, with --end-to-end, NER + linking P/R/F1 on the pipeline's own entities)."""
+    (or, with --end-to-end, NER + linking P/R/F1 on the pipeline's own entities). Any genbioel
+    setting follows as --block.setting VALUE (default: the pipeline's): --candidates.retriever tfidf,
+    --candidates.num_candidates 10, --candidates.shortcut_threshold 0.9, --decoding.exact_match true."""
     setup_logging(verbose)
     from spacy_genbioel.corpus import CorpusFormatError
     from spacy_genbioel.corpus.load import UnknownFormatError
     from spacy_genbioel.kb import KBFormatError
-    from spacy_genbioel.evaluation.run import (
-        EvaluationSetupError, check_component_overrides, component_overrides, run_evaluation, write_report_json,
-    )
+    from spacy_genbioel.evaluation.run import EvaluationSetupError, GoldOptions, ReportOutputs, run_evaluation, write_report_json
 
-    overrides = component_overrides(device, candidates, num_candidates, exact_match, restrict, shortcut_threshold, fusion)
+    if linker == "genbioel":
+        settings = component_settings(ctx.args, device=device, **{
+            "reranker.fusion": str(fusion) if fusion else None, "candidates.model": str(dense_model) if dense_model else None})
+    elif ctx.args or fusion or device:
+        raise typer.BadParameter(f"--linker {linker} takes no component settings (--fusion, --device, --block.setting)")
+    else:
+        settings = {"model": dense_model} if dense_model else {}
+    gold = GoldOptions(fmt=fmt, labels=tuple(labels), crosswalk=crosswalk, train=train,
+                       abbreviations=abbreviations)
     try:
         if end_to_end:
             from spacy_genbioel.evaluation.end_to_end import run_end_to_end
 
             if predictions_path or calibration:
                 raise typer.BadParameter("--predictions and --calibration score gold mentions' candidates: not with --end-to-end")
-            check_component_overrides(overrides)
-            e2e = run_end_to_end(
-                corpus_path, pipeline=pipeline, fmt=fmt, linker=linker, kb=kb, labels=labels, abbreviations=abbreviations,
-                crosswalk=crosswalk, label_map=label_map, single_label=single_label,
-                component_config=overrides,
-                linker_options={"model": dense_model} if dense_model else {},
-            )
+            e2e = run_end_to_end(corpus_path, pipeline=pipeline, linker=linker, kb=kb, settings=settings, gold=gold,
+                                 label_map=label_map, single_label=single_label)
             print(e2e.format_table())
             if json_path:
                 write_report_json(json_path, e2e)
             return
-        report = run_evaluation(
-            corpus_path, fmt=fmt, linker=linker, model=dense_model, pipeline=pipeline, component_config=overrides, kb=kb,
-            train=train, labels=labels, abbreviations=abbreviations, crosswalk=crosswalk, top_k=top_k, json_path=json_path,
-            predictions_path=predictions_path, plots=plots, calibration=calibration, target_precision=target_precision,
-        )
+        outputs = ReportOutputs(json_path=json_path, predictions=predictions_path, plots=plots, calibration=calibration,
+                                target_precision=target_precision)
+        report = run_evaluation(corpus_path, linker=linker, pipeline=pipeline, kb=kb, settings=settings, gold=gold,
+                                outputs=outputs, top_k=top_k)
     except (EvaluationSetupError, UnknownFormatError) as err:
-        raise typer.BadParameter(str(err)) from None
+        raise typer.BadParameter(_as_flags(str(err))) from None
     except (KBFormatError, CorpusFormatError, FileNotFoundError) as err:  # a bad KB or corpus: the message names the file
         msg.fail(str(err), exits=1)
     if report.abbreviations_expanded is not None:
@@ -89,6 +87,14 @@ def evaluate_cmd(
         msg.info(f"{report.n_mentions} predictions written to {predictions_path}")
     if calibration:
         msg.info(f"Precision-coverage curve written to {calibration} and {calibration.with_suffix('.png')}")
+
+
+def _as_flags(message: str) -> str:
+    """A library error in this command's words: settings become the options that set them."""
+    for setting, flag in (("reranker.fusion", "--fusion"), ("a pipeline is required", "--pipeline is required"),
+                          ("a KB is required", "--kb is required")):
+        message = message.replace(setting, flag)
+    return message
 
 
 @app.command("calibration-plot")

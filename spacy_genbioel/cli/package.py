@@ -9,11 +9,12 @@ from typing import Optional, Tuple
 import typer
 from wasabi import msg
 
-from spacy_genbioel.cli._util import app, setup_logging
+from spacy_genbioel.cli._util import OVERRIDES, app, component_settings, setup_logging
 
 
-@app.command("package")
+@app.command("package", context_settings=OVERRIDES)
 def package_cmd(
+    ctx: typer.Context,
     model: Path = typer.Option(..., help="Trained model directory"),
     kb: Path = typer.Option(..., help="KB the model decodes into"),
     out: Path = typer.Option(..., help="Output spaCy pipeline directory"),
@@ -23,33 +24,29 @@ def package_cmd(
     entity_label: Optional[str] = typer.Option(None, help="Label of the entity ruler's spans (default: the concept's type)"),
     entity_ruler: bool = typer.Option(True, help="Add an entity ruler over the KB names"),
     abbreviations: bool = typer.Option(True, help="Add scispacy's abbreviation detector when installed"),
-    num_beams: int = typer.Option(5),
-    top_k: int = typer.Option(5),
     min_name_chars: int = typer.Option(3, help="Shortest KB name the entity ruler matches"),
     lang: str = typer.Option("en"),
     ner: Optional[Path] = typer.Option(None, help="Trained spaCy NER pipeline whose tokenizer, tok2vec and ner replace the entity ruler"),
-    exact_match: bool = typer.Option(False, "--exact-match/--no-exact-match", help="A KB name equal to the mention is ranked first (measure it on dev: it helps on BC5CDR, hurts on NCBI)"),
-    candidates: str = typer.Option("none", help="Retriever over the KB names: none | tfidf | dense"),
-    num_candidates: int = typer.Option(20, help="Concepts the retriever proposes per mention"),
-    restrict: bool = typer.Option(True, "--restrict/--no-restrict", help="Decode only the retrieved concepts' names (--no-restrict: the retriever serves --shortcut-threshold only)"),
-    shortcut_threshold: Optional[float] = typer.Option(None, help="A mention whose top retrieved candidate scores at least this takes it without generating"),
-    threshold: Optional[float] = typer.Option(None, help="Abstain below this top score: the span keeps its candidates, kb_id is None (default: link every mention)"),
+    threshold: Optional[float] = typer.Option(None, help="Abstain below this top score (output.threshold): the span keeps its candidates, kb_id is None"),
     calibration: Optional[Path] = typer.Option(None, help="Take the threshold from a curve written by `evaluate --calibration`: the one reaching --target-precision on that data"),
     target_precision: Optional[float] = typer.Option(None, help="With --calibration: the precision to reach (default: the file's)"),
     kb_url: Optional[str] = typer.Option(None, "--kb-url", help="The KB's concept pages, recorded in meta.json for visualize: schemes (mesh,omim,umls,snomedct) or a template with {} for the ID"),
-    fusion: Optional[Path] = typer.Option(None, help="Score fusion weights from `fit-fusion` (JSON): rerank the generator's candidates with its retrievers'; decode freely (no --exact-match or --candidates) as the fusion was fitted"),
+    fusion: Optional[Path] = typer.Option(None, help="Score fusion weights from `fit-fusion` (reranker.fusion): rerank the generator's candidates with its retrievers'; decode freely as the fusion was fitted"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """A spaCy pipeline directory (abbreviation detector, entity ruler or trained NER, genbioel) for spacy.load / spacy package."""
+    """A spaCy pipeline directory (abbreviation detector, entity ruler or trained NER, genbioel) for spacy.load /
+    spacy package. Any genbioel setting follows as --block.setting VALUE: --decoding.num_beams 10,
+    --decoding.exact_match true, --candidates.retriever tfidf, --candidates.shortcut_threshold 0.9 (docs/training.md)."""
     setup_logging(verbose)
-    from spacy_genbioel.training.package import package
+    from spacy_genbioel.training.package import EntitySource, PipelineMeta, package
 
     threshold, source = _threshold(threshold, calibration, target_precision)
-    path = package(model, kb, out, name=name, version=version, config_path=config, entity_label=entity_label,
-                   entity_ruler=entity_ruler, abbreviations=abbreviations, num_beams=num_beams, top_k=top_k,
-                   min_name_chars=min_name_chars, lang=lang, ner=ner, exact_match=exact_match, candidates=candidates,
-                   num_candidates=num_candidates, restrict_to_candidates=restrict, shortcut_threshold=shortcut_threshold,
-                   kb_url=kb_url, threshold=threshold, calibration=source, fusion=fusion)
+    settings = component_settings(ctx.args, **{"output.threshold": threshold,
+                                               "reranker.fusion": str(fusion) if fusion else None})
+    entities = EntitySource(ner=ner, entity_ruler=entity_ruler, entity_label=entity_label, min_name_chars=min_name_chars,
+                            abbreviations=abbreviations, lang=lang)
+    path = package(model, kb, out, config_path=config, settings=settings, entities=entities,
+                   meta=PipelineMeta(name=name, version=version, kb_url=kb_url, calibration=source))
     msg.good(f"Pipeline saved to {path}")
 
 

@@ -31,8 +31,9 @@ from spacy_genbioel.evaluation.recall import NO_GOLD_IDS, KBCoverage, RecallResu
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.evaluation.run import (
     EvaluationSetupError,
-    check_component_overrides,
-    component_overrides,
+    GoldOptions,
+    ReportOutputs,
+    check_component_settings,
     run_evaluation,
     write_report_json,
 )
@@ -41,8 +42,8 @@ __all__ = [
     "CalibrationCurve", "CalibrationError", "CalibrationPoint", "calibration_curve", "compare_calibrations",
     "plot_calibration", "read_calibration", "write_calibration",
     "DEFAULT_BINS", "NO_GOLD_IDS", "EndToEndReport", "EvaluationReport", "EvaluationSetupError", "KBCoverage",
-    "RecallResult", "SimilarityBin", "SimilarityBins", "SubpopulationRow", "check_component_overrides",
-    "component_overrides", "evaluate_end_to_end", "evaluate_linker", "gold_id_set", "hit_rank", "plot_similarity_bins",
+    "GoldOptions", "RecallResult", "ReportOutputs", "SimilarityBin", "SimilarityBins", "SubpopulationRow",
+    "check_component_settings", "evaluate_end_to_end", "evaluate_linker", "gold_id_set", "hit_rank", "plot_similarity_bins",
     "recall_at_k", "run_end_to_end", "run_evaluation", "score_end_to_end", "similarity_bins", "subpopulation_table",
     "write_predictions", "write_report_json",
 ]

@@ -110,7 +110,6 @@ def evaluate_linker(
     train_mentions: Optional[Iterable[Mention]] = None,
     kb: Optional[KnowledgeBase] = None,
     *,
-    ks: Optional[Sequence[int]] = None,
     bins: Optional[Sequence[float]] = DEFAULT_BINS,
     name: Optional[str] = None,
     target_precision: float = DEFAULT_TARGET_PRECISION,
@@ -119,8 +118,8 @@ def evaluate_linker(
 
     ``kb`` defaults to ``linker.kb`` when the linker has one; with a KB the
     report has KB coverage and similarity bins (unless ``bins=None``), and with
-    ``train_mentions`` too, GenBioEL's subpopulation table. ``ks`` defaults to
-    1, 5 and ``top_k`` (those not above ``top_k``). ``target_precision`` is the
+    ``train_mentions`` too, GenBioEL's subpopulation table. Recall is reported
+    at 1, 5 and ``top_k`` (those not above ``top_k``). ``target_precision`` is the
     precision whose abstention threshold the calibration summary reports.
     """
     mentions = list(mentions)
@@ -128,8 +127,7 @@ def evaluate_linker(
         kb = getattr(linker, "kb", None)
         if not isinstance(kb, KnowledgeBase):
             kb = None
-    if ks is None:
-        ks = sorted({k for k in (1, 5, top_k) if 1 <= k <= max(1, top_k)})
+    ks = sorted({k for k in (1, 5, top_k) if 1 <= k <= max(1, top_k)})
     start = time.perf_counter()
     predictions = linker.link(mentions, top_k=top_k)
     seconds = time.perf_counter() - start

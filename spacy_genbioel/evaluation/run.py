@@ -11,47 +11,76 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from spacy_genbioel.corpus.load import load_corpus
 from spacy_genbioel.evaluation.calibration import DEFAULT_TARGET_PRECISION, CalibrationCurve, write_calibration
 from spacy_genbioel.evaluation.plots import plot_calibration, plot_similarity_bins
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.linking.settings import NO_RETRIEVER, linking_overrides
+from spacy_genbioel.linking.settings import NO_RETRIEVER, UnknownSettingError, nested_overrides
 from spacy_genbioel.ty import Linker
 from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvaluationSetupError", "check_component_overrides", "component_overrides", "run_evaluation", "write_calibration_plot",
-           "write_report_json"]
-
+__all__ = ["EvaluationSetupError", "GoldOptions", "ReportOutputs", "check_component_settings", "run_evaluation",
+           "write_calibration_plot", "write_report_json"]
 
 
 class EvaluationSetupError(ValueError):
     """Evaluation settings that cannot work together (a missing KB or pipeline...)."""
 
 
-def component_overrides(device: Optional[str] = None, candidates: Optional[str] = None, num_candidates: Optional[int] = None,
-                        exact_match: Optional[bool] = None, restrict: Optional[bool] = None,
-                        shortcut_threshold: Optional[float] = None, fusion: Optional[PathLike] = None) -> Dict[str, Any]:
-    """The ``genbioel`` component settings to override (None: keep the pipeline's), as the
-    nested config blocks ``spacy.load`` takes; :func:`check_component_overrides` tells whether they can work."""
-    return linking_overrides(device=device, retriever=candidates, num_candidates=num_candidates, exact_match=exact_match,
-                             restrict_to_candidates=restrict, shortcut_threshold=shortcut_threshold,
-                             fusion=str(fusion) if fusion is not None else None)
+@dataclass(frozen=True)
+class GoldOptions:
+    """How the gold mentions are read."""
+
+    #: corpus format: pubtator | bioc | jsonl | askapatient
+    fmt: str = "pubtator"
+    #: only gold mentions with these labels (empty: all)
+    labels: Tuple[str, ...] = ()
+    #: old -> new ID TSV applied to gold IDs
+    crosswalk: Optional[PathLike] = None
+    #: expand short forms with scispacy before linking (None: end to end, leave the pipeline as it is)
+    abbreviations: Optional[bool] = False
+    #: the training split, for GenBioEL's sub-population table
+    train: Optional[PathLike] = None
 
 
-def check_component_overrides(config: Mapping[str, Any]) -> None:
-    """Fail on overrides that cannot work together (a shortcut without a retriever)."""
-    candidates = config.get("candidates", {})
+@dataclass(frozen=True)
+class ReportOutputs:
+    """What an evaluation writes besides its report, and the precision it reports a threshold for."""
+
+    #: the report as JSON
+    json_path: Optional[PathLike] = None
+    #: each mention's gold IDs, hit rank and ranked candidates (JSON lines)
+    predictions: Optional[PathLike] = None
+    #: folder for the similarity-bin plot
+    plots: Optional[PathLike] = None
+    #: the precision-coverage curve of the top score (JSON, and a PNG beside it)
+    calibration: Optional[PathLike] = None
+    #: the abstention threshold reported is the one reaching this precision
+    target_precision: float = DEFAULT_TARGET_PRECISION
+
+
+def check_component_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``genbioel`` settings (dotted or bare names) as nested config overrides, or
+    :class:`EvaluationSetupError` for settings that cannot work together (a shortcut
+    without a retriever, a fusion file that is not there)."""
+    try:
+        nested = nested_overrides(settings)
+    except UnknownSettingError as err:
+        raise EvaluationSetupError(str(err)) from None
+    candidates = nested.get("candidates", {})
     if candidates.get("retriever") == NO_RETRIEVER and candidates.get("shortcut_threshold") is not None:
-        raise EvaluationSetupError("--shortcut-threshold needs a retriever: --candidates tfidf | dense")
-    fusion = config.get("fusion")
+        raise EvaluationSetupError("candidates.shortcut_threshold needs a retriever: candidates.retriever tfidf | dense")
+    fusion = nested.get("reranker", {}).get("fusion")
     if fusion is not None and not Path(fusion).is_file():  # else a pipeline's own fusion.json would stand in for it
-        raise EvaluationSetupError(f"--fusion {fusion}: fusion file not found")
+        raise EvaluationSetupError(f"reranker.fusion {fusion}: fusion file not found")
+    return nested
 
 
 def write_report_json(path: PathLike, report: Any) -> None:
@@ -59,100 +88,91 @@ def write_report_json(path: PathLike, report: Any) -> None:
     Path(path).write_text(json.dumps(report.to_dict(), indent=2), encoding="utf8")
 
 
-def _pipeline_linker(pipeline: Optional[PathLike], overrides: Dict[str, Any]) -> Tuple[Linker, KnowledgeBase, Dict[str, Any]]:
-    """The ``genbioel`` linker of a pipeline (its lazy retriever already fit), its KB and its settings."""
+def _pipeline_linker(pipeline: Optional[PathLike], settings: Mapping[str, Any]) -> Tuple[Linker, KnowledgeBase, Dict[str, Any]]:
+    """The ``genbioel`` component of a pipeline (its lazy retrievers already fit), its KB and its settings."""
     if pipeline is None:
-        raise EvaluationSetupError("--pipeline is required for --linker genbioel")
-    check_component_overrides(overrides)
+        raise EvaluationSetupError("a pipeline is required to evaluate the genbioel linker")
+    overrides = check_component_settings(settings)
     import spacy
 
     nlp = spacy.load(pipeline, config={"components": {"genbioel": overrides}})
     component = nlp.get_pipe("genbioel")
-    model = component.linker
-    getattr(model.candidate_generator, "generator", None)  # fit a lazy retriever before the clock starts
-    for retriever in (model.reranker.retrievers.values() if model.reranker is not None else ()):
+    generator = component.linker
+    getattr(generator.retriever, "generator", None)  # fit a lazy retriever before the clock starts
+    for retriever in (component.reranker.retrievers.values() if component.reranker is not None else ()):
         getattr(retriever, "generator", None)
-    decoding = component.decoding
-    run_meta = {"candidates": component.candidates, "num_candidates": decoding.num_candidates,
-                "candidates_model": component.candidates_model, "exact_match": decoding.exact_match,
-                "restrict_to_candidates": decoding.restrict_to_candidates, "shortcut_threshold": decoding.shortcut_threshold,
+    candidates = component.candidates
+    run_meta = {"candidates": candidates.retriever, "num_candidates": candidates.num_candidates,
+                "candidates_model": candidates.model, "exact_match": component.decoding.exact_match,
+                "restrict_to_candidates": candidates.restrict_to_candidates,
+                "shortcut_threshold": candidates.shortcut_threshold,
                 # the pipeline's abstention threshold: recall@k and the calibration curve use every top score regardless
                 "threshold": component.output.threshold,
                 "fusion": component.fusion.to_dict() if component.fusion is not None else None}
-    return model, model.kb, run_meta
+    return component, generator.kb, run_meta
 
 
 def run_evaluation(
     corpus_path: PathLike,
     *,
-    fmt: str = "pubtator",
     linker: str = "genbioel",
-    model: Optional[PathLike] = None,
     pipeline: Optional[PathLike] = None,
-    component_config: Optional[Mapping[str, Any]] = None,
     kb: Optional[PathLike] = None,
-    train: Optional[PathLike] = None,
-    labels: Iterable[str] = (),
-    abbreviations: bool = False,
-    crosswalk: Optional[PathLike] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+    gold: GoldOptions = GoldOptions(),
+    outputs: ReportOutputs = ReportOutputs(),
     top_k: int = 5,
-    json_path: Optional[PathLike] = None,
-    predictions_path: Optional[PathLike] = None,
-    plots: Optional[PathLike] = None,
-    calibration: Optional[PathLike] = None,
-    target_precision: float = DEFAULT_TARGET_PRECISION,
 ) -> EvaluationReport:
     """Recall@k of ``linker`` on the gold mentions of ``corpus_path``.
 
     ``linker="genbioel"`` evaluates the ``genbioel`` component of ``pipeline``
-    with ``component_config`` (see :func:`component_overrides`) over its own KB;
-    any other name is a retriever (:func:`~spacy_genbioel.retrieval.registry.get_retriever`)
-    built on ``kb``. ``model`` is the dense encoder directory (``dense``, or
-    ``genbioel`` with ``candidates="dense"``). ``train`` adds GenBioEL's
-    sub-population table; ``abbreviations`` expands short forms with scispacy
-    first (the count is ``report.abbreviations_expanded``). The report, the
-    predictions and the similarity-bin plot are written where asked; ``calibration``
-    (a ``.json`` path) gets the precision-coverage curve of the top score, and a
-    PNG of it beside (same name, ``.png``), with the threshold that reaches
-    ``target_precision``.
+    over its own KB, with ``settings`` over its config (dotted or bare names:
+    ``{"candidates.retriever": "tfidf", "decoding.num_beams": 10}``); any other
+    name is a retriever (:func:`~spacy_genbioel.retrieval.registry.get_retriever`)
+    built on ``kb`` with ``settings`` as its keyword settings (``{"model": DIR}``
+    for ``dense``). ``gold`` says how the gold mentions are read (with
+    ``gold.train``, GenBioEL's sub-population table is added; with
+    ``gold.abbreviations``, short forms are expanded with scispacy first and
+    counted in ``report.abbreviations_expanded``); ``outputs`` what is written
+    besides the report: the report as JSON, the predictions, the similarity-bin
+    plot, and the precision-coverage curve of the top score (a ``.json`` path; a
+    PNG of it beside), with the threshold that reaches ``outputs.target_precision``.
     """
-    mentions, texts = load_corpus(corpus_path, fmt, crosswalk)
-    labels = list(labels)
+    mentions, texts = load_corpus(corpus_path, gold.fmt, gold.crosswalk)
+    labels = list(gold.labels)
     if labels:
         mentions = [m for m in mentions if m.label in labels]
-    train_mentions = load_corpus(train, fmt, crosswalk)[0] if train else None
+    train_mentions = load_corpus(gold.train, gold.fmt, gold.crosswalk)[0] if gold.train else None
     n_expanded = None
-    if abbreviations:
+    if gold.abbreviations:
         from spacy_genbioel.linking.abbreviations import AbbreviationExpander
 
         mentions, n_expanded = AbbreviationExpander().expand(mentions, texts)
         logger.info("%d mentions expanded from abbreviations", n_expanded)
     if linker == "genbioel":
-        overrides = {key: dict(value) if isinstance(value, dict) else value for key, value in (component_config or {}).items()}
-        if model and overrides.get("candidates", {}).get("retriever") == "dense":
-            overrides["candidates"]["model"] = str(model)
-        retriever, knowledge_base, run_meta = _pipeline_linker(pipeline, overrides)
+        retriever, knowledge_base, run_meta = _pipeline_linker(pipeline, settings or {})
     else:
         if kb is None:
-            raise EvaluationSetupError(f"--kb is required for --linker {linker}")
+            raise EvaluationSetupError(f"a KB is required to evaluate the {linker} linker")
         from spacy_genbioel.retrieval.registry import get_retriever
 
         knowledge_base = KnowledgeBase.load(kb)
-        retriever = get_retriever(linker, knowledge_base, **({"model": model} if model else {}))
+        retriever = get_retriever(linker, knowledge_base, **dict(settings or {}))
         run_meta = {}
     report = evaluate_linker(retriever, mentions, top_k=top_k, train_mentions=train_mentions, kb=knowledge_base, name=linker,
-                             target_precision=target_precision)
-    report.meta.update({"corpus": str(corpus_path), "abbreviations": abbreviations, "kb_names": knowledge_base.n_names, **run_meta})
+                             target_precision=outputs.target_precision)
+    report.meta.update({"corpus": str(corpus_path), "abbreviations": bool(gold.abbreviations),
+                        "kb_names": knowledge_base.n_names, **run_meta})
     report.abbreviations_expanded = n_expanded
-    if json_path:
-        write_report_json(json_path, report)
-    if predictions_path:
-        write_predictions(predictions_path, mentions, report.predictions or [])
-    if plots and report.similarity is not None:
-        plot_similarity_bins(report.similarity, Path(plots) / f"similarity_bins_{linker}.png")
-    if calibration and report.calibration is not None:
-        write_calibration(calibration, report.calibration)
-        write_calibration_plot([report.calibration], Path(calibration).with_suffix(".png"), target_precision)
+    if outputs.json_path:
+        write_report_json(outputs.json_path, report)
+    if outputs.predictions:
+        write_predictions(outputs.predictions, mentions, report.predictions or [])
+    if outputs.plots and report.similarity is not None:
+        plot_similarity_bins(report.similarity, Path(outputs.plots) / f"similarity_bins_{linker}.png")
+    if outputs.calibration and report.calibration is not None:
+        write_calibration(outputs.calibration, report.calibration)
+        write_calibration_plot([report.calibration], Path(outputs.calibration).with_suffix(".png"), outputs.target_precision)
     return report
 
 

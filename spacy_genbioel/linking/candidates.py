@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.retrieval.registry import RetrieverBuilder, known_retrievers, make_retriever_builder, resolve_retriever, retriever_takes
@@ -29,7 +32,8 @@ from spacy_genbioel.ty import Candidate, Linker, Mention
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LazyCandidateGenerator", "make_candidate_generator", "check_candidates", "known_candidates", "NO_CANDIDATES"]
+__all__ = ["CandidateSettings", "LazyCandidateGenerator", "make_candidate_generator", "check_candidates", "known_candidates", "NO_CANDIDATES",
+           "exact_matches", "allowed_name_sets"]
 
 NO_CANDIDATES = "none"
 
@@ -46,6 +50,36 @@ def check_candidates(name: str) -> None:
         resolve_retriever(name)
     except ValueError:
         raise ValueError(f"Unknown candidate generator {name!r}; known: {', '.join(known_candidates())}") from None
+
+
+@dataclass(frozen=True)
+class CandidateSettings:
+    """Retrieve, then generate: which retriever proposes concepts, and how the decoder uses them.
+
+    ``retriever`` names a registered retriever (see :mod:`spacy_genbioel.retrieval`),
+    built from the component's KB on first use; each mention's beam search is limited
+    to its ``num_candidates`` retrieved concepts (``restrict_to_candidates = false``:
+    decode unrestricted, the retriever serves ``shortcut_threshold`` only)."""
+
+    #: a registered retriever (short or versioned name: "tfidf", "genbioel.tfidf_retriever.v1"), or "none"
+    retriever: str = NO_CANDIDATES
+    #: directory of the retriever's model, for those that need one (dense); not copied by to_disk
+    model: Optional[str] = None
+    #: concepts the retriever proposes per mention (its top names' IDs)
+    num_candidates: int = 20
+    #: decode only names of the retrieved concepts (false: the retriever serves the shortcut only)
+    restrict_to_candidates: bool = True
+    #: a mention whose top retrieved candidate scores at least this takes it without generating (null: off)
+    shortcut_threshold: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        check_candidates(self.retriever)
+        if self.num_candidates < 1:
+            raise ValueError(f"num_candidates must be at least 1 (got {self.num_candidates})")
+
+    @property
+    def enabled(self) -> bool:
+        return self.retriever != NO_CANDIDATES
 
 
 class LazyCandidateGenerator:
@@ -80,3 +114,33 @@ def make_candidate_generator(name: str, kb: KnowledgeBase, model: Optional[str] 
         return None
     settings = {"model": model} if model and retriever_takes(name, "model") else {}
     return LazyCandidateGenerator(name, kb, make_retriever_builder(name, **settings))
+
+
+def exact_matches(kb: KnowledgeBase, mentions: Sequence[Mention], which: Sequence[int]) -> Dict[int, Candidate]:
+    """``exact_match``: for the mentions in ``which`` whose normalized text is a KB name,
+    that name first (score 0, the highest a mean log-probability can be)."""
+    out: Dict[int, Candidate] = {}
+    for i in which:
+        idx = kb.name_index(kb.normalize(mentions[i].text))
+        if idx is not None:
+            out[i] = Candidate(tuple(kb.ids_for_name_index(idx)), kb.names[idx], 0.0)
+    return out
+
+
+def allowed_name_sets(kb: KnowledgeBase, allowed: Sequence[Optional[Sequence[str]]]) -> Optional[List[Optional[np.ndarray]]]:
+    """KB name indices of the allowed concepts, per mention (None: unrestricted; None
+    overall when no mention is restricted). A mention whose allowed concepts have no
+    name gets an empty set, which the decoder treats as unrestricted."""
+    sets: List[Optional[np.ndarray]] = []
+    for ids in allowed:
+        if ids is None:
+            sets.append(None)
+            continue
+        found = [kb.name_index(name) for cid in ids for name in kb.names_of(cid)]
+        sets.append(np.fromiter((x for x in found if x is not None), dtype=np.int64))
+    if all(s is None for s in sets):
+        return None
+    n_empty = sum(1 for s in sets if s is not None and not len(s))
+    if n_empty:
+        logger.debug("%d mentions have no allowed name; decoding them unrestricted", n_empty)
+    return sets

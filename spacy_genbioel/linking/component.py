@@ -7,7 +7,7 @@ writes ``span._.kb_id`` (top concept ID or None), spaCy's ``span.kb_id_``,
 scispacy's ``span._.kb_ents`` (up to ``top_k`` ``(id, score)`` pairs, one per
 concept, best first); a span with nothing to link (only control characters,
 whitespace or emoji) gets None without being decoded. The ``output`` block
-(:func:`~spacy_genbioel.linking.settings.make_output`) sets an abstention
+(:class:`~spacy_genbioel.linking.settings.OutputSettings`) sets an abstention
 ``threshold`` (below it the span keeps its candidates but gets no ID) and the
 extension names, so that two linkers (a MeSH and a UMLS one, say) share a
 pipeline without overwriting each other; ``component.kb`` is scispacy's
@@ -18,17 +18,14 @@ Model, tokenizer, KB and trie load lazily on first use
 so ``spacy.load(dir)`` works once the original files are gone; a damaged saved
 file is refused naming it.
 
-Retrieve, then generate: ``candidates`` names a registered candidate generator
-(``"none"``, ``"tfidf"``, ``"dense"``; see :mod:`spacy_genbioel.linking.candidates`),
-built from the component's KB on first use; each mention's beam search is then
-limited to the names of the concepts among its ``num_candidates`` retrieved
-candidates. ``exact_match`` puts a KB name equal to the normalized mention first;
-``shortcut_threshold`` does the same for a retrieved candidate scoring at least
-that much, and ``restrict_to_candidates = false`` keeps the generator for that
-shortcut only (retrieve the easy mentions, generate the hard ones).
+Every setting is defined once, in :mod:`.settings` (one dataclass per config
+block); the generator (:class:`~.decoder.GenerativeLinker`) is built once with
+its settings and retriever (``candidates.retriever``: retrieve, then generate),
+and ``link`` applies the reranker (``reranker.fusion``) to its candidates.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
 import json
@@ -36,7 +33,7 @@ import logging
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -50,23 +47,21 @@ from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, Fusion
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.linking.settings import (
     DEFAULT_CONFIG,
-    LEGACY_SETTINGS,
     CandidateSettings,
-    DecodingConfig,
+    DecodingSettings,
+    LinkerSettings,
     OutputSettings,
-    apply_legacy,
-    decoding_with_candidates,
-    make_candidates,
+    factory_signature,
     written_score,
 )
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.linking.kb_view import LinkerKB
-from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.ty import Candidate, Linker, Mention
 from spacy_genbioel.kb.normalizers import get_normalizer
 from spacy_genbioel.models import ModelFileNotFoundError, ModelFormatError, load_model, save_model
 from spacy_genbioel.util import parse_json, read_text, resolve_device
-from spacy_genbioel.linking.trie import NameTrie
+from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -81,57 +76,17 @@ def register_extensions(output: OutputSettings) -> None:
 register_extensions(OutputSettings())  # the default names exist once the package is imported
 
 
-def make_genbioel(
-    nlp: Language,
-    name: str,
-    model: Optional[str],
-    tokenizer: Optional[str],
-    kb: Optional[str],
-    kb_normalizer: str,
-    kb_dedup: bool,
-    labels: List[str],
-    spans_key: Optional[str],
-    device: str,
-    dtype: str,
-    resolve_abbreviations: bool,
-    inputs: InputBuilder,
-    decoding: DecodingConfig,
-    candidates: Union[CandidateSettings, str],
-    output: OutputSettings = OutputSettings(),
-    fusion: Optional[str] = None,
-    **legacy: Any,
-) -> "GenBioELLinker":
-    """The ``genbioel`` factory: resources at the top level, behaviour in the
-    ``inputs``, ``decoding`` and ``candidates`` blocks (:mod:`.settings`).
+def make_genbioel(nlp: Language, name: str, **config: Any) -> "GenBioELLinker":
+    """The ``genbioel`` factory: resources at the top level, behaviour in the ``inputs``,
+    ``decoding``, ``candidates``, ``output`` and ``reranker`` blocks (:mod:`.settings`, where
+    each setting is defined once; the signature spaCy validates against is derived from there).
 
-    A pipeline saved by spacy_genbioel 0.1 names flat settings (``num_beams``,
-    ``candidates = "tfidf"``, ...): they are accepted and mapped onto the blocks,
-    so it loads and links as it did. A pipeline saved before the ``output`` block
-    existed gets its defaults (no threshold, the usual attribute names)."""
-    warn_on_shared_outputs(nlp, name, output)
-    if isinstance(candidates, str):  # 0.1: the retriever's name at the top level
-        candidates = make_candidates(retriever=candidates)
-    inputs, decoding, candidates = apply_legacy(legacy, inputs, decoding, candidates)
-    return GenBioELLinker(
-        nlp.vocab,
-        name=name,
-        model_path=model,
-        tokenizer_path=tokenizer,
-        kb_path=kb,
-        kb_normalizer=kb_normalizer,
-        kb_dedup=kb_dedup,
-        inputs=inputs,
-        decoding=decoding_with_candidates(decoding, candidates),
-        labels=labels,
-        spans_key=spans_key,
-        device=device,
-        dtype=dtype,
-        resolve_abbreviations=resolve_abbreviations,
-        candidates=candidates.retriever,
-        candidates_model=candidates.model,
-        output=output,
-        fusion_path=fusion,
-    )
+    Flat settings of pipelines saved by spacy_genbioel 0.1 (``num_beams``, ``candidates =
+    "tfidf"``, ...) and 0.2 (``fusion``) are accepted and mapped onto the blocks, so such a
+    pipeline loads and links as it did."""
+    settings = LinkerSettings.from_config(config)
+    warn_on_shared_outputs(nlp, name, settings.output)
+    return GenBioELLinker(nlp.vocab, name, settings)
 
 
 def warn_on_shared_outputs(nlp: Language, name: str, output: OutputSettings) -> None:
@@ -150,61 +105,25 @@ def warn_on_shared_outputs(nlp: Language, name: str, output: OutputSettings) -> 
                 other_name, name, ", ".join(shared))
 
 
-# 0.1's flat settings stay accepted (None: not given), without showing in the factory's code
-make_genbioel.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    list(inspect.signature(make_genbioel).parameters.values())[:-1]
-    + [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any]) for key in LEGACY_SETTINGS]
-)
+make_genbioel.__signature__ = factory_signature(  # type: ignore[attr-defined]
+    *list(inspect.signature(make_genbioel).parameters.values())[:2])
 Language.factory("genbioel", default_config=DEFAULT_CONFIG)(make_genbioel)
 
 
 class GenBioELLinker(Pipe):
-    def __init__(
-        self,
-        vocab,
-        name: str = "genbioel",
-        *,
-        model_path: Optional[str] = None,
-        tokenizer_path: Optional[str] = None,
-        kb_path: Optional[str] = None,
-        kb_normalizer: str = "genbioel",
-        kb_dedup: bool = False,
-        inputs: Optional[InputBuilder] = None,
-        decoding: Optional[DecodingConfig] = None,
-        labels: Sequence[str] = (),
-        spans_key: Optional[str] = None,
-        device: str = "auto",
-        dtype: str = "auto",
-        resolve_abbreviations: bool = True,
-        candidates: str = "none",
-        candidates_model: Optional[str] = None,
-        output: Optional[OutputSettings] = None,
-        fusion_path: Optional[str] = None,
-    ) -> None:
+    """Links the spans of a doc; its settings are one :class:`~.settings.LinkerSettings`."""
+
+    def __init__(self, vocab, name: str = "genbioel", settings: Optional[LinkerSettings] = None) -> None:
         self.vocab = vocab
         self.name = name
-        self.model_path = model_path
-        self.tokenizer_path = tokenizer_path
-        self.kb_path = kb_path
-        self.kb_normalizer = kb_normalizer
-        self.kb_dedup = kb_dedup
-        self.inputs = inputs or InputBuilder()
-        self.decoding = decoding or DecodingConfig()
-        self.link_labels = set(labels)
-        self.spans_key = spans_key
-        self.device = device
-        self.dtype = dtype
-        self.resolve_abbreviations = resolve_abbreviations
-        self.candidates = candidates
-        self.candidates_model = candidates_model
-        self.output = output or OutputSettings()
-        #: score fusion (:mod:`.fusion`): a fusion JSON file to read on initialize; a saved
-        #: pipeline carries its own as fusion.json (read by from_disk unless this names another)
-        self.fusion_path = fusion_path
+        self.settings = settings or LinkerSettings()
+        #: score fusion (:mod:`.fusion`): read from ``reranker.fusion`` now; a saved pipeline
+        #: carries its own as fusion.json (read by from_disk unless the setting names another)
         self.fusion: Optional[FusionModel] = None
         # a configured fusion file that is gone: a saved pipeline's from_disk uses its own fusion.json
         # instead (as it does for the model and KB); anything else raises this on first use
         self._fusion_missing: Optional[FusionFormatError] = None
+        fusion_path = self.settings.reranker.fusion
         if fusion_path:
             try:
                 self.fusion = FusionModel.load(fusion_path)
@@ -214,15 +133,44 @@ class GenBioELLinker(Pipe):
                 self._fusion_missing = err
         register_extensions(self.output)
         self._linker: Optional[GenerativeLinker] = None
+        self._reranker: Optional[FusionReranker] = None
         self._kb_view: Optional[LinkerKB] = None
+
+    # -- settings (read-only views of self.settings) ------------------------------
+    @property
+    def inputs(self) -> InputBuilder:
+        return self.settings.inputs
+
+    @property
+    def decoding(self) -> DecodingSettings:
+        return self.settings.decoding
+
+    @property
+    def candidates(self) -> CandidateSettings:
+        return self.settings.candidates
+
+    @property
+    def output(self) -> OutputSettings:
+        return self.settings.output
+
+    @property
+    def spans_key(self) -> Optional[str]:
+        return self.settings.resources.spans_key
 
     # -- resources -------------------------------------------------------------
     @property
     def linker(self) -> GenerativeLinker:
+        """The generator (model, tokenizer, KB, trie and retriever), loaded on first use."""
         if self._linker is None:
             self.initialize()
         assert self._linker is not None
         return self._linker
+
+    @property
+    def reranker(self) -> Optional[FusionReranker]:
+        """The score fusion over the generator's and retrievers' candidates (None: not configured)."""
+        self.linker  # noqa: B018  (built with the linker)
+        return self._reranker
 
     @property
     def kb(self) -> LinkerKB:
@@ -242,37 +190,57 @@ class GenBioELLinker(Pipe):
         kb: Optional[str] = None,
     ) -> None:
         """Load model, tokenizer and KB from the configured (or given) paths and build the trie."""
-        model_path = model or self.model_path
-        kb_path = kb or self.kb_path
+        res = self.settings.resources
+        model_path = model or res.model
+        kb_path = kb or res.kb
         if not model_path or not kb_path:
             raise ValueError(
                 f"The '{self.name}' component has no model or KB: set config 'model' and 'kb' "
                 "(paths), or load a saved pipeline with spacy.load"
             )
-        kb_obj = KnowledgeBase.load(kb_path, normalizer=self.kb_normalizer, dedup=self.kb_dedup)
-        hf_model, tokenizer = load_model(model_path, self.tokenizer_path, device=resolve_device(self.device), dtype=self.dtype)
-        self._linker = self._with_candidates(GenerativeLinker(hf_model, tokenizer, kb_obj, inputs=self.inputs, config=self.decoding))
+        kb_obj = KnowledgeBase.load(kb_path, normalizer=res.kb_normalizer, dedup=res.kb_dedup)
+        hf_model, tokenizer = load_model(model_path, res.tokenizer, device=resolve_device(res.device), dtype=res.dtype)
+        self.set_model(hf_model, tokenizer, kb_obj)
 
-    def set_linker(self, linker: GenerativeLinker) -> None:
-        """Use an already built linker (for example one fresh from training)."""
-        self._linker = self._with_candidates(linker)
-
-    def _with_candidates(self, linker: GenerativeLinker) -> GenerativeLinker:
-        """Give the linker the configured candidate generator and fusion retrievers (lazy: fitted on first use)."""
+    def set_model(self, model: Any, tokenizer: Any, kb: KnowledgeBase, trie: Optional[NameTrie] = None) -> None:
+        """Link with an already loaded model, tokenizer and KB (a model fresh from training, say): the
+        generator is built once, with this component's settings, retriever and reranker. A ``trie``
+        that no longer fits them is rebuilt from the KB with a warning saying why."""
         if self._fusion_missing is not None:
             raise self._fusion_missing
-        generator = make_candidate_generator(self.candidates, linker.kb, model=self.candidates_model)
-        if generator is not None:
-            linker.candidate_generator = generator
-        linker.reranker = None
-        if self.fusion is not None:
-            linker.reranker = FusionReranker(self.fusion, linker.kb, {
-                source: make_candidate_generator(source, linker.kb, model=self.fusion.retrievers.get(source, {}).get("model"))
-                for source in self.fusion.retriever_sources})
-            if self.decoding.exact_match or self.decoding.shortcut_threshold is not None or self.candidates != "none":
-                logger.warning("The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
-                               "candidates change the generator's lists it reads", self.name)
-        return linker
+        candidates = self.candidates
+        retriever = make_candidate_generator(candidates.retriever, kb, model=candidates.model)
+        parts = dict(inputs=self.inputs, decoding=self.decoding, candidates=candidates, retriever=retriever)
+        try:
+            linker = GenerativeLinker(model, tokenizer, kb, trie, **parts)
+        except TrieMismatchError as err:
+            logger.warning("%s; rebuilding it from the KB with this tokenizer", err)
+            linker = GenerativeLinker(model, tokenizer, kb, None, **parts)
+        self._linker, self._reranker = linker, self._make_reranker(kb)
+
+    def set_linker(self, linker: Linker) -> None:
+        """Link with ``linker`` as it is: any :class:`~spacy_genbioel.ty.Linker` (a retriever, for
+        end-to-end comparisons); this component's retriever and reranker are not added to it."""
+        self._linker, self._reranker = linker, None  # type: ignore[assignment]
+
+    def _make_reranker(self, kb: KnowledgeBase) -> Optional[FusionReranker]:
+        """The fusion over this KB with its retrievers (lazy: fitted on first use)."""
+        if self.fusion is None:
+            return None
+        if self.decoding.exact_match or self.candidates.shortcut_threshold is not None or self.candidates.enabled:
+            logger.warning("The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
+                           "candidates change the generator's lists it reads", self.name)
+        return FusionReranker(self.fusion, kb, {
+            source: make_candidate_generator(source, kb, model=self.fusion.retrievers.get(source, {}).get("model"))
+            for source in self.fusion.retriever_sources})
+
+    def link(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> List[List[Candidate]]:
+        """Ranked candidates per mention, as the component writes them: the generator's,
+        reranked by the fusion when there is one (a :class:`~spacy_genbioel.ty.Linker`)."""
+        results = self.linker.link(mentions, top_k)
+        if self._reranker is not None:
+            results = self._reranker.rerank(mentions, results, top_k or self.decoding.top_k)
+        return results
 
     # -- processing -------------------------------------------------------------
     def __call__(self, doc: Doc) -> Doc:
@@ -286,7 +254,8 @@ class GenBioELLinker(Pipe):
 
     def _spans(self, doc: Doc) -> List[Span]:
         spans = list(doc.ents) if self.spans_key is None else list(doc.spans.get(self.spans_key, []))
-        return [s for s in spans if not self.link_labels or s.label_ in self.link_labels]
+        labels = self.settings.resources.labels
+        return [s for s in spans if not labels or s.label_ in labels]
 
     def _mention(self, doc: Doc, span: Span, long_forms: Dict[Tuple[int, int], str], by_text: Dict[str, str],
                  doc_key: str = "") -> Mention:
@@ -309,12 +278,12 @@ class GenBioELLinker(Pipe):
 
     def _abbreviations(self, doc: Doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:
         """Long forms from scispacy's abbreviation_detector, when it ran."""
-        if not self.resolve_abbreviations or not Doc.has_extension("abbreviations"):
+        if not self.settings.resources.resolve_abbreviations or not Doc.has_extension("abbreviations"):
             return {}, {}
         return doc_long_forms(doc)
 
     def _process(self, docs: Sequence[Doc]) -> None:
-        linker = self.linker  # fail on the first call, not on the first entity
+        self.linker  # noqa: B018  (fail on the first call, not on the first entity)
         spans_per_doc = [self._spans(doc) for doc in docs]
         mentions: List[Mention] = []
         for k, (doc, spans) in enumerate(zip(docs, spans_per_doc)):
@@ -322,7 +291,7 @@ class GenBioELLinker(Pipe):
             # which document a mention is in: what per-document input groups by
             key = f"<doc {k} of batch>"
             mentions.extend(self._mention(doc, s, long_forms, by_text, key) for s in spans)
-        results = linker.link(mentions) if mentions else []
+        results = self.link(mentions) if mentions else []
         cursor = 0
         for doc, spans in zip(docs, spans_per_doc):
             self._write(doc, spans, results[cursor : cursor + len(spans)])
@@ -368,9 +337,10 @@ class GenBioELLinker(Pipe):
         initialized from its configured paths first, so the folder travels whole."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        if self._linker is None and self.model_path and self.kb_path:
+        res = self.settings.resources
+        if self._linker is None and res.model and res.kb:
             self.initialize()
-        meta = {"kb_normalizer": self.kb_normalizer, "kb_dedup": self.kb_dedup, "has_linker": self._linker is not None}
+        meta = {"kb_normalizer": res.kb_normalizer, "kb_dedup": res.kb_dedup, "has_linker": self._linker is not None}
         if self._linker is not None:
             lk = self._linker
             save_model(lk.model, lk.tokenizer, path / "model")
@@ -381,6 +351,8 @@ class GenBioELLinker(Pipe):
             meta["kb_checksum"] = lk.kb.checksum()
         if self.fusion is not None:
             self.fusion.save(path / "fusion.json")
+            # the configured path the copy came from: from_disk then reads the copy, not that path again
+            meta["fusion_config"] = self.settings.reranker.fusion
         elif (path / "fusion.json").exists():
             (path / "fusion.json").unlink()
         (path / "cfg.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
@@ -411,14 +383,17 @@ class GenBioELLinker(Pipe):
         meta = read_component_cfg(path / "cfg.json")
         if not meta.get("has_linker"):
             return self
-        self.kb_normalizer, self.kb_dedup = meta["kb_normalizer"], meta["kb_dedup"]
+        res = dataclasses.replace(self.settings.resources, kb_normalizer=meta["kb_normalizer"], kb_dedup=meta["kb_dedup"])
+        self.settings = self.settings.replace(resources=res)
         kb_file = "kb.jsonl" if not (path / "kb.safetensors").exists() else "kb.safetensors"
         for name in (kb_file, "model"):
             if not (path / name).exists():
                 raise ModelFileNotFoundError(f"{path / name} not found: the saved component is incomplete")
-        if (self.fusion_path is None or self._fusion_missing is not None) and (path / "fusion.json").exists():
+        configured = self.settings.reranker.fusion
+        own = configured is None or configured == meta.get("fusion_config") or self._fusion_missing is not None
+        if own and (path / "fusion.json").exists():  # else a fusion other than the saved one was asked for
             if self._fusion_missing is not None:
-                logger.warning("%s not found: using the fusion saved with the pipeline, %s", self.fusion_path, path / "fusion.json")
+                logger.warning("%s not found: using the fusion saved with the pipeline, %s", configured, path / "fusion.json")
             self.fusion = FusionModel.load(path / "fusion.json")
             self._fusion_missing = None
         kb = self._saved_kb(path)
@@ -430,9 +405,8 @@ class GenBioELLinker(Pipe):
             if kb.checksum() != meta.get("kb_checksum"):
                 logger.warning("KB in %s changed since the trie was built; rebuilding the trie", path)
                 trie = None
-        hf_model, tokenizer = load_model(path / "model", device=resolve_device(self.device), dtype=self.dtype)
-        self._linker = self._with_candidates(GenerativeLinker(hf_model, tokenizer, kb, trie, inputs=self.inputs,
-                                                              config=self.decoding, stale_trie="rebuild"))
+        hf_model, tokenizer = load_model(path / "model", device=resolve_device(res.device), dtype=res.dtype)
+        self.set_model(hf_model, tokenizer, kb, trie)
         return self
 
 
@@ -440,7 +414,8 @@ class GenBioELLinker(Pipe):
         """``kb.safetensors`` memory-mapped when it is there and ``kb.jsonl`` beside it is the
         file it was written with; else ``kb.jsonl`` parsed (pipelines saved before 0.2)."""
         compact, jsonl = path / "kb.safetensors", path / "kb.jsonl"
-        kwargs = {"normalizer": self.kb_normalizer, "dedup": self.kb_dedup}
+        res = self.settings.resources
+        kwargs = {"normalizer": res.kb_normalizer, "dedup": res.kb_dedup}
         if compact.exists():
             kb = CompactKB.open(compact, **kwargs)
             if not jsonl.exists():
@@ -475,6 +450,8 @@ def read_component_cfg(path: Path) -> Dict[str, Any]:
             raise ModelFormatError(f"{path}: expected kb_normalizer (a name) and kb_dedup (true or false)")
         if not isinstance(meta.get("kb_checksum", ""), str):
             raise ModelFormatError(f"{path}: kb_checksum must be a string")
+        if not isinstance(meta.get("fusion_config", ""), (str, type(None))):
+            raise ModelFormatError(f"{path}: fusion_config must be a path or null")
         try:
             get_normalizer(meta["kb_normalizer"])
         except ValueError as err:

@@ -24,13 +24,13 @@ without decoder padding. Batched output therefore equals one-at-a-time output
 (tests check it).
 
 Retrieve, then generate: ``link(mentions, allowed=...)`` (or a
-``candidate_generator`` such as :class:`~spacy_genbioel.retrieval.tfidf.TfidfLinker`
+``retriever`` such as :class:`~spacy_genbioel.retrieval.tfidf.TfidfLinker`
 proposing ``num_candidates`` concepts per mention) limits each mention's beam
 search to the names of its allowed concepts, through per-mention sub-tries built
 for the whole batch at once (:meth:`NameTrie.restrict`). With
 ``exact_match=True`` a mention whose normalized text is a KB name gets that name
 first (score 0, the highest a mean log-probability can be) without generating it.
-``shortcut_threshold`` generalizes that to the candidate generator: a mention
+``shortcut_threshold`` generalizes that to the retriever: a mention
 whose top retrieved candidate scores at least the threshold (TF-IDF or dense
 cosine) takes it first, the same way; with ``restrict_to_candidates=False`` the
 generator serves only that shortcut and the other mentions decode unrestricted
@@ -38,10 +38,12 @@ generator serves only that shortcut and the other mentions decode unrestricted
 """
 from __future__ import annotations
 
+import inspect
 import logging
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from contextlib import nullcontext
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -51,9 +53,8 @@ from transformers.modeling_outputs import BaseModelOutput
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.ty import Candidate, Linker, Mention
 from spacy_genbioel.models import check_vocabulary, special_ids
-from spacy_genbioel.util import resolve_device
+from spacy_genbioel.linking.candidates import CandidateSettings, allowed_name_sets, exact_matches
 from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text, model_max_positions
-from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.linking.stages import EncodedWindows, StageClock, blocks_of_inputs, distinct_searches
 from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError, TrieRestriction
 
@@ -62,18 +63,44 @@ logger = logging.getLogger(__name__)
 _DEAD = -1.0e9  # Hugging Face's "impossible" score
 
 
+@dataclass(frozen=True)
+class DecodingSettings:
+    """Trie-constrained beam search."""
+
+    #: beams kept per mention
+    num_beams: int = 5
+    #: candidates written per mention (at most ``num_beams``)
+    top_k: int = 5
+    #: mentions decoded together
+    batch_size: int = 32
+    #: encoder tokens per input (the context is trimmed around the mention to fit)
+    max_source_tokens: int = 256
+    #: a KB name equal to the normalized mention is ranked first without generating
+    exact_match: bool = False
+    #: beam scores are summed log-probabilities divided by length ** length_penalty (1: the mean)
+    length_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.top_k > self.num_beams:
+            raise ValueError(f"top_k ({self.top_k}) cannot exceed num_beams ({self.num_beams})")
+        if min(self.num_beams, self.top_k, self.batch_size, self.max_source_tokens) < 1:
+            raise ValueError("num_beams, top_k, batch_size and max_source_tokens must be at least 1")
+
+
+
 class GenerativeLinker:
     """Links mentions to KB concepts with a seq2seq model and a name trie.
 
-    ``candidate_generator``: any :class:`~spacy_genbioel.ty.Linker`
-    (``link(mentions, top_k)``); when set, ``link`` asks it for
-    ``config.num_candidates`` candidates per mention and decodes only names of
-    the concepts they carry.
+    Its settings are given once, at construction: ``inputs`` (what the model
+    reads), ``decoding`` (the beam search) and ``candidates`` (how the
+    ``retriever``'s proposals are used). ``retriever``: any
+    :class:`~spacy_genbioel.ty.Linker` (``link(mentions, top_k)``); when given,
+    ``link`` asks it for ``candidates.num_candidates`` candidates per mention and
+    decodes only names of the concepts they carry.
 
     A ``trie`` given must fit the model, tokenizer and KB
     (:meth:`NameTrie.mismatch`); one that does not raises
-    :class:`TrieMismatchError`, or with ``stale_trie="rebuild"`` is rebuilt
-    from the KB with a warning that says why.
+    :class:`TrieMismatchError` saying why (the component then rebuilds it).
     """
 
     #: a block of mentions whose distinct encoder inputs are encoded together: this many batches
@@ -87,23 +114,20 @@ class GenerativeLinker:
         trie: Optional[NameTrie] = None,
         *,
         inputs: Optional[InputBuilder] = None,
-        config: Optional[DecodingConfig] = None,
-        device: Optional[str] = None,
-        candidate_generator: Optional[Linker] = None,
-        stale_trie: str = "error",
+        decoding: Optional[DecodingSettings] = None,
+        candidates: Optional[CandidateSettings] = None,
+        retriever: Optional[Linker] = None,
     ) -> None:
-        if stale_trie not in ("error", "rebuild"):
-            raise ValueError(f"stale_trie must be 'error' or 'rebuild' (got {stale_trie!r})")
         self.model = model
-        self.candidate_generator = candidate_generator
-        self.reranker: Optional[Any] = None  # a FusionReranker (score fusion), set by the component
+        self.retriever = retriever
         self.tokenizer = tokenizer
         self.kb = kb
         self.inputs = inputs or InputBuilder()
-        self.config = config or DecodingConfig()
-        if device is not None:
-            self.model.to(resolve_device(device))
+        self.decoding = decoding or DecodingSettings()
+        self.candidates = candidates or CandidateSettings()
         self.model.eval()
+        # transformers >= 5.2x names the decoder cache ``cache`` (``past_key_values`` is deprecated)
+        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         check_vocabulary(model, tokenizer)
         start, eos, pad = special_ids(model, tokenizer)
         self.eos_token_id, self.pad_token_id = eos, pad
@@ -116,10 +140,7 @@ class GenerativeLinker:
             if reasons:
                 what = f"The trie {trie.source}" if trie.source else "The given trie"
                 message = f"{what} does not fit this model, tokenizer and KB: {'; '.join(reasons)}"
-                if stale_trie == "error":
-                    raise TrieMismatchError(message)
-                logger.warning("%s; rebuilding it from the KB with this tokenizer", message)
-                trie = None
+                raise TrieMismatchError(message)
         if trie is None:
             trie = NameTrie.from_names(
                 kb.names, tokenizer, eos_token_id=eos, root_token_id=root,
@@ -143,7 +164,7 @@ class GenerativeLinker:
 
     @property
     def max_source_tokens(self) -> int:
-        return min(self.config.max_source_tokens, self.max_positions, self.tokenizer.model_max_length or 10**6)
+        return min(self.decoding.max_source_tokens, self.max_positions, self.tokenizer.model_max_length or 10**6)
 
     @property
     def device(self) -> torch.device:
@@ -163,28 +184,21 @@ class GenerativeLinker:
         any). A name is allowed when any of its concepts is; the candidate still
         lists all the name's concepts. A mention whose allowed set is empty (or
         holds no concept with a name in the trie) is decoded unrestricted rather
-        than left without an answer. Without ``allowed``, a
-        ``candidate_generator`` (if set) supplies the sets. A ``reranker``
-        (:class:`~.fusion.FusionReranker`) then fuses the retrievers' evidence in.
+        than left without an answer. Without ``allowed``, the ``retriever`` (if
+        any) supplies the sets.
         """
-        results = self._link(mentions, top_k, allowed)
-        if self.reranker is not None:
-            results = self.reranker.rerank(mentions, results, top_k or self.config.top_k)
-        return results
-
-    def _link(self, mentions: Sequence[Mention], top_k: Optional[int], allowed) -> List[List[Candidate]]:
-        top_k = top_k or self.config.top_k
+        top_k = top_k or self.decoding.top_k
         results: List[List[Candidate]] = [[] for _ in mentions]
         if allowed is not None and len(allowed) != len(mentions):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(mentions)} mentions")
         # nothing to link (only control characters, whitespace, emoji...): no answer, no decoding
         todo = [i for i, m in enumerate(mentions) if has_linkable_text(m.text, self.kb.normalize)]
-        firsts = self._exact_matches(mentions, todo) if self.config.exact_match else {}
+        firsts = exact_matches(self.kb, mentions, todo) if self.decoding.exact_match else {}
         if top_k == 1:  # an exact match already fills the list: skip generation
             todo = [i for i in todo if i not in firsts]
-        cfg = self.config
+        cfg = self.candidates
         retrieved: Dict[int, List[Candidate]] = {}
-        if self.candidate_generator is not None and todo and (
+        if self.retriever is not None and todo and (
                 cfg.shortcut_threshold is not None or (allowed is None and cfg.restrict_to_candidates)):
             retrieved = self._retrieve(mentions, todo)
         if cfg.shortcut_threshold is not None:
@@ -199,7 +213,7 @@ class GenerativeLinker:
             return results
         if allowed is None and retrieved and cfg.restrict_to_candidates:
             allowed = [self._concept_ids(retrieved[i]) if i in retrieved else None for i in range(len(mentions))]
-        name_sets = self._name_sets([allowed[i] for i in todo]) if allowed is not None else None
+        name_sets = allowed_name_sets(self.kb, [allowed[i] for i in todo]) if allowed is not None else None
         with self._stage("tokenize"):
             if self.inputs.input_mode == "document":
                 # every mention is marked in its document, linked or not
@@ -222,7 +236,7 @@ class GenerativeLinker:
         return results
 
     def propose(self, mentions: Sequence[Mention], which: Optional[Sequence[int]] = None) -> List[Optional[List[str]]]:
-        """Allowed concept IDs per mention from the ``candidate_generator``: the IDs
+        """Allowed concept IDs per mention from the ``retriever``: the IDs
         of its top ``num_candidates`` candidates, in rank order (None for mentions
         not in ``which``)."""
         which = range(len(mentions)) if which is None else which
@@ -230,11 +244,11 @@ class GenerativeLinker:
         return [self._concept_ids(retrieved[i]) if i in retrieved else None for i in range(len(mentions))]
 
     def _retrieve(self, mentions: Sequence[Mention], which: Sequence[int]) -> Dict[int, List[Candidate]]:
-        """The ``candidate_generator``'s top ``num_candidates`` candidates for the mentions in ``which``."""
-        if self.candidate_generator is None:
-            raise ValueError("GenerativeLinker has no candidate_generator")
+        """The ``retriever``'s top ``num_candidates`` candidates for the mentions in ``which``."""
+        if self.retriever is None:
+            raise ValueError("GenerativeLinker has no retriever")
         which = list(which)
-        proposals = self.candidate_generator.link([mentions[i] for i in which], self.config.num_candidates)
+        proposals = self.retriever.link([mentions[i] for i in which], self.candidates.num_candidates)
         return dict(zip(which, proposals))
 
     @staticmethod
@@ -242,32 +256,6 @@ class GenerativeLinker:
         return list(dict.fromkeys(cid for c in candidates for cid in c.ids))
 
     # -- internals -----------------------------------------------------------
-    def _exact_matches(self, mentions: Sequence[Mention], todo: Sequence[int]) -> Dict[int, Candidate]:
-        kb = self.kb
-        out: Dict[int, Candidate] = {}
-        for i in todo:
-            idx = kb.name_index(kb.normalize(mentions[i].text))
-            if idx is not None:
-                out[i] = Candidate(tuple(kb.ids_for_name_index(idx)), kb.names[idx], 0.0)
-        return out
-
-    def _name_sets(self, allowed: Sequence[Optional[Sequence[str]]]) -> Optional[List[Optional[np.ndarray]]]:
-        """KB name indices of the allowed concepts, per mention (None: unrestricted)."""
-        kb = self.kb
-        sets: List[Optional[np.ndarray]] = []
-        for ids in allowed:
-            if ids is None:
-                sets.append(None)
-                continue
-            found = [kb.name_index(name) for cid in ids for name in kb.names_of(cid)]
-            sets.append(np.fromiter((x for x in found if x is not None), dtype=np.int64))
-        if all(s is None for s in sets):
-            return None
-        n_empty = sum(1 for s in sets if s is not None and not len(s))
-        if n_empty:
-            logger.debug("%d mentions have no allowed name; decoding them unrestricted", n_empty)
-        return sets
-
     def _to_candidates(self, hyps: List[Tuple[float, int]], top_k: int, first: Optional[Candidate] = None) -> List[Candidate]:
         out: List[Candidate] = [first] if first is not None else []
         first_index = self.kb.name_index(first.name) if first is not None else None
@@ -298,7 +286,7 @@ class GenerativeLinker:
         once, and every mention reading it is decoded from those states."""
         window_of: Dict[Tuple[int, ...], int] = {}
         keys = [window_of.setdefault(tuple(src), len(window_of)) for src in sources]
-        bs = self.config.batch_size
+        bs = self.decoding.batch_size
         for block in blocks_of_inputs(sources, keys, self.BLOCK_BATCHES * bs):
             local: Dict[int, int] = {}
             rows = [local.setdefault(keys[i], len(local)) for i in block]
@@ -335,7 +323,7 @@ class GenerativeLinker:
             start = torch.full((input_ids.shape[0], 1), self.prompt_tokens.decoder_start_token_id, dtype=torch.long, device=device)
             out = self.model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=start,
                              use_cache=True)
-            cross = out.past_key_values.cross_attention_cache
+            cross = getattr(out, self._cache_arg).cross_attention_cache
             kv = [(layer.keys, layer.values) for layer in cross.layers]
         hidden = encoder_outputs.last_hidden_state
         return EncodedWindows(kv, attention_mask, tuple(hidden.shape[1:]), hidden.dtype)
@@ -373,8 +361,8 @@ class GenerativeLinker:
         device = self.device
         model = self.model
         trie = self.trie.on_device(device)
-        K = self.config.num_beams
-        lp = self.config.length_penalty
+        K = self.decoding.num_beams
+        lp = self.decoding.length_penalty
         V = self.vocab_size
         n = len(rows)
         prompt_ids = prompt_ids.to(device)
@@ -388,8 +376,8 @@ class GenerativeLinker:
         placeholder = torch.zeros((), dtype=windows.dtype, device=device)
         with self._stage("decoder"):
             out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(n, *windows.shape)),
-                        attention_mask=enc_mask, decoder_input_ids=prompt_ids, past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+                        attention_mask=enc_mask, decoder_input_ids=prompt_ids, use_cache=True, **{self._cache_arg: cache})
+        cache = getattr(out, self._cache_arg)
         # the prompt is read once per mention; beams start from copies of its cache
         cache.batch_repeat_interleave(K)
         logits = out.logits[:, -1, :].float().repeat_interleave(K, dim=0)
@@ -474,9 +462,9 @@ class GenerativeLinker:
                 out = model(
                     encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(enc_mask.shape[0], *windows.shape)),
                     attention_mask=enc_mask,
-                    decoder_input_ids=next_tokens.reshape(-1, 1), past_key_values=cache, use_cache=True,
+                    decoder_input_ids=next_tokens.reshape(-1, 1), use_cache=True, **{self._cache_arg: cache},
                 )
-            cache = out.past_key_values
+            cache = getattr(out, self._cache_arg)
             logits = out.logits[:, -1, :].float()
             del out
         return results

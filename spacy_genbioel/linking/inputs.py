@@ -44,7 +44,10 @@ def has_linkable_text(text: str, normalize: Callable[[str], str]) -> bool:
 
 @dataclass
 class InputBuilder:
-    """Turns a mention into GenBioEL's encoder text and decoder prompt text."""
+    """Turns a mention into GenBioEL's encoder text and decoder prompt text: the
+    ``inputs`` block of the component and of the training configs (registered as
+    ``genbioel.inputs.v1``). ``decoder_prompt`` and ``input_mode`` must match what
+    the model was trained with."""
 
     start_marker: str = MARKERS[0]
     end_marker: str = MARKERS[1]
@@ -62,6 +65,8 @@ class InputBuilder:
     input_mode: str = "mention"
 
     def __post_init__(self) -> None:
+        if self.context_words < 0:
+            raise ValueError(f"context_words must be >= 0 (got {self.context_words})")
         if self.input_mode not in INPUT_MODES:
             raise ValueError(f"input_mode must be one of {INPUT_MODES} (got {self.input_mode!r})")
 

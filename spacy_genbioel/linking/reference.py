@@ -53,7 +53,7 @@ class ReferenceLinker:
     @torch.inference_mode()
     def link(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> List[List[Candidate]]:
         lk = self.linker
-        cfg = lk.config
+        cfg = lk.decoding
         top_k = min(top_k or cfg.top_k, cfg.num_beams)
         results: List[List[Candidate]] = []
         for mention in mentions:

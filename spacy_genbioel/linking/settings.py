@@ -1,50 +1,64 @@
-"""The ``genbioel`` component's settings, defined once.
+"""The ``genbioel`` component's settings, each defined once.
 
-The component config is a few top-level resources (model, tokenizer, KB paths,
-labels, device) and three registered blocks, each a small versioned function
-in spaCy's ``misc`` registry (spacy-transformers' style: a behaviour change
-gets a ``.v2`` and the ``.v1`` a saved pipeline names keeps working)::
+Every setting is a field of one frozen dataclass, defined beside the code that
+reads it (the decoding block in :mod:`.decoder`, the candidates block in
+:mod:`.candidates`, the inputs block in :mod:`.inputs`): its default, type and
+doc live there and nowhere else. The top-level settings (the resources: model,
+tokenizer, KB, device...) are :class:`ComponentResources`; the behaviour is in
+blocks, each a dataclass registered in spaCy's ``misc`` registry under a
+versioned name (spacy-transformers' style: a behaviour change gets a ``.v2``
+and the ``.v1`` a saved pipeline names keeps working)::
 
     [components.genbioel.inputs]
-    @misc = "genbioel.inputs.v1"          # left START mention END right / "mention is"
+    @misc = "genbioel.inputs.v1"          # left START mention END right / "mention is"  (InputBuilder)
     [components.genbioel.decoding]
-    @misc = "genbioel.decoding.v1"        # beam search
+    @misc = "genbioel.decoding.v1"        # beam search                        (.decoder.DecodingSettings)
     [components.genbioel.candidates]
-    @misc = "genbioel.candidates.v1"      # retrieve, then generate
-    retriever = "none"                    # or a registered retriever: "genbioel.tfidf_retriever.v1", "tfidf", ...
+    @misc = "genbioel.candidates.v1"      # retrieve, then generate            (.candidates.CandidateSettings)
     [components.genbioel.output]
-    @misc = "genbioel.output.v1"          # what the component writes where: abstention threshold, attribute names
+    @misc = "genbioel.output.v1"          # abstention threshold, attribute names         (OutputSettings)
+    [components.genbioel.reranker]
+    @misc = "genbioel.reranker.v1"        # score fusion over the candidates              (RerankerSettings)
 
-:data:`DEFAULT_CONFIG` is the factory's default config; :func:`linking_overrides`
-turns command-line settings (``evaluate``, ``package``) into the nested
-overrides ``spacy.load(..., config=...)`` takes; :data:`LEGACY_SETTINGS` maps
-the flat settings of pipelines saved by spacy_genbioel 0.1 onto the blocks.
+Everything else derives from these classes: :data:`DEFAULT_CONFIG` (the
+factory's default config), the factory's signature (:func:`factory_signature`),
+:data:`SETTING_BLOCKS` and :func:`nested_overrides` (what ``evaluate``,
+``package`` and ``annotate`` take as ``--decoding.top_k 10``), and
+:class:`LinkerSettings.from_config`, which also maps the flat settings of
+pipelines saved by spacy_genbioel 0.1 and 0.2 (:data:`LEGACY_SETTINGS`) onto
+the blocks. Adding a setting is adding a field.
 """
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import math
-from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from spacy.util import registry
-from thinc.api import Config
 
+from spacy_genbioel.linking.candidates import NO_CANDIDATES, CandidateSettings
+from spacy_genbioel.linking.decoder import DecodingSettings
 from spacy_genbioel.linking.inputs import InputBuilder
-from spacy_genbioel.models import MARKERS
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DecodingConfig", "CandidateSettings", "OutputSettings", "DEFAULT_CONFIG", "LEGACY_SETTINGS", "NO_RETRIEVER",
-    "SCORE_DECIMALS", "written_score",
-    "make_inputs", "make_decoding", "make_candidates", "make_output", "apply_legacy", "linking_overrides",
+    "DecodingSettings", "CandidateSettings", "OutputSettings", "RerankerSettings", "ComponentResources",
+    "LinkerSettings", "BLOCKS", "DEFAULT_CONFIG", "SETTING_BLOCKS", "LEGACY_SETTINGS", "NO_RETRIEVER", "SCORE_DECIMALS",
+    "UnknownSettingError", "written_score", "nested_overrides", "factory_signature",
 ]
 
-NO_RETRIEVER = "none"
+NO_RETRIEVER = NO_CANDIDATES
 #: decimals of the scores the component writes; the threshold compares the written score
 SCORE_DECIMALS = 6
+
+
+class UnknownSettingError(ValueError):
+    """A setting name that no block of the ``genbioel`` component has."""
 
 
 def written_score(score: float) -> float:
@@ -52,45 +66,16 @@ def written_score(score: float) -> float:
     return round(float(score), SCORE_DECIMALS)
 
 
-@dataclass
-class DecodingConfig:
-    num_beams: int = 5
-    top_k: int = 5
-    batch_size: int = 32
-    max_source_tokens: int = 256
-    length_penalty: float = 1.0
-    #: concepts a ``candidate_generator`` proposes per mention (its top names' IDs)
-    num_candidates: int = 20
-    #: a mention whose normalized text is a KB name takes that name first
-    exact_match: bool = False
-    #: decode only names of the retrieved concepts (False: the generator serves the shortcut only)
-    restrict_to_candidates: bool = True
-    #: a mention whose top retrieved candidate scores at least this takes it first (None: off)
-    shortcut_threshold: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class CandidateSettings:
-    """Retrieve, then generate: which retriever proposes concepts, and how they are used."""
-
-    #: a registered retriever (short or versioned name), or "none"
-    retriever: str = NO_RETRIEVER
-    #: directory of the retriever's model, for those that need one (dense); not copied by to_disk
-    model: Optional[str] = None
-    num_candidates: int = 20
-    restrict_to_candidates: bool = True
-    shortcut_threshold: Optional[float] = None
-
-    @property
-    def enabled(self) -> bool:
-        return self.retriever != NO_RETRIEVER
-
-
 @dataclass(frozen=True)
 class OutputSettings:
-    """What the component writes on each span, and where (so that two linkers can share a pipeline)."""
+    """What the component writes on each span, and where (so that two linkers can share a pipeline).
 
-    #: the top candidate's score must be at least this for the span to get an ID (None: always link)
+    A span whose top candidate scores below ``threshold`` keeps its candidates and
+    ``kb_ents`` but gets no ID; the score is the linker's own (the generator's mean
+    log-probability, at most 0; a retriever shortcut or exact match counts as 0), so
+    calibrate it on dev (``evaluate --calibration``)."""
+
+    #: the top candidate's score must be at least this for the span to get an ID (null: always link)
     threshold: Optional[float] = None
     #: span extension holding the top concept ID (None below ``threshold``)
     kb_id_attr: str = "kb_id"
@@ -100,6 +85,16 @@ class OutputSettings:
     ents_attr: str = "kb_ents"
     #: also write spaCy's own ``span.kb_id_`` (one slot per span: one linker of a pipeline owns it)
     write_kb_id: bool = True
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise ValueError(f"threshold must be a finite number or null (got {self.threshold})")
+        attrs = {"kb_id_attr": self.kb_id_attr, "candidates_attr": self.candidates_attr, "ents_attr": self.ents_attr}
+        for key, value in attrs.items():
+            if not isinstance(value, str) or not value.isidentifier():
+                raise ValueError(f"{key} must be a Python identifier, the name of a span extension (got {value!r})")
+        if len(set(attrs.values())) < len(attrs):
+            raise ValueError(f"kb_id_attr, candidates_attr and ents_attr must differ (got {sorted(attrs.values())})")
 
     @property
     def attrs(self) -> Tuple[str, str, str]:
@@ -111,210 +106,173 @@ class OutputSettings:
         return self.threshold is None or written_score(score) >= self.threshold
 
 
-@registry.misc("genbioel.inputs.v1")
-def make_inputs(
-    context_words: int = 64,
-    lowercase: bool = True,
-    decoder_prompt: bool = True,
-    start_marker: str = MARKERS[0],
-    end_marker: str = MARKERS[1],
-    input_mode: str = "mention",
-) -> InputBuilder:
-    """GenBioEL's encoder text and decoder prompt. ``decoder_prompt`` and
-    ``input_mode`` must match the training config's ``[inputs]``: ``"mention"``
-    encodes each mention with ``context_words`` around it, ``"document"`` each
-    document (window of ``max_source_tokens``) once with all its mentions marked."""
-    if context_words < 0:
-        raise ValueError(f"context_words must be >= 0 (got {context_words})")
-    return InputBuilder(start_marker, end_marker, context_words=context_words, lowercase=lowercase,
-                        decoder_prompt=decoder_prompt, input_mode=input_mode)
+@dataclass(frozen=True)
+class RerankerSettings:
+    """Reranking of the linker's candidates (:mod:`~spacy_genbioel.linking.fusion`)."""
+
+    #: score fusion weights (a ``fit-fusion`` JSON file); a saved pipeline carries its own as fusion.json
+    fusion: Optional[str] = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.fusion is not None
 
 
-@registry.misc("genbioel.decoding.v1")
-def make_decoding(
-    num_beams: int = 5,
-    top_k: int = 5,
-    batch_size: int = 32,
-    max_source_tokens: int = 256,
-    exact_match: bool = False,
-) -> DecodingConfig:
-    """Trie-constrained beam search; ``exact_match``: a KB name equal to the
-    normalized mention is ranked first without generating."""
-    if top_k > num_beams:
-        raise ValueError(f"top_k ({top_k}) cannot exceed num_beams ({num_beams})")
-    if min(num_beams, top_k, batch_size, max_source_tokens) < 1:
-        raise ValueError("num_beams, top_k, batch_size and max_source_tokens must be at least 1")
-    return DecodingConfig(num_beams=num_beams, top_k=top_k, batch_size=batch_size, max_source_tokens=max_source_tokens,
-                          exact_match=exact_match)
+@dataclass(frozen=True)
+class ComponentResources:
+    """The component's top-level settings: what it loads and which spans it links."""
+
+    #: Hugging Face model directory (safetensors); a saved pipeline carries its own
+    model: Optional[str] = None
+    #: tokenizer directory (default: the model's)
+    tokenizer: Optional[str] = None
+    #: KB file (JSONL, or any format ``build-kb`` reads into one)
+    kb: Optional[str] = None
+    #: how KB names and mentions are normalized for matching (a registered normalizer)
+    kb_normalizer: str = "genbioel.normalizer.v1"
+    #: drop names shared by several concepts (false keeps every concept reachable)
+    kb_dedup: bool = False
+    #: link only spans with these labels (empty: all)
+    labels: List[str] = field(default_factory=list)
+    #: link the spans of ``doc.spans[spans_key]`` instead of ``doc.ents``
+    spans_key: Optional[str] = None
+    #: auto | cpu | cuda | cuda:N
+    device: str = "auto"
+    #: auto | fp32 | bf16 | fp16 | int8 (CPU dynamic quantization)
+    dtype: str = "auto"
+    #: link the long form of an abbreviation scispacy's abbreviation_detector found
+    resolve_abbreviations: bool = True
 
 
-@registry.misc("genbioel.candidates.v1")
-def make_candidates(
-    retriever: str = NO_RETRIEVER,
-    model: Optional[str] = None,
-    num_candidates: int = 20,
-    restrict_to_candidates: bool = True,
-    shortcut_threshold: Optional[float] = None,
-) -> CandidateSettings:
-    """Retrieve, then generate. ``retriever`` names a registered retriever (see
-    :mod:`spacy_genbioel.retrieval`), built from the component's KB on first use;
-    each mention's beam search is limited to its ``num_candidates`` retrieved
-    concepts (``restrict_to_candidates = false``: decode unrestricted, the
-    retriever serves ``shortcut_threshold`` only: a mention whose top candidate
-    scores at least that takes it without generating)."""
-    from spacy_genbioel.linking.candidates import check_candidates
-
-    check_candidates(retriever)
-    if num_candidates < 1:
-        raise ValueError(f"num_candidates must be at least 1 (got {num_candidates})")
-    settings = CandidateSettings(retriever, model, num_candidates, restrict_to_candidates, shortcut_threshold)
-    if shortcut_threshold is not None and not settings.enabled:
-        logger.warning("shortcut_threshold (%s) has no effect without a candidate generator (retriever = %r)",
-                       shortcut_threshold, retriever)
-    return settings
+#: block name -> (registered name, settings class)
+BLOCKS: Dict[str, Tuple[str, type]] = {
+    "inputs": ("genbioel.inputs.v1", InputBuilder),
+    "decoding": ("genbioel.decoding.v1", DecodingSettings),
+    "candidates": ("genbioel.candidates.v1", CandidateSettings),
+    "output": ("genbioel.output.v1", OutputSettings),
+    "reranker": ("genbioel.reranker.v1", RerankerSettings),
+}
 
 
-@registry.misc("genbioel.output.v1")
-def make_output(
-    threshold: Optional[float] = None,
-    kb_id_attr: str = "kb_id",
-    candidates_attr: str = "kb_candidates",
-    ents_attr: str = "kb_ents",
-    write_kb_id: bool = True,
-) -> OutputSettings:
-    """Abstention and where the results go. ``threshold``: a span whose top candidate
-    scores below it keeps its candidates and ``kb_ents`` but gets no ID (``kb_id``
-    None, ``span.kb_id_`` empty); the score is the linker's own (the generator's mean
-    log-probability, at most 0; a retriever shortcut or exact match counts as 0), so
-    calibrate it on dev (``evaluate --calibration``). ``*_attr``: the span extensions
-    written (registered when missing); a second linker in the same pipeline takes
-    other names and ``write_kb_id = false``, since ``span.kb_id_`` holds one ID."""
-    if threshold is not None and not math.isfinite(threshold):
-        raise ValueError(f"threshold must be a finite number or null (got {threshold})")
-    attrs = {"kb_id_attr": kb_id_attr, "candidates_attr": candidates_attr, "ents_attr": ents_attr}
-    for key, value in attrs.items():
-        if not isinstance(value, str) or not value.isidentifier():
-            raise ValueError(f"{key} must be a Python identifier, the name of a span extension (got {value!r})")
-    if len(set(attrs.values())) < len(attrs):
-        raise ValueError(f"kb_id_attr, candidates_attr and ents_attr must differ (got {sorted(attrs.values())})")
-    return OutputSettings(threshold, kb_id_attr, candidates_attr, ents_attr, write_kb_id)
+def _typed_signature(cls: type) -> inspect.Signature:
+    """``cls``'s signature with its annotations resolved (they are strings under ``from
+    __future__ import annotations``), so that spaCy validates and coerces config values."""
+    hints = typing.get_type_hints(cls)
+    params = inspect.signature(cls).parameters.values()
+    return inspect.Signature([p.replace(annotation=hints.get(p.name, p.annotation)) for p in params])
 
 
-def decoding_with_candidates(decoding: DecodingConfig, candidates: CandidateSettings) -> DecodingConfig:
-    """The linker's one decoding config: beam settings plus how candidates restrict it."""
-    return dataclasses.replace(decoding, num_candidates=candidates.num_candidates,
-                               restrict_to_candidates=candidates.restrict_to_candidates,
-                               shortcut_threshold=candidates.shortcut_threshold)
+for _registered, _cls in BLOCKS.values():
+    _cls.__signature__ = _typed_signature(_cls)  # type: ignore[attr-defined]
+    registry.misc(_registered)(_cls)
 
 
-DEFAULT_CONFIG_STR = """
-[genbioel]
-model = null
-tokenizer = null
-kb = null
-fusion = null
-kb_normalizer = "genbioel.normalizer.v1"
-kb_dedup = false
-labels = []
-spans_key = null
-device = "auto"
-dtype = "auto"
-resolve_abbreviations = true
+def _defaults(cls: type) -> Dict[str, Any]:
+    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            for f in dataclasses.fields(cls) if f.init}
 
-[genbioel.inputs]
-@misc = "genbioel.inputs.v1"
-context_words = 64
-lowercase = true
-decoder_prompt = true
-start_marker = "START"
-end_marker = "END"
-input_mode = "mention"
 
-[genbioel.decoding]
-@misc = "genbioel.decoding.v1"
-num_beams = 5
-top_k = 5
-batch_size = 32
-max_source_tokens = 256
-exact_match = false
+DEFAULT_CONFIG: Dict[str, Any] = {
+    **_defaults(ComponentResources),
+    **{block: {"@misc": registered, **_defaults(cls)} for block, (registered, cls) in BLOCKS.items()},
+}
 
-[genbioel.candidates]
-@misc = "genbioel.candidates.v1"
-retriever = "none"
-model = null
-num_candidates = 20
-restrict_to_candidates = true
-shortcut_threshold = null
-
-[genbioel.output]
-@misc = "genbioel.output.v1"
-threshold = null
-kb_id_attr = "kb_id"
-candidates_attr = "kb_candidates"
-ents_attr = "kb_ents"
-write_kb_id = true
-"""
-DEFAULT_CONFIG: Dict[str, Any] = Config().from_str(DEFAULT_CONFIG_STR)["genbioel"]
-
-# block of each setting (None: top level); the one table the CLI and package read.
+# block of each setting (None: top level); the one table overrides are checked against.
 # A top-level name wins over a block key of the same name ("model"); "block.key" reaches either.
 SETTING_BLOCKS: Dict[str, Optional[str]] = {
-    key: block
-    for block, section in DEFAULT_CONFIG.items() if isinstance(section, dict)
-    for key in section if not key.startswith("@")
+    key: block for block, (_, cls) in BLOCKS.items() for key in _defaults(cls)
 }
-SETTING_BLOCKS.update({key: None for key, value in DEFAULT_CONFIG.items() if not isinstance(value, dict)})
+SETTING_BLOCKS.update({key: None for key in _defaults(ComponentResources)})
 
-# spacy_genbioel 0.1 saved flat settings: old name -> (block, new name)
+# flat settings of earlier versions: old name -> (block, new name). 0.1 wrote every setting at
+# the top level; 0.2 kept ``fusion`` there.
 LEGACY_SETTINGS: Dict[str, Tuple[str, str]] = {
-    "batch_size": ("decoding", "batch_size"),
-    "num_beams": ("decoding", "num_beams"),
-    "top_k": ("decoding", "top_k"),
-    "max_source_tokens": ("decoding", "max_source_tokens"),
-    "exact_match": ("decoding", "exact_match"),
-    "context_words": ("inputs", "context_words"),
-    "lowercase": ("inputs", "lowercase"),
-    "decoder_prompt": ("inputs", "decoder_prompt"),
-    "start_marker": ("inputs", "start_marker"),
-    "end_marker": ("inputs", "end_marker"),
-    "num_candidates": ("candidates", "num_candidates"),
+    **{name: ("decoding", name) for name in ("batch_size", "num_beams", "top_k", "max_source_tokens", "exact_match")},
+    **{name: ("inputs", name) for name in ("context_words", "lowercase", "decoder_prompt", "start_marker", "end_marker")},
+    **{name: ("candidates", name) for name in ("num_candidates", "restrict_to_candidates", "shortcut_threshold")},
     "candidates_model": ("candidates", "model"),
-    "restrict_to_candidates": ("candidates", "restrict_to_candidates"),
-    "shortcut_threshold": ("candidates", "shortcut_threshold"),
+    "fusion": ("reranker", "fusion"),
 }
 
 
-def apply_legacy(
-    legacy: Mapping[str, Any],
-    inputs: InputBuilder,
-    decoding: DecodingConfig,
-    candidates: CandidateSettings,
-) -> Tuple[InputBuilder, DecodingConfig, CandidateSettings]:
-    """Blocks with a 0.1 pipeline's flat settings applied (``None``: not given)."""
-    given = {name: value for name, value in legacy.items() if value is not None}
-    if not given:
-        return inputs, decoding, candidates
-    logger.info("Flat settings of a spacy_genbioel 0.1 pipeline (%s) mapped onto the config blocks; "
-                "re-save the pipeline to write the current config", ", ".join(sorted(given)))
-    blocks: Dict[str, Dict[str, Any]] = {
-        "inputs": {**_fields(inputs, DEFAULT_CONFIG["inputs"])},
-        "decoding": {**_fields(decoding, DEFAULT_CONFIG["decoding"])},
-        "candidates": {**_fields(candidates, DEFAULT_CONFIG["candidates"])},
-    }
-    for name, value in given.items():
-        block, key = LEGACY_SETTINGS[name]
-        blocks[block][key] = value
-    return make_inputs(**blocks["inputs"]), make_decoding(**blocks["decoding"]), make_candidates(**blocks["candidates"])
+@dataclass(frozen=True)
+class LinkerSettings:
+    """Every setting of one ``genbioel`` component: its resources and its blocks."""
+
+    resources: ComponentResources = field(default_factory=ComponentResources)
+    inputs: InputBuilder = field(default_factory=InputBuilder)
+    decoding: DecodingSettings = field(default_factory=DecodingSettings)
+    candidates: CandidateSettings = field(default_factory=CandidateSettings)
+    output: OutputSettings = field(default_factory=OutputSettings)
+    reranker: RerankerSettings = field(default_factory=RerankerSettings)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "LinkerSettings":
+        """Settings from the factory's arguments: top-level resources, built blocks (or their
+        settings as dicts), and the flat names of 0.1/0.2 pipelines (None: not given), which
+        are mapped onto the blocks."""
+        resources = {key: config[key] for key in _defaults(ComponentResources) if key in config}
+        blocks: Dict[str, Any] = {block: config.get(block) for block in BLOCKS}
+        if isinstance(blocks["candidates"], str):  # 0.1: the retriever's name at the top level
+            blocks["candidates"] = {"retriever": blocks["candidates"]}
+        legacy = {name: config[name] for name in LEGACY_SETTINGS if config.get(name) is not None}
+        unknown = set(config) - set(resources) - set(BLOCKS) - set(LEGACY_SETTINGS)
+        if unknown:
+            raise UnknownSettingError(f"Unknown genbioel setting {sorted(unknown)[0]!r}; known: "
+                                      f"{', '.join(sorted(SETTING_BLOCKS))}; block settings go in their block "
+                                      "([inputs], [decoding], [candidates], [output], [reranker])")
+        if legacy:
+            logger.info("Flat settings of an earlier spacy_genbioel pipeline (%s) mapped onto the config blocks; "
+                        "re-save the pipeline to write the current config", ", ".join(sorted(legacy)))
+            for name, value in legacy.items():
+                block, key = LEGACY_SETTINGS[name]
+                blocks[block] = {**_as_dict(blocks[block]), key: value}
+        built = {block: _build(BLOCKS[block][1], value) for block, value in blocks.items()}
+        candidates = built["candidates"]
+        if candidates.shortcut_threshold is not None and not candidates.enabled:
+            logger.warning("shortcut_threshold (%s) has no effect without a retriever (candidates.retriever = %r)",
+                           candidates.shortcut_threshold, candidates.retriever)
+        return cls(resources=ComponentResources(**resources), **built)
+
+    def replace(self, **blocks: Any) -> "LinkerSettings":
+        """A copy with some blocks (or ``resources``) replaced."""
+        return dataclasses.replace(self, **blocks)
 
 
-def _fields(obj: Any, section: Mapping[str, Any]) -> Dict[str, Any]:
-    """The registered function's arguments, read back from the object it built (same names)."""
-    return {key: getattr(obj, key) for key in section if not key.startswith("@")}
+def _as_dict(block: Any) -> Dict[str, Any]:
+    if block is None:
+        return {}
+    if isinstance(block, Mapping):
+        return {key: value for key, value in block.items() if not key.startswith("@")}
+    return {f.name: getattr(block, f.name) for f in dataclasses.fields(block) if f.init}
 
 
-def linking_overrides(**settings: Any) -> Dict[str, Any]:
-    """Component settings by name (``num_beams=3``, ``retriever="tfidf"``; None: keep the
-    pipeline's) as the nested overrides of ``spacy.load(path, config={"components": {name: ...}})``."""
+def _build(cls: type, value: Any) -> Any:
+    return value if isinstance(value, cls) else cls(**_as_dict(value))
+
+
+def factory_signature(*leading: inspect.Parameter) -> inspect.Signature:
+    """The factory's signature, derived from the settings classes: ``leading`` (``nlp``,
+    ``name``), one keyword per resource and block (typed, so that spaCy validates the
+    config), and the legacy flat names (``None``: not given). confection validates a
+    config against its factory's signature and refuses ``**kwargs``, so the accepted
+    names must be parameters; deriving them keeps one definition."""
+    hints = typing.get_type_hints(ComponentResources)
+    params = list(leading)
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name])
+               for name in _defaults(ComponentResources)]
+    for block, (_, cls) in BLOCKS.items():
+        annotation: Any = Union[cls, str] if block == "candidates" else cls  # 0.1: candidates = "tfidf"
+        params.append(inspect.Parameter(block, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any])
+               for name in LEGACY_SETTINGS if name not in SETTING_BLOCKS or SETTING_BLOCKS[name] is not None]
+    return inspect.Signature(params)
+
+
+def nested_overrides(settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """Component settings by name (``{"decoding.top_k": 10, "retriever": "tfidf", "device": "cpu"}``;
+    None: keep the pipeline's) as the nested overrides of ``spacy.load(path, config={"components": {name: ...}})``.
+    An unknown setting raises :class:`UnknownSettingError` naming it."""
     nested: Dict[str, Any] = {}
     for name, value in settings.items():
         if value is None:
@@ -322,9 +280,9 @@ def linking_overrides(**settings: Any) -> Dict[str, Any]:
         block, _, key = name.rpartition(".")
         if not block:
             if key not in SETTING_BLOCKS:
-                raise ValueError(f"Unknown genbioel setting {key!r}; known: {', '.join(sorted(SETTING_BLOCKS))}")
+                raise UnknownSettingError(f"Unknown genbioel setting {key!r}; known: {', '.join(sorted(SETTING_BLOCKS))}")
             block = SETTING_BLOCKS[key] or ""
         elif not isinstance(DEFAULT_CONFIG.get(block), dict) or key not in DEFAULT_CONFIG[block]:
-            raise ValueError(f"Unknown genbioel setting {name!r}")
+            raise UnknownSettingError(f"Unknown genbioel setting {name!r}")
         (nested.setdefault(block, {}) if block else nested)[key] = value
     return nested

@@ -32,7 +32,7 @@ def linking_evaluator(
     depends only on the tokenizer and is built once."""
     from spacy_genbioel.evaluation.recall import recall_at_k
     from spacy_genbioel.linking.decoder import GenerativeLinker
-    from spacy_genbioel.linking.settings import DecodingConfig
+    from spacy_genbioel.linking.settings import DecodingSettings
 
     chosen = list(mentions)[:max_mentions] if max_mentions else list(mentions)
     cache: Dict[int, Any] = {}
@@ -40,8 +40,8 @@ def linking_evaluator(
     def evaluate(model, tokenizer) -> Dict[str, float]:
         linker = GenerativeLinker(
             model, tokenizer, kb, cache.get(id(tokenizer)), inputs=inputs,
-            config=DecodingConfig(num_beams=num_beams, top_k=max(ks), batch_size=batch_size,
-                                  max_source_tokens=max_source_tokens),
+            decoding=DecodingSettings(num_beams=num_beams, top_k=max(ks), batch_size=batch_size,
+                                      max_source_tokens=max_source_tokens),
         )
         cache[id(tokenizer)] = linker.trie
         if linker.inputs.input_mode == "document":  # a first-N slice still reads whole documents
