@@ -229,3 +229,30 @@ def test_nothing_but_control_characters_whitespace_or_emoji_gives_empty_without_
     linker.encode_windows = lambda *a, **k: pytest.fail("decoded a mention with nothing to link")
     assert linker.link([Mention(text, left="renal", right="failure")]) == [[]]
     assert has_linkable_text("😷 renal", small_kb.normalize) and not has_linkable_text(text, small_kb.normalize)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(block_batches=st.integers(1, 6))
+def test_block_batches_sets_the_encoder_batch_not_the_links(micro_model, word_tokenizer, small_kb, block_batches):
+    mentions = mentions_for(small_kb)
+
+    def linker(n):
+        return GenerativeLinker(micro_model, word_tokenizer, small_kb,
+                                decoding=DecodingSettings(num_beams=3, top_k=3, batch_size=2, block_batches=n))
+
+    one, many = linker(1), linker(block_batches)
+    calls = []
+    original = many.encode_windows
+    many.encode_windows = lambda ids, mask: calls.append(ids.shape[0]) or original(ids, mask)
+    assert [[c.name for c in r] for r in many.link(mentions)] == [[c.name for c in r] for r in one.link(mentions)]
+    inputs = many.stats["encoder_inputs"]
+    assert max(calls) <= 2 * block_batches and len(calls) == -(-inputs // (2 * block_batches))
+
+
+def test_block_batches_is_a_config_setting():
+    import spacy
+
+    pipe = spacy.blank("en").add_pipe("genbioel", config={"decoding": {"block_batches": 2}})
+    assert pipe.decoding.block_batches == 2
+    with pytest.raises(ValueError, match="block_batches"):
+        DecodingSettings(block_batches=0)

@@ -79,12 +79,15 @@ class DecodingSettings:
     exact_match: bool = False
     #: beam scores are summed log-probabilities divided by length ** length_penalty (1: the mean)
     length_penalty: float = 1.0
+    #: mentions are encoded in blocks of this many batches: each distinct encoder input of a block
+    #: is encoded once (a document window is never split); larger blocks share more, hold more memory
+    block_batches: int = 4
 
     def __post_init__(self) -> None:
         if self.top_k > self.num_beams:
             raise ValueError(f"top_k ({self.top_k}) cannot exceed num_beams ({self.num_beams})")
-        if min(self.num_beams, self.top_k, self.batch_size, self.max_source_tokens) < 1:
-            raise ValueError("num_beams, top_k, batch_size and max_source_tokens must be at least 1")
+        if min(self.num_beams, self.top_k, self.batch_size, self.max_source_tokens, self.block_batches) < 1:
+            raise ValueError("num_beams, top_k, batch_size, max_source_tokens and block_batches must be at least 1")
 
 
 
@@ -102,9 +105,6 @@ class GenerativeLinker:
     (:meth:`NameTrie.mismatch`); one that does not raises
     :class:`TrieMismatchError` saying why (the component then rebuilds it).
     """
-
-    #: a block of mentions whose distinct encoder inputs are encoded together: this many batches
-    BLOCK_BATCHES = 4
 
     def __init__(
         self,
@@ -287,7 +287,7 @@ class GenerativeLinker:
         window_of: Dict[Tuple[int, ...], int] = {}
         keys = [window_of.setdefault(tuple(src), len(window_of)) for src in sources]
         bs = self.decoding.batch_size
-        for block in blocks_of_inputs(sources, keys, self.BLOCK_BATCHES * bs):
+        for block in blocks_of_inputs(sources, keys, self.decoding.block_batches * bs):
             local: Dict[int, int] = {}
             rows = [local.setdefault(keys[i], len(local)) for i in block]
             firsts = {}
