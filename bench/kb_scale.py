@@ -153,16 +153,14 @@ def step_save(kb: str, model: str, trie: str, out: str) -> Dict:
 
     import spacy_genbioel  # noqa: F401
     from spacy_genbioel.kb.base import KnowledgeBase
-    from spacy_genbioel.linking.decoder import GenerativeLinker
     from spacy_genbioel.linking.trie import NameTrie
     from spacy_genbioel.models import load_model
 
     hf_model, tokenizer = load_model(model, device="cpu")
     base = KnowledgeBase.load(kb)
-    linker = GenerativeLinker(hf_model, tokenizer, base, NameTrie.from_disk(trie))
     nlp = spacy.blank("en")
     component = nlp.add_pipe("genbioel", config={"model": model, "kb": kb, "device": "cpu"})
-    component.set_linker(linker)
+    component.set_model(hf_model, tokenizer, base, NameTrie.from_disk(trie))
     began = time.monotonic()
     nlp.to_disk(out)
     sizes = {p.name: round(p.stat().st_size / MB, 1) for p in (Path(out) / "genbioel").iterdir() if p.is_file()}

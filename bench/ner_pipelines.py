@@ -33,23 +33,20 @@ from annotate_scale import data_dir, one_run, write_abstracts  # noqa: E402
 
 
 def component_seconds(pipeline: Path, texts: List[str], threads: int, batch_size: int) -> Dict[str, Any]:
-    """Seconds per pipe over ``texts`` on ``threads`` torch threads (pipeline loaded outside the clock)."""
+    """Seconds per pipe over ``texts`` on ``threads`` torch threads (pipeline loaded and
+    warmed up outside the clock), timed as ``benchmark --pipeline`` times them."""
     import spacy
     import torch
+
+    from spacy_genbioel.workflows.benchmark_annotate import time_pipes
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         nlp = spacy.load(pipeline)
+        nlp(texts[0])  # warm-up: allocator, lazy resources
         load = os.getloadavg()
-        seconds: Dict[str, float] = {}
-        began = time.perf_counter()
-        docs = [nlp.make_doc(text) for text in texts]
-        seconds["tokenizer"] = time.perf_counter() - began
-        for name, proc in nlp.pipeline:
-            start = time.perf_counter()
-            docs = list(proc.pipe(docs, batch_size=batch_size)) if hasattr(proc, "pipe") else [proc(doc) for doc in docs]
-            seconds[name] = time.perf_counter() - start
+        docs, seconds = time_pipes(nlp, texts, batch_size)
         total = sum(seconds.values())
     finally:
         torch.set_num_threads(before)

@@ -26,7 +26,7 @@ def test_init_model_rejects_unknown_preset(tmp_path, small_kb):
 
 
 def test_benchmark_command_json(tmp_path, micro_model, word_tokenizer, monkeypatch):
-    from spacy_genbioel import benchmark
+    from spacy_genbioel.workflows import benchmark
     from conftest import random_kb
 
     micro_model.save_pretrained(tmp_path / "m")

@@ -1,12 +1,19 @@
 """The layout stays readable: small modules, typer only in the CLI, no import
 cycles (imports inside functions count), no reaching into other modules'
-private names. A failure here names the file to split or the import to move."""
+private names, plumbing only at the package root, workflows (demo,
+benchmarks) in ``workflows/`` and imported by the CLI alone, narrow library
+signatures. A failure here names the file to split or the import to move."""
 import ast
 from pathlib import Path
 from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spacy_genbioel"
 MAX_LINES = 500
+#: the modules the package root may hold: its API and entry point, and plumbing
+#: every layer uses; features live in subpackages, workflows in ``workflows/``
+ROOT_MODULES = {"__init__", "__main__", "util", "ty", "progress", "arrayfile"}
+WORKFLOWS = "spacy_genbioel.workflows"
+MAX_PARAMETERS = 8
 
 
 def modules() -> Dict[str, Path]:
@@ -37,6 +44,40 @@ def imported_modules(path: Path, known: Set[str]) -> List[tuple]:
 def test_no_module_over_500_lines():
     long = {name: n for name, path in modules().items() if (n := len(path.read_text(encoding="utf8").splitlines())) > MAX_LINES}
     assert not long, f"split these by responsibility: {long}"
+
+
+def test_package_root_holds_plumbing_only():
+    extra = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem not in ROOT_MODULES)
+    assert not extra, (f"the package root holds plumbing only ({sorted(ROOT_MODULES)}): move {extra} into a "
+                       f"subpackage (a workflow such as a demo or a benchmark into {WORKFLOWS.split('.')[-1]}/)")
+
+
+def test_workflows_are_imported_by_the_cli_only():
+    known = set(modules())
+    offenders = [f"{name}:{line} imports {module}"
+                 for name, path in modules().items()
+                 if not name.startswith(("spacy_genbioel.cli", WORKFLOWS))
+                 for module, _, line in imported_modules(path, known)
+                 if module == WORKFLOWS or module.startswith(WORKFLOWS + ".")]
+    assert not offenders, "the library never imports workflows/:\n" + "\n".join(offenders)
+
+
+def test_library_functions_take_at_most_8_parameters():
+    """Public library functions and constructors (not the CLI's commands, whose
+    options are their interface) take at most 8 parameters (``self``/``cls`` not
+    counted): more settings go into one settings object."""
+    wide = []
+    for name, path in modules().items():
+        if name.startswith("spacy_genbioel.cli"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    not node.name.startswith("_") or node.name == "__init__"):
+                params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                n = len(params) - (1 if params and params[0].arg in ("self", "cls") else 0)
+                if n > MAX_PARAMETERS:
+                    wide.append(f"{name}.{node.name} ({n} parameters, line {node.lineno})")
+    assert not wide, "group settings into a (frozen) settings object:\n" + "\n".join(wide)
 
 
 def test_typer_only_in_the_cli_package():

@@ -1,4 +1,5 @@
-"""``demo`` and ``benchmark``: the embedded demo and the decoder speed benchmark."""
+"""``demo`` and ``benchmark``: the embedded demo and the decoder speed benchmark
+(:mod:`spacy_genbioel.workflows`)."""
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ def demo_cmd(
 ) -> None:
     """Train a tiny linker on the embedded demo KB, save it as a spaCy pipeline, and link sample texts."""
     setup_logging(verbose)
-    from spacy_genbioel.demo import run_demo
+    from spacy_genbioel.workflows.demo import run_demo
 
     with msg.loading(f"Training a tiny model on the demo KB for {train_seconds:.0f}s..."):
         result = run_demo(out, train_seconds=train_seconds, seed=seed)
@@ -55,8 +56,8 @@ def benchmark_cmd(
 ) -> None:
     """Batched decoder versus the one-at-a-time dict-trie reference, plus the MeSH trie build."""
     setup_logging(verbose)
-    from spacy_genbioel.benchmark import run_benchmark
-    from spacy_genbioel.benchmark_annotate import parse_settings
+    from spacy_genbioel.workflows.benchmark import BenchmarkSettings, run_benchmark
+    from spacy_genbioel.workflows.benchmark_annotate import parse_settings
 
     if skip_decoders and pipeline is None:
         msg.fail("--skip-decoders leaves nothing to measure without --pipeline", exits=1)
@@ -64,13 +65,13 @@ def benchmark_cmd(
         chosen = parse_settings(settings)
     except ValueError as err:
         msg.fail(str(err), exits=1)
-    result = run_benchmark(
+    result = run_benchmark(BenchmarkSettings(
         data_dir=data_dir, model_dir=model, train_seconds=train_seconds, n_mentions=n_mentions,
         num_beams=num_beams, batch_size=batch_size, device=device, mesh=not skip_mesh,
-        context_words=[int(c) for c in context_words.split(",") if c.strip()],
-        pipeline=pipeline, corpus=corpus, n_docs=n_docs, settings=chosen,
-        threads=[int(t) for t in threads.split(",") if t.strip()], decoders=not skip_decoders,
-    )
+        context_words=tuple(int(c) for c in context_words.split(",") if c.strip()),
+        pipeline=pipeline, corpus=corpus, n_docs=n_docs, input_settings=tuple(chosen),
+        threads=tuple(int(t) for t in threads.split(",") if t.strip()), decoders=not skip_decoders,
+    ))
     if json_out:
         print(json.dumps(result))
         return
@@ -90,6 +91,6 @@ def benchmark_cmd(
 def mesh_trie_memory_cmd(data_dir: Path, tokenizer: Path) -> None:
     """Build the full-MeSH trie in this process and print JSON (run in a subprocess by `benchmark`)."""
     setup_logging(False)
-    from spacy_genbioel.benchmark import measure_mesh_trie
+    from spacy_genbioel.workflows.benchmark import measure_mesh_trie
 
     print(json.dumps(measure_mesh_trie(data_dir, tokenizer)))

@@ -1,4 +1,4 @@
-"""``ner-corpus``: PubTator corpora as spaCy NER training data (:mod:`spacy_genbioel.ner`)."""
+"""``ner-corpus``: PubTator corpora as spaCy NER training data (:mod:`spacy_genbioel.ner.convert`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,7 +22,7 @@ def ner_corpus_cmd(
 ) -> None:
     """PubTator corpora as a spaCy DocBin with doc.ents, for `spacy train`."""
     setup_logging(verbose)
-    from spacy_genbioel.ner import convert_pubtator, parse_label_map
+    from spacy_genbioel.ner.convert import convert_pubtator, parse_label_map
 
     if label_map and single_label:
         raise typer.BadParameter("give --label-map or --single-label, not both")

@@ -14,8 +14,6 @@ import spacy
 import torch
 
 from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.settings import DecodingConfig
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.models import init_model
 from spacy_genbioel.ner import add_kb_entity_ruler
@@ -69,7 +67,7 @@ def build_demo_pipeline(out: Path, train_seconds: float = 120.0, seed: int = 0, 
         nlp.add_pipe("abbreviation_detector")
     add_kb_entity_ruler(nlp, kb, min_chars=0)  # the demo KB's every name
     linker = nlp.add_pipe("genbioel", config={"device": device})
-    linker.set_linker(GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(num_beams=5, top_k=5)))
+    linker.set_model(model, tokenizer, kb)
     nlp.to_disk(out)
     return out, len(losses)
 

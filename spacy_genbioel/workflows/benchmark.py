@@ -1,7 +1,10 @@
 """Decoding benchmark: batched trie-constrained beam search versus the
 GenBioEL/GENRE reference (one mention at a time, ``prefix_allowed_tokens_fn``
 over a nested-dict trie), same model, mentions and beams, in one run; plus the
-build time and memory of the trie over the full MeSH KB."""
+build time and memory of the trie over the full MeSH KB; with a packaged
+pipeline, the annotation benchmark of :mod:`.benchmark_annotate` too.
+:class:`BenchmarkSettings` says what to measure (``python -m spacy_genbioel
+benchmark`` builds it from its flags) and :func:`run_benchmark` measures it."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,17 +17,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.models import init_model, load_model
 from spacy_genbioel.linking.reference import ReferenceLinker
+from spacy_genbioel.workflows.benchmark_annotate import DEFAULT_SETTINGS, InputSetting, benchmark_texts, run_annotation_benchmark
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +38,7 @@ def default_data_dir() -> Optional[Path]:
     """``$GENBIOEL_DATA``, else ``../shared/data`` beside the repository, if present."""
     env = os.environ.get("GENBIOEL_DATA")
     candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parent.parent.parent / "shared" / "data")
+    candidates.append(Path(__file__).resolve().parents[3] / "shared" / "data")
     for path in candidates:
         if path.is_dir():
             return path
@@ -155,51 +160,65 @@ def compare_decoders(linker: GenerativeLinker, mentions: List[Mention], context_
     }
 
 
-def run_benchmark(
-    data_dir: Optional[Path] = None,
-    model_dir: Optional[Path] = None,
-    train_seconds: float = 180.0,
-    n_mentions: int = 300,
-    num_beams: int = 5,
-    batch_size: int = 64,
-    device: str = "cpu",
-    mesh: bool = True,
-    context_words: Sequence[int] = (0, 16, 64),
-    pipeline: Optional[Path] = None,
-    corpus: Optional[Path] = None,
-    n_docs: int = 1000,
-    settings: Optional[Sequence[tuple]] = None,
-    threads: Sequence[int] = (1,),
-    decoders: bool = True,
-) -> Dict:
-    """The decoder comparison (``decoders``) and, with a ``pipeline``, the annotation
-    benchmark of :mod:`~spacy_genbioel.benchmark_annotate` on ``n_docs`` abstracts
-    of ``corpus`` (default: BC5CDR train + dev), in one run and one JSON object."""
-    data_dir = data_dir or default_data_dir()
+@dataclass(frozen=True)
+class BenchmarkSettings:
+    """What :func:`run_benchmark` measures; each field is a ``benchmark`` flag."""
+
+    #: the shared data folder (MEDIC, NCBI dev, MeSH, BC5CDR); None: :func:`default_data_dir`
+    data_dir: Optional[Path] = None
+    # -- the decoder comparison
+    decoders: bool = True
+    #: a saved model; None: a tiny model trained here for ``train_seconds``
+    model_dir: Optional[Path] = None
+    train_seconds: float = 180.0
+    n_mentions: int = 300
+    num_beams: int = 5
+    #: context windows (words per side) compared, one run each
+    context_words: Tuple[int, ...] = (0, 16, 64)
+    #: also build the full-MeSH trie (in a fresh process) when the data folder has MeSH
+    mesh: bool = True
+    # -- both parts
+    batch_size: int = 64
+    device: str = "cpu"
+    # -- the annotation benchmark, with a packaged pipeline (NER + genbioel)
+    pipeline: Optional[Path] = None
+    #: PubTator abstracts; None: BC5CDR train + dev in the data folder
+    corpus: Optional[Path] = None
+    n_docs: int = 1000
+    input_settings: Tuple[InputSetting, ...] = DEFAULT_SETTINGS
+    threads: Tuple[int, ...] = (1,)
+
+
+def run_benchmark(settings: BenchmarkSettings = BenchmarkSettings()) -> Dict:
+    """The decoder comparison (``settings.decoders``) and, with a ``settings.pipeline``,
+    the annotation benchmark of :mod:`~spacy_genbioel.workflows.benchmark_annotate`
+    on ``n_docs`` abstracts of ``corpus`` (default: BC5CDR train + dev), in one run
+    and one JSON object."""
+    data_dir = settings.data_dir or default_data_dir()
+    num_beams, batch_size, device = settings.num_beams, settings.batch_size, settings.device
     result: Dict = {"date": time.strftime("%Y-%m-%d"),
                     "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, threads {torch.get_num_threads()}"}
-    if pipeline is not None:
-        from spacy_genbioel.benchmark_annotate import DEFAULT_SETTINGS, benchmark_texts, run_annotation_benchmark
-
-        texts, source = benchmark_texts(data_dir, n_docs, corpus)
+    if settings.pipeline is not None:
+        texts, source = benchmark_texts(data_dir, settings.n_docs, settings.corpus)
         result["annotation"] = {"texts": source, **run_annotation_benchmark(
-            pipeline, texts, settings or DEFAULT_SETTINGS, threads=threads, batch_size=batch_size, device=device)}
-    if not decoders:
+            settings.pipeline, texts, settings.input_settings, threads=settings.threads, batch_size=batch_size, device=device)}
+    if not settings.decoders:
         return result
     torch.manual_seed(0)
     kb, kb_name = benchmark_kb(data_dir)
     work = Path(tempfile.mkdtemp(prefix="genbioel_bench_"))
+    model_dir = settings.model_dir
     if model_dir is None:
-        model, tokenizer = _train_quick(kb, work / "model", train_seconds)
+        model, tokenizer = _train_quick(kb, work / "model", settings.train_seconds)
         model_dir = work / "model"
         from spacy_genbioel.models import save_model
 
         save_model(model, tokenizer, model_dir)
     model, tokenizer = load_model(model_dir, device=device)
     began = time.monotonic()
-    linker = GenerativeLinker(model, tokenizer, kb, config=DecodingConfig(num_beams=num_beams, top_k=num_beams, batch_size=batch_size))
+    linker = GenerativeLinker(model, tokenizer, kb, decoding=DecodingSettings(num_beams=num_beams, top_k=num_beams, batch_size=batch_size))
     trie_seconds = time.monotonic() - began
-    mentions, mentions_name = benchmark_mentions(data_dir, kb, n_mentions)
+    mentions, mentions_name = benchmark_mentions(data_dir, kb, settings.n_mentions)
     result.update({
         "device": str(linker.device),
         "kb": kb_name,
@@ -209,9 +228,9 @@ def run_benchmark(
         "mentions_source": mentions_name,
         "num_beams": num_beams,
         "batch_size": batch_size,
-        "runs": [compare_decoders(linker, mentions, cw) for cw in context_words],
+        "runs": [compare_decoders(linker, mentions, cw) for cw in settings.context_words],
     })
-    if mesh and data_dir and (data_dir / "vocab" / "mesh").is_dir():
+    if settings.mesh and data_dir and (data_dir / "vocab" / "mesh").is_dir():
         tok_dir = work / "tokenizer"
         tokenizer.save_pretrained(str(tok_dir))
         # a fresh process, so the RSS growth is the trie's alone
