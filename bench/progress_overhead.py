@@ -76,7 +76,7 @@ def main() -> None:
                              "bar_overhead_us_per_record": round((on - bare) / args.records * 1e6, 2)}
 
         def steps(enabled):
-            bar = StepProgress("bench", args.records, max_seconds=3600, enabled=enabled, file=Sink())
+            bar = StepProgress.start("bench", args.records, max_seconds=3600, enabled=enabled, file=Sink())
             for _ in range(args.records):
                 bar.update(1, loss="0.1")
             bar.close()

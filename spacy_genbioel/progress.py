@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TypeVar, Union
 
 __all__ = [
-    "ENV", "LARGE", "InputEstimate", "InputProgress", "StepEstimate", "StepProgress", "ByteMeter",
+    "ENV", "LARGE", "InputEstimate", "InputProgress", "ProgressSettings", "StepEstimate", "StepProgress", "ByteMeter",
     "estimate_input", "estimate_steps", "format_rate", "format_seconds", "wanted", "watch_file",
 ]
 
@@ -158,30 +158,61 @@ class _Bar:
             self._redirect.close()
 
 
+@dataclass(frozen=True)
+class ProgressSettings:
+    """How a :class:`StepProgress` counts, what budget it knows and how it is drawn."""
+
+    #: the step this run starts at (a resumed run's; steps before it are not in the rate)
+    initial: int = 0
+    #: the time budget in seconds on ``clock`` (None: steps only)
+    max_seconds: Optional[float] = None
+    #: budget spent before a resume
+    budget_before: float = 0.0
+    #: the budget's clock (default: ``wall``; a CPU-time budget runs another)
+    clock: Optional[Clock] = None
+    #: the wall clock of the rate and the ETA
+    wall: Clock = time.monotonic
+    #: the budget's name on the bar (``budget``, ``cpu budget``, ``round budget``)
+    budget_name: str = "budget"
+    #: what a step is called on the bar (``step``, ``name``, ``text``)
+    unit: str = "step"
+    #: draw the bar: False never, None or True as :func:`wanted` decides
+    enabled: Optional[bool] = True
+    #: the stream drawn on (default: stderr)
+    file: Optional[IO[str]] = None
+    #: keep the finished bar on screen
+    leave: bool = True
+
+
 class StepProgress:
     """A bar of steps towards ``max_steps`` that knows the time budget.
 
-    ``initial`` (a resumed run's step), ``max_seconds`` and ``budget_before``
-    (budget spent before a resume) follow :func:`estimate_steps`; ``clock`` is
-    the budget's clock (default ``wall``, :func:`time.monotonic`); ``budget_name``
-    names it on the bar (``budget``, ``cpu budget``, ``round budget``).
-    ``update(n, loss=...)`` counts steps and shows the named values; ``close``
-    (or the ``with`` block) ends the bar, ``close(stopped=True)`` at the step
-    reached. :meth:`estimate` works with or without a bar."""
+    ``settings`` (:class:`ProgressSettings`; :meth:`start` takes them as
+    keywords) give the start step and budget as :func:`estimate_steps` takes
+    them, the clocks (``clock`` the budget's, default ``wall``,
+    :func:`time.monotonic`) and how the bar is drawn. ``update(n, loss=...)``
+    counts steps and shows the named values; ``close`` (or the ``with`` block)
+    ends the bar, ``close(stopped=True)`` at the step reached. :meth:`estimate`
+    works with or without a bar."""
 
-    def __init__(self, desc: str, max_steps: int, *, initial: int = 0, max_seconds: Optional[float] = None,
-                 budget_before: float = 0.0, clock: Optional[Clock] = None, wall: Clock = time.monotonic,
-                 budget_name: str = "budget", unit: str = "step", enabled: Optional[bool] = True,
-                 file: Optional[IO[str]] = None, leave: bool = True) -> None:
-        self.max_steps, self.initial, self.step = int(max_steps), int(initial), int(initial)
-        self.max_seconds, self.budget_before, self.budget_name, self.unit = max_seconds, budget_before, budget_name, unit
-        self.wall, self.clock = wall, clock or wall
+    def __init__(self, desc: str, max_steps: int, settings: Optional[ProgressSettings] = None) -> None:
+        s = settings or ProgressSettings()
+        self.settings = s
+        self.max_steps, self.initial, self.step = int(max_steps), int(s.initial), int(s.initial)
+        self.max_seconds, self.budget_before, self.budget_name, self.unit = s.max_seconds, s.budget_before, s.budget_name, s.unit
+        self.wall, self.clock = s.wall, s.clock or s.wall
         self._values: Dict[str, Any] = {}  # of the last update (loss, lr...)
         self._drawn = -math.inf
         self._wall0, self._clock0 = self.wall(), self.clock()
-        self._bar = _Bar(enabled, file, total=self.max_steps, desc=desc, unit=unit, initial=self.initial, leave=leave,
+        self._bar = _Bar(s.enabled, s.file, total=self.max_steps, desc=desc, unit=s.unit, initial=self.initial, leave=s.leave,
                          postfix=self.describe(self.estimate()))
         self.bar = self._bar.tqdm
+
+    @classmethod
+    def start(cls, desc: str, max_steps: int, **settings: Any) -> "StepProgress":
+        """``StepProgress(desc, max_steps, ProgressSettings(**settings))``: the settings as keywords
+        (``StepProgress.start("encode", n, unit="text", enabled=False)``)."""
+        return cls(desc, max_steps, ProgressSettings(**settings))
 
     def estimate(self) -> StepEstimate:
         return estimate_steps(self.step, self.max_steps, initial=self.initial, elapsed=self.wall() - self._wall0,

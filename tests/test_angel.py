@@ -12,7 +12,7 @@ from spacy_genbioel.linking.decoder import GenerativeLinker
 
 from spacy_genbioel.linking.inputs import InputBuilder
 
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Candidate, Mention
 from spacy_genbioel.models import build_model, save_model, special_ids
@@ -31,6 +31,7 @@ from spacy_genbioel.training.angel import (
     sequence_logprobs,
     write_pairs_jsonl,
 )
+from spacy_genbioel.training.engine import TrainingEngine
 from spacy_genbioel.training.settings import EngineConfig
 from spacy_genbioel.training.trainlog import read_log
 from spacy_genbioel.training.examples import TrainingExample, write_examples_jsonl
@@ -78,7 +79,7 @@ def _manual_logprob(model, tokenizer, linker, mention, name):
 
 def test_sequence_logprob_is_the_sum_over_name_and_eos_after_the_inference_prompt(micro_model, word_tokenizer):
     kb = random_kb(4, n_concepts=20)
-    linker = GenerativeLinker(micro_model, word_tokenizer, kb, inputs=BUILDER, config=DecodingConfig(num_beams=4, top_k=4))
+    linker = GenerativeLinker(micro_model, word_tokenizer, kb, inputs=BUILDER, decoding=DecodingSettings(num_beams=4, top_k=4))
     _, _, pad = special_ids(micro_model, word_tokenizer)
     mentions = [Mention("acute renal failure", ("D0001",), left="the patient had", right="after surgery"),
                 Mention("pain", ("D0002",), left="chronic", right="")]
@@ -271,7 +272,8 @@ def test_rounds_keep_the_best_model_and_stop_on_patience(tmp_path, word_tokenize
     config = EngineConfig(max_steps=100, batch_size=4, learning_rate=1e-3, warmup_steps=0, progress=False, log_every=1)
     settings = AngelConfig(rounds=5, patience=2, steps_per_round=2, top_k=3, num_beams=3, gold_fallback=True,
                            mentions_per_round=6)
-    trainer = AngelTrainer(model, word_tokenizer, kb, config, settings, inputs=BUILDER, out_dir=tmp_path, evaluate=evaluate)
+    engine = TrainingEngine(model, word_tokenizer, config, inputs=BUILDER, out_dir=tmp_path, evaluate=evaluate)
+    trainer = AngelTrainer(engine, kb, settings)
     result = trainer.run(_corpus(kb, 12, 0) * 2)  # duplicates are mined once
     assert [r["round"] for r in result.rounds] == [1, 2, 3]
     assert result.stopped_by == "patience" and result.best_round == 1 and result.best_metric == 0.6

@@ -7,7 +7,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from spacy_genbioel.retrieval.dense import DENSE_CONFIG, DenseEncoder, DenseLinker, autocast_dtype, detect_pooling, pool
+from spacy_genbioel.retrieval.dense import DENSE_CONFIG, DenseEncoder, DenseLinker, DenseSettings, autocast_dtype, detect_pooling, pool
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.retrieval.registry import get_retriever
 from spacy_genbioel.training.sapbert import (
@@ -201,7 +201,7 @@ def test_encode_is_normalized_and_order_independent(encoder):
 # -- linker -------------------------------------------------------------------------------------------------
 def test_linker_groups_concepts_by_best_name(encoder, tmp_path):
     kb = toy_kb()
-    linker = DenseLinker(kb, encoder, cache=False)
+    linker = DenseLinker(kb, encoder, DenseSettings(cache=False))
     mentions = ["Alpha-beta gamma", "delta", "lung pain", "cardiac infarction", "kidney insufficiency", "pain", "", "zzz"]
     results = linker.link(mentions, top_k=4)
     assert len(results) == len(mentions)
@@ -233,14 +233,14 @@ def test_faiss_index_agrees_with_torch(encoder):
     pytest.importorskip("faiss")
     kb = toy_kb()
     mentions = ["cardiac attack", "renal", "blood pressure high", "lung"]
-    by_torch = DenseLinker(kb, encoder, cache=False).link(mentions, 3)
-    by_faiss = DenseLinker(kb, encoder, cache=False, index="faiss").link(mentions, 3)
+    by_torch = DenseLinker(kb, encoder, DenseSettings(cache=False)).link(mentions, 3)
+    by_faiss = DenseLinker(kb, encoder, DenseSettings(cache=False, index="faiss")).link(mentions, 3)
     assert [[(c.ids, c.name) for c in r] for r in by_torch] == [[(c.ids, c.name) for c in r] for r in by_faiss]
 
 
 def test_name_cache_skips_encoding_and_follows_the_kb(tiny_bert_dir, tmp_path, monkeypatch):
     kb = toy_kb()
-    first = DenseLinker(kb, tiny_bert_dir, pooling="cls", cache_dir=tmp_path)
+    first = DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path))
     assert not first.from_cache and first.cache_path.exists()
     original = DenseEncoder.encode
 
@@ -249,26 +249,26 @@ def test_name_cache_skips_encoding_and_follows_the_kb(tiny_bert_dir, tmp_path, m
         return original(self, texts, *args, **kwargs)
 
     monkeypatch.setattr(DenseEncoder, "encode", no_names)
-    second = DenseLinker(kb, tiny_bert_dir, pooling="cls", cache_dir=tmp_path)
+    second = DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path))
     assert second.from_cache and second.cache_path == first.cache_path
     assert torch.equal(first.name_vectors, second.name_vectors)  # fresh runs go through float16 too
     assert first.link(["heart attack", "renal"], 3) == second.link(["heart attack", "renal"], 3)
     monkeypatch.setattr(DenseEncoder, "encode", original)
     # a changed KB, another pooling or another storage dtype is another cache entry
     bigger = KnowledgeBase([*kb, Concept("D9", ["acute liver failure"])], name="toy")
-    assert not DenseLinker(bigger, tiny_bert_dir, pooling="cls", cache_dir=tmp_path).from_cache
-    assert not DenseLinker(kb, tiny_bert_dir, pooling="mean", cache_dir=tmp_path).from_cache
-    assert not DenseLinker(kb, tiny_bert_dir, pooling="cls", cache_dir=tmp_path, cache_dtype="float32").from_cache
-    assert DenseLinker(bigger, tiny_bert_dir, pooling="cls", cache_dir=tmp_path).from_cache
+    assert not DenseLinker(bigger, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path)).from_cache
+    assert not DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="mean", cache_dir=tmp_path)).from_cache
+    assert not DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path, cache_dtype="float32")).from_cache
+    assert DenseLinker(bigger, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path)).from_cache
     # content-addressed: the same names under another KB name (a pipeline's copy) read the same file
     monkeypatch.setattr(DenseEncoder, "encode", no_names)
-    renamed = DenseLinker(KnowledgeBase(list(kb), name="packaged copy"), tiny_bert_dir, pooling="cls", cache_dir=tmp_path)
+    renamed = DenseLinker(KnowledgeBase(list(kb), name="packaged copy"), tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path))
     assert renamed.from_cache and torch.equal(renamed.name_vectors, first.name_vectors)
     assert not renamed.cache_path.exists()  # nothing written: it read the other file
     monkeypatch.setattr(DenseEncoder, "encode", original)
     # a damaged file is rebuilt
     first.cache_path.write_bytes(b"not safetensors")
-    again = DenseLinker(kb, tiny_bert_dir, pooling="cls", cache_dir=tmp_path)
+    again = DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path))
     assert not again.from_cache and torch.equal(again.name_vectors, first.name_vectors)
 
 
@@ -417,7 +417,7 @@ def test_minilm_links_obvious_synonyms(tmp_path):
         Concept("D003920", ["Diabetes Mellitus"]),
         Concept("D051437", ["Renal Insufficiency", "Kidney Failure"]),
     ])
-    linker = DenseLinker(kb, cache_dir=tmp_path)  # the installed model, offline
+    linker = DenseLinker(kb, settings=DenseSettings(cache_dir=tmp_path))  # the installed model, offline
     assert linker.encoder.pooling == "mean" and linker.encoder.dim == 384
     mentions = ["heart attacks", "cancer of the breast", "elevated blood pressure", "diabetic", "failure of the kidneys"]
     top = [r[0].ids for r in linker.link(mentions, top_k=3)]

@@ -248,7 +248,7 @@ def test_build_kb_askapatient_command(tmp_path):
 # -- corpus step on AskAPatient folds --------------------------------------------------------------------------
 def test_make_corpus_askapatient_with_several_train_files(tmp_path):
     from spacy_genbioel.training.examples import read_mentions_jsonl
-    from spacy_genbioel.training.stages import make_corpus
+    from spacy_genbioel.training.stages import CorpusSettings, make_corpus
 
     (tmp_path / "askapatient.json").write_text(json.dumps(ASK_KB), encoding="utf8")
     kb = KnowledgeBase(read_askapatient_kb(tmp_path / "askapatient.json"))
@@ -258,7 +258,7 @@ def test_make_corpus_askapatient_with_several_train_files(tmp_path):
     (tmp_path / "fold-0.validation.txt").write_bytes("83901003\tSj\u00f6gren's syndrome\tdry eyes\n\n".encode("latin-1"))
     (tmp_path / "fold-0.test.txt").write_text("22298006\tMyocardial infarction\tchest pain attack\n", encoding="utf8")
     stats = make_corpus([tmp_path / "fold-0.train.txt", tmp_path / "fold-0.validation.txt"], tmp_path / "fold-0.test.txt",
-                        tmp_path / "kb.jsonl", tmp_path / "corpus", fmt="askapatient")
+                        tmp_path / "kb.jsonl", tmp_path / "corpus", CorpusSettings(fmt="askapatient"))
     assert stats["train_documents"] == 0 and stats["dev_documents"] == 0
     assert stats["targets"]["mentions"] == 3 and stats["targets"]["used"] == 3 and stats["train_lines"] == 3
     assert stats["dev_lines"] == 1
@@ -274,13 +274,13 @@ def test_make_corpus_askapatient_with_several_train_files(tmp_path):
     assert json.loads((tmp_path / "corpus" / "stats.json").read_text())["train_lines"] == 3
     # one file given as a path, not a list, reads the same
     one = make_corpus(tmp_path / "fold-0.train.txt", tmp_path / "fold-0.test.txt", tmp_path / "kb.jsonl", tmp_path / "c1",
-                      fmt="askapatient")
+                      CorpusSettings(fmt="askapatient"))
     assert one["train_lines"] == 2
 
 
 def test_make_corpus_several_pubtator_files_and_unknown_format(tmp_path):
     from spacy_genbioel.kb.base import Concept
-    from spacy_genbioel.training.stages import make_corpus
+    from spacy_genbioel.training.stages import CorpusSettings, make_corpus
 
     KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]).to_jsonl(tmp_path / "kb.jsonl")
     docs = corpus(4)
@@ -289,4 +289,4 @@ def test_make_corpus_several_pubtator_files_and_unknown_format(tmp_path):
     assert stats["train_documents"] == 4 and stats["train_lines"] == 8 and stats["dev_lines"] == 2
     assert len((tmp_path / "out" / "texts.txt").read_text(encoding="utf8").splitlines()) == 4
     with pytest.raises(ValueError, match="unknown corpus format 'bioc'"):
-        make_corpus(a, b, tmp_path / "kb.jsonl", tmp_path / "out2", fmt="bioc")
+        make_corpus(a, b, tmp_path / "kb.jsonl", tmp_path / "out2", CorpusSettings(fmt="bioc"))

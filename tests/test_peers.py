@@ -11,7 +11,7 @@ from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Candidate, Mention
 from spacy_genbioel.retrieval.exact import ExactLinker
 from spacy_genbioel.retrieval.registry import SHORT_NAMES, get_retriever, known_retrievers
-from spacy_genbioel.retrieval.scispacy import ScispacyLinker, kb_to_scispacy_entities, write_scispacy_jsonl
+from spacy_genbioel.retrieval.scispacy import ScispacyLinker, ScispacySettings, kb_to_scispacy_entities, write_scispacy_jsonl
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 
 
@@ -151,14 +151,14 @@ def test_scispacy_linker_groups_concepts_sharing_a_name(kb, scispacy_linker):
     grouped = scispacy_linker.link([m("HNPCC")], top_k=5)[0]
     assert grouped[0].name == "hnpcc"
     assert set(grouped[0].ids) == {"D015179", "OMIM:120435"}
-    per_concept = ScispacyLinker(kb, group_by_name=False).link([m("HNPCC")], top_k=5)[0]
+    per_concept = ScispacyLinker(kb, ScispacySettings(group_by_name=False)).link([m("HNPCC")], top_k=5)[0]
     assert [c.ids for c in per_concept[:2]] == [("D015179",), ("OMIM:120435",)]
     assert all(len(c.ids) == 1 for c in per_concept)
 
 
 def test_scispacy_linker_threshold_and_empty(kb):
     pytest.importorskip("scispacy", reason="scispacy is not installed")
-    strict = ScispacyLinker(kb, threshold=0.99)
+    strict = ScispacyLinker(kb, ScispacySettings(threshold=0.99))
     res = strict.link([m("breast tumour"), m("diabetes"), m("zzqx")], top_k=5)
     assert res[0] == []
     assert [c.ids for c in res[1]] == [("D003920",)]
@@ -208,6 +208,31 @@ ngram_range = [2, 3]
     assert isinstance(tfidf, TfidfLinker) and tfidf.vectorizer.ngram_range == (2, 3)
 
 
+def test_retriever_settings_keep_their_flat_names(kb):
+    """The scispacy and dense settings are one dataclass each; config blocks and
+    ``get_retriever(name, kb, **settings)`` still take the flat setting names."""
+    from thinc.api import Config
+    from spacy.util import registry
+
+    from spacy_genbioel.retrieval.registry import make_retriever_builder, retriever_takes
+    from spacy_genbioel.retrieval.settings import DenseSettings
+
+    config = Config().from_str('''
+[retriever]
+@misc = "genbioel.dense_retriever.v1"
+device = "cpu"
+batch_size = 16
+cache = false
+''')
+    assert registry.resolve(config)["retriever"] == DenseSettings(device="cpu", batch_size=16, cache=False)
+    with pytest.raises(Exception, match="no_such_setting"):
+        registry.resolve(Config().from_str('[retriever]\n@misc = "genbioel.dense_retriever.v1"\nno_such_setting = 1\n'))
+    assert make_retriever_builder("scispacy", threshold=0.5, k=7) == ScispacySettings(k=7, threshold=0.5)
+    assert retriever_takes("dense", "model") and not retriever_takes("scispacy", "model")
+    with pytest.raises(TypeError):
+        make_retriever_builder("scispacy", no_such_setting=1)
+
+
 # -- property: peers only return KB names and IDs -----------------------------
 
 _words = st.text(alphabet="abcdefgh", min_size=1, max_size=6)
@@ -239,7 +264,8 @@ def test_scispacy_returns_only_kb_names(kb, texts, top_k):
     mentions = [m(t) for t in texts]
     linker = ScispacyLinker(kb)
     assert_kb_candidates(kb, linker.link(mentions, top_k=top_k), len(mentions), top_k)
-    ids = {i for cands in ScispacyLinker(kb, group_by_name=False).link(mentions, top_k=top_k) for c in cands for i in c.ids}
+    per_concept = ScispacyLinker(kb, ScispacySettings(group_by_name=False))
+    ids = {i for cands in per_concept.link(mentions, top_k=top_k) for c in cands for i in c.ids}
     assert ids <= set(kb.concept_ids)
 
 

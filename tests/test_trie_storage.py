@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from spacy_genbioel.arrayfile import backing_map, read_arrays, release_pages, write_arrays
 from spacy_genbioel.linking.name_tokens import tokenize_names, word_splitting
-from spacy_genbioel.linking.trie import NameTrie, TrieFormatError
+from spacy_genbioel.linking.trie import NameTrie, TrieArrays, TrieFormatError
 
 V, EOS, ROOT = 50, 2, 16
 
@@ -149,7 +149,7 @@ def test_decoding_never_indexes_outside_damaged_children():
     ptr[1:-1] = [10_000, -5, 3, 99][: len(ptr) - 2] + [0] * max(0, len(ptr) - 6)
     tokens = trie.child_tokens.copy()
     tokens[0] = 10_000
-    damaged = NameTrie(trie.edge_keys, trie.terminal_nodes, trie.terminal_ptr, trie.terminal_names, vocab_size=V,
-                       eos_token_id=EOS, root_token_id=ROOT, max_depth=trie.max_depth, child_tokens=tokens, child_ptr=ptr)
+    arrays = TrieArrays(trie.edge_keys, trie.terminal_nodes, trie.terminal_ptr, trie.terminal_names, child_tokens=tokens, child_ptr=ptr)
+    damaged = NameTrie(arrays, vocab_size=V, eos_token_id=EOS, root_token_id=ROOT, max_depth=trie.max_depth)
     mask = damaged.on_device("cpu").allowed_mask(torch.arange(-1, damaged.n_nodes))
     assert mask.shape == (damaged.n_nodes + 1, V)

@@ -206,12 +206,12 @@ KB = [Concept("D016918", ["reactive arthritis", "reiter syndrome"], types=["Dise
 @pytest.fixture()
 def pipeline_dir(tmp_path, micro_model, word_tokenizer):
     from spacy_genbioel.models import save_model
-    from spacy_genbioel.training.package import package
+    from spacy_genbioel.training.package import EntitySource, PipelineMeta, package
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     KnowledgeBase(KB).to_jsonl(tmp_path / "kb.jsonl")
-    return package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", entity_label="Disease", num_beams=2,
-                   top_k=2, abbreviations=False, kb_url="mesh,omim")
+    return package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", settings={"num_beams": 2, "top_k": 2},
+                   entities=EntitySource(entity_label="Disease", abbreviations=False), meta=PipelineMeta(kb_url="mesh,omim"))
 
 
 def test_visualize_command_links_texts(tmp_path, pipeline_dir):

@@ -48,14 +48,14 @@ def corpus_cmd(
 ) -> None:
     """Training examples with synonyms-aware targets (char 3-gram TF-IDF) and dev mentions."""
     setup_logging(verbose)
-    from spacy_genbioel.training.stages import make_corpus
+    from spacy_genbioel.training.stages import CorpusSettings, make_corpus
     from spacy_genbioel.training.targets import TARGET_STRATEGIES
 
     if targets not in TARGET_STRATEGIES:
         raise typer.BadParameter(f"--targets must be one of {', '.join(TARGET_STRATEGIES)}")
-    stats = make_corpus(train, dev, kb, out, top_k_targets=top_k_targets, abbreviations=abbreviations,
-                        crosswalk=crosswalk, context_chars=context_chars, labels=labels,
-                        target_strategy=targets, seed=seed, fmt=fmt)
+    settings = CorpusSettings(fmt=fmt, crosswalk=crosswalk, labels=labels, abbreviations=abbreviations, context_chars=context_chars,
+                              top_k_targets=top_k_targets, target_strategy=targets, seed=seed)
+    stats = make_corpus(train, dev, kb, out, settings)
     t = stats["targets"]
     msg.good(f"{stats['train_lines']} training examples from {t['used']} of {t['mentions']} mentions "
              f"(composite {t['composite']}, no gold {t['no_gold']}, not in KB {t['not_in_kb']}); "
@@ -98,9 +98,9 @@ def pretrain_cmd(
 ) -> None:
     """KB-guided pre-training (extra options override the config: --training.max_steps 100)."""
     setup_logging(verbose)
-    from spacy_genbioel.training.stages import pretrain
+    from spacy_genbioel.training.stages import StageRun, pretrain
 
-    result = pretrain(model, kb, config, out, dev_jsonl=dev, overrides=stage_overrides(ctx), device=device, resume=resume)
+    result = pretrain(model, kb, config, out, dev_jsonl=dev, overrides=stage_overrides(ctx), run=StageRun(device, resume))
     msg.good(f"Pre-trained {result.step} steps ({result.stopped_by}, {result.seconds:.0f}s) -> {result.model_dir}")
 
 
@@ -119,9 +119,9 @@ def finetune_cmd(
 ) -> None:
     """Synonyms-aware fine-tuning, evaluated on dev every N steps (extra options override the config)."""
     setup_logging(verbose)
-    from spacy_genbioel.training.stages import finetune
+    from spacy_genbioel.training.stages import StageRun, finetune
 
-    result = finetune(model, train, dev, kb, config, out, overrides=stage_overrides(ctx), device=device, resume=resume)
+    result = finetune(model, train, dev, kb, config, out, overrides=stage_overrides(ctx), run=StageRun(device, resume))
     best = f", best {result.best_metric:.4f} at step {result.best_step}" if result.best_metric is not None else ""
     msg.good(f"Fine-tuned {result.step} steps ({result.stopped_by}, {result.seconds:.0f}s{best}) -> {result.model_dir}")
 

@@ -33,14 +33,13 @@ def visualize_cmd(
 ) -> None:
     """Write an HTML page of linked entities (type and concept name as the label, the ID linking to the concept's page)."""
     setup_logging(verbose)
-    from spacy_genbioel.visualize import VisualizeError, visualize
+    from spacy_genbioel.visualize import DocumentSource, PageOptions, VisualizeError, visualize
 
+    source = DocumentSource(texts=tuple(text or ()), inputs=tuple(inputs or ()), input_format=input_format, gold=gold,
+                            n_docs=n_docs, seed=seed, ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None)
+    page = PageOptions(templates=kb_url, label=label, component=component, spans_key=spans_key, kb_id_attr=kb_id_attr)
     try:
-        summary = visualize(
-            out, pipeline=pipeline, texts=text or None, inputs=inputs or None, input_format=input_format, gold=gold, kb=kb,
-            n_docs=n_docs, seed=seed, ids=[i.strip() for i in ids.split(",") if i.strip()] if ids else None,
-            templates=kb_url, label=label, component=component, spans_key=spans_key, kb_id_attr=kb_id_attr, device=device,
-        )
+        summary = visualize(out, source, pipeline=pipeline, kb=kb, page=page, device=device)
     except VisualizeError as err:
         msg.fail(str(err), exits=1)
         return

@@ -32,6 +32,7 @@ memory-mapped and checked (:mod:`.trie_io`); a damaged file raises
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -48,38 +49,52 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NameTrie", "TrieFormatError", "TrieMismatchError", "TrieRestriction", "TrieTensors"]
+__all__ = ["NameTrie", "TrieArrays", "TrieFormatError", "TrieMismatchError", "TrieRestriction", "TrieTensors"]
+
+@dataclass(frozen=True)
+class TrieArrays:
+    """The arrays of a :class:`NameTrie` (the layout of the module docstring), as built or stored."""
+
+    #: sorted ``parent * vocab_size + token``; edge ``n - 1`` creates node ``n``
+    edge_keys: np.ndarray
+    #: sorted nodes reached through EOS
+    terminal_nodes: np.ndarray
+    #: CSR offsets: the names of ``terminal_nodes[i]`` are ``terminal_names[terminal_ptr[i]:terminal_ptr[i + 1]]``
+    terminal_ptr: np.ndarray
+    #: KB name indices, grouped by terminal node
+    terminal_names: np.ndarray
+    #: children of node p: ``child_tokens[child_ptr[p]:child_ptr[p + 1]]`` (None: derived from ``edge_keys``)
+    child_tokens: Optional[np.ndarray] = None
+    #: CSR offsets of ``child_tokens`` per node (None: derived with ``child_tokens``)
+    child_ptr: Optional[np.ndarray] = None
+
 
 class NameTrie:
     def __init__(
         self,
-        edge_keys: np.ndarray,
-        terminal_nodes: np.ndarray,
-        terminal_ptr: np.ndarray,
-        terminal_names: np.ndarray,
+        arrays: TrieArrays,
         *,
         vocab_size: int,
         eos_token_id: int,
         root_token_id: int,
         max_depth: int,
         tokenizer_fingerprint: Optional[str] = None,
-        child_tokens: Optional[np.ndarray] = None,
-        child_ptr: Optional[np.ndarray] = None,
     ) -> None:
         #: :func:`~spacy_genbioel.models.hf.tokenizer_fingerprint` of the tokenizer the names were split with
         self.tokenizer_fingerprint = tokenizer_fingerprint
         #: the file it was read from (for messages)
         self.source: Optional[str] = None
-        self.edge_keys = np.ascontiguousarray(edge_keys, dtype=np.int64)
-        self.terminal_nodes = np.ascontiguousarray(terminal_nodes, dtype=np.int64)
-        self.terminal_ptr = np.ascontiguousarray(terminal_ptr, dtype=np.int64)
-        self.terminal_names = np.ascontiguousarray(terminal_names, dtype=np.int64)
+        self.edge_keys = np.ascontiguousarray(arrays.edge_keys, dtype=np.int64)
+        self.terminal_nodes = np.ascontiguousarray(arrays.terminal_nodes, dtype=np.int64)
+        self.terminal_ptr = np.ascontiguousarray(arrays.terminal_ptr, dtype=np.int64)
+        self.terminal_names = np.ascontiguousarray(arrays.terminal_names, dtype=np.int64)
         self.vocab_size = int(vocab_size)
         self.eos_token_id = int(eos_token_id)
         self.root_token_id = int(root_token_id)
         self.max_depth = int(max_depth)
         self.n_nodes = len(self.edge_keys) + 1
         # children of node p: child_tokens[child_ptr[p]:child_ptr[p + 1]] (stored in format 3 files)
+        child_tokens, child_ptr = arrays.child_tokens, arrays.child_ptr
         if child_tokens is None or child_ptr is None:
             child_tokens, child_ptr = _children(self.edge_keys, self.vocab_size)
         self.child_tokens = np.ascontiguousarray(child_tokens, dtype=np.int32)
@@ -180,18 +195,15 @@ class NameTrie:
         collisions = n - len(terminal_nodes)
         if collisions:
             logger.info("%d names share their token sequence with another name", collisions)
-        return cls(
+        arrays = TrieArrays(
             edge_keys,
             terminal_nodes,
             terminal_ptr,
             np.asarray(name_indices, dtype=np.int64)[order],
-            vocab_size=vocab_size,
-            eos_token_id=eos_token_id,
-            root_token_id=root_token_id,
-            max_depth=max_depth,
             child_tokens=np.concatenate(child_tokens) if child_tokens else np.zeros(0, dtype=np.int32),
             child_ptr=child_ptr,
         )
+        return cls(arrays, vocab_size=vocab_size, eos_token_id=eos_token_id, root_token_id=root_token_id, max_depth=max_depth)
 
     @classmethod
     def from_names(
@@ -212,7 +224,7 @@ class NameTrie:
         than ``max_name_tokens`` tokens cannot be generated and are left out.
         ``progress`` (None: from 100,000 names on, on a terminal) counts the names tokenized."""
         vocab_size = vocab_size or len(tokenizer)
-        bar = StepProgress("trie", len(names), unit="name", enabled=progress if progress is not None else len(names) >= LARGE)
+        bar = StepProgress.start("trie", len(names), unit="name", enabled=progress if progress is not None else len(names) >= LARGE)
         found = tokenize_names(names, tokenizer, eos_token_id=eos_token_id, max_name_tokens=max_name_tokens,
                                chunk_size=chunk_size, on_chunk=bar.update)
         bar.close()
@@ -400,9 +412,7 @@ class NameTrie:
         foreign or inconsistent file raises :class:`TrieFormatError` naming it (the
         per-node arrays are checked at a sample of positions unless ``full_check``)."""
         arrays, meta, ints = read_trie(path, full_check)
-        trie = cls(arrays["edge_keys"], arrays["terminal_nodes"], arrays["terminal_ptr"], arrays["terminal_names"], **ints,
-                   tokenizer_fingerprint=meta.get("tokenizer_fingerprint"), child_tokens=arrays.get("child_tokens"),
-                   child_ptr=arrays.get("child_ptr"))
+        trie = cls(TrieArrays(**arrays), **ints, tokenizer_fingerprint=meta.get("tokenizer_fingerprint"))
         trie.source = str(path)
         return trie
 

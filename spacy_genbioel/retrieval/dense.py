@@ -39,13 +39,14 @@ import torch
 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
+from spacy_genbioel.retrieval.settings import DenseSettings
 from spacy_genbioel.ty import Candidate, MentionLike, mention_text
 from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint
 
 logger = logging.getLogger(__name__)
 
 
-__all__ = ["DenseEncoder", "DenseLinker", "pool", "autocast_dtype", "detect_pooling", "minilm_model_dir", "default_cache_dir",
+__all__ = ["DenseEncoder", "DenseLinker", "DenseSettings", "pool", "autocast_dtype", "detect_pooling", "minilm_model_dir", "default_cache_dir",
            "POOLINGS", "DENSE_CONFIG"]
 
 POOLINGS = ("cls", "mean")
@@ -194,7 +195,7 @@ class DenseEncoder:
         ids = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
         order = sorted(range(n), key=lambda i: len(ids[i]))
         pad_id = self.tokenizer.pad_token_id or 0
-        bar = StepProgress("encode", n, unit="text", enabled=progress if progress is not None else n >= 10_000)
+        bar = StepProgress.start("encode", n, unit="text", enabled=progress if progress is not None else n >= 10_000)
         was_training = self.model.training
         self.model.eval()
         dtype = autocast_dtype(self.precision, self.device)
@@ -233,9 +234,12 @@ class DenseEncoder:
 class DenseLinker:
     """Nearest KB names by cosine similarity of dense vectors.
 
-    ``model`` is an encoder directory (default: the installed all-MiniLM-L6-v2)
-    or a :class:`DenseEncoder`. A name equal to the normalized mention is
-    ranked first with score 1.0 (as in :class:`~spacy_genbioel.retrieval.tfidf.TfidfLinker`);
+    ``model`` is an encoder directory (default: ``settings.model``, else the
+    installed all-MiniLM-L6-v2) or a :class:`DenseEncoder`; ``settings`` (a
+    :class:`~spacy_genbioel.retrieval.settings.DenseSettings`, the config block
+    of ``genbioel.dense_retriever.v1``) holds everything else. A name equal
+    to the normalized mention is ranked first with score 1.0 (as in
+    :class:`~spacy_genbioel.retrieval.tfidf.TfidfLinker`);
     a mention that normalizes to nothing gets no candidates. ``top_k * oversample``
     names are retrieved per mention before concepts are grouped, so that
     ``top_k`` groups remain when a concept has several names near the top.
@@ -250,42 +254,29 @@ class DenseLinker:
 
     name = "dense"
 
-    def __init__(
-        self,
-        kb: KnowledgeBase,
-        model: Union[PathLike, DenseEncoder, None] = None,
-        *,
-        pooling: str = "auto",
-        max_length: Optional[int] = None,
-        device: str = "cpu",
-        precision: str = "fp32",
-        batch_size: int = 128,
-        cache: bool = True,
-        cache_dir: Optional[PathLike] = None,
-        cache_dtype: str = "float16",
-        index: str = "torch",
-        oversample: int = 10,
-        max_block: int = 1 << 24,
-        progress: Optional[bool] = None,
-    ) -> None:
-        if cache_dtype not in _STORAGE_DTYPES:
+    def __init__(self, kb: KnowledgeBase, model: Union[PathLike, DenseEncoder, None] = None,
+                 settings: Optional[DenseSettings] = None) -> None:
+        s = settings or DenseSettings()
+        if s.cache_dtype not in _STORAGE_DTYPES:
             raise ValueError(f"cache_dtype must be one of {sorted(_STORAGE_DTYPES)}")
-        if index not in ("torch", "faiss"):
+        if s.index not in ("torch", "faiss"):
             raise ValueError("index must be 'torch' or 'faiss'")
+        model = model if model is not None else s.model
         self.kb = kb
+        self.settings = s
         self.encoder = model if isinstance(model, DenseEncoder) else DenseEncoder.load(
-            model, pooling=pooling, max_length=max_length, device=device, precision=precision)
-        self.batch_size = int(batch_size)
-        self.cache_dtype = cache_dtype
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.use_cache = bool(cache)
-        self.oversample = max(1, int(oversample))
-        self.max_block = max(1, int(max_block))
-        self.progress = progress
+            model, pooling=s.pooling, max_length=s.max_length, device=s.device, precision=s.precision)
+        self.batch_size = int(s.batch_size)
+        self.cache_dtype = s.cache_dtype
+        self.cache_dir = Path(s.cache_dir) if s.cache_dir is not None else default_cache_dir()
+        self.use_cache = bool(s.cache)
+        self.oversample = max(1, int(s.oversample))
+        self.max_block = max(1, int(s.max_block))
+        self.progress = s.progress
         self.cache_path: Optional[Path] = None
         self.from_cache = False
         self.name_vectors = self._name_matrix()
-        self._faiss = self._faiss_index() if index == "faiss" else None
+        self._faiss = self._faiss_index() if s.index == "faiss" else None
 
     # -- the name matrix ----------------------------------------------------------
     def cache_key(self) -> Optional[str]:

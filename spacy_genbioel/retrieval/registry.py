@@ -12,7 +12,9 @@ saved pipeline keeps the retriever it was saved with:
 A registered function takes the retriever's settings and returns a builder
 ``Callable[[KnowledgeBase], Linker]`` (the style of spaCy's
 ``spacy.CandidateGenerator.v1``): settings come from a config block, the KB
-from the component that owns it::
+from the component that owns it. A retriever with many settings registers
+the frozen dataclass of its settings instead (:mod:`.settings`): an instance
+is the builder, so a setting is defined once::
 
     [components.genbioel.candidates.retriever]
     @misc = "genbioel.tfidf_retriever.v1"
@@ -54,6 +56,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from spacy.util import registry
 
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.retrieval.settings import DenseSettings, ScispacySettings
 from spacy_genbioel.ty import Linker
 
 __all__ = [
@@ -112,42 +115,11 @@ def make_tfidf_retriever(
     return build_later("tfidf", "TfidfLinker", **locals())
 
 
-@registry.misc("genbioel.scispacy_retriever.v1")
-def make_scispacy_retriever(
-    k: int = 30,
-    threshold: float = 0.0,
-    no_definition_threshold: float = 0.95,
-    filter_for_definitions: bool = False,
-    min_df: int = 10,
-    m_parameter: int = 16,
-    ef_construction: int = 200,
-    ef_search: int = 200,
-    index_threads: int = 2,
-    group_by_name: bool = True,
-) -> RetrieverBuilder:
-    """scispacy's candidate generator built in memory on the KB."""
-    return build_later("scispacy", "ScispacyLinker", **locals())
+#: scispacy's candidate generator built in memory on the KB (its settings: :class:`.settings.ScispacySettings`)
+make_scispacy_retriever = registry.misc("genbioel.scispacy_retriever.v1")(ScispacySettings)
 
-
-@registry.misc("genbioel.dense_retriever.v1")
-def make_dense_retriever(
-    model: Optional[str] = None,
-    pooling: str = "auto",
-    max_length: Optional[int] = None,
-    device: str = "cpu",
-    precision: str = "fp32",
-    batch_size: int = 128,
-    cache: bool = True,
-    cache_dir: Optional[str] = None,
-    cache_dtype: str = "float16",
-    index: str = "torch",
-    oversample: int = 10,
-    max_block: int = 1 << 24,
-    progress: Optional[bool] = None,
-) -> RetrieverBuilder:
-    """Dense (SapBERT-style) nearest names; ``model``: the encoder directory
-    (default: the installed all-MiniLM-L6-v2, untrained for linking)."""
-    return build_later("dense", "DenseLinker", **locals())
+#: Dense (SapBERT-style) nearest names (its settings: :class:`.settings.DenseSettings`)
+make_dense_retriever = registry.misc("genbioel.dense_retriever.v1")(DenseSettings)
 
 
 def known_retrievers() -> List[str]:

@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.retrieval.settings import ScispacySettings
 from spacy_genbioel.ty import Candidate, MentionLike, mention_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ScispacyLinker", "kb_to_scispacy_entities", "write_scispacy_jsonl"]
+__all__ = ["ScispacyLinker", "ScispacySettings", "kb_to_scispacy_entities", "write_scispacy_jsonl"]
 
 
 def kb_to_scispacy_entities(kb: KnowledgeBase) -> List[Any]:
@@ -74,7 +75,8 @@ class ScispacyLinker:
     generation (the k-NN query, the alias -> concept canonicalization) is
     scispacy's code.
 
-    Differences from scispacy's defaults, all configurable:
+    Differences from scispacy's defaults, all configurable (``settings``, a
+    :class:`~spacy_genbioel.retrieval.settings.ScispacySettings`):
 
     * The scispacy KB (``scispacy.linking_utils.KnowledgeBase``) is built from
       our concepts with their *normalized* names as aliases (the same
@@ -113,32 +115,21 @@ class ScispacyLinker:
 
     name = "scispacy"
 
-    def __init__(
-        self,
-        kb: KnowledgeBase,
-        *,
-        k: int = 30,
-        threshold: float = 0.0,
-        no_definition_threshold: float = 0.95,
-        filter_for_definitions: bool = False,
-        min_df: int = 10,
-        m_parameter: int = 16,
-        ef_construction: int = 200,
-        ef_search: int = 200,
-        index_threads: int = 2,
-        group_by_name: bool = True,
-    ) -> None:
+    def __init__(self, kb: KnowledgeBase, settings: Optional[ScispacySettings] = None) -> None:
         import nmslib
         from scispacy.candidate_generation import CandidateGenerator
         from scispacy.linking_utils import KnowledgeBase as ScispacyKB
         from sklearn.feature_extraction.text import TfidfVectorizer
 
+        s = settings or ScispacySettings()
         self.kb = kb
-        self.k = int(k)
-        self.threshold = float(threshold)
-        self.no_definition_threshold = float(no_definition_threshold)
-        self.filter_for_definitions = bool(filter_for_definitions)
-        self.group_by_name = bool(group_by_name)
+        self.settings = s
+        self.k = int(s.k)
+        self.threshold = float(s.threshold)
+        self.no_definition_threshold = float(s.no_definition_threshold)
+        self.filter_for_definitions = bool(s.filter_for_definitions)
+        self.group_by_name = bool(s.group_by_name)
+        min_df = s.min_df
 
         entities = kb_to_scispacy_entities(kb)
         if not entities:
@@ -176,10 +167,10 @@ class ScispacyLinker:
         index = nmslib.init(method="hnsw", space="cosinesimil_sparse", data_type=nmslib.DataType.SPARSE_VECTOR)
         index.addDataPointBatch(vectors)
         index.createIndex(
-            {"M": int(m_parameter), "indexThreadQty": int(index_threads), "efConstruction": int(ef_construction), "post": 0},
+            {"M": int(s.m_parameter), "indexThreadQty": int(s.index_threads), "efConstruction": int(s.ef_construction), "post": 0},
             print_progress=False,
         )
-        index.setQueryTimeParams({"efSearch": int(ef_search)})
+        index.setQueryTimeParams({"efSearch": int(s.ef_search)})
         self.aliases = aliases
         self.vectorizer = vectorizer
         self.ann_index = index

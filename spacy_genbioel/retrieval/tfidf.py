@@ -68,8 +68,8 @@ class TfidfLinker:
         names = kb.names
         if names:
             # (n_names, vocab), rows L2-normalized by the vectorizer; the fit reads the names once, counted as it goes
-            with StepProgress("tfidf index", len(names), unit="name",
-                              enabled=progress if progress is not None else len(names) >= LARGE) as bar:
+            with StepProgress.start("tfidf index", len(names), unit="name",
+                                    enabled=progress if progress is not None else len(names) >= LARGE) as bar:
                 self._name_vectors = self.vectorizer.fit_transform(bar.wrap(names, every=4096)).tocsr()
             # (vocab, n_names) CSR: X @ names_t is a CSR x CSR product
             self._names_t = self._name_vectors.T.tocsr()

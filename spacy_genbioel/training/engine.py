@@ -206,7 +206,7 @@ class TrainingEngine:
                 spent[0] = (elapsed_before + clock() - began) / cfg.max_seconds
 
         last_eval_step = step if resumed_from is not None else -1
-        bar = StepProgress("train", stop_at, initial=step, max_seconds=cfg.max_seconds, budget_before=elapsed_before,
+        bar = StepProgress.start("train", stop_at, initial=step, max_seconds=cfg.max_seconds, budget_before=elapsed_before,
                            clock=clock, budget_name="cpu budget" if cfg.budget_clock == "cpu" else "budget",
                            enabled=cfg.progress and step < stop_at)
         window: List[float] = []

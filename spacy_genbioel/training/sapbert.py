@@ -260,7 +260,7 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
     epoch_pairs = pairs.epoch(0)
     position = 0
     began = time.monotonic()
-    bar = StepProgress("train-dense", config.max_steps, max_seconds=config.max_seconds, enabled=config.progress)
+    bar = StepProgress.start("train-dense", config.max_steps, max_seconds=config.max_seconds, enabled=config.progress)
     ended = False
     window: List[float] = []
     counts: Dict[str, int] = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
@@ -58,55 +59,69 @@ def _read_corpus(paths: Union[PathLike, Sequence[PathLike]], crosswalk: Optional
     return documents, mentions
 
 
+@dataclass(frozen=True)
+class CorpusSettings:
+    """How :func:`make_corpus` reads the corpora and teaches their mentions."""
+
+    #: ``pubtator``, or ``askapatient`` (AskAPatient folds: mentions without context)
+    fmt: str = "pubtator"
+    #: an old -> new ID TSV applied to the gold IDs
+    crosswalk: Optional[PathLike] = None
+    #: keep only mentions of these entity types (empty: all)
+    labels: Sequence[str] = ()
+    #: replace short forms by their long forms (scispacy's detector) before the targets are chosen, as GenBioEL did with Ab3P
+    abbreviations: bool = False
+    #: characters of context kept on each side of a mention
+    context_chars: int = 2000
+    #: synonyms per training mention, each a line of ``train.jsonl`` (ANGEL: 3)
+    top_k_targets: int = 1
+    #: the synonym a mention is taught: ``tfidf`` (GenBioEL's synonyms-aware choice); ``shortest``, ``random``, ``first``
+    target_strategy: str = "tfidf"
+    #: seed of the ``random`` strategy
+    seed: int = 0
+
+
 def make_corpus(
     train_pubtator: Union[PathLike, Sequence[PathLike]],
     dev_pubtator: PathLike,
     kb_path: PathLike,
     out_dir: PathLike,
-    top_k_targets: int = 1,
-    abbreviations: bool = False,
-    crosswalk: Optional[PathLike] = None,
-    context_chars: int = 2000,
-    labels: Sequence[str] = (),
-    target_strategy: str = "tfidf",
-    seed: int = 0,
-    fmt: str = "pubtator",
+    settings: Optional[CorpusSettings] = None,
 ) -> Dict[str, Any]:
-    """Training and dev examples from PubTator corpora (``fmt="askapatient"``: AskAPatient folds,
-    mentions without context). ``train_pubtator`` may list several files, read as one split.
+    """Training and dev examples from PubTator corpora (or AskAPatient folds:
+    :class:`CorpusSettings` says how they are read and taught). ``train_pubtator``
+    may list several files, read as one split.
 
     Writes ``out_dir/train.jsonl`` (one line per target: ``top_k_targets``
     per usable mention, chosen by :func:`~spacy_genbioel.training.targets.select_targets`),
     ``out_dir/dev.jsonl`` (every dev mention, composite ones included, no
     target: the evaluation set), ``out_dir/texts.txt`` (training documents, one
-    per line, for the tokenizer) and ``out_dir/stats.json``. ``abbreviations``
-    replaces short forms by their long forms (scispacy's detector) before the
-    targets are chosen, as GenBioEL did with Ab3P. ``labels`` keeps only
-    mentions of those entity types. ``target_strategy`` picks the synonym a
-    training mention is taught (``tfidf``, GenBioEL's synonyms-aware choice;
-    ``shortest``, ``random`` and ``first`` for ablations).
+    per line, for the tokenizer) and ``out_dir/stats.json``.
     """
+    s = settings or CorpusSettings()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    walk = read_crosswalk(crosswalk) if crosswalk else None
+    walk = read_crosswalk(s.crosswalk) if s.crosswalk else None
     kb = KnowledgeBase.load(kb_path)
-    train_docs, train_mentions = _read_corpus(train_pubtator, walk, None, fmt)
-    dev_docs, dev_mentions = _read_corpus(dev_pubtator, walk, None, fmt)
-    if labels:
-        train_mentions = [m for m in train_mentions if m.label in labels]
-        dev_mentions = [m for m in dev_mentions if m.label in labels]
+    train_docs, train_mentions = _read_corpus(train_pubtator, walk, None, s.fmt)
+    dev_docs, dev_mentions = _read_corpus(dev_pubtator, walk, None, s.fmt)
+    if s.labels:
+        train_mentions = [m for m in train_mentions if m.label in s.labels]
+        dev_mentions = [m for m in dev_mentions if m.label in s.labels]
     stats: Dict[str, Any] = {"train_documents": len(train_docs), "dev_documents": len(dev_docs)}
-    if abbreviations:
+    if s.abbreviations:
         expander = AbbreviationExpander()
         train_mentions, stats["train_expanded"] = expander.expand(train_mentions, {d.pmid: d.text for d in train_docs})
         dev_mentions, stats["dev_expanded"] = expander.expand(dev_mentions, {d.pmid: d.text for d in dev_docs})
+
+    context_chars = s.context_chars
 
     def cut(m: Mention) -> Mention:
         return dataclasses.replace(m, left=m.left[max(0, len(m.left) - context_chars):] if context_chars else "",
                                    right=m.right[:context_chars])
 
-    examples, target_stats = select_targets(kb, train_mentions, top_k=top_k_targets, strategy=target_strategy, seed=seed)
-    stats["targets"] = {**target_stats, "strategy": target_strategy}
+    examples, target_stats = select_targets(kb, train_mentions, top_k=s.top_k_targets, strategy=s.target_strategy, seed=s.seed)
+    stats["targets"] = {**target_stats, "strategy": s.target_strategy}
     stats["train_lines"] = write_examples_jsonl(((cut(e.mention), e.target) for e in examples), out / "train.jsonl")
     stats["dev_lines"] = write_examples_jsonl(((cut(m), None) for m in dev_mentions), out / "dev.jsonl")
     with (out / "texts.txt").open("w", encoding="utf8") as texts:
@@ -169,31 +184,55 @@ def load_for_training(model_dir: PathLike, device: str) -> Tuple[Any, Any, torch
     return model, tokenizer, dev
 
 
-def run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, source: ExampleSource, out_dir: PathLike,
-              dev_jsonl: Optional[PathLike], device: str, resume: bool, inputs: Sequence[PathLike] = (),
-              documents: Sequence[Mention] = ()) -> TrainResult:
-    """Train ``model_dir`` on ``source`` with the training engine into ``out_dir``
+@dataclass(frozen=True)
+class StageRun:
+    """Where a training stage runs and whether it continues from its checkpoint."""
+
+    #: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``
+    device: str = "auto"
+    #: continue from ``out_dir/checkpoint`` when there is one (and it grew from the same start model and inputs)
+    resume: bool = True
+
+
+@dataclass(frozen=True)
+class StageData:
+    """What a training stage learns from and is evaluated on."""
+
+    #: the training examples
+    source: ExampleSource
+    #: the files the examples come from: a checkpoint is resumed only when they are unchanged
+    inputs: Sequence[PathLike] = ()
+    #: every mention of the training corpus, so that per-document inputs mark all of a document's mentions whatever the batch
+    documents: Sequence[Mention] = ()
+    #: dev mentions (the corpus step's ``dev.jsonl``) for the evaluation and the best model
+    dev_jsonl: Optional[PathLike] = None
+
+
+def run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, data: StageData, out_dir: PathLike,
+              run: Optional[StageRun] = None) -> TrainResult:
+    """Train ``model_dir`` on ``data.source`` with the training engine into ``out_dir``
     (``config.cfg``, ``inputs.sha256``, ``result.json`` and the engine's files);
-    a checkpoint there is resumed only when the start model and ``inputs`` are
-    the ones it grew from. ``documents``: every mention of the training corpus,
-    so that per-document inputs mark all of a document's mentions whatever the batch."""
+    a checkpoint there is resumed only when the start model and ``data.inputs`` are
+    the ones it grew from."""
+    run = run or StageRun()
+    resume = run.resume
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # a checkpoint is only resumed when it grew from the same start model and data
     # (a rerun after an earlier step changed must start afresh); the config may change
-    stamp_value = fingerprint([model_dir, *inputs])
+    stamp_value = fingerprint([model_dir, *data.inputs])
     stamp = out / "inputs.sha256"
     if resume and stamp.exists() and stamp.read_text(encoding="utf8").strip() != stamp_value:
         logger.warning("%s: the start model or the data changed since the checkpoint was written; starting afresh", out)
         resume = False
     stamp.write_text(stamp_value + "\n", encoding="utf8")
-    model, tokenizer, dev = load_for_training(model_dir, device)
+    model, tokenizer, dev = load_for_training(model_dir, run.device)
     (out / "config.cfg").write_text(stage.text, encoding="utf8")
     engine = TrainingEngine(model, tokenizer, stage.training, inputs=stage.inputs, out_dir=out,
-                            evaluate=stage_evaluator(stage, kb, dev_jsonl), device=dev)
+                            evaluate=stage_evaluator(stage, kb, data.dev_jsonl), device=dev)
     if stage.inputs.input_mode == "document":
-        engine.loss.sources.documents.register(documents)
-    result = engine.train(source, resume=resume)
+        engine.loss.sources.documents.register(data.documents)
+    result = engine.train(data.source, resume=resume)
     atomic_json(out / "result.json", result.to_dict())
     return result
 
@@ -214,15 +253,15 @@ def pretrain(
     out_dir: PathLike,
     dev_jsonl: Optional[PathLike] = None,
     overrides: Optional[Mapping[str, Any]] = None,
-    device: str = "auto",
-    resume: bool = True,
+    run: Optional[StageRun] = None,
 ) -> TrainResult:
-    """KB-guided pre-training; the model ends in ``out_dir/model`` (best on dev when ``dev_jsonl`` is given)."""
+    """KB-guided pre-training; the model ends in ``out_dir/model`` (best on dev when ``dev_jsonl`` is given).
+    ``overrides`` change the config (dotted keys); ``run``: the device and whether to resume."""
     stage = load_stage_config(config_path, overrides)
     kb = KnowledgeBase.load(kb_path)
     source = kb_guided_examples(stage, kb, max_synonyms_per_concept=stage.data["max_synonyms_per_concept"])
     logger.info("Pre-training on %d (concept, synonym) pairs per epoch", len(source))
-    return run_stage(stage, model_dir, kb, source, out_dir, dev_jsonl, device, resume, inputs=[kb_path])
+    return run_stage(stage, model_dir, kb, StageData(source, inputs=[kb_path], dev_jsonl=dev_jsonl), out_dir, run)
 
 
 def finetune(
@@ -233,11 +272,11 @@ def finetune(
     config_path: PathLike,
     out_dir: PathLike,
     overrides: Optional[Mapping[str, Any]] = None,
-    device: str = "auto",
-    resume: bool = True,
+    run: Optional[StageRun] = None,
 ) -> TrainResult:
     """Synonyms-aware fine-tuning on ``train_jsonl``, evaluated on ``dev_jsonl``
-    every ``eval_every`` steps; the best model ends in ``out_dir/model``."""
+    every ``eval_every`` steps; the best model ends in ``out_dir/model``.
+    ``overrides`` change the config (dotted keys); ``run``: the device and whether to resume."""
     stage = load_stage_config(config_path, overrides)
     kb = KnowledgeBase.load(kb_path)
     mentions = list(read_mentions_jsonl(train_jsonl))
@@ -248,5 +287,5 @@ def finetune(
     n_kb = int(stage.data["kb_examples_per_epoch"])
     if n_kb > 0:
         source = MixedExamples(source, SampledSource(kb_guided_examples(stage, kb), n_kb, stage.training.seed))
-    return run_stage(stage, model_dir, kb, source, out_dir, dev_jsonl, device, resume, inputs=[train_jsonl, kb_path],
-                     documents=[m for m, _ in mentions])
+    data = StageData(source, inputs=[train_jsonl, kb_path], documents=[m for m, _ in mentions], dev_jsonl=dev_jsonl)
+    return run_stage(stage, model_dir, kb, data, out_dir, run)

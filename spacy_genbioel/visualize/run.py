@@ -28,7 +28,7 @@ from spacy_genbioel.visualize.urls import TemplateSpec, resolve_templates
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VisualizeError", "VisualizeSummary", "sample", "visualize"]
+__all__ = ["DocumentSource", "PageOptions", "VisualizeError", "VisualizeSummary", "sample", "visualize"]
 
 T = TypeVar("T")
 
@@ -114,52 +114,82 @@ def _load(pipeline: PathLike, device: Optional[str]) -> Any:
     return nlp
 
 
+@dataclass(frozen=True)
+class DocumentSource:
+    """The documents a page shows: ``texts``, or a sample of the documents of ``inputs``."""
+
+    #: texts to link (instead of input files)
+    texts: Sequence[str] = ()
+    #: input files or folders: PubTator, BioC XML/JSON, PubMed XML, JSONL, plain text (``.gz`` too)
+    inputs: Sequence[PathLike] = ()
+    #: the inputs' format (default: detected per file; with ``gold``: pubtator, bioc or jsonl, default pubtator)
+    input_format: Optional[str] = None
+    #: the inputs are an annotated corpus, shown with its own IDs (no pipeline)
+    gold: bool = False
+    #: documents in the sample
+    n_docs: int = 5
+    #: draw a seeded random sample (default: the first ``n_docs`` documents)
+    seed: Optional[int] = None
+    #: the IDs of the documents to show, in that order, instead of a sample
+    ids: Optional[Sequence[str]] = None
+
+
+@dataclass(frozen=True)
+class PageOptions:
+    """How the entities of a page are labelled and linked (:func:`~.render.render_html`)."""
+
+    #: concept pages: schemes (``mesh,omim``), a template with ``{}`` for the ID, or a mapping
+    #: (default: the pipeline's ``meta.json`` ``kb_url_templates``, else every known scheme)
+    templates: TemplateSpec = None
+    #: ``both`` (``Disease: Reiter syndrome``), ``name`` or ``type``
+    label: str = "both"
+    #: which ``genbioel`` component's KB names the concepts, where a pipeline has several
+    component: Optional[str] = None
+    #: show ``doc.spans[spans_key]`` instead of ``doc.ents``
+    spans_key: Optional[str] = None
+    #: read the concept ID from ``span._.<kb_id_attr>`` instead of ``span.kb_id_``
+    kb_id_attr: Optional[str] = None
+
+
 def visualize(
     out: PathLike,
+    source: DocumentSource,
     *,
     pipeline: Optional[PathLike] = None,
-    texts: Optional[Sequence[str]] = None,
-    inputs: Optional[Sequence[PathLike]] = None,
-    input_format: Optional[str] = None,
-    gold: bool = False,
     kb: Optional[PathLike] = None,
-    n_docs: int = 5,
-    seed: Optional[int] = None,
-    ids: Optional[Sequence[str]] = None,
-    templates: TemplateSpec = None,
-    label: str = "both",
-    component: Optional[str] = None,
-    spans_key: Optional[str] = None,
-    kb_id_attr: Optional[str] = None,
+    page: Optional[PageOptions] = None,
     device: Optional[str] = None,
 ) -> VisualizeSummary:
-    """Write the displaCy page of ``texts`` or of a sample of ``inputs`` to ``out``.
+    """Write the displaCy page of the documents of ``source`` to ``out``.
 
-    With a ``pipeline``, documents are linked by it; concept names come from its
-    ``genbioel`` component's KB (``component`` names one) unless ``kb`` is given,
-    and URL templates from ``templates``, else the pipeline's ``meta.json``
-    (``kb_url_templates``), else every known scheme. With ``gold``, the inputs
-    are an annotated corpus (``input_format``: pubtator, bioc or jsonl;
-    default pubtator) shown with its own IDs, names from ``kb`` if given.
-    ``spans_key`` and ``kb_id_attr`` read a span group and an extension
-    attribute instead of ``doc.ents`` and ``span.kb_id_`` (:func:`~.render.displacy_input`)."""
-    if bool(texts) == bool(inputs):
+    With a ``pipeline``, documents are linked by it (on ``device``, default the
+    pipeline's); concept names come from its ``genbioel`` component's KB
+    (``page.component`` names one) unless ``kb`` is given, and URL templates
+    from ``page.templates``, else the pipeline's ``meta.json``
+    (``kb_url_templates``), else every known scheme. With ``source.gold``, the
+    inputs are an annotated corpus shown with its own IDs, names from ``kb`` if
+    given. ``page.spans_key`` and ``page.kb_id_attr`` read a span group and an
+    extension attribute instead of ``doc.ents`` and ``span.kb_id_``
+    (:func:`~.render.displacy_input`)."""
+    page = page or PageOptions()
+    src = source
+    if bool(src.texts) == bool(src.inputs):
         raise VisualizeError("give texts or input files (one of them)")
-    if gold and (not inputs or pipeline is not None):
+    if src.gold and (not src.inputs or pipeline is not None):
         raise VisualizeError("gold shows an annotated corpus: give input files and no pipeline")
-    if not gold and pipeline is None:
+    if not src.gold and pipeline is None:
         raise VisualizeError("give a pipeline to link with (or gold with an annotated corpus)")
     try:
         names: Names = KnowledgeBase.load(kb) if kb is not None else None
-        resolved = resolve_templates(templates) if templates is not None else None
+        resolved = resolve_templates(page.templates) if page.templates is not None else None
     except ValueError as err:
         raise VisualizeError(str(err)) from err
     skipped: List[RecordError] = []
     try:
-        if gold:
-            fmt = input_format or "pubtator"
-            documents = (d for path in inputs or () for d in read_documents(path, fmt))
-            chosen, missing = _select(((d.pmid, d) for d in documents), n_docs, seed, ids)
+        if src.gold:
+            fmt = src.input_format or "pubtator"
+            documents = (d for path in src.inputs or () for d in read_documents(path, fmt))
+            chosen, missing = _select(((d.pmid, d) for d in documents), src.n_docs, src.seed, src.ids)
             import spacy
 
             docs = list(to_spacy_docs([d for _, d in chosen], spacy.blank("en")))
@@ -167,15 +197,15 @@ def visualize(
             resolved = resolved or resolve_templates(None)
         else:
             nlp = _load(pipeline, device)  # type: ignore[arg-type]
-            if texts:
-                chosen, missing = [(None, text) for text in texts], []
-                titles = [None] * len(texts)
+            if src.texts:
+                chosen, missing = [(None, text) for text in src.texts], []
+                titles = [None] * len(src.texts)
             else:
-                chosen, missing = _select(_input_records(inputs or (), input_format, skipped), n_docs, seed, ids)
+                chosen, missing = _select(_input_records(src.inputs or (), src.input_format, skipped), src.n_docs, src.seed, src.ids)
                 titles = [doc_id for doc_id, _ in chosen]
             docs = list(nlp.pipe(item if isinstance(item, str) else item.text for _, item in chosen))
             if names is None:
-                names = genbioel_kb(nlp, component)
+                names = genbioel_kb(nlp, page.component)
             resolved = resolved or pipeline_templates(nlp)
     except (AnnotateError, CorpusFormatError, UnknownFormatError, OSError) as err:
         raise VisualizeError(str(err)) from err
@@ -183,17 +213,18 @@ def visualize(
         raise VisualizeError("no document to show" + (f" (not found: {', '.join(missing)})" if missing else ""))
     for doc_id in missing:
         logger.warning("document %s not found in the inputs", doc_id)
+    spans_key, kb_id_attr = page.spans_key, page.kb_id_attr
     try:
-        page = render_html(docs, templates=resolved, names=names, label=label, titles=titles, spans_key=spans_key,
+        html = render_html(docs, templates=resolved, names=names, label=page.label, titles=titles, spans_key=spans_key,
                            kb_id_attr=kb_id_attr)
     except AttributeError as err:  # an extension attribute that is not registered
         raise VisualizeError(f"kb_id attribute {kb_id_attr!r}: {err}") from err
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, lambda p: p.write_text(page, encoding="utf8"))
+    atomic_write(target, lambda p: p.write_text(html, encoding="utf8"))
     ents = [e for doc in docs for e in (doc.ents if spans_key is None else doc.spans.get(spans_key, []))]
     return VisualizeSummary(
         out=target, documents=len(docs), entities=len(ents),
         linked=sum(1 for e in ents if (getattr(e._, kb_id_attr) if kb_id_attr else e.kb_id_)),
-        with_page=page.count('href="http'), skipped_records=len(skipped), missing_ids=missing,
+        with_page=html.count('href="http'), skipped_records=len(skipped), missing_ids=missing,
     )

@@ -136,7 +136,7 @@ def mine_pairs(
     stats.mentions = len(usable)
     rankings: List[List[Candidate]] = []
     step = chunk_size or max(1, len(usable))
-    with StepProgress("mine", len(usable), unit="mention", enabled=progress and bool(usable), leave=False) as bar:
+    with StepProgress.start("mine", len(usable), unit="mention", enabled=progress and bool(usable), leave=False) as bar:
         for begin in range(0, len(usable), step):
             rankings.extend(linker.link(usable[begin : begin + step], top_k=top_k))
             bar.update(min(step, len(usable) - begin))

@@ -24,16 +24,16 @@ import torch
 from spacy_genbioel.evaluation.recall import gold_id_set
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.settings import DecodingConfig
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 from spacy_genbioel.training.angel.dpo import dpo_loss, encode_pairs, pair_logprobs
 from spacy_genbioel.training.angel.mining import PreferencePair, kb_negative_pairs, mine_pairs, write_pairs_jsonl
 from spacy_genbioel.training.engine import TrainingEngine, TrainResult
-from spacy_genbioel.training.evaluator import Evaluator, stage_evaluator
+from spacy_genbioel.training.evaluator import stage_evaluator
 from spacy_genbioel.training.examples import read_mentions_jsonl
 from spacy_genbioel.training.loop import autocast, budget_clock, build_optimizer, log_due, lr_factor, set_seed, train_step
-from spacy_genbioel.training.settings import AngelConfig, EngineConfig, load_stage_config
+from spacy_genbioel.training.settings import AngelConfig, load_stage_config
 from spacy_genbioel.training.sources import ExampleSource, SampledSource
 from spacy_genbioel.training.stages import kb_guided_examples, load_for_training
 from spacy_genbioel.training.targets import fit_name_vectorizer
@@ -67,41 +67,38 @@ class AngelResult:
 class AngelTrainer:
     """Negative-aware rounds on a model in place; see the module docstring.
 
-    ``evaluate(model, tokenizer)`` returns the dev metrics (``config.eval_metric``
-    among them), as for the training engine; without it every round runs and
+    ``engine`` (a :class:`~spacy_genbioel.training.engine.TrainingEngine`) holds
+    the model, tokenizer, ``[training]`` and ``[inputs]`` settings, device and
+    output folder. Its ``evaluate(model, tokenizer)`` returns the dev metrics
+    (``config.eval_metric`` among them); without it every round runs and
     the last model is exported. ``kb_examples`` (e.g.
     :class:`~spacy_genbioel.training.pretraining.PretrainingExamples`) supplies
     the examples of ``angel.kb_negatives`` KB-negative pairs per round.
-    ``out_dir=None`` writes nothing (tests, experiments).
+    An engine without ``out_dir`` writes nothing (tests, experiments).
     """
 
     def __init__(
         self,
-        model,
-        tokenizer,
+        engine: TrainingEngine,
         kb: KnowledgeBase,
-        config: EngineConfig,
         angel: Optional[AngelConfig] = None,
         *,
-        inputs=None,
-        out_dir: Optional[PathLike] = None,
-        evaluate: Optional[Evaluator] = None,
-        device=None,
         kb_examples: Optional[ExampleSource] = None,
     ) -> None:
         self.angel = angel or AngelConfig()
         if self.angel.kb_negatives and kb_examples is None:
             raise ValueError("kb_negatives needs kb_examples (KB-guided pre-training examples)")
-        # the engine supplies the device, precision, optimizer groups, dev
+        # the engine supplies the model, the device, precision, optimizer groups, dev
         # evaluation with best-model bookkeeping, the log and the export
-        self.engine = TrainingEngine(model, tokenizer, config, inputs=inputs, out_dir=out_dir, evaluate=evaluate, device=device)
+        self.engine = engine
+        model, tokenizer, config = engine.model, engine.tokenizer, engine.config
         self.model, self.tokenizer, self.kb, self.config = model, tokenizer, kb, config
         self.inputs = self.engine.inputs
         self.kb_examples = kb_examples
         self.linker = GenerativeLinker(
             model, tokenizer, kb, inputs=self.inputs,
-            config=DecodingConfig(num_beams=max(self.angel.num_beams, self.angel.top_k), top_k=self.angel.top_k,
-                                  batch_size=self.angel.mine_batch_size, max_source_tokens=config.max_source_tokens),
+            decoding=DecodingSettings(num_beams=max(self.angel.num_beams, self.angel.top_k), top_k=self.angel.top_k,
+                                      batch_size=self.angel.mine_batch_size, max_source_tokens=config.max_source_tokens),
         )
         # the pairs are scored after the prompt the mining search used, token for token
         self.prompts = self.linker.prompt_tokens
@@ -220,8 +217,8 @@ class AngelTrainer:
             (ang.seconds_per_round, ang.seconds_per_round, "round budget"), (budget_left, cfg.max_seconds, "budget"))
             if left is not None and total is not None]
         _, max_seconds, before, name = min(bounds) if bounds else (None, None, 0.0, "budget")
-        bar = StepProgress(f"angel round {round_no}", planned, max_seconds=max_seconds, budget_before=before,
-                           budget_name=name, enabled=cfg.progress and bool(planned), leave=False)
+        bar = StepProgress.start(f"angel round {round_no}", planned, max_seconds=max_seconds, budget_before=before,
+                                 budget_name=name, enabled=cfg.progress and bool(planned), leave=False)
         ended = False
         self.model.train(not ang.disable_dropout)
         stopped_by = "steps"
@@ -379,8 +376,9 @@ def angel(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer, dev = load_for_training(model_dir, device)
-    trainer = AngelTrainer(model, tokenizer, kb, stage.training, settings, inputs=stage.inputs, out_dir=out,
-                           evaluate=stage_evaluator(stage, kb, dev_jsonl), device=dev, kb_examples=kb_examples)
+    engine = TrainingEngine(model, tokenizer, stage.training, inputs=stage.inputs, out_dir=out,
+                            evaluate=stage_evaluator(stage, kb, dev_jsonl), device=dev)
+    trainer = AngelTrainer(engine, kb, settings, kb_examples=kb_examples)
     (out / "config.cfg").write_text(stage.text, encoding="utf8")
     result = trainer.run(mentions)
     atomic_json(out / "result.json", result.to_dict())

@@ -1,0 +1,99 @@
+"""The settings of the configurable retrievers, one frozen dataclass each: every
+setting's default, type and meaning is written here once.
+
+Each dataclass is what spaCy's registry holds under the retriever's versioned
+name (:mod:`.registry`): a config block (or ``make_retriever_builder(name,
+**settings)``) makes an instance, and calling it with a KB builds the
+retriever, importing its module only then (so naming a retriever never loads
+torch or scispacy)::
+
+    [components.genbioel.candidates.retriever]
+    @misc = "genbioel.dense_retriever.v1"
+    device = "cuda"
+
+The retrievers take the same dataclass: ``DenseLinker(kb, model, DenseSettings(cache=False))``,
+``ScispacyLinker(kb, ScispacySettings(threshold=0.7))``.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.ty import Linker
+
+__all__ = ["DenseSettings", "ScispacySettings"]
+
+
+def _retriever(module: str, class_name: str) -> Any:
+    """``spacy_genbioel.retrieval.<module>.<class_name>``, imported now."""
+    return getattr(importlib.import_module(f"spacy_genbioel.retrieval.{module}"), class_name)
+
+
+@dataclass(frozen=True)
+class ScispacySettings:
+    """scispacy's candidate generator built in memory on the KB
+    (:class:`~spacy_genbioel.retrieval.scispacy.ScispacyLinker`, which says where they depart from scispacy)."""
+
+    #: neighbours retrieved before concepts are canonicalized (scispacy's 30; raised to ``top_k`` when that is larger)
+    k: int = 30
+    #: concepts with a score above this are kept (scispacy's ``EntityLinker`` uses 0.7)
+    threshold: float = 0.0
+    #: with ``filter_for_definitions``: the score a concept without a definition needs
+    no_definition_threshold: float = 0.95
+    #: drop concepts without a definition scoring under ``no_definition_threshold`` (scispacy's default on)
+    filter_for_definitions: bool = False
+    #: TF-IDF ``min_df`` (scispacy's 10; 1 when that leaves no n-gram)
+    min_df: int = 10
+    #: HNSW ``M`` (nmslib's 16; scispacy's 100)
+    m_parameter: int = 16
+    #: HNSW ``efConstruction`` (nmslib's 200; scispacy's 2000)
+    ef_construction: int = 200
+    #: HNSW ``efSearch`` (scispacy's 200)
+    ef_search: int = 200
+    #: threads building the index (scispacy's 60)
+    index_threads: int = 2
+    #: one candidate per name with the concepts whose best name it is (False: one per concept, as scispacy)
+    group_by_name: bool = True
+
+    def __call__(self, kb: KnowledgeBase) -> Linker:
+        """A :class:`~spacy_genbioel.retrieval.scispacy.ScispacyLinker` on ``kb`` with these settings."""
+        return _retriever("scispacy", "ScispacyLinker")(kb, self)
+
+
+@dataclass(frozen=True)
+class DenseSettings:
+    """Dense (SapBERT-style) nearest names
+    (:class:`~spacy_genbioel.retrieval.dense.DenseLinker`)."""
+
+    #: the encoder directory (default: the installed all-MiniLM-L6-v2, untrained for linking)
+    model: Optional[str] = None
+    #: ``cls``, ``mean`` or ``auto`` (the directory's own: ``dense_config.json``, sentence-transformers' pooling)
+    pooling: str = "auto"
+    #: tokens per text (default: the directory's ``dense_config.json``, else 25 as SapBERT)
+    max_length: Optional[int] = None
+    #: where the encoder runs: ``cpu``, ``cuda``, ``cuda:N``, ``auto``
+    device: str = "cpu"
+    #: ``fp32``, ``bf16`` or ``auto`` (:func:`~spacy_genbioel.util.autocast_dtype`)
+    precision: str = "fp32"
+    #: texts encoded per batch
+    batch_size: int = 128
+    #: read the KB's name matrix from ``cache_dir`` and write it there
+    cache: bool = True
+    #: where name matrices are cached (default: :func:`~spacy_genbioel.retrieval.dense.default_cache_dir`)
+    cache_dir: Optional[str] = None
+    #: how the name matrix is stored and cached: ``float16`` or ``float32`` (searched in float32)
+    cache_dtype: str = "float16"
+    #: ``torch`` (a chunked matrix product) or ``faiss`` (its exact inner-product index)
+    index: str = "torch"
+    #: names retrieved per wanted candidate before concepts are grouped
+    oversample: int = 10
+    #: query rows x names scored at once (memory of one block)
+    max_block: int = 1 << 24
+    #: show a bar while encoding (None: from 10,000 texts on, on a terminal)
+    progress: Optional[bool] = None
+
+    def __call__(self, kb: KnowledgeBase) -> Linker:
+        """A :class:`~spacy_genbioel.retrieval.dense.DenseLinker` on ``kb`` with these settings."""
+        return _retriever("dense", "DenseLinker")(kb, self.model, self)
