@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 PUBMED_ABSTRACTS = 36_000_000
 
@@ -53,14 +53,12 @@ def data_dir(given: str = "") -> Path:
 
 
 def write_abstracts(data: Path, n: int, target: Path) -> int:
-    """The first ``n`` BC5CDR train + dev abstracts as JSONL; how many there were."""
-    from spacy_genbioel.corpus import read_pubtator
+    """The first ``n`` BC5CDR train + dev abstracts as JSONL (the documents of
+    ``benchmark --pipeline``, read by the same function); how many there were."""
+    from spacy_genbioel.workflows.benchmark_annotate import benchmark_documents
 
-    lines: List[str] = []
-    for name in ("CDR_TrainingSet.PubTator.txt", "CDR_DevelopmentSet.PubTator.txt"):
-        for doc in read_pubtator(data / "bc5cdr" / name):
-            if len(lines) < n:
-                lines.append(json.dumps({"id": doc.pmid, "title": doc.title, "abstract": doc.abstract}))
+    documents, _ = benchmark_documents(data, n)
+    lines = [json.dumps({"id": doc.pmid, "title": doc.title, "abstract": doc.abstract}) for doc in documents]
     target.write_text("\n".join(lines) + "\n", encoding="utf8")
     return len(lines)
 
@@ -70,7 +68,7 @@ def one_run(name: str, docs: Path, pipeline: Path, out: Path, chunk_size: int, b
 
     from spacy_genbioel.annotate import annotate
 
-    options: Dict[str, Any] = dict(chunk_size=chunk_size, batch_size=batch_size, progress=False, device="cpu")
+    options: Dict[str, Any] = dict(chunk_size=chunk_size, batch_size=batch_size, progress=False)
     threads = torch.get_num_threads()
     if name.startswith("ray-"):
         options.update(engine="ray", n_process=int(name.split("-")[1]))
@@ -81,7 +79,7 @@ def one_run(name: str, docs: Path, pipeline: Path, out: Path, chunk_size: int, b
     load_before = os.getloadavg()
     began = time.monotonic()
     try:
-        summary = annotate([docs], pipeline, out, **options)
+        summary = annotate([docs], pipeline, out, options, {"device": "cpu"})
     finally:
         torch.set_num_threads(threads)
     wall = time.monotonic() - began

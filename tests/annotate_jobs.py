@@ -11,7 +11,8 @@ from conftest import WORDS
 from spacy_genbioel.annotate import annotate
 
 PHRASES = WORDS + ["renal failure", "cystic fibrosis", "liver", "the", "of", "patients"]
-RUN = dict(chunk_size=6, batch_size=4, progress=False, device="cpu")  # 10 units of the 60 documents
+RUN = dict(chunk_size=6, batch_size=4, progress=False)  # annotate()'s options: 10 units of the 60 documents
+CPU = {"device": "cpu"}  # its genbioel settings
 N_DOCS = 60
 
 
@@ -38,7 +39,7 @@ def one_thread():
 
 def local_run(docs: Path, pipeline: Path, out: Path, **options):
     with one_thread():
-        return annotate([docs], pipeline, out, **{**RUN, **options})
+        return annotate([docs], pipeline, out, {**RUN, **options}, CPU)
 
 
 def output(out: Path) -> dict:

@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+CPU = {"device": "cpu"}  # the genbioel settings of the runs
 PATTERNS = [("Disease", "renal failure"), ("Disease", "cystic fibrosis"), ("Chemical", "liver"), ("Disease", "!!")]
 TEXTS = ["renal failure of the liver", "cystic fibrosis and renal failure", "the liver of patients", "chronic cystic fibrosis"]
 
@@ -476,13 +477,13 @@ def run_case(case: Case, pipeline_dir: Path, work: Path) -> Tuple[str, str]:
         paths.append((folder / name).resolve())
     out = work / "out"
     try:
-        summary = annotate(paths, pipeline_dir, out, format=case.format, input_format=case.input_format, chunk_size=4,
-                           batch_size=4, progress=False, device=case.device)
+        summary = annotate(paths, pipeline_dir, out, dict(format=case.format, input_format=case.input_format, chunk_size=4,
+                                                          batch_size=4, progress=False), {"device": case.device})
     except AnnotateError as err:
         if case.refuse is False:
             return "refused", f"the whole run refused: {err}"
         if case.name.startswith("device/") and out.exists():
-            return "silent", f"refused but left {sorted(p.name for p in out.iterdir())} in --out"
+            return "silent", f"refused but left {sorted(p.name for p in out.iterdir())} in the output folder"
         return "ok", f"refused: {str(err)[:150]}"
     except BaseException as err:  # noqa: BLE001  (what the fuzzer is after)
         return "crash", f"{type(err).__name__}: {str(err)[:200]}"
@@ -516,11 +517,11 @@ def run_case(case: Case, pipeline_dir: Path, work: Path) -> Tuple[str, str]:
 
 # -- job identity ----------------------------------------------------------------------------------------------------------
 def job_scenarios(pipeline_dir: Path, other_model: Path, other_config: Path) -> List[Tuple[str, Callable[[Path], Tuple[str, str]]]]:
-    """(name, run): a first annotate run, then a second one into the same --out that must be
+    """(name, run): a first annotate run, then a second one into the same output folder that must be
     refused (another job) or must resume without duplicating anything (the same job)."""
     from spacy_genbioel.annotate import AnnotateError, annotate
 
-    run = dict(chunk_size=4, batch_size=4, progress=False, device="cpu")
+    run = dict(chunk_size=4, batch_size=4, progress=False)  # options; "settings": the genbioel settings (default: CPU)
 
     def two_runs(first: dict, second: dict, must_refuse: bool, make: Callable[[Path], None] = lambda w: None):
         def scenario(work: Path) -> Tuple[str, str]:
@@ -533,12 +534,10 @@ def job_scenarios(pipeline_dir: Path, other_model: Path, other_config: Path) -> 
             out = work / "out"
             resolve = lambda d: {**run, **d, "inputs": [folder / p if not Path(p).is_absolute() else p for p in d["inputs"]]}  # noqa: E731
             try:
-                first_args = resolve(first)
-                annotate(first_args.pop("inputs"), first_args.pop("pipeline", pipeline_dir), out, **first_args)
+                annotate(*job_args(resolve(first), out))
                 if "then" in second:
                     second["then"](folder)
-                second_args = resolve({k: v for k, v in second.items() if k != "then"})
-                summary = annotate(second_args.pop("inputs"), second_args.pop("pipeline", pipeline_dir), out, **second_args)
+                summary = annotate(*job_args(resolve({k: v for k, v in second.items() if k != "then"}), out))
             except AnnotateError as err:
                 return ("ok", f"refused: {str(err)[:160]}") if must_refuse else ("refused", f"the same job refused: {err}")
             except BaseException as err:  # noqa: BLE001
@@ -550,6 +549,12 @@ def job_scenarios(pipeline_dir: Path, other_model: Path, other_config: Path) -> 
                 return "duplicated", f"{len(ids)} documents written, {len(set(ids))} distinct"
             return "ok", f"resumed: {len(ids)} documents"
         return scenario
+
+    def job_args(args: dict, out: Path) -> tuple:
+        """annotate()'s arguments: inputs, pipeline, out, options (the rest), settings."""
+        options = dict(args)
+        inputs, pipeline, settings = options.pop("inputs"), options.pop("pipeline", pipeline_dir), options.pop("settings", CPU)
+        return inputs, pipeline, out, options, settings
 
     def append_line(folder: Path) -> None:
         with (folder / "a.jsonl").open("a") as handle:
@@ -566,6 +571,9 @@ def job_scenarios(pipeline_dir: Path, other_model: Path, other_config: Path) -> 
         ("job/other_model_same_kb", two_runs({"inputs": ["a.jsonl"]}, {"inputs": ["a.jsonl"], "pipeline": other_model}, True)),
         ("job/other_component_config", two_runs({"inputs": ["a.jsonl"]}, {"inputs": ["a.jsonl"], "pipeline": other_config}, True)),
         ("job/other_output_format", two_runs({"inputs": ["a.jsonl"]}, {"inputs": ["a.jsonl"], "format": "pubtator"}, True)),
+        ("job/other_setting", two_runs({"inputs": ["a.jsonl"]}, {"inputs": ["a.jsonl"], "settings": {"output.threshold": 0.5}}, True)),
+        ("job/other_device_and_decoding_batch", two_runs(
+            {"inputs": ["a.jsonl"]}, {"inputs": ["a.jsonl"], "settings": {"device": "auto", "decoding.batch_size": 2}}, False)),
     ]
 
 

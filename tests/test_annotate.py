@@ -1,4 +1,5 @@
 """Batch annotation: readers, writers, errors, provenance, and the kill-and-resume guarantee."""
+import dataclasses
 import gzip
 import json
 import os
@@ -15,7 +16,7 @@ import pytest
 import spacy
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.annotate import AnnotateError, InputRecord, RecordError, annotate, detect_format, read_records
+from spacy_genbioel.annotate import AnnotateError, AnnotateOptions, InputRecord, RecordError, annotate, detect_format, read_records
 from spacy_genbioel.annotate import checkpoint, records, writers, xml_readers
 from spacy_genbioel.corpus import read_bioc, read_jsonl_corpus, read_pubtator
 from spacy_genbioel.util import atomic_write
@@ -50,14 +51,15 @@ def docs_200(tmp_path_factory):
     return write_jsonl(path, [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(200))])
 
 
-RUN = dict(chunk_size=20, batch_size=8, progress=False, device="cpu")
+RUN = dict(format="jsonl", chunk_size=20, batch_size=8, progress=False)  # annotate()'s options
+CPU = {"device": "cpu"}  # its genbioel settings
 
 
 @pytest.fixture(scope="session")
 def reference(tmp_path_factory, pipeline_dir, docs_200):
     """One uninterrupted run over the 200 documents (JSONL out)."""
     out = tmp_path_factory.mktemp("annotate_reference") / "out"
-    summary = annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+    summary = annotate([docs_200], pipeline_dir, out, RUN, CPU)
     return out, summary
 
 
@@ -263,7 +265,7 @@ def test_detect_format_edge_cases(tmp_path):
         gz.write_bytes(gzip.compress(content.encode()))
         assert detect_format(tmp_path / name) == expected[name] == detect_format(gz)
     (tmp_path / "f.xml").write_text("<html></html>")
-    with pytest.raises(AnnotateError, match="input-format"):
+    with pytest.raises(AnnotateError, match=r"give the input format \(input_format\)$"):
         detect_format(tmp_path / "f.xml")
     with pytest.raises(AnnotateError, match="unknown input format"):
         list(read_records(tmp_path / "c.txt", "csv"))
@@ -307,13 +309,13 @@ def mixed_input(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mixed_reference(tmp_path_factory, pipeline_dir, mixed_input):
     out = tmp_path_factory.mktemp("annotate_mixed_ref") / "out"
-    annotate(mixed_input, pipeline_dir, out, format="jsonl", chunk_size=5, batch_size=4, progress=False)
+    annotate(mixed_input, pipeline_dir, out, AnnotateOptions(chunk_size=5, batch_size=4, progress=False))
     return {d["id"]: d for d in jsonl_docs(out)}
 
 
 def test_pubtator_output_round_trips(tmp_path, pipeline_dir, mixed_input, mixed_reference):
     out = tmp_path / "out"
-    annotate(mixed_input, pipeline_dir, out, format="pubtator", chunk_size=5, batch_size=4, progress=False)
+    annotate(mixed_input, pipeline_dir, out, dict(format="pubtator", chunk_size=5, batch_size=4, progress=False))
     docs = [d for p in sorted(out.glob("part-*.pubtator")) for d in read_pubtator(p)]  # offsets checked
     assert [d.pmid for d in docs] == list(mixed_reference)
     for doc in docs:
@@ -328,7 +330,7 @@ def test_pubtator_output_round_trips(tmp_path, pipeline_dir, mixed_input, mixed_
 
 def test_bioc_output_round_trips(tmp_path, pipeline_dir, mixed_input, mixed_reference):
     out = tmp_path / "out"
-    annotate(mixed_input, pipeline_dir, out, format="bioc", chunk_size=5, batch_size=4, progress=False)
+    annotate(mixed_input, pipeline_dir, out, dict(format="bioc", chunk_size=5, batch_size=4, progress=False))
     docs = [d for p in sorted(out.glob("part-*.bioc.xml")) for d in read_bioc(p)]  # offsets checked
     assert [d.pmid for d in docs] == list(mixed_reference)
     for doc in docs:
@@ -351,7 +353,7 @@ def test_docbin_output(tmp_path, pipeline_dir, mixed_input, mixed_reference):
     from spacy.tokens import DocBin
 
     out = tmp_path / "out"
-    annotate(mixed_input, pipeline_dir, out, format="docbin", chunk_size=5, batch_size=4, progress=False)
+    annotate(mixed_input, pipeline_dir, out, dict(format="docbin", chunk_size=5, batch_size=4, progress=False))
     nlp = spacy.blank("en")
     docs = [d for p in sorted(out.glob("part-*.spacy")) for d in DocBin().from_disk(p).get_docs(nlp.vocab)]
     assert [d.user_data["doc_id"] for d in docs] == list(mixed_reference)
@@ -379,8 +381,8 @@ def test_bad_records_go_to_the_errors_file_and_the_run_goes_on(tmp_path, pipelin
     pubtator.write_bytes(gzip.compress(f"x4|t|{good[3]}\nx4|a|\n\nx5|t|{good[4]}\nx5|a|again\n\nBAD LINE\n".encode()))
     out = tmp_path / "out"
     errors_path = tmp_path / "logs" / "errors.jsonl"
-    summary = annotate([jsonl, pubtator], pipeline_dir, out, format="pubtator", chunk_size=2, batch_size=2,
-                       errors_path=errors_path, progress=False)
+    options = AnnotateOptions(format="pubtator", chunk_size=2, batch_size=2, errors_path=errors_path, progress=False)
+    summary = annotate([jsonl, pubtator], pipeline_dir, out, options)
     assert summary["documents_read"] == 9
     assert (summary["documents_written"], summary["documents_skipped"], summary["errors"]) == (3, 2, 4)
     assert summary["documents_read"] == summary["documents_written"] + summary["documents_skipped"] + summary["errors"]
@@ -394,17 +396,16 @@ def test_bad_records_go_to_the_errors_file_and_the_run_goes_on(tmp_path, pipelin
     assert json.loads((out / "summary.json").read_text()) == summary
 
     # a rerun of a finished job changes nothing and logs nothing twice
-    again = annotate([jsonl, pubtator], pipeline_dir, out, format="pubtator", chunk_size=2, batch_size=2,
-                     errors_path=errors_path, progress=False)
+    again = annotate([jsonl, pubtator], pipeline_dir, out, options)
     assert stable(again) == stable(summary) and again["this_run"]["documents_resumed"] == 3
     assert len(errors_path.read_text().splitlines()) == len(entries)
     with pytest.raises(AnnotateError, match="pubtator"):
-        annotate([jsonl], pipeline_dir, out, format="jsonl", progress=False)
+        annotate([jsonl], pipeline_dir, out, {"progress": False})
 
 
 def test_pubtator_output_rejects_ids_it_cannot_hold(tmp_path, pipeline_dir):
     path = write_jsonl(tmp_path / "ids.jsonl", [{"id": "a|b", "text": "renal failure"}, {"id": "ok", "text": "the liver"}])
-    summary = annotate(path, pipeline_dir, tmp_path / "out", format="pubtator", progress=False)
+    summary = annotate(path, pipeline_dir, tmp_path / "out", dict(format="pubtator", progress=False))
     assert (summary["documents_written"], summary["errors"]) == (1, 1)
 
 
@@ -428,14 +429,14 @@ def test_a_document_the_pipeline_fails_on_is_an_error(tmp_path, pipeline_dir, mo
     texts[5] = "POISON renal failure"
     path = write_jsonl(tmp_path / "in.jsonl", [{"id": f"p{i}", "text": t} for i, t in enumerate(texts)])
     out = tmp_path / "out"
-    summary = annotate(path, pipeline_dir, out, chunk_size=4, batch_size=3, n_process=n_process, progress=False)
+    summary = annotate(path, pipeline_dir, out, dict(chunk_size=4, batch_size=3, n_process=n_process, progress=False))
     assert (summary["documents_written"], summary["errors"]) == (11, 1)
     entry = json.loads((out / "errors.jsonl").read_text())
     assert entry["id"] == "p5" and "poisoned" in entry["reason"]
     serial = tmp_path / "serial"
     monkeypatch.undo()
     clean = write_jsonl(tmp_path / "clean.jsonl", [{"id": f"p{i}", "text": t} for i, t in enumerate(texts) if i != 5])
-    annotate(clean, pipeline_dir, serial, chunk_size=4, batch_size=3, progress=False)
+    annotate(clean, pipeline_dir, serial, dict(chunk_size=4, batch_size=3, progress=False))
     docs = {d["id"]: d["mentions"] for d in jsonl_docs(out)}
     # p5's batch was retried one document at a time and, without p5, the clean run batches the
     # rest differently: the same mentions and links, scores up to float noise
@@ -445,13 +446,13 @@ def test_a_document_the_pipeline_fails_on_is_an_error(tmp_path, pipeline_dir, mo
 
 def test_parallel_equals_serial(tmp_path, pipeline_dir, mixed_input, mixed_reference):
     out = tmp_path / "out"
-    annotate(mixed_input, pipeline_dir, out, chunk_size=5, batch_size=2, n_process=2, progress=False)
+    annotate(mixed_input, pipeline_dir, out, dict(chunk_size=5, batch_size=2, n_process=2, progress=False))
     docs = jsonl_docs(out)
     assert [d["id"] for d in docs] == list(mixed_reference)
     # other batches (2 documents, not 4) in other processes: scores up to float noise
     assert_same_links({d["id"]: d for d in docs}, mixed_reference)
-    with pytest.raises((AnnotateError, ValueError)):
-        annotate(mixed_input, pipeline_dir, tmp_path / "gpu", n_process=2, device="cuda", progress=False)
+    with pytest.raises(AnnotateError, match="n_process > 1 runs on CPU only|device cuda: .*no CUDA"):
+        annotate(mixed_input, pipeline_dir, tmp_path / "gpu", dict(n_process=2, progress=False), {"device": "cuda"})
 
 
 # -- crashes and resume ----------------------------------------------------------------------------------
@@ -513,12 +514,12 @@ def test_crash_at_each_step_then_rerun_equals_one_run(tmp_path, pipeline_dir, do
 
         monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(Crash):
-        annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+        annotate([docs_200], pipeline_dir, out, RUN, CPU)
     monkeypatch.undo()
     assert not (out / "summary.json").exists()
     if where == "after_rename":
         assert (out / "part-000003.jsonl").exists() and len((out / "checkpoint.jsonl").read_text().splitlines()) == 3
-    summary = annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+    summary = annotate([docs_200], pipeline_dir, out, RUN, CPU)
     # a chunk renamed into place counts even when its checkpoint line is missing or torn
     assert summary["this_run"]["documents_resumed"] == (80 if where in ("after_rename", "torn_checkpoint_line") else 60)
     assert_same_as_reference(out, reference)
@@ -526,16 +527,16 @@ def test_crash_at_each_step_then_rerun_equals_one_run(tmp_path, pipeline_dir, do
 
 @pytest.mark.parametrize("format", ["jsonl", "pubtator", "bioc", "docbin"])
 def test_every_format_reads_its_chunks_back_after_a_crash(tmp_path, pipeline_dir, mixed_input, monkeypatch, format):
-    settings = dict(format=format, chunk_size=4, batch_size=3, progress=False)
+    options = dict(format=format, chunk_size=4, batch_size=3, progress=False)
     whole = tmp_path / "whole"
-    annotate(mixed_input, pipeline_dir, whole, **settings)
+    annotate(mixed_input, pipeline_dir, whole, options)
     crash_on_call(monkeypatch, checkpoint.Checkpoint, "commit", 3, before=rename_then_crash)
     out = tmp_path / "out"
     with pytest.raises(Crash):
-        annotate(mixed_input, pipeline_dir, out, **settings)
+        annotate(mixed_input, pipeline_dir, out, options)
     monkeypatch.undo()
     assert len((out / "checkpoint.jsonl").read_text().splitlines()) == 2 and len(chunk_files(out)) == 3
-    summary = annotate(mixed_input, pipeline_dir, out, **settings)
+    summary = annotate(mixed_input, pipeline_dir, out, options)
     assert summary["this_run"]["documents_resumed"] == 12 and summary["documents_written"] == 14
     assert chunk_files(out) == chunk_files(whole) and len(chunk_files(out)) == 4
     assert (out / "checkpoint.jsonl").read_text() == (whole / "checkpoint.jsonl").read_text()
@@ -549,11 +550,11 @@ def test_id_keys_keep_ids_apart():
 
 def test_missing_chunk_and_stray_entries_are_reconciled(tmp_path, pipeline_dir, docs_200, reference):
     out = tmp_path / "out"
-    annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+    annotate([docs_200], pipeline_dir, out, RUN, CPU)
     lost = json.loads((out / "part-000004.jsonl").read_text().splitlines()[0])["id"]
     (out / "part-000004.jsonl").unlink()  # e.g. lost in a crash of the file system, or removed by hand
     (out / ".part-000010.jsonl.tmp").write_text("half a chu")
-    summary = annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+    summary = annotate([docs_200], pipeline_dir, out, RUN, CPU)
     assert summary["this_run"]["documents_annotated"] == 20 and summary["documents_written"] == 200
     assert (out / "part-000010.jsonl").exists() and lost in (out / "part-000010.jsonl").read_text()
     ref_docs = {d["id"]: d for d in jsonl_docs(reference[0])}
@@ -573,7 +574,7 @@ def slow_write(self, items, path):
     time.sleep(0.1)
 
 writers.JsonlWriter.write = slow_write
-annotate([sys.argv[1]], sys.argv[2], sys.argv[3], format="jsonl", chunk_size=20, batch_size=8, progress=False, device="cpu")
+annotate([sys.argv[1]], sys.argv[2], sys.argv[3], dict(format="jsonl", chunk_size=20, batch_size=8, progress=False), {"device": "cpu"})
 """
 
 
@@ -600,7 +601,7 @@ def test_kill_9_midway_then_rerun_equals_one_run(tmp_path, pipeline_dir, docs_20
     assert not (out / "summary.json").exists()
     done = len((out / "checkpoint.jsonl").read_text().splitlines())
     assert 1 <= done < 10
-    annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+    annotate([docs_200], pipeline_dir, out, RUN, CPU)
     # the first chunks come from a process with one thread (OMP_NUM_THREADS=1), the reference
     # from this one: other CPU kernels, so scores may differ in the 6th decimal
     assert_same_as_reference(out, reference, exact_scores=False)
@@ -613,7 +614,7 @@ def _slow_child(docs, pipeline_dir, out):
         time.sleep(0.04)
 
     writers.JsonlWriter.write = slow_write
-    annotate([docs], pipeline_dir, out, format="jsonl", **RUN)
+    annotate([docs], pipeline_dir, out, RUN, CPU)
 
 
 def test_repeated_kill_9_at_random_moments(tmp_path, pipeline_dir, docs_200, reference):
@@ -631,7 +632,7 @@ def test_repeated_kill_9_at_random_moments(tmp_path, pipeline_dir, docs_200, ref
         _kill_three_times(context, rng, docs_200, pipeline_dir, out)
     finally:
         torch.set_num_threads(threads)
-    annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+    annotate([docs_200], pipeline_dir, out, RUN, CPU)
     # the killed children ran with one torch thread, the reference with this process's threads:
     # other CPU kernels, so the scores of their chunks may differ in the 6th decimal
     assert_same_as_reference(out, reference, exact_scores=False)
@@ -659,7 +660,7 @@ def test_one_run_per_output_folder(tmp_path, pipeline_dir, docs_200):
     with (out / ".lock").open("w") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         with pytest.raises(AnnotateError, match="another annotate run"):
-            annotate([docs_200], pipeline_dir, out, progress=False)
+            annotate([docs_200], pipeline_dir, out, {"progress": False})
 
 
 # -- command line ----------------------------------------------------------------------------------------------
@@ -679,7 +680,62 @@ def test_cli_command(tmp_path, pipeline_dir, mixed_input):
     assert json.loads((out / "provenance.json").read_text())["chunk_size"] == 4
     bad = runner.invoke(app, ["annotate", str(mixed_input), "--pipeline", str(pipeline_dir), "--out", str(tmp_path / "o2"),
                               "--format", "csv", "--no-progress"])
-    assert bad.exit_code == 1 and "unknown output format" in bad.output
+    assert bad.exit_code == 1 and "--format 'csv': unknown output format" in bad.output
+
+
+def test_cli_settings_after_the_flags(tmp_path, pipeline_dir, mixed_input, mixed_reference):
+    """Dotted genbioel settings (spaCy's override syntax) after the flags reach the component; an
+    unknown one is a one-line failure naming it; errors name the flags, not annotate()'s arguments."""
+    from typer.testing import CliRunner
+
+    from spacy_genbioel.cli import app
+
+    runner = CliRunner()
+    base = ["annotate", str(mixed_input), "--pipeline", str(pipeline_dir), "--no-progress", "--device", "cpu"]
+    out = tmp_path / "out"
+    result = runner.invoke(app, [*base, "--out", str(out), "--chunk-size", "5", "--output.threshold", "0.999",
+                                 "--decoding.batch_size=4"])
+    assert result.exit_code == 0, result.output
+    docs = jsonl_docs(out)
+    assert [d["id"] for d in docs] == list(mixed_reference)
+    assert any(m["kb_id"] for d in mixed_reference.values() for m in d["mentions"])
+    assert not any(m["kb_id"] for d in docs for m in d["mentions"])  # every score is below the threshold
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["settings"] == {"device": "cpu", "output": {"threshold": 0.999}, "decoding": {"batch_size": 4}}
+    assert provenance["model"]["config"]["output"]["threshold"] == 0.999
+    for extra, named in ((["--decoding.beams", "3"], "'decoding.beams'"), (["--beams", "3"], "--beams"),
+                         (["--output.threshold", "0.5"], "another job")):
+        bad = runner.invoke(app, [*base, "--out", str(out), "--chunk-size", "5", *extra])
+        assert bad.exit_code == 1 and named in bad.output and isinstance(bad.exception, SystemExit), bad.output
+    assert "another output folder (--out)" in bad.output
+    wrong = runner.invoke(app, [*base, "--out", str(tmp_path / "o2"), "--n-process", "0"])
+    assert wrong.exit_code == 1 and "--n-process must be a whole number of at least 1" in wrong.output
+    assert not (tmp_path / "o2").exists()
+
+
+def test_options_and_settings_are_checked_before_anything_is_written(tmp_path, pipeline_dir, mixed_input):
+    out = tmp_path / "out"
+    refused = [
+        (dict(format="csv"), None, "^format 'csv': unknown output format"),
+        (dict(chunk_size=0), None, "^chunk_size must be a whole number of at least 1, not 0"),
+        (dict(batch_size=True), None, "^batch_size must be a whole number"),
+        (dict(input_format="xml"), None, "^input_format 'xml': unknown input format"),
+        (dict(device="cpu"), None, r"unknown annotate option 'device' \(a genbioel setting: give it in settings\)"),
+        (dict(n_process=2), {"device": "cuda:0"}, "^(n_process > 1 runs on CPU only|device cuda:0: )"),
+        (None, {"decoding.beams": 3}, "Unknown genbioel setting 'decoding.beams'"),
+        (None, {"device": 0}, "^device 0: use auto, cpu, cuda or cuda:N"),
+        (None, ["device", "cpu"], "^settings must be a mapping"),
+    ]
+    for options, settings, message in refused:
+        with pytest.raises(AnnotateError, match=message):
+            annotate(mixed_input, pipeline_dir, out, options, settings)
+        assert not out.exists()
+    with pytest.raises(AnnotateError, match="^out .* is a file; it must be a folder") as error:
+        annotate(mixed_input, pipeline_dir, mixed_input, settings=CPU)
+    assert error.value.settings == ["out"] and error.value.naming(str.upper).startswith("OUT ")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        AnnotateOptions().chunk_size = 5
+    assert AnnotateOptions.of({"format": "bioc"}) == AnnotateOptions(format="bioc") and AnnotateOptions.of(None) == AnnotateOptions()
 
 
 # -- shared data -------------------------------------------------------------------------------------------------
@@ -698,7 +754,7 @@ def test_shared_pubtator_corpora(tmp_path, pipeline_dir):
     assert len(train_records) == 593  # 8528200 twice: annotate keeps the first
     subset = tmp_path / "dev20.txt"
     subset.write_text("\n\n".join(dev.read_text(encoding="utf8").split("\n\n")[:20]) + "\n\n", encoding="utf8")
-    summary = annotate(subset, pipeline_dir, tmp_path / "out", format="pubtator", chunk_size=8, progress=False)
+    summary = annotate(subset, pipeline_dir, tmp_path / "out", dict(format="pubtator", chunk_size=8, progress=False))
     assert summary["documents_written"] == 20 and summary["errors"] == 0
     written = [d for p in sorted((tmp_path / "out").glob("part-*")) for d in read_pubtator(p)]
     assert [(d.pmid, d.text) for d in written] == [(r.doc_id, r.text) for r in records[:20]]
@@ -706,7 +762,7 @@ def test_shared_pubtator_corpora(tmp_path, pipeline_dir):
 
 @pytest.mark.gpu
 def test_cuda_device(tmp_path, pipeline_dir, mixed_input):
-    summary = annotate(mixed_input, pipeline_dir, tmp_path / "out", device="cuda", chunk_size=5, progress=False)
+    summary = annotate(mixed_input, pipeline_dir, tmp_path / "out", dict(chunk_size=5, progress=False), {"device": "cuda"})
     assert summary["documents_written"] == 14
     assert json.loads((tmp_path / "out" / "provenance.json").read_text())["device"].startswith("cuda")
 
@@ -723,22 +779,26 @@ def test_the_output_folder_records_its_job_and_refuses_another(tmp_path, pipelin
 
     mixed_input = Path(shutil.copy(mixed_input, tmp_path / "mixed.jsonl"))  # changed below
     out = tmp_path / "out"
-    run = dict(chunk_size=5, batch_size=4, progress=False, device="cpu")
-    annotate(mixed_input, pipeline_dir, out, **run)
+    run = dict(chunk_size=5, batch_size=4, progress=False)
+    annotate(mixed_input, pipeline_dir, out, run, CPU)
     job = json.loads((out / "job.json").read_text())
     assert job["format"] == "jsonl" and job["input_format"] is None
     assert job["inputs"] == [{"path": str(mixed_input.resolve()), "size": mixed_input.stat().st_size,
                               "fingerprint": fingerprint([mixed_input.resolve()]), "format": "jsonl"}]
     assert job["pipeline"]["model"] == fingerprint([pipeline_dir / "genbioel" / "model"])
     assert job["pipeline"]["config"]["num_beams"] == 3 and "device" not in job["pipeline"]["config"]
-    # the same job resumes: another spelling of the input, --input-format that names the detected
-    # format, a copy of the pipeline elsewhere, another device/batch size/n_process are the same job
+    # the same job resumes: another spelling of the input, an input_format that names the detected
+    # format, a copy of the pipeline elsewhere, another device/batch size/n_process, settings that say
+    # how the linker runs (device, decoding.batch_size) or that the pipeline has already are the same job
     monkeypatch.chdir(mixed_input.parent)
     copy = tmp_path / "copy"
     shutil.copytree(pipeline_dir, copy)
-    again = annotate(f"../{mixed_input.parent.name}/{mixed_input.name}", copy, out, input_format="jsonl",
-                     **{**run, "batch_size": 2})
+    settings = {"device": "auto", "decoding.batch_size": 3}
+    again = annotate(f"../{mixed_input.parent.name}/{mixed_input.name}", copy, out,
+                     {**run, "input_format": "jsonl", "batch_size": 2}, settings)
     assert again["this_run"]["documents_annotated"] == 0 and again["this_run"]["documents_resumed"] == 14
+    runs = json.loads((out / "provenance.json").read_text())["runs"]
+    assert [r["settings"] for r in runs] == [{"device": "cpu"}, {"device": "auto", "decoding": {"batch_size": 3}}]
 
     before = folder_state(out)
     other_kb = tmp_path / "other_kb"
@@ -756,17 +816,19 @@ def test_the_output_folder_records_its_job_and_refuses_another(tmp_path, pipelin
         (dict(inputs=mixed_input, pipeline=other_kb), "KB differ"),
         (dict(inputs=mixed_input, pipeline=other_config), "top_k 3 before, 2 now"),
         (dict(inputs=mixed_input, pipeline=pipeline_dir, format="docbin"), "output format jsonl before, docbin now"),
+        (dict(inputs=mixed_input, pipeline=pipeline_dir, settings={"output.threshold": 0.5}), "output.threshold null before, 0.5 now"),
     ]
     for args, what in refusals:
-        args = {**run, **args}
+        options = {**run, **args}
+        inputs, pipeline, settings = options.pop("inputs"), options.pop("pipeline"), options.pop("settings", CPU)
         with pytest.raises(AnnotateError, match="another job") as refused:
-            annotate(args.pop("inputs"), args.pop("pipeline"), out, **args)
-        assert what in str(refused.value) and "new --out" in str(refused.value)
+            annotate(inputs, pipeline, out, options, settings)
+        assert what in str(refused.value) and "another output folder (out)" in str(refused.value)
         assert folder_state(out) == before  # refused before anything changed
     with mixed_input.open("a") as handle:
         handle.write(json.dumps({"id": "late", "text": "renal failure"}) + "\n")
     with pytest.raises(AnnotateError, match=r"mixed.jsonl changed \(size"):
-        annotate(mixed_input, pipeline_dir, out, **run)
+        annotate(mixed_input, pipeline_dir, out, run, CPU)
 
 
 def test_text_ids_do_not_depend_on_how_the_path_is_spelled(tmp_path, pipeline_dir, monkeypatch):
@@ -780,22 +842,22 @@ def test_text_ids_do_not_depend_on_how_the_path_is_spelled(tmp_path, pipeline_di
     for spelling in ("notes.txt", "./notes.txt", "../texts/notes.txt", str(notes), "link.txt"):
         assert [r.doc_id for r in read_records(spelling)] == expected
     out = tmp_path / "out"
-    annotate("notes.txt", pipeline_dir, out, progress=False, device="cpu")
+    annotate("notes.txt", pipeline_dir, out, {"progress": False}, CPU)
     for spelling in ("../texts/./notes.txt", "link.txt"):
-        summary = annotate(spelling, pipeline_dir, out, progress=False, device="cpu")
+        summary = annotate(spelling, pipeline_dir, out, {"progress": False}, CPU)
         assert summary["documents_written"] == 2 and summary["this_run"]["documents_annotated"] == 0
     assert [d["id"] for d in jsonl_docs(out)] == expected
 
 
 def test_output_of_an_earlier_version_without_a_job_record_is_refused(tmp_path, pipeline_dir, mixed_input):
     out = tmp_path / "out"
-    annotate(mixed_input, pipeline_dir, out, chunk_size=5, progress=False, device="cpu")
+    annotate(mixed_input, pipeline_dir, out, dict(chunk_size=5, progress=False), CPU)
     (out / "job.json").unlink()
     with pytest.raises(AnnotateError, match="no job.json"):
-        annotate(mixed_input, pipeline_dir, out, chunk_size=5, progress=False, device="cpu")
+        annotate(mixed_input, pipeline_dir, out, dict(chunk_size=5, progress=False), CPU)
     (out / "job.json").write_text("{broken")
     with pytest.raises(AnnotateError, match="job.json cannot be read"):
-        annotate(mixed_input, pipeline_dir, out, chunk_size=5, progress=False, device="cpu")
+        annotate(mixed_input, pipeline_dir, out, dict(chunk_size=5, progress=False), CPU)
 
 
 # -- one bad record never stops the job ---------------------------------------------------------------------------
@@ -810,7 +872,7 @@ def test_a_record_the_parser_cannot_take_is_an_error_and_the_job_goes_on(tmp_pat
         json.dumps({"id": "b", "text": "the liver"}),
     ]) + "\n")
     for _ in range(2):  # and a rerun does not die at the same place either
-        summary = annotate(path, pipeline_dir, tmp_path / "out", progress=False, device="cpu")
+        summary = annotate(path, pipeline_dir, tmp_path / "out", {"progress": False}, CPU)
         assert (summary["documents_written"], summary["errors"]) == (2, 4)
     entries = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
     assert [(Path(e["file"]).name, e["line"]) for e in entries] == [("in.jsonl", n) for n in (2, 3, 4, 5)]
@@ -828,7 +890,7 @@ def test_a_reader_that_fails_all_the_same_ends_only_its_file(tmp_path, pipeline_
     first = tmp_path / "a.pubtator"
     first.write_text("1|t|x\n")
     second = write_jsonl(tmp_path / "b.jsonl", [{"id": "j1", "text": "the liver"}])
-    summary = annotate([first, second], pipeline_dir, tmp_path / "out", progress=False, device="cpu")
+    summary = annotate([first, second], pipeline_dir, tmp_path / "out", {"progress": False}, CPU)
     assert [d["id"] for d in jsonl_docs(tmp_path / "out")] == ["t1", "j1"] and summary["errors"] == 1
     entry = json.loads((tmp_path / "out" / "errors.jsonl").read_text())
     assert entry["line"] == 2 and "reader failed after line 1 (KeyError" in entry["reason"]
@@ -838,12 +900,12 @@ def test_a_reader_that_fails_all_the_same_ends_only_its_file(tmp_path, pipeline_
 def test_a_file_whose_format_cannot_be_told_is_refused(tmp_path, pipeline_dir):
     stray = tmp_path / "corpus.txt"
     stray.write_text("exported by tool X\n" + PUBTATOR)
-    with pytest.raises(AnnotateError, match=r"line 2 looks like pubtator .*--input-format"):
+    with pytest.raises(AnnotateError, match=r"line 2 looks like pubtator .*input format \(input_format"):
         detect_format(stray)
-    with pytest.raises(AnnotateError, match="--input-format"):
-        annotate(stray, pipeline_dir, tmp_path / "out", progress=False, device="cpu")
+    with pytest.raises(AnnotateError, match=r"give the input format \(input_format: pubtator"):
+        annotate(stray, pipeline_dir, tmp_path / "out", {"progress": False}, CPU)
     assert not (tmp_path / "out").exists()
-    summary = annotate(stray, pipeline_dir, tmp_path / "out", input_format="pubtator", progress=False, device="cpu")
+    summary = annotate(stray, pipeline_dir, tmp_path / "out", dict(input_format="pubtator", progress=False), CPU)
     assert summary["documents_written"] == 3 and summary["errors"] == 3  # the stray line is one of them
 
     xml = "<?xml version=\"1.0\"?>\n<PubmedArticleSet>\n" + "".join(pubmed_article(i, "renal failure", ["the liver"]) for i in range(1, 40))
@@ -855,11 +917,11 @@ def test_a_file_whose_format_cannot_be_told_is_refused(tmp_path, pipeline_dir):
     assert records and [r.doc_id for r in records] == [str(i) for i in range(1, len(records) + 1)]
     assert "cannot be read further" in errors[-1].reason
     cut.write_bytes(packed[:12])
-    with pytest.raises(AnnotateError, match="cannot be read .*--input-format"):
+    with pytest.raises(AnnotateError, match=r"cannot be read .*input format \(input_format\)"):
         detect_format(cut)
     corrupt = tmp_path / "corrupt.txt.gz"
     corrupt.write_bytes(packed[:10] + b"\xff" * 40 + packed[50:])
-    with pytest.raises(AnnotateError, match="corrupt gzip data.*--input-format"):
+    with pytest.raises(AnnotateError, match=r"corrupt gzip data.*input format \(input_format\)"):
         detect_format(corrupt)
     prose = tmp_path / "prose.txt"
     prose.write_text("[Renal failure in mice].\nplain text\n")
@@ -913,12 +975,13 @@ def test_cuda_without_cuda_is_a_clear_error_and_leaves_no_folder(tmp_path, pipel
     from spacy_genbioel.cli import app
 
     for device in ("cuda", "cuda:1", "nonsense"):
-        with pytest.raises(AnnotateError, match=f"--device {device}"):
-            annotate(mixed_input, pipeline_dir, tmp_path / "out", device=device, progress=False)
-        assert not (tmp_path / "out").exists()
+        with pytest.raises(AnnotateError, match=f"^device {device}: ") as refused:
+            annotate(mixed_input, pipeline_dir, tmp_path / "out", {"progress": False}, {"device": device})
+        assert refused.value.settings == ["device"] and not (tmp_path / "out").exists()
     result = CliRunner().invoke(app, ["annotate", str(mixed_input), "--pipeline", str(pipeline_dir), "--out",
                                       str(tmp_path / "out"), "--device", "cuda", "--no-progress"])
-    assert result.exit_code == 1 and "no CUDA device" in result.output and not (tmp_path / "out").exists()
+    assert result.exit_code == 1 and "--device cuda: " in result.output and "no CUDA device" in result.output
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_pipeline_that_cannot_load_leaves_no_folder(tmp_path, pipeline_dir, mixed_input):
@@ -928,21 +991,21 @@ def test_a_pipeline_that_cannot_load_leaves_no_folder(tmp_path, pipeline_dir, mi
     shutil.copytree(pipeline_dir, broken)
     (broken / "genbioel" / "cfg.json").write_text("{not json")
     with pytest.raises(AnnotateError, match="cannot be loaded"):
-        annotate(mixed_input, broken, tmp_path / "out", device="cpu", progress=False)
+        annotate(mixed_input, broken, tmp_path / "out", {"progress": False}, CPU)
     assert not (tmp_path / "out").exists()
 
 
 # -- parallel runs: what a resume keeps ----------------------------------------------------------------------------
 def test_a_resumed_parallel_run_keeps_documents_mentions_ids_and_ranks(tmp_path, pipeline_dir, mixed_input, monkeypatch):
-    settings = dict(chunk_size=4, batch_size=2, n_process=2, progress=False)
+    options = AnnotateOptions(chunk_size=4, batch_size=2, n_process=2, progress=False)
     whole = tmp_path / "whole"
-    annotate(mixed_input, pipeline_dir, whole, **settings)
+    annotate(mixed_input, pipeline_dir, whole, options)
     crash_on_call(monkeypatch, checkpoint.Checkpoint, "commit", 3)
     out = tmp_path / "out"
     with pytest.raises(Crash):
-        annotate(mixed_input, pipeline_dir, out, **settings)
+        annotate(mixed_input, pipeline_dir, out, options)
     monkeypatch.undo()
-    summary = annotate(mixed_input, pipeline_dir, out, **settings)
+    summary = annotate(mixed_input, pipeline_dir, out, options)
     assert summary["this_run"]["documents_resumed"] == 8
     assert list(chunk_files(out)) == list(chunk_files(whole))
     assert (out / "checkpoint.jsonl").read_text() == (whole / "checkpoint.jsonl").read_text()
@@ -965,7 +1028,7 @@ def test_only_a_failure_to_write_the_output_stops_the_run(tmp_path, pipeline_dir
     out = tmp_path / "out"
     crash_on_call(monkeypatch, writers.JsonlWriter, "write", 3, before=full_disk)
     with pytest.raises(AnnotateError, match="cannot write the output .*No space left.*rerun the same command"):
-        annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+        annotate([docs_200], pipeline_dir, out, RUN, CPU)
     monkeypatch.undo()
-    annotate([docs_200], pipeline_dir, out, format="jsonl", **RUN)
+    annotate([docs_200], pipeline_dir, out, RUN, CPU)
     assert_same_as_reference(out, reference)

@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 from spacy_genbioel.annotate import annotate  # noqa: E402
 from spacy_genbioel.annotate.ray_engine import ACTOR_PREFIX, worker_status  # noqa: E402
 
-from annotate_jobs import RUN, assert_same_output, job_input, local_run  # noqa: E402
+from annotate_jobs import CPU, RUN, assert_same_output, job_input, local_run  # noqa: E402
 from fuzz_annotate import build_pipeline  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -49,7 +49,7 @@ def job(tmp_path_factory, micro_model, word_tokenizer):
 
 def ray_run(job, out, n_process, **options):
     pipeline, docs, _ = job
-    return annotate([docs], pipeline, out, engine="ray", n_process=n_process, **{**JOB, **options})
+    return annotate([docs], pipeline, out, {**JOB, "engine": "ray", "n_process": n_process, **options}, CPU)
 
 
 def test_one_and_two_workers_write_what_the_local_engine_writes(cluster, job, tmp_path):

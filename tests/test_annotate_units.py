@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from spacy_genbioel.annotate import AnnotateError, annotate, checkpoint, ray_engine, records, units, writers
 from spacy_genbioel.annotate.records import InputRecord, RecordError
 
-from annotate_jobs import N_DOCS, RUN, assert_same_output, job_input, local_run, one_thread, written_ids
+from annotate_jobs import CPU, N_DOCS, RUN, assert_same_output, job_input, local_run, one_thread, written_ids
 from fuzz_annotate import build_pipeline, cached_pipelines
 
 
@@ -123,7 +123,7 @@ def reference(tmp_path_factory, pipeline, docs):
 def test_a_unit_annotated_alone_is_the_local_engines_chunk(pipeline, docs, reference):
     from spacy_genbioel.annotate.readers import safe_records
 
-    nlp, component = units.load_pipeline(pipeline, "genbioel", "cpu")
+    nlp, component = units.load_pipeline(pipeline, "genbioel", CPU)
     writer = writers.JsonlWriter(spans_key=component.spans_key)
     counts = collections.Counter()
     stream = units.first_seen(safe_records(docs, "jsonl"), writer.check, type("Log", (), {"log": lambda self, e: None})(), set(), counts)
@@ -227,8 +227,8 @@ def fake_ray(monkeypatch):
         yield install
 
 
-def ray_run(docs, pipeline, out, n_process=2, **options):
-    return annotate([docs], pipeline, out, engine="ray", n_process=n_process, **{**RUN, **options})
+def ray_run(docs, pipeline, out, n_process=2, settings=CPU, **options):
+    return annotate([docs], pipeline, out, {**RUN, "engine": "ray", "n_process": n_process, **options}, settings)
 
 
 def test_the_driver_writes_what_the_local_engine_writes(tmp_path, pipeline, docs, reference, fake_ray):
@@ -240,6 +240,24 @@ def test_the_driver_writes_what_the_local_engine_writes(tmp_path, pipeline, docs
     assert len(fake.started) == 2  # each worker loaded the pipeline once
     provenance = json.loads((tmp_path / "out" / "provenance.json").read_text())
     assert provenance["runs"][-1]["engine"] == "ray" and provenance["runs"][-1]["worker_device"] == "cpu"
+
+
+def test_the_workers_load_the_pipeline_with_the_jobs_settings(tmp_path, pipeline, docs, fake_ray, monkeypatch):
+    loaded = []
+    original = ray_engine.load_pipeline
+
+    def load(pipeline_dir, name, overrides):
+        loaded.append(overrides)
+        return original(pipeline_dir, name, overrides)
+
+    monkeypatch.setattr(ray_engine, "load_pipeline", load)
+    fake_ray()
+    ray_run(docs, pipeline, tmp_path / "out", n_process=1, settings={"device": "auto", "output.threshold": 0.999})
+    # auto on a cluster without GPUs: CPU workers
+    assert loaded == [{"device": "cpu", "output": {"threshold": 0.999}}]
+    mentions = [m for part in (tmp_path / "out").glob("part-*") for line in part.read_text().splitlines()
+                for m in json.loads(line)["mentions"]]
+    assert mentions and not any(m["kb_id"] for m in mentions)  # every score is below the threshold
 
 
 @pytest.mark.parametrize("format", ["pubtator", "bioc", "docbin"])
@@ -323,14 +341,16 @@ def test_a_rerun_with_another_chunk_size_loses_and_repeats_nothing(tmp_path, pip
 
 
 def test_options_that_cannot_run_on_ray_are_refused_before_anything_is_written(tmp_path, docs, monkeypatch):
-    cases = [(dict(engine="spark"), "unknown engine"), (dict(ray_address="auto"), "needs --engine ray"),
-             (dict(engine="ray", device="cuda:1"), "use --device cuda")]
-    for options, message in cases:
+    cases = [(dict(engine="spark"), None, "^engine 'spark': unknown engine"),
+             (dict(ray_address="auto"), None, "^ray_address needs engine ray$"),
+             (dict(engine="ray"), {"device": "cuda:1"}, "^device cuda:1 with engine ray: .*; use device cuda$"),
+             (dict(engine="ray"), {"device": "tpu"}, "^device tpu: use auto, cpu or cuda with engine ray$")]
+    for options, settings, message in cases:
         with pytest.raises(AnnotateError, match=message):
-            annotate([docs], tmp_path / "no_pipeline", tmp_path / "out", **options)
+            annotate([docs], tmp_path / "no_pipeline", tmp_path / "out", options, settings)
     monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed
-    with pytest.raises(AnnotateError, match=r"pip install 'spacy_genbioel\[ray\]'"):
-        annotate([docs], tmp_path / "no_pipeline", tmp_path / "out", engine="ray")
+    with pytest.raises(AnnotateError, match=r"^engine ray needs Ray: pip install 'spacy_genbioel\[ray\]'"):
+        annotate([docs], tmp_path / "no_pipeline", tmp_path / "out", {"engine": "ray"})
     assert not (tmp_path / "out").exists()
 
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from spacy_genbioel.annotate import annotate, checkpoint
 from spacy_genbioel.annotate.lines import decoded_lines, read_head
 from spacy_genbioel.progress import (
-    ENV, InputProgress, StepProgress, estimate_input, estimate_steps, format_rate, format_seconds, wanted,
+    ENV, InputProgress, ProgressSettings, StepProgress, estimate_input, estimate_steps, format_rate, format_seconds, wanted,
 )
 from spacy_genbioel.util import iter_lines, open_text
 
@@ -119,7 +119,7 @@ def test_estimates_respect_both_bounds(max_steps, done, initial, elapsed, max_se
 
 def test_step_bar_says_which_bound_ends_the_run():
     clock, out = FakeClock(), Terminal()
-    bar = StepProgress("train", 6000, max_seconds=1800, clock=clock, wall=clock, file=out)
+    bar = StepProgress.start("train", 6000, max_seconds=1800, clock=clock, wall=clock, file=out)
     for _ in range(100):
         clock.tick(1.9)
         bar.update(1, loss="0.5")
@@ -134,7 +134,7 @@ def test_step_bar_says_which_bound_ends_the_run():
     assert "200/200" in shown and "stopped by the 30m budget" in shown
 
     clock, out = FakeClock(), Terminal()
-    with StepProgress("train", 6000, max_seconds=1800, clock=clock, wall=clock, file=out) as bar:
+    with StepProgress.start("train", 6000, max_seconds=1800, clock=clock, wall=clock, file=out) as bar:
         for _ in range(100):
             clock.tick(0.01)
             bar.update(1)
@@ -144,11 +144,19 @@ def test_step_bar_says_which_bound_ends_the_run():
 
 def test_wrap_counts_what_goes_through():
     clock, out = FakeClock(), Terminal()
-    bar = StepProgress("fit", 10, unit="name", clock=clock, wall=clock, file=out)
+    bar = StepProgress("fit", 10, ProgressSettings(unit="name", clock=clock, wall=clock, file=out))
     assert list(bar.wrap(range(10), every=4)) == list(range(10))
     assert bar.step == 10
     bar.close()
     assert "10/10" in final_line(out.getvalue(), "fit")
+
+
+def test_start_takes_the_settings_as_keywords():
+    bar = StepProgress.start("train", 10, initial=3, max_seconds=60, budget_name="cpu budget", enabled=False)
+    assert bar.settings == ProgressSettings(initial=3, max_seconds=60, budget_name="cpu budget", enabled=False)
+    assert (bar.step, bar.max_seconds, bar.budget_name, bar.bar) == (3, 60, "cpu budget", None)
+    with pytest.raises(TypeError):
+        StepProgress.start("train", 10, no_such_setting=1)
 
 
 # -- turning it off ------------------------------------------------------------------------------------------------
@@ -156,7 +164,7 @@ def test_no_output_when_disabled_or_without_a_terminal(monkeypatch, caplog):
     plain, terminal = io.StringIO(), Terminal()
     for stream, flag in ((plain, True), (plain, None), (terminal, False)):
         assert not wanted(flag, stream)
-        bar = StepProgress("train", 10, file=stream, enabled=flag)
+        bar = StepProgress.start("train", 10, file=stream, enabled=flag)
         bar.update(5)
         bar.close(stopped=True)
         assert bar.bar is None and bar.step == 5
@@ -172,7 +180,7 @@ def test_no_output_when_disabled_or_without_a_terminal(monkeypatch, caplog):
     log = logging.getLogger("spacy_genbioel.test")
     with caplog.at_level(logging.INFO):
         for stream in (plain, terminal):
-            with StepProgress("train", 10, file=stream):
+            with StepProgress.start("train", 10, file=stream):
                 log.info("still logged")
     assert [r.message for r in caplog.records].count("still logged") == 2
 
@@ -277,7 +285,7 @@ def test_a_resumed_annotate_run_reports_its_own_documents(tmp_path, pipeline, mo
         handle.writelines(json.dumps({"id": f"g{i}", "text": t}) + "\n" for i, t in enumerate(texts[:10]))
     txt = tmp_path / "more.txt"
     txt.write_text("\n".join(texts[10:]) + "\n", encoding="utf8")
-    run = dict(chunk_size=4, batch_size=2, device="cpu")
+    run, cpu = dict(chunk_size=4, batch_size=2), {"device": "cpu"}
     original, calls = checkpoint.Checkpoint.commit, []
 
     def crash_on_third(self, items):
@@ -289,10 +297,10 @@ def test_a_resumed_annotate_run_reports_its_own_documents(tmp_path, pipeline, mo
     monkeypatch.setattr(checkpoint.Checkpoint, "commit", crash_on_third)
     monkeypatch.setenv(ENV, "1")  # a bar even without a terminal, unless turned off
     with pytest.raises(KeyboardInterrupt):
-        annotate([gz, txt], pipeline, tmp_path / "out", progress=False, **run)
+        annotate([gz, txt], pipeline, tmp_path / "out", {**run, "progress": False}, cpu)
     assert "annotate" not in capsys.readouterr().err  # --no-progress
     monkeypatch.setattr(checkpoint.Checkpoint, "commit", original)
-    summary = annotate([gz, txt], pipeline, tmp_path / "out", progress=True, **run)
+    summary = annotate([gz, txt], pipeline, tmp_path / "out", {**run, "progress": True}, cpu)
     shown = final_line(capsys.readouterr().err, "annotate")
     assert summary["this_run"]["documents_resumed"] == 8 and summary["this_run"]["documents_annotated"] == 8
     assert "100%" in shown and "8 docs" in shown and "8 resumed" in shown and "docs/s" in shown and "mentions/s" in shown

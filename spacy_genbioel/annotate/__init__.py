@@ -13,11 +13,14 @@ linker, streaming, in committed chunks, resumable after any interruption.
 * :mod:`.checkpoint` -- the checkpoint, errors file, lock and provenance of
   an output folder; :mod:`.job` -- the job's identity (``job.json``): one job
   per output folder;
+* :mod:`.options` -- what a job is told: :class:`AnnotateOptions` (how it runs,
+  what it writes) and the genbioel settings the pipeline is loaded with;
 * :mod:`.runner` -- the job itself, :func:`annotate`.
 
 The command line (``python -m spacy_genbioel annotate``) is
 :mod:`spacy_genbioel.cli.annotate`; ``docs/annotate.md`` has the guarantees.
 """
+from spacy_genbioel.annotate.options import AnnotateOptions
 from spacy_genbioel.annotate.readers import INPUT_FORMATS, READERS, detect_format, read_records
 from spacy_genbioel.annotate.records import AnnotateError, InputRecord, LinkedMention, RecordError, doc_mentions
 from spacy_genbioel.annotate.runner import annotate
@@ -29,6 +32,7 @@ __all__ = [
     "READERS",
     "WRITERS",
     "AnnotateError",
+    "AnnotateOptions",
     "InputRecord",
     "LinkedMention",
     "RecordError",

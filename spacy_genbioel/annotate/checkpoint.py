@@ -27,7 +27,9 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterator, List, Sequence, Set, Tuple, Union
 
-from spacy_genbioel.annotate.records import CHECKPOINT, PROVENANCE, AnnotateError, Annotated, ChunkSummary, RecordError, chunk_summary, id_key
+from spacy_genbioel.annotate.records import (
+    CHECKPOINT, PROVENANCE, AnnotateError, Annotated, ChunkSummary, RecordError, chunk_summary, id_key, named,
+)
 from spacy_genbioel.annotate.writers import ChunkWriter
 from spacy_genbioel.util import atomic_json, atomic_write
 
@@ -74,7 +76,7 @@ class ErrorLog:
                 key = (data["file"], str(data.get("line")), str(data.get("record")))
             except (ValueError, KeyError, TypeError) as err:
                 raise AnnotateError(f"{path}:{number}: not an errors-file entry ({type(err).__name__}: {err}); "
-                                    "give another --errors or remove the file") from err
+                                    f"give another errors file ({named('errors_path')}) or remove this one") from err
             if key not in self.seen:
                 self.seen.add(key)
                 self.counts[data.get("kind", "error")] += 1
@@ -108,7 +110,7 @@ class Checkpoint:
         present = {p.name: p for p in out.iterdir() if CHUNK_NAME.match(p.name)}
         foreign = [n for n in present if CHUNK_NAME.match(n).group(2) != writer.suffix]  # type: ignore[union-attr]
         if foreign:
-            raise AnnotateError(f"{out} holds chunks of another output format ({foreign[0]}); use another --out")
+            raise AnnotateError(f"{out} holds chunks of another output format ({foreign[0]}); use another output folder ({named('out')})")
         entries: Dict[str, Dict[str, Any]] = {}
         lines = _complete_lines(self.path)
         for number, line in enumerate(lines, start=1):
@@ -199,8 +201,10 @@ def output_lock(out: Path) -> Iterator[None]:
 
 # -- provenance -------------------------------------------------------------------------------------------------
 def provenance(nlp: Any, pipeline_dir: Path, component: Any, device: str, settings: Dict[str, Any], command: str) -> Dict[str, Any]:
-    """What wrote this folder: package and library versions, pipeline, model, KB (its checksum guards
-    a resumed run), device, the run's ``settings`` and ``command``, and a first entry in ``runs``."""
+    """What wrote this folder: package and library versions, pipeline, model (with the component's config
+    as loaded), KB (its checksum guards a resumed run), device, the job's ``settings`` (its options, and
+    under ``settings`` the genbioel settings it was given) and ``command``, and a first entry in ``runs``:
+    when, how (command, device, genbioel settings: a resumed run may use another device or batch size)."""
     import spacy
     import torch
     import transformers
@@ -235,7 +239,7 @@ def provenance(nlp: Any, pipeline_dir: Path, component: Any, device: str, settin
         "created": now,
         "command": command,
         **settings,
-        "runs": [{"started": now, "command": command}],
+        "runs": [{"started": now, "command": command, "device": model_device, "settings": settings.get("settings", {})}],
     }
 
 
@@ -251,9 +255,10 @@ def update_provenance(out: Path, provenance: Dict[str, Any], format: str, chunk_
         except ValueError as err:
             raise AnnotateError(f"{path} cannot be read ({err}); this file is written by annotate and was changed since") from err
         if previous.get("format") != format:
-            raise AnnotateError(f"{out} was written as {previous.get('format')}, not {format}; use another --out")
+            raise AnnotateError(f"{out} was written as {previous.get('format')}, not {format}; use another output folder ({named('out')})")
         if previous.get("kb", {}).get("checksum") != provenance["kb"]["checksum"]:
-            raise AnnotateError(f"{out} was written with another KB (checksum {previous.get('kb', {}).get('checksum')}); use another --out")
+            raise AnnotateError(f"{out} was written with another KB (checksum {previous.get('kb', {}).get('checksum')}); "
+                               f"use another output folder ({named('out')})")
         if previous.get("chunk_size") != chunk_size:
             logger.warning("chunk size changed from %s to %s: chunk boundaries will differ from an uninterrupted run",
                            previous.get("chunk_size"), chunk_size)

@@ -6,7 +6,7 @@ the first line is not PubTator, JSON or XML but a later line of the head is
 (a PubTator file with one stray first line, JSON lines after a comment line),
 or when the start of a ``.gz`` cannot be read at all, detection stops with an
 :class:`~spacy_genbioel.annotate.records.AnnotateError` that asks for
-``--input-format``.
+the input format (annotate's ``input_format``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from spacy_genbioel.annotate.lines import read_head
-from spacy_genbioel.annotate.records import AnnotateError
+from spacy_genbioel.annotate.records import AnnotateError, named
 from spacy_genbioel.corpus.pubtator import pubtator_text_line
 from spacy_genbioel.util import PathLike
 
@@ -58,7 +58,7 @@ def detect_format(path: PathLike) -> str:
     objects -> jsonl; ``ID|t|title`` first line -> pubtator; otherwise
     ``.pubtator``/``.jsonl`` by extension, else plain text, unless a later line
     of the head is PubTator, JSON or XML (then :class:`AnnotateError`: give
-    ``--input-format``).
+    the input format, annotate's ``input_format``).
     """
     path = Path(path)
     name = path.name.lower()
@@ -73,14 +73,15 @@ def detect_format(path: PathLike) -> str:
     if not stripped:
         if problem:
             raise AnnotateError(f"{path}: the start of the file cannot be read ({problem}), so its format cannot be told; "
-                                "give --input-format to read what can be read")
+                                f"give the input format ({named('input_format')}) to read what can be read")
         return by_suffix or "text"  # an empty file: no documents either way
     if stripped.startswith("<"):
         if re.search(r"<(PubmedArticleSet|PubmedArticle|PubmedBookArticle)[\s>/]", head) or "pubmed_" in head[:2000].lower():
             return "pubmed"
         if re.search(r"<collection[\s>/]", head):
             return "bioc"
-        raise AnnotateError(f"{path}: XML, but neither BioC (<collection>) nor PubMed (<PubmedArticleSet>); give --input-format")
+        raise AnnotateError(f"{path}: XML, but neither BioC (<collection>) nor PubMed (<PubmedArticleSet>); "
+                            f"give the input format ({named('input_format')})")
     lines = re.split(r"\r\n|\r|\n", stripped)
     if len(lines) > 1 and not head.endswith(("\n", "\r")):
         lines = lines[:-1]  # the last line of a cut head is not whole
@@ -104,6 +105,6 @@ def detect_format(path: PathLike) -> str:
             choices = {"pubtator": "pubtator", "jsonl": "jsonl", "XML": "pubmed or bioc"}[kind]
             raise AnnotateError(
                 f"{path}: the format cannot be told: line {skipped + index + 1} looks like {kind} ({lines[index][:60]!r}) but the "
-                f"first line ({first_line[:60]!r}) does not; give --input-format ({choices}: the lines that are not become "
-                "errors; or text)")
+                f"first line ({first_line[:60]!r}) does not; give the input format ({named('input_format')}: {choices}, "
+                "and the lines that are not become errors; or text)")
     return "text"

@@ -4,27 +4,32 @@ folder only ever holds one job's documents.
 A job is: its inputs (each by resolved path, size, fingerprint and the format
 it is read in, in order), the output format, and the pipeline (a fingerprint
 of the genbioel model's weights and config, of its KB, of every other file in
-the pipeline folder, and the genbioel component's settings). A run into a
-folder whose ``job.json`` says the same resumes it; anything else is refused
-with :class:`~spacy_genbioel.annotate.records.AnnotateError` saying what
-differs. What is not identity: the pipeline's path (a copy of the same
-pipeline is the same), how an input path is spelled (it is resolved),
-``--input-format`` where detection gives the same format, ``--device``,
-``--batch-size``, ``--n-process``, ``--engine``, ``--chunk-size`` and ``--errors``.
+the pipeline folder, and the genbioel component's settings: its config with
+the job's settings applied). A run into a folder whose ``job.json`` says the
+same resumes it; anything else is refused with
+:class:`~spacy_genbioel.annotate.records.AnnotateError` saying what differs.
+What is not identity: the pipeline's path (a copy of the same pipeline is the
+same), how an input path is spelled (it is resolved), ``input_format`` where
+detection gives the same format, the options ``batch_size``, ``n_process``,
+``engine``, ``chunk_size`` and ``errors_path``, and the settings that say how
+the linker runs, not what it computes (:data:`RUN_SETTINGS`: ``device``,
+``decoding.batch_size``).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from spacy_genbioel.annotate.checkpoint import CHUNK_NAME
-from spacy_genbioel.annotate.records import CHECKPOINT, JOB, PROVENANCE, AnnotateError
+from spacy_genbioel.annotate.records import CHECKPOINT, JOB, PROVENANCE, AnnotateError, named
 from spacy_genbioel.util import atomic_json, fingerprint
 
-__all__ = ["check_job", "differences", "job_identity", "record_job"]
+__all__ = ["RUN_SETTINGS", "check_job", "differences", "job_identity", "record_job"]
 
 VERSION = 1
+# genbioel settings that are not the job's: where and in what batches it runs (the flat batch_size: 0.1 pipelines')
+RUN_SETTINGS: Tuple[Tuple[str, ...], ...] = (("device",), ("decoding", "batch_size"), ("batch_size",))
 
 
 def _plain(value: Any) -> Any:
@@ -35,10 +40,31 @@ def _existing(path: Optional[Path]) -> Optional[Path]:
     return path if path is not None and path.exists() else None
 
 
-def _pipeline_identity(pipeline_dir: Path, name: str) -> Dict[str, Any]:
+def _merged(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    merged = dict(config)
+    for key, value in overrides.items():
+        base = merged.get(key)
+        merged[key] = _merged(base, value) if isinstance(base, Mapping) and isinstance(value, Mapping) else value
+    return merged
+
+
+def _what_it_computes(config: Any) -> Any:
+    """A component config without :data:`RUN_SETTINGS`."""
+    if not isinstance(config, dict):
+        return config
+    config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for path in RUN_SETTINGS:
+        section = config
+        for key in path[:-1]:
+            section = section.get(key) if isinstance(section.get(key), dict) else {}
+        section.pop(path[-1], None)
+    return config
+
+
+def _pipeline_identity(pipeline_dir: Path, name: str, overrides: Mapping[str, Any]) -> Dict[str, Any]:
     from spacy.util import load_config
 
-    config = dict(load_config(pipeline_dir / "config.cfg", interpolate=False)["components"][name])
+    config = _merged(load_config(pipeline_dir / "config.cfg", interpolate=False)["components"][name], overrides)
     config.pop("device", None)  # where it runs is not what it computes
     folder = pipeline_dir / name
     # a saved linker travels in the folder; one never initialized loads from its config's paths
@@ -61,14 +87,15 @@ def _pipeline_identity(pipeline_dir: Path, name: str) -> Dict[str, Any]:
 
 
 def job_identity(paths: Sequence[Path], formats: Sequence[str], input_format: Optional[str], format: str,
-                 pipeline_dir: Path, component: str) -> Dict[str, Any]:
-    """What makes a job this job (see the module docstring); reads every input and pipeline file once."""
+                 pipeline_dir: Path, component: str, overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    """What makes a job this job (see the module docstring); reads every input and pipeline file once.
+    ``overrides``: the job's genbioel settings, nested as the component's config."""
     inputs = []
     for path, fmt in zip(paths, formats):
         resolved = path.resolve()
         inputs.append({"path": str(resolved), "size": resolved.stat().st_size, "fingerprint": fingerprint([resolved]), "format": fmt})
     return {"version": VERSION, "format": format, "input_format": input_format, "inputs": inputs,
-            "pipeline": _pipeline_identity(pipeline_dir, component)}
+            "pipeline": _pipeline_identity(pipeline_dir, component, overrides)}
 
 
 def _listed(paths: Sequence[str]) -> str:
@@ -110,7 +137,7 @@ def differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
     for key, label in (("model", "model weights"), ("kb", "KB"), ("files", "other pipeline files (NER, vocabulary, tokenizer, trie, meta)")):
         if was_pipe.get(key) != pipe[key]:
             diffs.append(f"the pipeline's {label} differ ({was_pipe.get('path')} before, {pipe['path']} now)")
-    changes = _config_changes(was_pipe.get("config"), pipe["config"])
+    changes = _config_changes(_what_it_computes(was_pipe.get("config")), _what_it_computes(pipe["config"]))
     if changes:
         diffs.append("genbioel settings differ: " + "; ".join(changes[:4]) + (f" and {len(changes) - 4} more" if len(changes) > 4 else ""))
     return diffs
@@ -125,19 +152,20 @@ def check_job(out: Path, identity: Dict[str, Any]) -> bool:
         if earlier:
             raise AnnotateError(
                 f"{out} holds annotate output ({_listed(earlier)}) but no {JOB}: it was written by an earlier version, "
-                f"so it cannot be told whether it is this job. Give a new --out (or remove {out}) to start this job.")
+                f"so it cannot be told whether it is this job. Give another output folder ({named('out')}), or remove {out}, "
+                "to start this job.")
         return True
     try:
         recorded = json.loads(path.read_text(encoding="utf8"))
         if not isinstance(recorded, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as err:
-        raise AnnotateError(f"{path} cannot be read ({err}); give a new --out to start the job again") from err
+        raise AnnotateError(f"{path} cannot be read ({err}); give another output folder ({named('out')}) to start the job again") from err
     diffs = differences(recorded, identity)
     if diffs:
         raise AnnotateError(
             f"{out} holds the output of another job: {'; '.join(diffs)}. To resume that job, rerun the command that "
-            f"started it (in {out / PROVENANCE}); to start this one, give a new --out (or remove {out}).")
+            f"started it (in {out / PROVENANCE}); to start this one, give another output folder ({named('out')}), or remove {out}.")
     return False
 
 

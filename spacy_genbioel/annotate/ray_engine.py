@@ -1,8 +1,8 @@
-"""``annotate --engine ray``: the units of an annotation job (:mod:`.units`) on
-a pool of Ray actors, each with the pipeline loaded once, on a local Ray
-started for the run or on a cluster (``--ray-address``).
+"""``engine="ray"``: the units of an annotation job (:mod:`.units`) on a pool of
+Ray actors, each with the pipeline loaded once, on a local Ray started for the
+run or on a cluster (``ray_address``).
 
-    annotate(inputs, "pipeline/", "out/", engine="ray", n_process=8, device="cuda", ray_address="auto")
+    annotate(inputs, "pipeline/", "out/", {"engine": "ray", "n_process": 8, "ray_address": "auto"}, {"device": "cuda"})
 
 How a run goes (``docs/scale.md`` has the long version):
 
@@ -48,15 +48,16 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog
 from spacy_genbioel.annotate.readers import safe_records
-from spacy_genbioel.annotate.records import ERRORS, PROVENANCE, SUMMARY, AnnotateError
+from spacy_genbioel.annotate.options import AnnotateOptions
+from spacy_genbioel.annotate.records import ERRORS, PROVENANCE, SUMMARY, AnnotateError, named
 from spacy_genbioel.annotate.units import Unit, UnitResult, annotate_unit, commit_unit, first_seen, load_pipeline, plan_units, run_summary
 from spacy_genbioel.annotate.writers import WRITERS
 from spacy_genbioel.progress import InputProgress
-from spacy_genbioel.util import PathLike, atomic_json
+from spacy_genbioel.util import atomic_json
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ACTOR_PREFIX", "MAX_ATTEMPTS", "UnitWorker", "check_ray_options", "import_ray", "run_on_ray", "worker_status"]
+__all__ = ["ACTOR_PREFIX", "MAX_ATTEMPTS", "UnitWorker", "import_ray", "run_on_ray", "worker_status"]
 
 ACTOR_PREFIX = "genbioel-annotate"  # worker actors are named f"{ACTOR_PREFIX}-<run>-<slot>.<generation>"
 MAX_ATTEMPTS = 3  # a unit is sent this many times at most
@@ -67,18 +68,8 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise AnnotateError("--engine ray needs Ray: pip install 'spacy_genbioel[ray]' (ray>=2.60)") from None
+        raise AnnotateError(f"{named('engine')} ray needs Ray: pip install 'spacy_genbioel[ray]' (ray>=2.60)") from None
     return ray
-
-
-def check_ray_options(device: str) -> None:
-    """Refuse what cannot run on Ray before anything is loaded or written (the cluster's GPUs
-    are checked once it is reached). Options first: the answer does not depend on Ray being installed."""
-    if device.startswith("cuda:"):
-        raise AnnotateError(f"--device {device} with --engine ray: Ray gives each worker its own GPU; use --device cuda")
-    if device not in ("auto", "cpu", "cuda"):
-        raise AnnotateError(f"--device {device}: use auto, cpu or cuda with --engine ray")
-    import_ray()
 
 
 class UnitWorker:
@@ -86,11 +77,14 @@ class UnitWorker:
     units it is sent one after the other. :meth:`status` runs in a concurrency group of its own,
     so it answers while a unit runs (:func:`worker_status`)."""
 
-    def __init__(self, pipeline_dir: str, name: str, device: str, format: str, batch_size: int, threads: int) -> None:
+    def __init__(self, pipeline_dir: str, name: str, overrides: Dict[str, Any], format: str, batch_size: int, threads: int) -> None:
+        """The pipeline in ``pipeline_dir``, its genbioel component ``name`` overridden by ``overrides``
+        (nested settings, ``device`` among them); ``threads``: torch's."""
         import torch
 
         torch.set_num_threads(threads)
-        self.nlp, component = load_pipeline(Path(pipeline_dir), name, device)
+        device = overrides["device"]
+        self.nlp, component = load_pipeline(Path(pipeline_dir), name, overrides)
         self.writer = WRITERS[format](spans_key=component.spans_key)
         self.spans_key = component.spans_key
         self.batch_size = batch_size
@@ -120,7 +114,7 @@ def connected(ray: Any, address: Optional[str], n_process: int) -> Iterator[str]
     CPUs as the machine has, at least ``n_process``) or the cluster at ``address``, shut down after."""
     if ray.is_initialized():
         if address is not None:
-            logger.warning("this process is connected to Ray already; --ray-address %s is not used", address)
+            logger.warning("this process is connected to Ray already; ray_address %s is not used", address)
         yield "this process's Ray"
         return
     try:
@@ -192,10 +186,10 @@ def worker_options(ray: Any, device: str, n_process: int) -> Tuple[str, Dict[str
     resources = ray.cluster_resources()
     gpus, cpus = resources.get("GPU", 0), resources.get("CPU", 0)
     if device == "cuda" and gpus < 1:
-        raise AnnotateError("--device cuda, but the Ray cluster has no GPU")
+        raise AnnotateError(f"{named('device')} cuda, but the Ray cluster has no GPU")
     if device == "cuda" or (device == "auto" and gpus >= 1):
         if gpus < n_process:
-            raise AnnotateError(f"--n-process {n_process} Ray workers with a GPU each, but the cluster has {gpus:g} GPUs")
+            raise AnnotateError(f"{named('n_process')} {n_process} Ray workers with a GPU each, but the cluster has {gpus:g} GPUs")
         return "cuda", {"num_gpus": 1, "num_cpus": 1}
     if cpus < n_process:
         logger.warning("%d CPU workers asked for, the cluster has %g CPUs now: the others wait for CPUs", n_process, cpus)
@@ -211,34 +205,37 @@ def _record_run(out: Path, info: Dict[str, Any]) -> None:
     atomic_json(path, data)
 
 
-def run_on_ray(nlp: Any, component: Any, paths: Sequence[Path], formats: Sequence[str], out: Path, format: str,
-               batch_size: int, n_process: int, chunk_size: int, errors_path: Optional[PathLike], progress: bool, *,
-               pipeline_dir: Path, device: str, address: Optional[str]) -> Dict[str, Any]:
+def run_on_ray(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path, options: AnnotateOptions, *,
+               pipeline_dir: Path, overrides: Dict[str, Any]) -> Dict[str, Any]:
     """The job on Ray, in a locked output folder whose job is checked and recorded (called by
-    :func:`~.runner.annotate` with ``engine="ray"``); returns its summary, as the local engine's
-    plus the Ray figures in ``this_run``."""
+    :func:`~.runner.annotate` with ``engine="ray"``): ``inputs`` as (path, format), the workers'
+    pipeline ``pipeline_dir`` with ``overrides`` (the job's nested genbioel settings; their ``device``
+    is the workers', :func:`worker_options`). Returns the summary, as the local engine's plus the
+    Ray figures in ``this_run``."""
     ray = import_ray()
+    paths, formats = [p for p, _ in inputs], [f for _, f in inputs]
+    format, n_process, errors_path = options.format, options.n_process, options.errors_path
     writer = WRITERS[format](spans_key=component.spans_key)
     checkpoint = Checkpoint(out, writer, nlp.vocab)
     errors = ErrorLog(Path(errors_path) if errors_path else out / ERRORS)
     counts: collections.Counter = collections.Counter()
     started = time.monotonic()
     try:
-        with connected(ray, address, n_process) as where:
-            worker_device, options = worker_options(ray, device, n_process)
-            pool = WorkerPool(ray, n_process, options, (str(Path(pipeline_dir).resolve()), component.name, worker_device,
-                                                         format, batch_size, 1))
+        with connected(ray, options.ray_address, n_process) as where:
+            worker_device, resources = worker_options(ray, overrides["device"], n_process)
+            pool = WorkerPool(ray, n_process, resources, (str(Path(pipeline_dir).resolve()), component.name,
+                                                          {**overrides, "device": worker_device}, format, options.batch_size, 1))
             try:
                 workers = pool.wait_ready()
                 began = time.monotonic()  # rates count from here, as the local engine's from its pipeline loaded
                 logger.info("%d Ray workers on %s: %s", len(workers), where, ", ".join(f"{w['host']}:{w['pid']}" for w in workers))
                 _record_run(out, {"engine": "ray", "ray": where, "workers": n_process, "worker_device": worker_device,
-                                  "worker_resources": options})
+                                  "worker_resources": resources})
                 # input bytes as the total, as the local engine's bar; committed documents are skipped, not in the rates
-                bar = InputProgress("annotate (ray)", paths, counts=("docs", "mentions"), enabled=progress)
+                bar = InputProgress("annotate (ray)", paths, counts=("docs", "mentions"), enabled=options.progress)
                 try:
                     items = bar.read(itertools.chain.from_iterable(safe_records(p, f) for p, f in zip(paths, formats)))
-                    units = plan_units(first_seen(items, writer.check, errors, set(), counts), chunk_size, checkpoint.done, counts)
+                    units = plan_units(first_seen(items, writer.check, errors, set(), counts), options.chunk_size, checkpoint.done, counts)
                     _drive(ray, pool, units, checkpoint, errors, counts, bar)
                 finally:
                     bar.close()

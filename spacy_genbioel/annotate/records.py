@@ -34,6 +34,7 @@ __all__ = [
     "guarded",
     "id_key",
     "make_record",
+    "named",
     "record_id",
     "titled_record",
 ]
@@ -47,8 +48,36 @@ SUMMARY = "summary.json"
 ERRORS = "errors.jsonl"
 
 
+_NAMED = re.compile("\0([A-Za-z_][\\w.]*)\0")
+
+
+def named(setting: str) -> str:
+    """``setting`` (an argument or option of :func:`~.runner.annotate`, or a genbioel setting) as an
+    :class:`AnnotateError` message names it: shown as is, or as a command line names it (:meth:`AnnotateError.naming`)."""
+    return f"\0{setting}\0"
+
+
 class AnnotateError(RuntimeError):
-    """The run cannot start or go on (bad options, an output folder from another run...)."""
+    """The run cannot start or go on (bad options, an output folder from another run...).
+
+    The message names arguments, options and settings as Python code does (``out``, ``n_process``,
+    ``device``); :meth:`naming` gives it with other names, such as the command line's flags."""
+
+    def __init__(self, message: str) -> None:
+        self.template = message  # the names marked by named()
+        super().__init__(_NAMED.sub(r"\1", message))
+
+    def __reduce__(self) -> Any:
+        return type(self), (self.template,)
+
+    @property
+    def settings(self) -> List[str]:
+        """The arguments, options and settings the message names, in order."""
+        return _NAMED.findall(self.template)
+
+    def naming(self, name: Callable[[str], str]) -> str:
+        """The message with each setting it names as ``name(setting)`` (``"n_process"`` -> ``"--n-process"``)."""
+        return _NAMED.sub(lambda match: name(match.group(1)), self.template)
 
 
 @dataclass

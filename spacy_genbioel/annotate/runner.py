@@ -1,10 +1,12 @@
 """The annotation job (:func:`annotate`): documents in, linked mentions out,
 streaming and resumable.
 
-    annotate(["pubmed24n0001.xml.gz"], "pipeline/", "out/", format="jsonl")
+    annotate(["pubmed24n0001.xml.gz"], "pipeline/", "out/", {"format": "pubtator"}, {"device": "cuda"})
 
 or ``python -m spacy_genbioel annotate INPUT... --pipeline DIR --out OUT``.
-New documents from :mod:`.readers` go through ``nlp.pipe`` (in this process,
+The job's options are :class:`~.options.AnnotateOptions`; the genbioel
+component's settings a mapping applied when the pipeline is loaded. New
+documents from :mod:`.readers` go through ``nlp.pipe`` (in this process,
 or in worker processes with ``n_process > 1``) and are committed in numbered
 chunk files by :mod:`.writers` and :mod:`.checkpoint`.
 
@@ -37,20 +39,23 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog, output_lock, provenance, update_provenance
 from spacy_genbioel.annotate.job import check_job, job_identity, record_job
-from spacy_genbioel.annotate.readers import check_input_format, detect_format, expand_inputs, safe_records
-from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, Annotated, InputRecord, RecordError, doc_mentions, id_key
+from spacy_genbioel.annotate.options import AnnotateOptions, component_settings, run_device
+from spacy_genbioel.annotate.readers import detect_format, expand_inputs, safe_records
+from spacy_genbioel.annotate.records import (
+    ERRORS, SUMMARY, AnnotateError, Annotated, InputRecord, RecordError, doc_mentions, id_key, named,
+)
 from spacy_genbioel.annotate.units import first_seen, load_pipeline as _load_pipeline, run_one as _one, run_serial as _run_serial, run_summary
-from spacy_genbioel.annotate.writers import OUTPUT_FORMATS, WRITERS, ChunkWriter
+from spacy_genbioel.annotate.writers import WRITERS, ChunkWriter
 from spacy_genbioel.progress import InputProgress
-from spacy_genbioel.util import PathLike, atomic_json, resolve_device
+from spacy_genbioel.util import PathLike, atomic_json
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["annotate"]
+__all__ = ["AnnotateOptions", "annotate"]
 
 
 # -- running the pipeline (in this process: units.run_serial) -----------------------------------------------------
@@ -102,7 +107,7 @@ def _genbioel_name(pipeline_dir: Path) -> str:
 
     config_path = pipeline_dir / "config.cfg"
     if not config_path.exists():
-        raise AnnotateError(f"{pipeline_dir} is not a spaCy pipeline directory (no config.cfg)")
+        raise AnnotateError(f"{named('pipeline_dir')} {pipeline_dir} is not a spaCy pipeline directory (no config.cfg)")
     try:
         components = load_config(config_path, interpolate=False).get("components", {})
     except Exception as err:  # noqa: BLE001  (confection's parse errors)
@@ -111,21 +116,6 @@ def _genbioel_name(pipeline_dir: Path) -> str:
     if not names:
         raise AnnotateError(f"the pipeline in {pipeline_dir} has no genbioel component")
     return names[0]
-
-
-def _check_device(device: str) -> None:
-    """Refuse a device that is not there before anything is loaded or written."""
-    if device == "auto":
-        return
-    try:
-        dev = resolve_device(device)
-    except (ValueError, RuntimeError) as err:
-        raise AnnotateError(f"--device {device}: {err}") from None
-    if dev.type == "cuda" and dev.index is not None:
-        import torch
-
-        if dev.index >= torch.cuda.device_count():
-            raise AnnotateError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices")
 
 
 def _leave_as_found(out: Path, created: bool) -> None:
@@ -149,17 +139,8 @@ def annotate(
     inputs: Union[PathLike, Sequence[PathLike]],
     pipeline_dir: PathLike,
     out: PathLike,
-    format: str = "jsonl",
-    input_format: Optional[str] = None,
-    batch_size: int = 64,
-    n_process: int = 1,
-    device: str = "auto",
-    chunk_size: int = 500,
-    errors_path: Optional[PathLike] = None,
-    progress: bool = True,
-    command: Optional[str] = None,
-    engine: str = "local",
-    ray_address: Optional[str] = None,
+    options: Union[AnnotateOptions, Mapping[str, Any], None] = None,
+    settings: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """Annotate every document of ``inputs`` with the pipeline in ``pipeline_dir``; resumable.
 
@@ -168,12 +149,22 @@ def annotate(
     chunk files of ``chunk_size`` documents in input order,
     ``checkpoint.jsonl``, ``errors.jsonl`` (or ``errors_path``),
     ``provenance.json`` and ``summary.json``. Rerunning the same call continues
-    where an interrupted one stopped. ``batch_size`` is the
-    number of documents per ``nlp.pipe`` batch; ``n_process > 1`` runs
-    ``nlp.pipe`` in worker processes (CPU only); ``device`` (``auto``,
-    ``cpu``, ``cuda``, ``cuda:N``) is set on the genbioel component.
-    ``engine="ray"`` runs the units of the job on ``n_process`` Ray workers
-    (a local Ray, or the cluster at ``ray_address``): :mod:`.ray_engine`.
+    where an interrupted one stopped.
+
+    ``options``: :class:`~.options.AnnotateOptions` (or a mapping of their
+    fields; None: the defaults): output ``format``, ``input_format``,
+    ``batch_size`` (documents per ``nlp.pipe`` batch), ``n_process`` (worker
+    processes, CPU only), ``chunk_size``, ``errors_path``, ``progress``,
+    ``command``, ``engine`` (``"ray"``: the units of the job on ``n_process``
+    Ray workers, a local Ray or the cluster at ``ray_address``; :mod:`.ray_engine`).
+
+    ``settings``: genbioel component settings applied when the pipeline is
+    loaded, dotted or bare (``{"device": "cuda", "decoding.batch_size": 64,
+    "candidates.retriever": "tfidf"}``; an unknown one is refused). ``device``
+    (``auto``, ``cpu``, ``cuda``, ``cuda:N``; default ``auto``) also decides where
+    the job may run (:func:`~.options.run_device`). Settings that change what is
+    computed are part of the job, as the pipeline's own config is; ``device``
+    and ``decoding.batch_size`` are not. Each run's settings are in provenance.json.
 
     Returns the summary written to ``summary.json``: ``documents_read``
     (records seen, valid or not), ``documents_written``, ``documents_skipped``
@@ -183,74 +174,69 @@ def annotate(
     """
     from spacy_genbioel.linking import component as _pipeline  # noqa: F401  (registers the factory)
 
-    if format not in WRITERS:
-        raise AnnotateError(f"unknown output format {format!r}; use one of {', '.join(OUTPUT_FORMATS)}")
-    if chunk_size < 1 or batch_size < 1 or n_process < 1:
-        raise AnnotateError("chunk_size, batch_size and n_process must be at least 1")
+    options = AnnotateOptions.of(options)
+    overrides = component_settings(settings)
     pipeline_dir = Path(pipeline_dir)
     out = Path(out)
     paths = expand_inputs(inputs)
     if not paths:
-        raise AnnotateError("no input files")
-    check_input_format(input_format)
-    formats = [input_format or detect_format(p) for p in paths]  # fail on an unknown file before loading the model
-    if engine not in ("local", "ray"):
-        raise AnnotateError(f"unknown engine {engine!r}; use local or ray")
-    if engine == "ray":  # the workers' devices are the cluster's: checked when it is reached
-        from spacy_genbioel.annotate.ray_engine import check_ray_options
+        raise AnnotateError(f"no input files in {named('inputs')}")
+    formats = [options.input_format or detect_format(p) for p in paths]  # fail on an unknown file before loading the model
+    device = overrides["device"]
+    load_device = run_device(options, device)
+    if options.engine == "ray":
+        from spacy_genbioel.annotate.ray_engine import import_ray
 
-        check_ray_options(device)
-    elif ray_address is not None:
-        raise AnnotateError("--ray-address needs --engine ray")
-    else:
-        _check_device(device)
-    if n_process > 1 and engine == "local":
-        if device == "auto":
-            device = "cpu"
-        elif resolve_device(device).type != "cpu":
-            raise AnnotateError("--n-process > 1 runs on CPU only; use one process with --device cuda")
-    command = command or shlex.join(sys.argv)
+        import_ray()  # installed? (the cluster is reached, and its GPUs checked, when the job runs)
+    command = options.command or shlex.join(sys.argv)
     if out.exists() and not out.is_dir():
-        raise AnnotateError(f"--out {out} is a file; it must be a folder")
+        raise AnnotateError(f"{named('out')} {out} is a file; it must be a folder")
     name = _genbioel_name(pipeline_dir)
     try:
-        identity = job_identity(paths, formats, input_format, format, pipeline_dir, name)
+        identity = job_identity(paths, formats, options.input_format, options.format, pipeline_dir, name, overrides)
     except OSError as err:
         raise AnnotateError(f"cannot read an input or pipeline file ({err})") from err
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise AnnotateError(f"--out {out} cannot be made ({err})") from err
+        raise AnnotateError(f"{named('out')} {out} cannot be made ({err})") from err
     with output_lock(out):
         try:
             new_job = check_job(out, identity)  # before anything in the folder changes
-            nlp, component = _load_pipeline(pipeline_dir, name, "cpu" if engine == "ray" else device)  # Ray: the workers link
+            # Ray: the workers link; the driver's pipeline (on CPU) only reads and writes
+            driver_device = "cpu" if options.engine == "ray" else load_device
+            nlp, component = _load_pipeline(pipeline_dir, name, {**overrides, "device": driver_device})
             if new_job:
                 record_job(out, identity)
         except BaseException:
-            _leave_as_found(out, created)  # no empty --out with a .lock left by a run that could not start
+            _leave_as_found(out, created)  # no empty output folder with a .lock left by a run that could not start
             raise
         (out / SUMMARY).unlink(missing_ok=True)  # present only after a run that finished
-        settings = {"format": format, "inputs": [{"path": str(p), "format": f} for p, f in zip(paths, formats)],
-                    "input_format": input_format, "chunk_size": chunk_size, "batch_size": batch_size, "n_process": n_process, "engine": engine}
+        job = {"format": options.format, "inputs": [{"path": str(p), "format": f} for p, f in zip(paths, formats)],
+               "input_format": options.input_format, "chunk_size": options.chunk_size, "batch_size": options.batch_size,
+               "n_process": options.n_process, "engine": options.engine, "settings": overrides}
         try:
-            update_provenance(out, provenance(nlp, pipeline_dir, component, device, settings, command), format, chunk_size)
-            if engine == "ray":
+            record = provenance(nlp, pipeline_dir, component, load_device, job, command)
+            update_provenance(out, record, options.format, options.chunk_size)
+            inputs_read = list(zip(paths, formats))
+            if options.engine == "ray":
                 from spacy_genbioel.annotate.ray_engine import run_on_ray
 
-                return run_on_ray(nlp, component, paths, formats, out, format, batch_size, n_process, chunk_size, errors_path,
-                                  progress, pipeline_dir=pipeline_dir, device=device, address=ray_address)
-            return _run(nlp, component, paths, formats, out, format, batch_size, n_process, chunk_size, errors_path, progress)
+                return run_on_ray(nlp, component, inputs_read, out, options, pipeline_dir=pipeline_dir, overrides=overrides)
+            return _run(nlp, component, inputs_read, out, options)
         except OSError as err:  # reading is guarded record by record: this is the output that cannot be written
             raise AnnotateError(f"cannot write the output ({err}); what was committed is kept: "
                                 "rerun the same command to resume") from err
 
 
-def _run(nlp: Any, component: Any, paths: Sequence[Path], formats: Sequence[str], out: Path, format: str, batch_size: int,
-         n_process: int, chunk_size: int, errors_path: Optional[PathLike], progress: bool) -> Dict[str, Any]:
+def _run(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path, options: AnnotateOptions) -> Dict[str, Any]:
     """The job proper, in a locked output folder whose job is checked and recorded."""
     from spacy.util import minibatch
+
+    paths, formats = [p for p, _ in inputs], [f for _, f in inputs]
+    format, batch_size, n_process, chunk_size = options.format, options.batch_size, options.n_process, options.chunk_size
+    errors_path = options.errors_path
 
     writer: ChunkWriter = WRITERS[format](spans_key=component.spans_key)
     checkpoint = Checkpoint(out, writer, nlp.vocab)
@@ -258,7 +244,7 @@ def _run(nlp: Any, component: Any, paths: Sequence[Path], formats: Sequence[str]
     counts = collections.Counter()
     seen: Set[Union[int, str]] = set()  # IDs claimed in this pass over the inputs
     # input bytes (compressed, for .gz) as the total; documents found committed are skipped, not in the rates
-    bar = InputProgress("annotate", paths, counts=("docs", "mentions"), enabled=progress)
+    bar = InputProgress("annotate", paths, counts=("docs", "mentions"), enabled=options.progress)
 
     def pending() -> Iterator[InputRecord]:
         """Valid, first-seen records not yet in a committed chunk; the rest goes to the errors file."""

@@ -69,12 +69,13 @@ def genbioel_component(nlp: Any) -> Any:
     raise AnnotateError(f"the pipeline has no genbioel component (components: {', '.join(nlp.pipe_names)})")
 
 
-def load_pipeline(pipeline_dir: Path, name: str, device: str) -> Tuple[Any, Any]:
-    """``(nlp, genbioel component)`` with its linker loaded; any failure is an AnnotateError."""
+def load_pipeline(pipeline_dir: Path, name: str, overrides: Dict[str, Any]) -> Tuple[Any, Any]:
+    """``(nlp, genbioel component)`` with its linker loaded, the ``name`` component's config overridden
+    by ``overrides`` (nested: ``{"device": "cpu", "decoding": {"batch_size": 16}}``); any failure is an AnnotateError."""
     import spacy
 
     try:
-        nlp = spacy.load(pipeline_dir, config={"components": {name: {"device": device}}})
+        nlp = spacy.load(pipeline_dir, config={"components": {name: overrides}})
         component = genbioel_component(nlp)
         component.linker  # noqa: B018  (load the model now, not at the first document)
     except AnnotateError:

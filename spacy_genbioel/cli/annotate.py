@@ -1,8 +1,13 @@
 """``annotate``: link the mentions of many documents, streaming and resumable.
 
+    python -m spacy_genbioel annotate pubmed/ --pipeline P --out O --format pubtator \\
+        --device cuda --decoding.batch_size 64 --candidates.retriever tfidf
+
 The job is :func:`spacy_genbioel.annotate.annotate`; this module parses the
-options, turns :class:`~spacy_genbioel.annotate.AnnotateError` into a failure
-message and prints the summary.
+flags (the job's :class:`~spacy_genbioel.annotate.AnnotateOptions`, plus
+``--device``) and the dotted genbioel settings after them (spaCy's override
+syntax), turns :class:`~spacy_genbioel.annotate.AnnotateError` into a failure
+message that names flags (:data:`FLAGS`) and prints the summary.
 """
 from __future__ import annotations
 
@@ -14,37 +19,73 @@ from typing import List, Optional
 import typer
 from wasabi import msg
 
-from spacy_genbioel.cli._util import app, setup_logging
+from spacy_genbioel.annotate.options import DEFAULT_DEVICE, AnnotateOptions
+from spacy_genbioel.cli._util import app, parse_overrides, setup_logging
+
+DEFAULTS = AnnotateOptions()  # the flags' defaults are the options' (one definition)
+#: annotate()'s arguments, options and settings -> this command's flags, for its error messages
+FLAGS = {
+    "inputs": "INPUTS",
+    "pipeline_dir": "--pipeline",
+    "out": "--out",
+    "format": "--format",
+    "input_format": "--input-format",
+    "batch_size": "--batch-size",
+    "n_process": "--n-process",
+    "chunk_size": "--chunk-size",
+    "errors_path": "--errors",
+    "progress": "--progress",
+    "engine": "--engine",
+    "ray_address": "--ray-address",
+    "device": "--device",
+}
 
 
-@app.command("annotate")
+def flag(name: str) -> str:
+    """The flag of an argument, option or setting named in an AnnotateError (a dotted setting: ``--block.key``)."""
+    return FLAGS.get(name, f"--{name}" if "." in name else name)
+
+
+@app.command("annotate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def annotate_cmd(
-    inputs: List[Path] = typer.Argument(..., help="Input files or folders: PubTator, BioC XML/JSON, PubMed XML, JSONL, plain text (.gz too)"),
+    ctx: typer.Context,
+    inputs: List[str] = typer.Argument(..., metavar="INPUTS...", help="Input files or folders: PubTator, BioC XML/JSON, PubMed XML, JSONL, plain text (.gz too); then, after the flags, genbioel settings in spaCy's override syntax: --decoding.batch_size 16 --candidates.retriever tfidf"),
     pipeline: Path = typer.Option(..., "--pipeline", help="spaCy pipeline directory with NER and a genbioel component"),
     out: Path = typer.Option(..., "--out", help="Output folder of one job (chunk files, job.json, checkpoint, errors, provenance, summary); another job's folder is refused"),
-    format: str = typer.Option("jsonl", "--format", "-f", help="jsonl | pubtator | bioc | docbin"),
-    input_format: Optional[str] = typer.Option(None, "--input-format", help="pubtator | bioc | pubmed | jsonl | text (default: detected per file; needed where the format cannot be told)"),
-    n_process: int = typer.Option(1, "--n-process", help="Worker processes for nlp.pipe (CPU); with --engine ray: Ray workers, each with one GPU (--device cuda, or auto on a cluster with GPUs) or one CPU"),
-    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
-    batch_size: int = typer.Option(64, "--batch-size", help="Documents per nlp.pipe batch"),
-    chunk_size: int = typer.Option(500, "--chunk-size", help="Documents per output chunk (the unit of commit; with --engine ray also the unit of work)"),
+    format: str = typer.Option(DEFAULTS.format, "--format", "-f", help="jsonl | pubtator | bioc | docbin"),
+    input_format: Optional[str] = typer.Option(DEFAULTS.input_format, "--input-format", help="pubtator | bioc | pubmed | jsonl | text (default: detected per file; needed where the format cannot be told)"),
+    n_process: int = typer.Option(DEFAULTS.n_process, "--n-process", help="Worker processes for nlp.pipe (CPU); with --engine ray: Ray workers, each with one GPU (--device cuda, or auto on a cluster with GPUs) or one CPU"),
+    device: str = typer.Option(DEFAULT_DEVICE, "--device", help="auto | cpu | cuda | cuda:N (the genbioel setting device)"),
+    batch_size: int = typer.Option(DEFAULTS.batch_size, "--batch-size", help="Documents per nlp.pipe batch (mentions per decoding batch: --decoding.batch_size)"),
+    chunk_size: int = typer.Option(DEFAULTS.chunk_size, "--chunk-size", help="Documents per output chunk (the unit of commit; with --engine ray also the unit of work)"),
     errors: Optional[Path] = typer.Option(None, "--errors", help="Errors JSONL (default: OUT/errors.jsonl)"),
-    engine: str = typer.Option("local", "--engine", help="local (this machine) | ray (Ray workers; needs the package's ray extra; see docs/scale.md)"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --engine ray: the cluster to run on (auto, or the head node HOST:6379); default: a local Ray started for the run"),
-    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    engine: str = typer.Option(DEFAULTS.engine, "--engine", help="local (this machine) | ray (Ray workers; needs the package's ray extra; see docs/scale.md)"),
+    ray_address: Optional[str] = typer.Option(DEFAULTS.ray_address, "--ray-address", help="With --engine ray: the cluster to run on (auto, or the head node HOST:6379); default: a local Ray started for the run"),
+    progress: bool = typer.Option(DEFAULTS.progress, "--progress/--no-progress"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Link the mentions of many documents, streaming and resumable (rerun the same command after an interruption;
-    an output folder holds one job, see docs/annotate.md)."""
+    an output folder holds one job, see docs/annotate.md). Genbioel settings go after the flags, dotted:
+    --decoding.batch_size 16 --candidates.retriever tfidf --output.threshold 0.5."""
     setup_logging(verbose)
     from spacy_genbioel.annotate import AnnotateError, annotate
 
+    # the unknown options (the dotted settings) and their values land among the inputs: they start at the first "--"
+    split = next((i for i, item in enumerate(inputs) if item.startswith("--")), len(inputs))
+    paths = [Path(p) for p in inputs[:split]]
     try:
-        summary = annotate(inputs, pipeline, out, format=format, input_format=input_format, batch_size=batch_size,
-                           n_process=n_process, device=device, chunk_size=chunk_size, errors_path=errors,
-                           progress=progress, command=shlex.join(sys.argv), engine=engine, ray_address=ray_address)
+        settings = parse_overrides([*inputs[split:], *ctx.args])
+    except Exception as err:  # noqa: BLE001  (click's NoSuchOption for an undotted name: not typer's own click)
+        msg.fail(f"{str(getattr(err, 'message', None) or err).rstrip('.')}; genbioel settings are dotted: --decoding.batch_size 16", exits=1)
+    if not paths:
+        msg.fail("give the input files or folders before the dotted settings", exits=1)
+    try:
+        options = AnnotateOptions(format=format, input_format=input_format, batch_size=batch_size, n_process=n_process,
+                                  chunk_size=chunk_size, errors_path=errors, progress=progress,
+                                  command=shlex.join(sys.argv), engine=engine, ray_address=ray_address)
+        summary = annotate(paths, pipeline, out, options, {"device": device, **settings})
     except AnnotateError as err:
-        msg.fail(str(err), exits=1)
+        msg.fail(err.naming(flag), exits=1)
         return
     run = summary["this_run"]
     msg.good(

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from spacy.language import Language
 
     from spacy_genbioel.corpus.pubtator import PubTatorAnnotation, PubTatorDocument
+    from spacy_genbioel.evaluation.run import GoldOptions
     from spacy_genbioel.ty import Linker
 
 logger = logging.getLogger(__name__)
@@ -311,6 +312,7 @@ def predict_entities(
     True/False switches long forms on/off for ``genbioel`` and the linker (adding
     scispacy's detector when needed); None leaves the pipeline as it is."""
     from spacy_genbioel.linking.component import GenBioELLinker
+    from spacy_genbioel.linking.settings import ComponentResources, LinkerSettings
 
     if abbreviations is not None:
         _use_abbreviations(nlp, abbreviations)
@@ -319,7 +321,8 @@ def predict_entities(
         # the genbioel component builds the mentions (context, long forms) and
         # writes the results; the linker only needs the Linker protocol
         has_detector = "abbreviation_detector" in {nlp.get_pipe_meta(n).factory for n in nlp.pipe_names}
-        component = GenBioELLinker(nlp.vocab, name="external_linker", resolve_abbreviations=bool(abbreviations is not False and has_detector))
+        resources = ComponentResources(resolve_abbreviations=bool(abbreviations is not False and has_detector))
+        component = GenBioELLinker(nlp.vocab, "external_linker", LinkerSettings(resources=resources))
         component.set_linker(linker)  # type: ignore[arg-type]
         docs = component.pipe(docs, batch_size=batch_size)
     return [
@@ -411,44 +414,48 @@ def run_end_to_end(
     corpus_path: Any,
     *,
     pipeline: Any,
-    fmt: str = "pubtator",
     linker: str = "genbioel",
     kb: Optional[Any] = None,
-    labels: Iterable[str] = (),
-    abbreviations: Optional[bool] = None,
-    crosswalk: Optional[Any] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+    gold: Optional["GoldOptions"] = None,
     label_map: Optional[str] = None,
     single_label: Optional[str] = None,
-    component_config: Optional[Mapping[str, Any]] = None,
-    linker_options: Optional[Mapping[str, Any]] = None,
 ) -> EndToEndReport:
     """``evaluate --end-to-end``: with ``linker="genbioel"`` the pipeline's own
-    ``genbioel`` links its entities; with a peer name (``exact``, ``tfidf``,
-    ``scispacy``...) the pipeline's NER runs without its ``genbioel`` and the
-    peer, built on ``kb``, links. ``label_map`` is a spec for
+    ``genbioel`` links its entities, with ``settings`` over its config (as
+    :func:`~spacy_genbioel.evaluation.run.run_evaluation` takes them); with a peer
+    name (``exact``, ``tfidf``, ``scispacy``...) the pipeline's NER runs without its
+    ``genbioel`` and the peer, built on ``kb`` with ``settings`` as its keyword
+    settings, links. ``gold`` says how the documents are read (``fmt``, ``labels``,
+    ``crosswalk``; ``abbreviations`` True/False switches long forms on/off, None
+    leaves the pipeline as it is). ``label_map`` is a spec for
     :func:`~spacy_genbioel.ner.parse_label_map` (``ncbi`` for NCBI-disease)."""
+    from spacy_genbioel.evaluation.run import GoldOptions, check_component_settings
+
+    gold = gold or GoldOptions(abbreviations=None)
+    fmt, labels, abbreviations, crosswalk = gold.fmt, gold.labels, gold.abbreviations, gold.crosswalk
     from spacy_genbioel.ner import parse_label_map
 
     if pipeline is None:
-        raise ValueError("end-to-end evaluation needs --pipeline (a spaCy pipeline that sets doc.ents)")
+        raise ValueError("end-to-end evaluation needs a pipeline (pipeline: a spaCy pipeline that sets doc.ents)")
     if label_map and single_label:
         raise ValueError("give a label map or a single label, not both")
     documents = read_documents(corpus_path, fmt, crosswalk)
     peer = None
     kb_name = None
     if linker == "genbioel":
-        nlp = load_pipeline(pipeline, component_config=component_config)
+        nlp = load_pipeline(pipeline, component_config=check_component_settings(settings or {}))
         if "genbioel" not in {nlp.get_pipe_meta(n).factory for n in nlp.pipe_names}:
-            raise ValueError(f"{pipeline} has no genbioel component: give --linker exact|tfidf|scispacy with --kb")
+            raise ValueError(f"{pipeline} has no genbioel component: give linker exact, tfidf or scispacy, with kb")
     else:
         if kb is None:
-            raise ValueError(f"--kb is required for --linker {linker}")
+            raise ValueError(f"kb is required for linker {linker}")
         from spacy_genbioel.kb.base import KnowledgeBase
         from spacy_genbioel.retrieval.registry import get_retriever
 
         knowledge_base = KnowledgeBase.load(kb)
         kb_name = str(kb)
-        peer = get_retriever(linker, knowledge_base, **dict(linker_options or {}))
+        peer = get_retriever(linker, knowledge_base, **dict(settings or {}))
         nlp = load_pipeline(pipeline, without_linkers=True)
     report = evaluate_end_to_end(
         documents, nlp, peer, label_map=parse_label_map(label_map), single_label=single_label, labels=labels,
