@@ -48,10 +48,12 @@ def test_a_new_field_reaches_the_config_and_the_overrides():
 
 
 def test_overrides_reach_the_right_block():
+    # the flat name an earlier pipeline may hold for a setting is cleared, so the block value reaches it
     assert nested_overrides({"num_beams": 3, "retriever": "tfidf", "device": "cpu", "exact_match": None}) == {
-        "decoding": {"num_beams": 3}, "candidates": {"retriever": "tfidf"}, "device": "cpu"}
-    assert nested_overrides({"candidates.model": "dir", "model": "m"}) == {"candidates": {"model": "dir"}, "model": "m"}
-    assert nested_overrides({"reranker.fusion": "f.json"}) == {"reranker": {"fusion": "f.json"}}
+        "decoding": {"num_beams": 3}, "num_beams": None, "candidates": {"retriever": "tfidf"}, "device": "cpu"}
+    assert nested_overrides({"candidates.model": "dir", "model": "m"}) == {
+        "candidates": {"model": "dir"}, "candidates_model": None, "model": "m"}
+    assert nested_overrides({"reranker.fusion": "f.json"}) == {"reranker": {"fusion": "f.json"}, "fusion": None}
     with pytest.raises(UnknownSettingError, match="Unknown genbioel setting 'beams'"):
         nested_overrides({"beams": 3})
     with pytest.raises(UnknownSettingError, match="decoding.nope"):
@@ -74,6 +76,19 @@ def test_flat_0_1_settings_and_blocks_build_the_same_component(num_beams, contex
     a = spacy.blank("en").add_pipe("genbioel", config=flat)
     b = spacy.blank("en").add_pipe("genbioel", config=blocks)
     assert a.settings == b.settings
+
+
+def test_a_block_value_set_on_purpose_wins_over_a_flat_name():
+    built = LinkerSettings.from_config({"num_beams": 4, "top_k": 3, "decoding": {"num_beams": 6}})
+    assert (built.decoding.num_beams, built.decoding.top_k) == (6, 3)
+
+
+def test_overrides_reach_a_pipeline_saved_with_flat_names(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("genbioel", config={"num_beams": 2, "top_k": 2})
+    nlp.to_disk(tmp_path / "p")
+    again = spacy.load(tmp_path / "p", config={"components": {"genbioel": nested_overrides({"decoding.num_beams": 5})}})
+    assert again.get_pipe("genbioel").decoding.num_beams == 5
 
 
 def test_from_config_without_flat_settings_keeps_the_blocks():

@@ -222,11 +222,13 @@ class LinkerSettings:
                                       f"{', '.join(sorted(SETTING_BLOCKS))}; block settings go in their block "
                                       "([inputs], [decoding], [candidates], [output], [reranker])")
         if legacy:
-            logger.info("Flat settings of an earlier spacy_genbioel pipeline (%s) mapped onto the config blocks; "
-                        "re-save the pipeline to write the current config", ", ".join(sorted(legacy)))
+            logger.info("Flat settings of an earlier spacy_genbioel pipeline (%s) mapped onto the config blocks "
+                        "(where a block keeps its default value)", ", ".join(sorted(legacy)))
             for name, value in legacy.items():
                 block, key = LEGACY_SETTINGS[name]
-                blocks[block] = {**_as_dict(blocks[block]), key: value}
+                current = _as_dict(blocks[block])
+                if current.get(key, _defaults(BLOCKS[block][1])[key]) == _defaults(BLOCKS[block][1])[key]:
+                    blocks[block] = {**current, key: value}  # a block value set on purpose wins
         built = {block: _build(BLOCKS[block][1], value) for block, value in blocks.items()}
         candidates = built["candidates"]
         if candidates.shortcut_threshold is not None and not candidates.enabled:
@@ -285,4 +287,6 @@ def nested_overrides(settings: Mapping[str, Any]) -> Dict[str, Any]:
         elif not isinstance(DEFAULT_CONFIG.get(block), dict) or key not in DEFAULT_CONFIG[block]:
             raise UnknownSettingError(f"Unknown genbioel setting {name!r}")
         (nested.setdefault(block, {}) if block else nested)[key] = value
+        # a pipeline saved with the flat name of this setting (0.1, 0.2) would read it from there
+        nested.update({old: None for old, place in LEGACY_SETTINGS.items() if place == (block, key)})
     return nested

@@ -40,7 +40,8 @@ def linking_evaluator(
     def evaluate(model, tokenizer) -> Dict[str, float]:
         linker = GenerativeLinker(
             model, tokenizer, kb, cache.get(id(tokenizer)), inputs=inputs,
-            decoding=DecodingSettings(num_beams=num_beams, top_k=max(ks), batch_size=batch_size,
+            # recall@k past the beam counts the beam's names only (link's top_k asks for max(ks))
+            decoding=DecodingSettings(num_beams=num_beams, top_k=min(max(ks), num_beams), batch_size=batch_size,
                                       max_source_tokens=max_source_tokens),
         )
         cache[id(tokenizer)] = linker.trie
