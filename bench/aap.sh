@@ -60,7 +60,7 @@ fold() {
     row exact --linker exact --kb "$kb"
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
-    row genbioel --linker genbioel --pipeline "$F/pipeline_$variant" --candidates none --no-exact-match
+    row genbioel --linker genbioel --pipeline "$F/pipeline_$variant" --candidates.retriever none --decoding.exact_match false
   done
 }
 
@@ -77,7 +77,7 @@ fusion() {
     [ -f "$F/fusion_$variant.json" ] || $G fit-fusion --source "genbioel=$(join "${gen[@]}")" --source "tfidf=$(join "${tfidf[@]}")" \
         --source "dense=$(join "${dense[@]}")" "${kbs[@]}" --exclude "$F/${variant}_genbioel.jsonl" --out "$F/fusion_$variant.json"
     [ -f "$F/${variant}_fusion.json" ] || $G evaluate --corpus "$AAP/AskAPatient.fold-$i.validation.txt" --format askapatient \
-        --device cpu --linker genbioel --pipeline "$F/pipeline_$variant" --candidates none --no-exact-match \
+        --device cpu --linker genbioel --pipeline "$F/pipeline_$variant" --candidates.retriever none --decoding.exact_match false \
         --fusion "$F/fusion_$variant.json" --json "$F/${variant}_fusion.json" --predictions "$F/${variant}_fusion.jsonl"
   done
 }

@@ -74,7 +74,7 @@ fold_score() {
     E=($G evaluate --corpus "$F/heldout.txt" "${WALK[@]}" --abbreviations --device cpu)
     row() { local name=$1; shift; [ -f "$D/${variant}_$name.jsonl" ] || "${E[@]}" "$@" \
         --json "$D/${variant}_$name.json" --predictions "$D/${variant}_$name.jsonl"; }
-    row genbioel --linker genbioel --pipeline "$P" --candidates none --no-exact-match
+    row genbioel --linker genbioel --pipeline "$P" --candidates.retriever none --decoding.exact_match false
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
   done

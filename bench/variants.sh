@@ -79,22 +79,22 @@ for variant in ${VARIANTS:-plain aug}; do
   [ "${DENSE:-0}" = 1 ] && peer dense --linker dense "${DENSE_ARGS[@]}"
   run() { local name=$1; shift; [ -f "$OUT/${variant}_${TAG}$name.json" ] || "${E[@]}" --linker genbioel --pipeline "$pipeline" "$@" \
       --json "$OUT/${variant}_${TAG}$name.json" --predictions "$OUT/${variant}_${TAG}$name.jsonl"; }
-  run "" --candidates none --no-exact-match
+  run "" --candidates.retriever none --decoding.exact_match false
   if [ -n "${FUSION_DIR:-}" ]; then
-    run _fusion --candidates none --no-exact-match --fusion "$FUSION_DIR/fusion_$variant.json"
+    run _fusion --candidates.retriever none --decoding.exact_match false --fusion "$FUSION_DIR/fusion_$variant.json"
   fi
-  run _tfidf20 --candidates tfidf --num-candidates 20 --no-exact-match
+  run _tfidf20 --candidates.retriever tfidf --candidates.num_candidates 20 --decoding.exact_match false
   [ "${QUICK:-0}" = 1 ] && continue
-  run _exact --candidates none --exact-match
+  run _exact --candidates.retriever none --decoding.exact_match true
   for k in $KS; do
-    [ "$k" = 20 ] || run _tfidf$k --candidates tfidf --num-candidates "$k" --no-exact-match
+    [ "$k" = 20 ] || run _tfidf$k --candidates.retriever tfidf --candidates.num_candidates "$k" --decoding.exact_match false
   done
-  run _tfidf20_exact --candidates tfidf --num-candidates 20 --exact-match
+  run _tfidf20_exact --candidates.retriever tfidf --candidates.num_candidates 20 --decoding.exact_match true
   # retrieve the easy mentions, generate the rest (the bc5cdr packages' setting)
-  run _exact_shortcut95 --candidates tfidf --no-restrict --shortcut-threshold 0.95 --exact-match
+  run _exact_shortcut95 --candidates.retriever tfidf --candidates.restrict_to_candidates false --candidates.shortcut_threshold 0.95 --decoding.exact_match true
   if [ "${DENSE:-0}" = 1 ]; then
     for k in ${DENSE_KS:-5 20}; do
-      run _dense$k --candidates dense --num-candidates "$k" --no-exact-match "${DENSE_ARGS[@]}"
+      run _dense$k --candidates.retriever dense --candidates.num_candidates "$k" --decoding.exact_match false "${DENSE_ARGS[@]}"
     done
   fi
 done

@@ -218,7 +218,9 @@ def test_workflows_produce_the_calibration_before_the_packages_that_read_it():
                 produced_later = dep in later and dep not in made
                 assert not produced_later, f"{workflow}: {step} depends on {dep}, made by a later step"
             made.update(commands[step].get("outputs", []))
+    # one package-ner for every corpus: it ships the threshold `evaluate` calibrated on that corpus's dev
+    curve = "metrics/${vars.corpus}_calibration_genbioel_${vars.preset}.json"
     ship = " ".join(commands["package-ner"]["script"])
-    assert "--calibration metrics/ncbi_calibration_genbioel_${vars.preset}.json" in ship
-    assert "metrics/ncbi_calibration_genbioel_${vars.preset}.json" in commands["evaluate"]["outputs"]
-    assert "--calibration" in " ".join(commands["bc5cdr-package-ner"]["script"])
+    assert f"--calibration {curve} --target-precision ${{vars.target_precision}}" in ship
+    assert curve in commands["evaluate"]["outputs"] and curve in commands["package-ner"]["deps"]
+    assert "--calibration" not in " ".join(commands["package"]["script"])  # the package `evaluate` measures has none

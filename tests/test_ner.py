@@ -1,5 +1,4 @@
 """NER corpus conversion, the NER training configs, and packaging with a trained NER."""
-import re
 from pathlib import Path
 
 import pytest
@@ -190,11 +189,12 @@ def test_trained_ner_keeps_the_corpus_tokenizer(trained_ner):
 
 def test_package_with_a_trained_ner(tmp_path, trained_ner, micro_model, word_tokenizer, small_kb):
     from spacy_genbioel.models import save_model
-    from spacy_genbioel.training.package import package
+    from spacy_genbioel.training.package import EntitySource, package
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
-    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", ner=trained_ner, num_beams=2, top_k=2)
+    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", entities=EntitySource(ner=trained_ner),
+                  settings={"num_beams": 2, "top_k": 2})
     nlp = spacy.load(out)
     assert nlp.pipe_names == ["abbreviation_detector", "tok2vec", "ner", "genbioel"]
     assert "trained" in nlp.meta["description"]
@@ -208,13 +208,13 @@ def test_package_with_a_trained_ner(tmp_path, trained_ner, micro_model, word_tok
     kb_ids = {c.id for c in small_kb}
     assert all(e._.kb_id in kb_ids and e.kb_id_ == e._.kb_id for e in doc.ents)
     # without --ner the entity ruler stays the entity source
-    ruler = spacy.load(package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg2", num_beams=2, top_k=2))
+    ruler = spacy.load(package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg2", settings={"num_beams": 2, "top_k": 2}))
     assert "entity_ruler" in ruler.pipe_names and "ner" not in ruler.pipe_names
-    assert not ruler.get_pipe("genbioel").linker.config.exact_match
-    exact = spacy.load(package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg3", num_beams=2, top_k=2,
-                               exact_match=True))
+    assert not ruler.get_pipe("genbioel").linker.decoding.exact_match
+    exact = spacy.load(package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg3",
+                               settings={"num_beams": 2, "top_k": 2, "decoding.exact_match": True}))
     assert exact.config["components"]["genbioel"]["decoding"]["exact_match"] is True
-    assert exact.get_pipe("genbioel").linker.config.exact_match
+    assert exact.get_pipe("genbioel").linker.decoding.exact_match
 
 
 def test_source_ner_needs_an_ner(trained_ner):
@@ -230,7 +230,7 @@ def test_package_command_takes_ner(tmp_path, trained_ner, micro_model, word_toke
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
     result = runner.invoke(app, ["package", "--model", str(tmp_path / "model"), "--kb", str(tmp_path / "kb.jsonl"),
-                                 "--out", str(tmp_path / "pkg"), "--ner", str(trained_ner), "--num-beams", "2", "--top-k", "2"])
+                                 "--out", str(tmp_path / "pkg"), "--ner", str(trained_ner), "--decoding.num_beams", "2", "--decoding.top_k", "2"])
     assert result.exit_code == 0, result.output
     config = spacy.util.load_config(tmp_path / "pkg" / "config.cfg")
     assert config["nlp"]["pipeline"] == ["abbreviation_detector", "tok2vec", "ner", "genbioel"]
@@ -239,12 +239,17 @@ def test_package_command_takes_ner(tmp_path, trained_ner, micro_model, word_toke
     assert config["components"]["genbioel"]["decoding"]["num_beams"] == 2
     # retrieve the easy mentions, generate the rest: the settings travel in the config
     result = runner.invoke(app, ["package", "--model", str(tmp_path / "model"), "--kb", str(tmp_path / "kb.jsonl"),
-                                 "--out", str(tmp_path / "pkg2"), "--num-beams", "2", "--top-k", "2", "--candidates", "tfidf",
-                                 "--num-candidates", "7", "--no-restrict", "--shortcut-threshold", "0.8"])
+                                 "--out", str(tmp_path / "pkg2"), "--decoding.num_beams", "2", "--decoding.top_k", "2",
+                                 "--candidates.retriever", "tfidf", "--candidates.num_candidates", "7",
+                                 "--candidates.restrict_to_candidates", "false", "--candidates.shortcut_threshold", "0.8"])
     assert result.exit_code == 0, result.output
     linker = spacy.load(tmp_path / "pkg2").get_pipe("genbioel").linker
-    assert (linker.config.num_candidates, linker.config.restrict_to_candidates, linker.config.shortcut_threshold) == (7, False, 0.8)
-    assert linker.candidate_generator.name == "tfidf"
+    assert (linker.candidates.num_candidates, linker.candidates.restrict_to_candidates, linker.candidates.shortcut_threshold) == (7, False, 0.8)
+    assert linker.retriever.name == "tfidf"
+    # an unknown setting is a usage error naming it
+    result = runner.invoke(app, ["package", "--model", str(tmp_path / "model"), "--kb", str(tmp_path / "kb.jsonl"),
+                                 "--out", str(tmp_path / "pkg3"), "--decoding.num_beam", "2"])
+    assert result.exit_code == 2 and "decoding.num_beam" in result.output
 
 
 # -- the shared data ---------------------------------------------------------------------------------------
@@ -262,32 +267,32 @@ def test_conversion_of_the_real_corpora(tmp_path):
 
 
 def test_project_ner_commands():
-    """The project's spaCy lines (ner-train, ner-evaluate) use spaCy's real options and existing configs."""
+    """The project's spaCy lines (ner-train, ner-evaluate) use spaCy's real options and existing configs,
+    for every corpus (project.yml's defaults and each configs/corpora/<corpus>.vars) and NER architecture."""
     import shlex
 
     import srsly
     import typer
-
     from spacy.cli import app as spacy_app
+    from weasel.util import load_project_config, parse_config_overrides
 
-    project = srsly.read_yaml(ROOT / "project.yml")
-    commands = {c["name"]: c for c in project["commands"]}
-    for prefix in ("", "bc5cdr-"):
-        for name in ("ner-corpus", "ner-train", "ner-evaluate", "package-ner", "evaluate-e2e"):
-            assert f"{prefix}{name}" in commands
+    names = {c["name"] for c in srsly.read_yaml(ROOT / "project.yml")["commands"]}
+    assert {"ner-corpus", "ner-train", "ner-evaluate", "package-ner", "evaluate-e2e"} <= names
+    assert not any(name.startswith("bc5cdr-") for name in names)  # one command per step, vars.corpus picks the corpus
     spacy_cli = typer.main.get_command(spacy_app)
     trained = set()
-    for arch in ("cnn", "transformer"):  # vars.ner_arch picks the config
-        variables = {**{k: str(v) for k, v in project["vars"].items()}, "ner_arch": arch}
-        for command in commands.values():
-            deps = [re.sub(r"\$\{vars\.(\w+)\}", lambda m: variables[m.group(1)], d) for d in command.get("deps", [])]
-            for line in command["script"]:
-                args = shlex.split(re.sub(r"\$\{vars\.(\w+)\}", lambda m: variables[m.group(1)], line))
-                if args[:3] != ["python", "-m", "spacy"]:
-                    continue
-                _check_spacy_line(spacy_cli, command["name"], args, deps)
-                if args[3] == "train":
-                    trained.add(args[4])
+    for var_file in [None, *sorted((ROOT / "configs" / "corpora").glob("*.vars"))]:
+        corpus_vars = parse_config_overrides(shlex.split(var_file.read_text(encoding="utf8")) if var_file else [])
+        for arch in ("cnn", "transformer"):  # vars.ner_arch picks the config
+            project = load_project_config(ROOT, overrides={**corpus_vars, "vars.ner_arch": arch})
+            for command in project["commands"]:
+                for line in command["script"]:
+                    args = shlex.split(line)
+                    if args[:3] != ["python", "-m", "spacy"]:
+                        continue
+                    _check_spacy_line(spacy_cli, command["name"], args, command.get("deps", []))
+                    if args[3] == "train":
+                        trained.add(args[4])
     assert {f"configs/ner_{c}_{a}.cfg" for c in ("ncbi", "bc5cdr") for a in ("cnn", "transformer")} <= trained
 
 

@@ -486,7 +486,7 @@ def test_project_steps_end_to_end(tmp_path):
     import spacy
 
     from spacy_genbioel.training import stages
-    from spacy_genbioel.training.package import package
+    from spacy_genbioel.training.package import EntitySource, PipelineMeta, package
 
     kb = KnowledgeBase([
         Concept("D1", ["renal failure", "kidney failure"], definition="Loss of kidney function."),
@@ -508,16 +508,17 @@ def test_project_steps_end_to_end(tmp_path):
         encoding="utf8",
     )
     pre = stages.pretrain(tmp_path / "init", tmp_path / "kb.jsonl", cfg, tmp_path / "pre", overrides={"training.eval_every": 0},
-                          device="cpu")
+                          run=stages.StageRun(device="cpu"))
     assert pre.step == 40 and (tmp_path / "pre" / "model" / "config.json").exists() and not pre.evaluations
     fine = stages.finetune(tmp_path / "pre" / "model", tmp_path / "corpus" / "train.jsonl", tmp_path / "corpus" / "dev.jsonl",
-                           tmp_path / "kb.jsonl", cfg, tmp_path / "fine", device="cpu")
+                           tmp_path / "kb.jsonl", cfg, tmp_path / "fine", run=stages.StageRun(device="cpu"))
     assert [e["step"] for e in fine.evaluations] == [20, 40]
     assert json.loads((tmp_path / "fine" / "result.json").read_text())["best_step"] == fine.best_step
     assert (tmp_path / "fine" / "curve.png").exists() and (tmp_path / "fine" / "config.cfg").exists()
 
     out = package(tmp_path / "fine" / "model", tmp_path / "kb.jsonl", tmp_path / "pipeline", config_path=cfg,
-                  entity_label="Disease", num_beams=2, top_k=2, name="test_linker", version="0.0.1")
+                  settings={"num_beams": 2, "top_k": 2}, entities=EntitySource(entity_label="Disease"),
+                  meta=PipelineMeta(name="test_linker", version="0.0.1"))
     nlp = spacy.load(out)
     assert nlp.meta["name"] == "test_linker"
     assert "entity_ruler" in nlp.pipe_names and nlp.pipe_names[-1] == "genbioel"
@@ -535,24 +536,87 @@ def test_project_steps_end_to_end(tmp_path):
 
 
 # -- project.yml ---------------------------------------------------------------------------------
-def test_project_file_validates_and_refers_to_existing_configs():
+#: the corpora that bring their inputs as a var file (NCBI-disease's are project.yml's defaults)
+CORPUS_VARS = sorted((ROOT / "configs" / "corpora").glob("*.vars"))
+#: one command per step, each for every corpus (the chain `all` runs them in this order)
+CHAIN = ["build-kb", "corpus", "tokenizer", "init-model", "pretrain", "finetune", "angel", "crossfit", "package", "evaluate",
+         "evaluate-peers", "calibration", "ner-corpus", "ner-train", "ner-evaluate", "package-ner", "package-wheel", "evaluate-e2e"]
+STEPS = {*CHAIN, "demo-pipeline", "train-dense", "evaluate-dense", "aap-prepare", "aap-folds", "aap-fusion", "aap-report",
+         "published-build-kb", "published-corpus", "published-finetune", "published-package", "published-evaluate"}
+
+
+def _var_file_args(var_file):
+    """A corpus's var file as the arguments `xargs` passes on (quotes honoured)."""
+    import shlex
+
+    return shlex.split(var_file.read_text(encoding="utf8")) if var_file else []
+
+
+def _project(var_file=None):
+    """project.yml as `spacy project run` sees it, with a corpus's var file."""
+    from weasel.util import load_project_config, parse_config_overrides
+
+    return load_project_config(ROOT, overrides=parse_config_overrides(_var_file_args(var_file)))
+
+
+def test_project_file_validates_and_is_readable():
     import re
 
     import srsly
     from weasel.schemas import ProjectConfigSchema, validate
     from weasel.util import validate_project_commands
 
+    text = (ROOT / "project.yml").read_text(encoding="utf8")
+    lines = text.splitlines()
+    assert len(lines) < 400
+    assert max(len(line) for line in lines) <= 160
+    # results live in docs/benchmarks.md, not in comments or help: no recall figure, no speed
+    assert not re.search(r"\b0\.\d{3,}\b|mentions/s\b|\bdocs/s\b", text)
     project = srsly.read_yaml(ROOT / "project.yml")
     assert validate(ProjectConfigSchema, project) == []
     validate_project_commands(project)
-    assert {"ncbi", "bc5cdr", "demo"} <= set(project["workflows"])
-    names = {c["name"] for c in project["commands"]}
-    assert {"build-kb", "corpus", "tokenizer", "init-model", "pretrain", "finetune", "evaluate", "package"} <= names
-    assert project["vars"]["data_dir"] == "../shared/data"
+    assert project["vars"]["data_dir"] == "../shared/data" and project["vars"]["corpus"] == "ncbi"
+    assert {c["name"] for c in project["commands"]} == STEPS
+    assert project["workflows"]["all"] == CHAIN  # the default: NCBI-disease end to end
+    assert project["workflows"]["all-no-fusion"] == [step for step in CHAIN if step != "crossfit"]
+    assert {"demo", "dense", "published", "aap"} <= set(project["workflows"])
+    assert all(asset["url"].startswith("https://") for asset in project["assets"])
     scripts = " ".join(line for c in project["commands"] for line in c["script"])
     for stage in set(re.findall(r"configs/(\w+)_\$\{vars.preset\}\.cfg", scripts)):
         for preset in ("tiny", "base", "large"):
             assert (ROOT / "configs" / f"{stage}_{preset}.cfg").exists()
+
+
+def test_project_has_one_command_per_step_for_every_corpus():
+    """No command is copied per corpus: none is named after one or names one; a corpus is vars
+    (its var file), and its outputs never land on another corpus's."""
+    import srsly
+
+    project = srsly.read_yaml(ROOT / "project.yml")
+    corpora = ["ncbi", *(path.stem for path in CORPUS_VARS)]
+    assert "bc5cdr" in corpora
+    for command in project["commands"]:
+        if command["name"].startswith("aap-"):  # AskAPatient's fold loops (bench/aap.sh), not a copy of the chain
+            continue
+        assert not any(command["name"].startswith(corpus) for corpus in corpora), command["name"]
+        text = " ".join([*command["script"], *command.get("deps", []), *command.get("outputs", [])])
+        assert not any(corpus in text for corpus in corpora), f"{command['name']} names a corpus: {text}"
+    known = set(project["vars"])
+    build_kb = next(c for c in project["commands"] if c["name"] == "build-kb")
+    assert "${vars.crosswalk}" in build_kb["deps"] and project["vars"]["crosswalk"].endswith("${vars.corpus}_crosswalk.tsv")
+    default = {c["name"]: set(c.get("outputs", [])) for c in _project()["commands"]}
+    for var_file in CORPUS_VARS:
+        settings = _var_file_args(var_file)
+        names = [arg[len("--vars."):] for arg in settings if arg.startswith("--vars.")]
+        assert set(names) <= known, f"{var_file.name} sets unknown vars"
+        assert settings[settings.index("--vars.corpus") + 1] == var_file.stem
+        # a corpus named without its var file stops at build-kb: its default crosswalk is missing
+        assert not (ROOT / "configs" / "corpora" / f"{var_file.stem}_crosswalk.tsv").exists()
+        for command in _project(var_file)["commands"]:
+            if command["name"] in STEPS - {"demo-pipeline"} and not command["name"].startswith("aap-"):
+                outputs = set(command.get("outputs", []))
+                assert all(var_file.stem in out for out in outputs), command["name"]
+                assert not outputs & default[command["name"]], command["name"]
 
 
 def _main_command():
@@ -563,35 +627,78 @@ def _main_command():
     return typer.main.get_command(app)
 
 
+def _check_settings(name, args, overrides):
+    """The dotted overrides of a project line are settings the command takes: the genbioel
+    component's blocks (evaluate, package, annotate) or the stage config's sections."""
+    if not overrides:
+        return
+    if name in ("evaluate", "package", "annotate"):
+        from spacy_genbioel.cli._util import component_settings
+
+        component_settings(overrides)  # raises on a setting no block has
+        return
+    from spacy_genbioel.cli._util import parse_overrides
+    from spacy_genbioel.training.settings import load_dense_config, load_stage_config
+
+    config = ROOT / args[args.index("--config") + 1]
+    (load_dense_config if name == "train-dense" else load_stage_config)(config, parse_overrides(overrides))
+
+
 def test_project_commands_use_existing_options():
-    import re
+    """Each line runs a real command with real options and settings, for every corpus."""
     import shlex
 
-    import srsly
+    from spacy_genbioel.ner.convert import parse_label_map
 
     main = _main_command()
-    project = srsly.read_yaml(ROOT / "project.yml")
-    variables = {name: str(value) for name, value in project["vars"].items()}
-    for command in project["commands"]:
-        for line in command["script"]:
-            # options held in vars (abbreviations, bc5cdr_linking) are checked too
-            line = re.sub(r"\$\{vars\.(\w+)\}", lambda m: variables[m.group(1)], line)
-            args = shlex.split(line)
-            if args[:3] == ["python", "-m", "spacy"]:  # spaCy's own CLI, checked in test_ner
-                continue
-            if args[0] in ("bash", "python") and args[1].startswith("bench/"):  # fold loops over the CLI
-                assert (ROOT / args[1]).exists(), line
-                continue
-            assert args[:3] == ["python", "-m", "spacy_genbioel"], line
-            name = args[3]
-            click_cmd = main.commands.get(name)
-            assert click_cmd is not None, f"no subcommand {name!r}"
-            known = {opt for p in click_cmd.params for opt in (*p.opts, *p.secondary_opts)}
-            allows_overrides = click_cmd.context_settings.get("allow_extra_args", False)
-            for arg in args[4:]:
-                if not arg.startswith("--"):
+    for var_file in [None, *CORPUS_VARS]:
+        for command in _project(var_file)["commands"]:
+            for line in command["script"]:
+                args = shlex.split(line)
+                if args[:3] == ["python", "-m", "spacy"]:  # spaCy's own CLI, checked in test_ner
                     continue
-                assert arg in known or (allows_overrides and "." in arg), f"{name}: unknown option {arg}"
+                if args[0] in ("bash", "python") and args[1].startswith("bench/"):  # fold loops over the CLI
+                    assert (ROOT / args[1]).exists(), line
+                    continue
+                assert args[:3] == ["python", "-m", "spacy_genbioel"], line
+                name = args[3]
+                click_cmd = main.commands.get(name)
+                assert click_cmd is not None, f"no subcommand {name!r}"
+                known = {opt for p in click_cmd.params for opt in (*p.opts, *p.secondary_opts)}
+                allows_overrides = click_cmd.context_settings.get("allow_extra_args", False)
+                overrides = []
+                for i, arg in enumerate(args[4:], start=4):
+                    if arg.startswith("--") and arg not in known:
+                        assert allows_overrides and "." in arg, f"{name}: unknown option {arg}"
+                        overrides += [arg, args[i + 1]]
+                    elif args[i - 1] == "--label-map":
+                        parse_label_map(arg)
+                    elif arg.startswith("configs/"):
+                        assert (ROOT / arg).exists(), f"{command['name']}: {arg}"
+                _check_settings(name, args, overrides)
+
+
+def test_project_corpus_inputs_exist_in_the_data():
+    """Every corpus's splits, KB sources and crosswalk are where its vars say (test splits are held out)."""
+    import shlex
+
+    from spacy_genbioel.kb.build import parse_source
+
+    if not (ROOT / "../shared/data").is_dir():
+        pytest.skip("no ../shared/data")
+    for var_file in [None, *CORPUS_VARS]:
+        commands = {c["name"]: c for c in _project(var_file)["commands"]}
+        paths = []
+        for name in ("build-kb", "corpus", "evaluate", "ner-corpus", "evaluate-e2e"):
+            for line in commands[name]["script"]:
+                args = shlex.split(line)
+                if name == "build-kb":  # its sources: the arguments before the first option
+                    sources = args[4:next(i for i, arg in enumerate(args) if arg.startswith("--"))]
+                    paths += [source[1] if isinstance(source, tuple) else source for source in map(parse_source, sources)]
+                paths += [args[i + 1] for i, arg in enumerate(args) if arg in ("--train", "--dev", "--corpus", "--crosswalk",
+                                                                            "--prior-pubtator")]
+        missing = sorted({path for path in paths if not (ROOT / path).exists()})
+        assert not missing, f"{var_file.name if var_file else 'project.yml'}: {missing}"
 
 
 def test_step_commands_run_with_config_overrides(tmp_path):
@@ -632,7 +739,8 @@ def test_rerun_resumes_only_from_the_same_start_and_data(tmp_path, word_tokenize
     quick = {"training.max_steps": 2, "training.batch_size": 4, "training.progress": False, "training.warmup_steps": 1}
 
     def run():
-        return stages.pretrain(tmp_path / "init", tmp_path / "kb.jsonl", cfg, tmp_path / "pre", overrides=quick, device="cpu")
+        return stages.pretrain(tmp_path / "init", tmp_path / "kb.jsonl", cfg, tmp_path / "pre", overrides=quick,
+                               run=stages.StageRun(device="cpu"))
 
     assert run().resumed_from is None
     again = run()
@@ -643,8 +751,7 @@ def test_rerun_resumes_only_from_the_same_start_and_data(tmp_path, word_tokenize
 
 def test_project_paths_survive_variable_interpolation():
     # confection joins consecutive list items that end and start with a variable
-    from weasel.util import load_project_config
-
-    config = load_project_config(ROOT)
-    joined = [(c["name"], p) for c in config["commands"] for key in ("deps", "outputs") for p in c.get(key, []) if ", " in p]
-    assert joined == []
+    for var_file in [None, *CORPUS_VARS]:
+        config = _project(var_file)
+        joined = [(c["name"], p) for c in config["commands"] for key in ("deps", "outputs") for p in c.get(key, []) if ", " in p]
+        assert joined == []
