@@ -3,6 +3,7 @@ logging set-up, config override parsing and the option blocks several
 commands take. Library code never imports this module or typer."""
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Dict, Sequence
 
@@ -25,10 +26,27 @@ def setup_logging(verbose: bool) -> None:
 
 
 def parse_overrides(args: Sequence[str]) -> Dict[str, Any]:
-    """``["--training.max_steps", "100"]`` -> ``{"training.max_steps": 100}`` (spaCy's rules)."""
-    from spacy.cli._util import parse_config_overrides
+    """``["--training.max_steps", "100"]`` -> ``{"training.max_steps": 100}``: spaCy's rules
+    (``--key value``, ``--key=value``, a bare ``--key`` is true; names are dotted), with
+    values read by the standard JSON parser (spaCy's reads ``0.95`` as ``0.9500000000000001``)."""
+    parsed: Dict[str, Any] = {}
+    args = list(args)
+    while args:
+        opt = args.pop(0)
+        if not opt.startswith("--") or "." not in opt:
+            raise click.NoSuchOption(opt, message=f"{opt}: expected a setting as --block.setting VALUE")
+        key, eq, value = opt[2:].partition("=")
+        if not eq:
+            value = "true" if not args or args[0].startswith("--") else args.pop(0)
+        parsed[key.replace("-", "_")] = _setting_value(value)
+    return parsed
 
-    return parse_config_overrides(list(args))
+
+def _setting_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 #: ``context_settings`` of a command that takes dotted config overrides after its options
