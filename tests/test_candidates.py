@@ -392,7 +392,7 @@ def test_pipeline_config_round_trip(resources, tmp_path_factory):
     assert_same_links([linked(d) for d in loaded.pipe(TEXTS)], before)
     # overriding at load time, as `evaluate --candidates.retriever none` does
     overrides = nested_overrides({"retriever": "none", "decoding.exact_match": False})
-    assert overrides == {"candidates": {"retriever": "none"}, "decoding": {"exact_match": False}, "exact_match": None}
+    assert overrides == {"candidates": {"retriever": "none"}, "decoding": {"exact_match": False}}
     plain = spacy.load(out, config={"components": {"genbioel": overrides}})
     assert plain.get_pipe("genbioel").linker.retriever is None
     assert [linked(d) for d in plain.pipe(TEXTS)] == [linked(d) for d in make_nlp(tmp_path).pipe(TEXTS)]

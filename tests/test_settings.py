@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.linking.settings import (
     BLOCKS, DEFAULT_CONFIG, LEGACY_SETTINGS, SETTING_BLOCKS, CandidateSettings, ComponentResources, DecodingSettings,
-    LinkerSettings, OutputSettings, RerankerSettings, UnknownSettingError, nested_overrides,
+    LinkerSettings, OutputSettings, RerankerSettings, UnknownSettingError, load_overrides, nested_overrides,
 )
 
 
@@ -48,12 +48,14 @@ def test_a_new_field_reaches_the_config_and_the_overrides():
 
 
 def test_overrides_reach_the_right_block():
-    # the flat name an earlier pipeline may hold for a setting is cleared, so the block value reaches it
     assert nested_overrides({"num_beams": 3, "retriever": "tfidf", "device": "cpu", "exact_match": None}) == {
-        "decoding": {"num_beams": 3}, "num_beams": None, "candidates": {"retriever": "tfidf"}, "device": "cpu"}
-    assert nested_overrides({"candidates.model": "dir", "model": "m"}) == {
-        "candidates": {"model": "dir"}, "candidates_model": None, "model": "m"}
-    assert nested_overrides({"reranker.fusion": "f.json"}) == {"reranker": {"fusion": "f.json"}, "fusion": None}
+        "decoding": {"num_beams": 3}, "candidates": {"retriever": "tfidf"}, "device": "cpu"}
+    assert nested_overrides({"candidates.model": "dir", "model": "m"}) == {"candidates": {"model": "dir"}, "model": "m"}
+    assert nested_overrides({"reranker.fusion": "f.json"}) == {"reranker": {"fusion": "f.json"}}
+    # loading, the flat name an earlier pipeline may hold for a setting is cleared, so the block value reaches it
+    assert load_overrides({"decoding": {"num_beams": 3}, "device": "cpu"}) == {
+        "num_beams": None, "decoding": {"num_beams": 3}, "device": "cpu"}
+    assert load_overrides({"reranker": {"fusion": "f.json"}}) == {"fusion": None, "reranker": {"fusion": "f.json"}}
     with pytest.raises(UnknownSettingError, match="Unknown genbioel setting 'beams'"):
         nested_overrides({"beams": 3})
     with pytest.raises(UnknownSettingError, match="decoding.nope"):
@@ -87,7 +89,7 @@ def test_overrides_reach_a_pipeline_saved_with_flat_names(tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("genbioel", config={"num_beams": 2, "top_k": 2})
     nlp.to_disk(tmp_path / "p")
-    again = spacy.load(tmp_path / "p", config={"components": {"genbioel": nested_overrides({"decoding.num_beams": 5})}})
+    again = spacy.load(tmp_path / "p", config={"components": {"genbioel": load_overrides({"decoding": {"num_beams": 5}})}})
     assert again.get_pipe("genbioel").decoding.num_beams == 5
 
 

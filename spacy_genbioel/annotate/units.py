@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Counter, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
+from spacy_genbioel.linking.settings import load_overrides
 from spacy_genbioel.annotate.records import AnnotateError, Annotated, ChunkSummary, InputRecord, Item, RecordError, chunk_summary, doc_mentions, id_key
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def load_pipeline(pipeline_dir: Path, name: str, overrides: Dict[str, Any]) -> T
     import spacy
 
     try:
-        nlp = spacy.load(pipeline_dir, config={"components": {name: overrides}})
+        nlp = spacy.load(pipeline_dir, config={"components": {name: load_overrides(overrides)}})
         component = genbioel_component(nlp)
         component.linker  # noqa: B018  (load the model now, not at the first document)
     except AnnotateError:

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from spacy_genbioel.evaluation.recall import gold_id_set
+from spacy_genbioel.linking.settings import load_overrides
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -407,7 +408,7 @@ def load_pipeline(path: Any, *, without_linkers: bool = False, component_config:
     if without_linkers:
         return spacy.load(path, exclude=linkers)
     overrides = {k: v for k, v in (component_config or {}).items() if v is not None}
-    return spacy.load(path, config={"components": {name: overrides for name in linkers}})
+    return spacy.load(path, config={"components": {name: load_overrides(overrides) for name in linkers}})
 
 
 def run_end_to_end(

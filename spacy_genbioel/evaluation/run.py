@@ -20,7 +20,7 @@ from spacy_genbioel.evaluation.calibration import DEFAULT_TARGET_PRECISION, Cali
 from spacy_genbioel.evaluation.plots import plot_calibration, plot_similarity_bins
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.linking.settings import NO_RETRIEVER, UnknownSettingError, nested_overrides
+from spacy_genbioel.linking.settings import NO_RETRIEVER, UnknownSettingError, load_overrides, nested_overrides
 from spacy_genbioel.ty import Linker
 from spacy_genbioel.util import PathLike
 
@@ -95,7 +95,7 @@ def _pipeline_linker(pipeline: Optional[PathLike], settings: Mapping[str, Any]) 
     overrides = check_component_settings(settings)
     import spacy
 
-    nlp = spacy.load(pipeline, config={"components": {"genbioel": overrides}})
+    nlp = spacy.load(pipeline, config={"components": {"genbioel": load_overrides(overrides)}})
     component = nlp.get_pipe("genbioel")
     generator = component.linker
     getattr(generator.retriever, "generator", None)  # fit a lazy retriever before the clock starts

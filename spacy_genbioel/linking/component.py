@@ -237,9 +237,10 @@ class GenBioELLinker(Pipe):
     def link(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> List[List[Candidate]]:
         """Ranked candidates per mention, as the component writes them: the generator's,
         reranked by the fusion when there is one (a :class:`~spacy_genbioel.ty.Linker`)."""
+        top_k = top_k or self.decoding.top_k
         results = self.linker.link(mentions, top_k)
         if self._reranker is not None:
-            results = self._reranker.rerank(mentions, results, top_k or self.decoding.top_k)
+            results = self._reranker.rerank(mentions, results, top_k)
         return results
 
     # -- processing -------------------------------------------------------------

@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DecodingSettings", "CandidateSettings", "OutputSettings", "RerankerSettings", "ComponentResources",
     "LinkerSettings", "BLOCKS", "DEFAULT_CONFIG", "SETTING_BLOCKS", "LEGACY_SETTINGS", "NO_RETRIEVER", "SCORE_DECIMALS",
-    "UnknownSettingError", "written_score", "nested_overrides", "factory_signature",
+    "UnknownSettingError", "written_score", "nested_overrides", "load_overrides", "factory_signature",
 ]
 
 NO_RETRIEVER = NO_CANDIDATES
@@ -287,6 +287,13 @@ def nested_overrides(settings: Mapping[str, Any]) -> Dict[str, Any]:
         elif not isinstance(DEFAULT_CONFIG.get(block), dict) or key not in DEFAULT_CONFIG[block]:
             raise UnknownSettingError(f"Unknown genbioel setting {name!r}")
         (nested.setdefault(block, {}) if block else nested)[key] = value
-        # a pipeline saved with the flat name of this setting (0.1, 0.2) would read it from there
-        nested.update({old: None for old, place in LEGACY_SETTINGS.items() if place == (block, key)})
     return nested
+
+
+def load_overrides(nested: Mapping[str, Any]) -> Dict[str, Any]:
+    """``nested`` (:func:`nested_overrides`) as ``spacy.load(path, config={"components": {name: ...}})``
+    takes it: the flat name a 0.1 or 0.2 pipeline may hold for each block setting it sets is
+    cleared, else the pipeline would read that setting from its flat name."""
+    cleared = {old: None for old, (block, key) in LEGACY_SETTINGS.items()
+               if isinstance(nested.get(block), Mapping) and key in nested[block]}
+    return {**cleared, **nested}

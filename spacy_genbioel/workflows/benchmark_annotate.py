@@ -104,7 +104,7 @@ def annotate_run(pipeline: Path, texts: Sequence[str], setting: InputSetting, th
     import spacy
     import torch
 
-    from spacy_genbioel.linking.settings import nested_overrides
+    from spacy_genbioel.linking.settings import load_overrides, nested_overrides
     from spacy_genbioel.linking.stages import StageClock
 
     name, input_mode, context_words, dtype = setting
@@ -112,7 +112,7 @@ def annotate_run(pipeline: Path, texts: Sequence[str], setting: InputSetting, th
     torch.set_num_threads(threads)
     try:
         overrides = nested_overrides({"input_mode": input_mode, "context_words": context_words, "device": device, "dtype": dtype})
-        nlp = spacy.load(pipeline, config={"components": {"genbioel": overrides}})
+        nlp = spacy.load(pipeline, config={"components": {"genbioel": load_overrides(overrides)}})
         linker = nlp.get_pipe("genbioel").linker
         nlp(texts[0])  # warm-up: allocator, lazy resources
         linker.clock = StageClock(linker.device)
