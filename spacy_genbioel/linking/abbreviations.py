@@ -3,6 +3,7 @@ scispacy's ``abbreviation_detector``, the same detector the pipeline runs)."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Dict, List, Sequence, Tuple
 
 from spacy_genbioel.ty import Mention
@@ -84,3 +85,7 @@ try:  # register scispacy's factory as soon as this module is imported (see abov
     import scispacy.abbreviation  # noqa: F401
 except ImportError:  # scispacy is an optional extra
     pass
+
+# scispacy's detector runs a global matcher with no patterns on every doc, and spaCy warns (W036)
+# each time: dozens of lines per annotate run, about nothing the user can act on
+warnings.filterwarnings("ignore", message=r"\[W036\] The component 'matcher' does not have any patterns defined")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Tuple, Union
 
@@ -169,7 +170,10 @@ def quantize_int8(model):
     output = model.get_output_embeddings()
     spec = {name: torch.ao.quantization.default_dynamic_qconfig for name, module in model.named_modules()
             if isinstance(module, torch.nn.Linear) and module is not output}
-    quantized = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=False)
+    with warnings.catch_warnings():  # torch >= 2.10 deprecates the quantized tensor API it uses; we chose it knowingly
+        warnings.filterwarnings("ignore", category=UserWarning, message=r".*quantize_per_tensor.*")
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        quantized = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=False)
     object.__setattr__(quantized, "_genbioel_float_model", model)
     return quantized.eval()
 
