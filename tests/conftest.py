@@ -7,6 +7,7 @@ import torch
 
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.models import Preset, build_model, train_tokenizer
+from spacy_genbioel.ty import Mention
 
 WORDS = [
     "acute", "chronic", "renal", "failure", "cancer", "breast", "lung", "syndrome", "disease", "type",
@@ -74,3 +75,12 @@ def assert_same_links(a, b, tol: float = 1e-4) -> None:
     the 6th decimal of a mean log-probability), so scores are never compared bit
     for bit across batch shapes or processes."""
     assert _same(a, b, tol), f"links differ beyond score noise:\n{a}\n!=\n{b}"
+
+
+def mentions_for(kb, n=12):
+    names = kb.names
+    out = []
+    for i in range(n):
+        text = names[(i * 7) % len(names)] if i % 3 else f"{WORDS[i % len(WORDS)]} {WORDS[(i * 3) % len(WORDS)]}"
+        out.append(Mention(text, left="the patient had " * (i % 4), right=" and was treated"))
+    return out

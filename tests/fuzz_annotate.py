@@ -17,7 +17,7 @@ As a script, against this tree or another one::
     python tests/fuzz_annotate.py --report [-v]
     PYTHONPATH=/tmp/before python tests/fuzz_annotate.py --report
 
-The pytest module ``tests/test_fuzz_annotate.py`` runs the same cases.
+The pytest module ``tests/annotate/test_fuzz_annotate.py`` runs the same cases.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ Run against any tree (``PYTHONPATH`` first decides which ``spacy_genbioel``)::
     python tests/fuzz_component.py --report
     PYTHONPATH=/tmp/before python tests/fuzz_component.py --report
 
-``tests/test_fuzz_component.py`` runs the same generators under pytest.
+``tests/linking/test_fuzz_component.py`` runs the same generators under pytest.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Ray engine without Ray: how the document stream is cut into units, how a unit is committed
 (out of order, once), and the driver (retries, resume) on a stand-in for Ray that runs the workers
-in this process. The real Ray is tests/test_annotate_ray.py (marker ``ray``)."""
+in this process. The real Ray is tests/annotate/test_annotate_ray.py (marker ``ray``)."""
 import collections
 import json
 import math

@@ -8,8 +8,8 @@ import spacy
 
 from conftest import assert_same_links
 
-FIXTURE = Path(__file__).parent / "fixtures" / "legacy_v0_1"
-FIXTURE_0_2 = Path(__file__).parent / "fixtures" / "pipeline_v0_2"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_v0_1"
+FIXTURE_0_2 = Path(__file__).resolve().parents[1] / "fixtures" / "pipeline_v0_2"
 
 
 def test_a_0_1_pipeline_loads_and_links_identically(tmp_path):

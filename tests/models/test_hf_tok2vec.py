@@ -18,7 +18,7 @@ from spacy_genbioel.models.wordpiece_align import windows
 
 from conftest import data_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = 32
 ARCH = "genbioel.HFTok2Vec.v1"
 

@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
@@ -96,3 +97,16 @@ def test_evaluate_names_a_bad_kb_or_corpus_without_a_traceback(tmp_path):
     bad_corpus.write_text("1|t|Renal failure.\n1\tabc\t13\tRenal failure\tDisease\tD1\n\n", encoding="utf8")
     result = runner.invoke(app, ["evaluate", "--corpus", str(bad_corpus), "--linker", "exact", "--kb", str(bad_kb)])
     assert result.exit_code == 1 and "bad.txt:2" in result.output
+
+
+def test_dotted_overrides_keep_their_values_exactly():
+    import click
+
+    from spacy_genbioel.cli._util import parse_overrides
+
+    parsed = parse_overrides(["--candidates.shortcut_threshold", "0.95", "--decoding.exact_match", "--output.threshold=null",
+                              "--candidates.retriever", "tfidf", "--training.learning-rate", "1e-4"])
+    assert parsed == {"candidates.shortcut_threshold": 0.95, "decoding.exact_match": True, "output.threshold": None,
+                      "candidates.retriever": "tfidf", "training.learning_rate": 1e-4}
+    with pytest.raises(click.NoSuchOption, match="--beams"):
+        parse_overrides(["--beams", "3"])

@@ -39,7 +39,7 @@ from spacy_genbioel.training.pretraining import pretraining_examples
 
 from conftest import MICRO, random_kb
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILDER = InputBuilder(context_words=8)
 
 

@@ -18,7 +18,7 @@ from spacy_genbioel.ner import (
 
 from conftest import data_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 # (text, [(mention, occurrence, type, ids)]): offsets are found in the text

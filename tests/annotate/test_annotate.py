@@ -24,7 +24,7 @@ from spacy_genbioel.util import atomic_write
 from conftest import WORDS, assert_same_links, data_dir
 from fuzz_annotate import bioc_xml, build_pipeline, pubmed_article
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PHRASES = WORDS + ["renal failure", "cystic fibrosis", "liver", "the", "of", "patients"]
 
 

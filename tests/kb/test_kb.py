@@ -177,7 +177,7 @@ def test_legacy_pipeline_kb_checksum_still_matches():
 
     from conftest import random_kb
 
-    cfg_path = Path(__file__).resolve().parent / "fixtures" / "legacy_v0_1" / "genbioel_cfg.json"
+    cfg_path = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_v0_1" / "genbioel_cfg.json"
     cfg = json.loads(cfg_path.read_text(encoding="utf8"))
     kb = random_kb(3, n_concepts=40)  # the KB the 0.1 pipeline was saved with (make_fixture.py)
     reloaded = KnowledgeBase(list(kb), normalizer=cfg["kb_normalizer"], dedup=cfg["kb_dedup"])

@@ -20,7 +20,7 @@ from spacy_genbioel.linking.trie import NameTrie
 
 from conftest import assert_same_links, random_kb
 from spacy_genbioel.linking.settings import CandidateSettings, nested_overrides
-from test_decoding import mentions_for
+from conftest import mentions_for
 from test_pipeline import TEXTS, linked, make_nlp, resources  # noqa: F401  (fixture)
 
 V, EOS, ROOT = 20, 2, 3

@@ -8,7 +8,7 @@ from spacy_genbioel.models import PRESETS, build_model, init_model, load_model, 
 from spacy_genbioel.util import resolve_device, resolve_dtype
 from spacy_genbioel.linking.reference import ReferenceLinker
 
-from test_decoding import mentions_for
+from conftest import mentions_for
 
 
 def test_presets_have_bart_shapes():
@@ -180,7 +180,7 @@ def test_every_weight_load_is_explicitly_pickle_free():
     from pathlib import Path
 
     offenders = []
-    for path in (Path(__file__).resolve().parents[1] / "spacy_genbioel").rglob("*.py"):
+    for path in (Path(__file__).resolve().parents[2] / "spacy_genbioel").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue

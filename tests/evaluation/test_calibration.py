@@ -208,7 +208,7 @@ def test_workflows_produce_the_calibration_before_the_packages_that_read_it():
 
     import srsly
 
-    project = srsly.read_yaml(Path(__file__).resolve().parents[1] / "project.yml")
+    project = srsly.read_yaml(Path(__file__).resolve().parents[2] / "project.yml")
     commands = {c["name"]: c for c in project["commands"]}
     for workflow, steps in project["workflows"].items():
         made = set()

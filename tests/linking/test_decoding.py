@@ -11,16 +11,7 @@ from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.linking.reference import ReferenceLinker
 
-from conftest import WORDS, random_kb
-
-
-def mentions_for(kb, n=12):
-    names = kb.names
-    out = []
-    for i in range(n):
-        text = names[(i * 7) % len(names)] if i % 3 else f"{WORDS[i % len(WORDS)]} {WORDS[(i * 3) % len(WORDS)]}"
-        out.append(Mention(text, left="the patient had " * (i % 4), right=" and was treated"))
-    return out
+from conftest import mentions_for, random_kb
 
 
 def test_input_builder_marks_mention_and_cuts_context():

@@ -40,7 +40,7 @@ from spacy_genbioel.training.trainlog import read_log
 
 from conftest import MICRO, WORDS, data_dir, random_kb
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILDER = InputBuilder()
 
 

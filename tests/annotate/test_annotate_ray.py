@@ -1,5 +1,5 @@
 """``annotate --engine ray`` on a real local Ray with two CPUs (marker ``ray``, deselected by default:
-``python -m pytest -m ray tests/test_annotate_ray.py``; skipped without ray): one and two workers
+``python -m pytest -m ray tests/annotate/test_annotate_ray.py``; skipped without ray): one and two workers
 write what the local engine writes, byte for byte; a worker killed mid-unit (by its pid, from
 here) and a driver killed mid-run (then the same command again) lose and repeat nothing."""
 import os
@@ -22,7 +22,7 @@ from fuzz_annotate import build_pipeline  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 N_DOCS = 200
 JOB = {**RUN, "chunk_size": 20, "batch_size": 8}  # 10 units of 20 documents: a second or two of linking each run
 

@@ -6,7 +6,7 @@ from spacy_genbioel.linking.decoder import GenerativeLinker
 
 from spacy_genbioel.linking.settings import DecodingSettings
 
-from test_decoding import mentions_for
+from conftest import mentions_for
 
 pytestmark = pytest.mark.gpu
 
