@@ -23,7 +23,14 @@ def demo_cmd(
     setup_logging(verbose)
     from spacy_genbioel.workflows.demo import run_demo
 
-    with msg.loading(f"Training a tiny model on the demo KB for {train_seconds:.0f}s..."):
+    from spacy_genbioel.progress import wanted
+
+    text = f"Training a tiny model on the demo KB for {train_seconds:.0f}s..."
+    if wanted():  # a spinner on a terminal only (GENBIOEL_PROGRESS=0/1 decides), not frames in a log
+        with msg.loading(text):
+            result = run_demo(out, train_seconds=train_seconds, seed=seed)
+    else:
+        msg.info(text)
         result = run_demo(out, train_seconds=train_seconds, seed=seed)
     msg.good(f"Pipeline saved to {result.pipeline_dir} (built in {result.train_seconds:.0f}s, {result.train_steps} training steps)")
     msg.table(
