@@ -1,4 +1,5 @@
-"""``init-model``: a from-scratch BART with a trained tokenizer, or a BERT2BERT warm start."""
+"""``init-model``: a from-scratch BART with a trained tokenizer, or a BERT2BERT warm start;
+``import-checkpoint``: a released pickled checkpoint made a verified safetensors folder."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +8,7 @@ from typing import Optional
 import typer
 from wasabi import msg
 
-from spacy_genbioel.cli._util import app, setup_logging
+from spacy_genbioel.cli._util import VERBOSE, app, setup_logging
 
 
 @app.command("init-model")
@@ -55,3 +56,43 @@ def init_model_cmd(
     model, tokenizer = init_model(preset, knowledge_base.names, out, texts=lines, vocab_size=vocab_size, seed=seed)
     n_params = sum(p.numel() for p in model.parameters())
     msg.good(f"{preset} model ({n_params / 1e6:.1f}M parameters, vocabulary {len(tokenizer)}) saved to {out}")
+
+
+@app.command("import-checkpoint")
+def import_checkpoint_cmd(
+    src: Path = typer.Argument(..., help="Released checkpoint: a folder with config.json and pytorch_model.bin "
+                                         "(or pytorch_model.bin.index.json), or one .bin/.pt/.ckpt file"),
+    out: Path = typer.Option(..., help="Output Hugging Face folder (must not exist, or be empty)"),
+    tokenizer: Optional[Path] = typer.Option(None, help="Tokenizer folder to write beside the weights "
+                                                        "(facebook/bart-large's for the released GenBioEL/ANGEL models)"),
+    no_tokenizer: bool = typer.Option(False, "--no-tokenizer", help="Import the weights without a tokenizer"),
+    config: Optional[Path] = typer.Option(None, help="The model's config.json, when it is not beside the weights"),
+    probes: int = typer.Option(4, min=1, help="Probe inputs whose logits the written model must reproduce"),
+    verbose: bool = VERBOSE,
+) -> None:
+    """Import a pickled GenBioEL/ANGEL checkpoint once, safely: refuse any pickle global that is not a tensor,
+    storage or plain container (nothing in the file runs) and any config.json with custom code; write
+    model.safetensors, config.json, the tokenizer and import.json (SHA-256 of the sources, key mapping, versions);
+    check the written model's logits against the source weights'."""
+    setup_logging(verbose)
+    from spacy_genbioel.models import ImportOptions, ModelFormatError, import_checkpoint
+
+    options = ImportOptions(tokenizer=tokenizer, no_tokenizer=no_tokenizer, config=config, probes=probes)
+    try:
+        record = import_checkpoint(src, out, options)
+    except (ModelFormatError, OSError) as err:
+        msg.fail(f"import-checkpoint: {err}")
+        raise typer.Exit(1) from None
+    mapping = record["key_mapping"]
+    renamed = " ".join(part for part in (
+        f"under '{mapping['container']}'" if mapping["container"] else "",
+        f"prefix '{mapping['stripped_prefix']}' stripped" if mapping["stripped_prefix"] else "",
+        f"prefix '{mapping['added_prefix']}' added" if mapping["added_prefix"] else "",
+        f"{len(mapping['tied'])} tied" if mapping["tied"] else "",
+        f"{', '.join(mapping['zero_filled'])} zeros" if mapping["zero_filled"] else "",
+        f"{len(mapping['unexpected'])} ignored" if mapping["unexpected"] else "") if part)
+    msg.good(f"Imported {src} into {out} (keys: {renamed or 'as they were'}; "
+             f"max |logit diff| {record['verification']['max_abs_diff']:.2g}); record in {out / 'import.json'}")
+    if record["tokenizer"] is None:
+        msg.warn(f"No tokenizer in {out}: copy facebook/bart-large's tokenizer files into it, "
+                 "or give the tokenizer folder whenever the model is loaded")

@@ -1,0 +1,403 @@
+"""Importing a released GenBioEL/ANGEL checkpoint: pickled weights in, a
+verified safetensors Hugging Face directory out (``import-checkpoint``).
+
+The component loads safetensors only (:mod:`.hf`); this is the one explicit,
+audited step that reads a pickled ``pytorch_model.bin``. The source (a folder
+with ``config.json`` and ``pytorch_model.bin`` or a sharded
+``pytorch_model.bin.index.json``, or one ``.bin``/``.pt``/``.ckpt`` file) is read
+without running anything in it (:mod:`.checkpoint_pickle`); its key names are
+mapped onto ``BartForConditionalGeneration`` (wrapper prefixes such as
+``module.`` or Lightning's ``model.`` stripped, tied embeddings and
+``final_logits_bias`` filled in); the directory is written with
+``model.safetensors``, ``config.json``, the tokenizer and ``import.json`` (the
+source files' SHA-256 and sizes, the key mapping, versions); and the written
+directory, loaded by :func:`~spacy_genbioel.models.hf.load_model`, must give the
+source weights' logits on probe inputs, or nothing is left at ``out``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from spacy_genbioel.models.checkpoint_pickle import CheckpointError, load_checkpoint_file, tensor_entries
+from spacy_genbioel.models.hf import check_vocabulary, load_model, load_tokenizer, tokenizer_fingerprint
+from spacy_genbioel.util import PathLike
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CheckpointError", "ImportOptions", "KeyMapping", "SourceCheckpoint", "find_source", "import_checkpoint",
+           "map_keys", "read_config", "read_state_dict"]
+
+INDEX_NAME = "pytorch_model.bin.index.json"
+WEIGHTS_NAME = "pytorch_model.bin"
+RECORD_NAME = "import.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+ARCHITECTURES = ("BartForConditionalGeneration", "BartModel")
+TOKENIZER_HINT = (
+    "The released GenBioEL/ANGEL checkpoints ship without a tokenizer: they use facebook/bart-large's. "
+    "Download its tokenizer files (vocab.json, merges.txt, tokenizer.json, tokenizer_config.json from "
+    "https://huggingface.co/facebook/bart-large) into a local folder and pass it as --tokenizer DIR, or pass "
+    "--no-tokenizer to import the weights alone (then copy the tokenizer files into the output folder, or give "
+    "the tokenizer folder whenever the model is loaded)"
+)
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """How :func:`import_checkpoint` runs."""
+
+    #: tokenizer folder written beside the weights (facebook/bart-large's for the released models)
+    tokenizer: Optional[PathLike] = None
+    #: import without a tokenizer (refused otherwise when ``tokenizer`` is None)
+    no_tokenizer: bool = False
+    #: the model's config.json when it is not beside the weights (a DeepSpeed step folder)
+    config: Optional[PathLike] = None
+    #: probe inputs whose logits the written model must reproduce
+    probes: int = 4
+    #: tolerance of that comparison (``torch.allclose``)
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SourceCheckpoint:
+    """The files a checkpoint is imported from."""
+
+    config: Path
+    weights: Tuple[Path, ...]
+    #: the sharded checkpoint's ``pytorch_model.bin.index.json``
+    index: Optional[Path] = None
+
+
+@dataclass
+class KeyMapping:
+    """How the source's key names became the model's (written to ``import.json``)."""
+
+    #: the nested entry the state dict was found under (``state_dict``, ``module``), or None
+    container: Optional[str] = None
+    stripped_prefix: str = ""
+    added_prefix: str = ""
+    #: model key -> the source key (after renaming) whose tied tensor it takes
+    tied: Dict[str, str] = field(default_factory=dict)
+    #: model keys absent from the source and set to zeros (``final_logits_bias``)
+    zero_filled: List[str] = field(default_factory=list)
+    #: source keys (after renaming) the model has no place for, ignored
+    unexpected: List[str] = field(default_factory=list)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _shard_files(index: Path) -> Tuple[Path, ...]:
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf8"))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{index}: not a checkpoint index with a weight_map ({type(err).__name__}: {err})") from err
+    for name in names:
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise CheckpointError(f"{index}: shard {name!r} is not a file name in {index.parent}")
+    missing = [name for name in names if not (index.parent / name).is_file()]
+    if missing:
+        raise CheckpointError(f"{index}: shard files not found in {index.parent}: {', '.join(missing)}")
+    return tuple(index.parent / name for name in names)
+
+
+def find_source(src: PathLike, config: Optional[PathLike] = None) -> SourceCheckpoint:
+    """The weights and config of a checkpoint folder or file (see the module docstring)."""
+    src = Path(src)
+    if not src.exists():
+        raise CheckpointError(f"{src}: no such checkpoint file or folder")
+    index = None
+    if src.is_dir():
+        pickles = sorted(p for p in src.iterdir() if p.is_file() and p.suffix in PICKLE_SUFFIXES)
+        if (src / INDEX_NAME).is_file():
+            index = src / INDEX_NAME
+        elif (src / WEIGHTS_NAME).is_file():
+            pickles = [src / WEIGHTS_NAME]
+        elif len(pickles) != 1:
+            safetensors = " (it holds safetensors: load_model reads it as it is)" if any(src.glob("*.safetensors")) else ""
+            listed = f"several: {', '.join(p.name for p in pickles)}; name one" if pickles else "none found"
+            raise CheckpointError(f"{src}: expected {WEIGHTS_NAME}, {INDEX_NAME} or one {'/'.join(PICKLE_SUFFIXES)} "
+                                  f"file ({listed}){safetensors}")
+        folder = src
+    else:
+        folder = src.parent
+        if src.name.endswith(".index.json"):
+            index = src
+        else:
+            pickles = [src]
+    weights = _shard_files(index) if index is not None else tuple(pickles)
+    config_path = Path(config) if config is not None else folder / "config.json"
+    if not config_path.is_file():
+        raise CheckpointError(f"{config_path}: no config.json for the checkpoint {src} (give it with --config)")
+    return SourceCheckpoint(config=config_path, weights=weights, index=index)
+
+
+def read_config(path: PathLike) -> Dict[str, Any]:
+    """A checkpoint's ``config.json`` as data, refused when it asks for custom code
+    (``auto_map``) or is not a BART."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a JSON model config ({type(err).__name__}: {err})") from err
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: a model config is a JSON object, not {type(data).__name__}")
+    if "auto_map" in data:
+        raise CheckpointError(f"{path}: refused: auto_map asks for custom model code ({json.dumps(data['auto_map'])}); "
+                              "only the BART of transformers is imported, no code from a checkpoint")
+    if data.get("model_type") != "bart":
+        raise CheckpointError(f"{path}: model_type is {data.get('model_type')!r}; only 'bart' checkpoints are imported")
+    odd = [name for name in data.get("architectures") or () if name not in ARCHITECTURES]
+    if odd:
+        logger.warning("%s: architectures %s: imported as BartForConditionalGeneration", path, ", ".join(map(str, odd)))
+    return data
+
+
+def read_state_dict(source: SourceCheckpoint) -> Tuple[Dict[str, Any], Optional[str], List[Dict[str, Any]]]:
+    """``(tensors, container, facts per file)`` of every weights file of ``source``."""
+    state: Dict[str, Any] = {}
+    containers = set()
+    files = []
+    for path in source.weights:
+        obj, facts = load_checkpoint_file(path)
+        tensors, container = tensor_entries(obj, path)
+        containers.add(container)
+        clash = sorted(set(tensors) & set(state))
+        if clash:
+            raise CheckpointError(f"{path}: {len(clash)} tensors also in another shard (first: {clash[0]})")
+        state.update(tensors)
+        files.append({"file": str(path), **facts, "tensors": len(tensors)})
+    if source.index is not None:
+        expected = json.loads(source.index.read_text(encoding="utf8"))["weight_map"]
+        absent = sorted(set(expected) - set(state))
+        if absent:
+            raise CheckpointError(f"{source.index}: {len(absent)} tensors named in weight_map are in no shard "
+                                  f"(first: {absent[0]})")
+    if len(containers) > 1:
+        raise CheckpointError(f"{source.weights[0]}: shards keep their tensors under different entries "
+                              f"({sorted(map(str, containers))})")
+    return state, containers.pop() if containers else None, files
+
+
+def _rename(keys: List[str], target: set) -> Tuple[int, str, str]:
+    """``(components stripped, stripped prefix, added prefix)``: the renaming under
+    which most source keys are model keys (the fewest changes on a tie)."""
+    parts = [key.split(".") for key in keys]
+    common = 0
+    while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+        common += 1
+    best = (-1, 0, "")
+    for strip in range(common + 1):
+        for added in ("", "model."):
+            score = sum(added + ".".join(p[strip:]) in target for p in parts)
+            if score > best[0]:
+                best = (score, strip, added)
+    _, strip, added = best
+    prefix = "".join(part + "." for part in parts[0][:strip]) if parts else ""
+    return strip, prefix, added
+
+
+def map_keys(state: Dict[str, Any], model, where: str = "the checkpoint") -> Tuple[Dict[str, Any], KeyMapping]:
+    """The source tensors under ``model``'s state-dict names, and how they were renamed
+    (``where``, the source file, starts every error message).
+
+    Tied embeddings missing from the source take the tensor of their group's key
+    that is present (``model.shared.weight`` first); a missing ``final_logits_bias``
+    is zeros. A missing real weight, a shape that does not fit, or tied copies
+    that differ are refused."""
+    import torch
+
+    target = model.state_dict()
+    strip, prefix, added = _rename(list(state), set(target))
+    mapped: Dict[str, Any] = {}
+    for key, tensor in state.items():
+        name = added + ".".join(key.split(".")[strip:])
+        if name in mapped:
+            raise CheckpointError(f"{where}: source keys {key!r} and another both map to {name!r}")
+        mapped[name] = tensor
+    mapping = KeyMapping(stripped_prefix=prefix, added_prefix=added,
+                         unexpected=sorted(name for name in mapped if name not in target))
+    for name in mapping.unexpected:
+        del mapped[name]
+    groups: Dict[int, List[str]] = {}
+    for name, tensor in target.items():
+        groups.setdefault(tensor.data_ptr(), []).append(name)
+    for group in (sorted(g, key=lambda n: (n != "model.shared.weight", n)) for g in groups.values() if len(g) > 1):
+        present = [name for name in group if name in mapped]
+        if not present:
+            continue
+        for other in present[1:]:
+            if mapped[other].shape != mapped[present[0]].shape or not torch.equal(mapped[other], mapped[present[0]]):
+                raise CheckpointError(f"{where}: the model ties {other} to {present[0]}, but their values differ here")
+        for name in group:
+            if name not in mapped:
+                mapped[name] = mapped[present[0]]
+                mapping.tied[name] = present[0]
+    if "final_logits_bias" in target and "final_logits_bias" not in mapped:
+        mapped["final_logits_bias"] = torch.zeros_like(target["final_logits_bias"])
+        mapping.zero_filled.append("final_logits_bias")
+    missing = [name for name in target if name not in mapped]
+    if missing:
+        raise CheckpointError(f"{where}: {len(missing)} weights of the model are missing (first: {', '.join(missing[:5])}); "
+                              f"unmatched source keys: {', '.join(mapping.unexpected[:5]) or 'none'}")
+    for name, tensor in mapped.items():
+        if tuple(tensor.shape) != tuple(target[name].shape):
+            raise CheckpointError(f"{where}: {name} has shape {tuple(tensor.shape)}, the model its config.json describes "
+                                  f"{tuple(target[name].shape)}")
+    if mapping.unexpected:
+        logger.warning("%s: %d tensors have no place in BartForConditionalGeneration and are ignored: %s",
+                       where, len(mapping.unexpected), ", ".join(mapping.unexpected[:10]))
+    return mapped, mapping
+
+
+def _probe_logits(model, vocab: int, options: ImportOptions):
+    import torch
+
+    generator = torch.Generator().manual_seed(options.seed)
+    inputs = torch.randint(0, vocab, (options.probes, 12), generator=generator)
+    decoder = torch.randint(0, vocab, (options.probes, 6), generator=generator)
+    mask = torch.ones_like(inputs)
+    mask[0, 8:] = 0  # one padded probe
+    with torch.no_grad():
+        return model(input_ids=inputs, attention_mask=mask, decoder_input_ids=decoder).logits.float()
+
+
+def _verify(reference, written: Path, with_tokenizer: bool, options: ImportOptions) -> Dict[str, Any]:
+    """Logits of the written directory, loaded as the component loads it, against the source weights'."""
+    import torch
+
+    if with_tokenizer:
+        loaded, _ = load_model(written, device="cpu", dtype="fp32")
+    else:  # the same call load_model makes, without the tokenizer it requires
+        from transformers import AutoModelForSeq2SeqLM
+
+        loaded = AutoModelForSeq2SeqLM.from_pretrained(str(written), local_files_only=True, use_safetensors=True,
+                                                       dtype=torch.float32).eval()
+    vocab = int(reference.config.vocab_size)
+    expected, got = _probe_logits(reference, vocab, options), _probe_logits(loaded, vocab, options)
+    diff = float((expected - got).abs().max())
+    result = {"probes": options.probes, "max_abs_diff": diff, "atol": options.atol, "rtol": options.rtol}
+    if not (torch.isfinite(got).all() and torch.allclose(expected, got, rtol=options.rtol, atol=options.atol)):
+        raise CheckpointError(f"{written}: the written model's logits differ from the source weights' "
+                              f"(max |diff| {diff:.3g} > atol {options.atol}): nothing was imported")
+    return result
+
+
+def _versions() -> Dict[str, str]:
+    import importlib.metadata as metadata
+
+    found = {"python": sys.version.split()[0]}
+    for dist in ("spacy_genbioel", "torch", "transformers", "safetensors", "tokenizers"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = "not installed"
+    return found
+
+
+def _file_record(path: Path) -> Dict[str, Any]:
+    return {"file": str(path.resolve()), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CheckpointError(f"{out}: already exists and is not an empty folder; remove it or choose another --out")
+
+
+def _tokenizer_checks(model, tokenizer, where: str) -> List[str]:
+    check_vocabulary(model, tokenizer, where)
+    notes = []
+    for role in ("pad", "eos", "bos"):
+        ours, theirs = getattr(tokenizer, f"{role}_token_id"), getattr(model.config, f"{role}_token_id", None)
+        if theirs is not None and ours != theirs:
+            notes.append(f"{where}: {role} id {ours}, the model's config says {theirs}")
+            logger.warning(notes[-1])
+    return notes
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    os.chmod(tmp, 0o755)
+    for file in tmp.iterdir():
+        os.chmod(file, 0o644)
+    if out.exists():
+        out.rmdir()  # empty (checked before)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out)
+
+
+def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = ImportOptions()) -> Dict[str, Any]:
+    """Import the checkpoint at ``src`` into the Hugging Face folder ``out`` (which must
+    not exist or be empty) and return the record written to ``out/import.json``.
+
+    Raises :class:`CheckpointError` (naming the file) for a refused or damaged
+    source, a missing tokenizer without ``options.no_tokenizer``, or a written
+    model whose logits differ from the source's; ``out`` is then left untouched."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    out = Path(out)
+    _check_out(out)
+    source = find_source(src, options.config)
+    config_data = read_config(source.config)
+    if options.tokenizer is None and not options.no_tokenizer:
+        raise CheckpointError(f"{src}: no tokenizer given. {TOKENIZER_HINT}")
+    tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer is not None else None
+    state, container, files = read_state_dict(source)
+    try:
+        model = BartForConditionalGeneration(BartConfig.from_dict(config_data)).eval()
+    except (TypeError, ValueError, AttributeError, KeyError) as err:
+        raise CheckpointError(f"{source.config}: not a usable BART config ({type(err).__name__}: {err})") from err
+    mapped, mapping = map_keys(state, model, str(source.index or source.weights[0]))
+    mapping.container = container
+    model.load_state_dict(mapped, strict=True)
+    del state, mapped
+    notes = _tokenizer_checks(model, tokenizer, f"The tokenizer in {options.tokenizer}") if tokenizer is not None else []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.importing-"))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+        verification = _verify(model, tmp, tokenizer is not None, options)
+        written = json.loads((tmp / "config.json").read_text(encoding="utf8"))
+        record = {
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "source": {
+                "path": str(Path(src).resolve()),
+                "config": _file_record(source.config),
+                "index": _file_record(source.index) if source.index is not None else None,
+                "weights": [{**_file_record(Path(f["file"])), **{k: v for k, v in f.items() if k != "file"}} for f in files],
+                "config_keys_not_kept": sorted(set(config_data) - set(written)),
+            },
+            "key_mapping": asdict(mapping),
+            "tokenizer": None if tokenizer is None else {
+                "path": str(Path(options.tokenizer).resolve()), "fingerprint": tokenizer_fingerprint(tokenizer),
+                "notes": notes},
+            "output": {name.name: {"bytes": name.stat().st_size, "sha256": sha256_file(name)}
+                       for name in sorted(tmp.glob("*.safetensors"))},
+            "verification": verification,
+            "versions": _versions(),
+        }
+        (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("imported %s into %s (max |logit diff| %.3g)", src, out, verification["max_abs_diff"])
+    return record

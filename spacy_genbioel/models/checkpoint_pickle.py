@@ -1,0 +1,250 @@
+"""Reading a pickled PyTorch checkpoint without running anything in it.
+
+Released GenBioEL/ANGEL checkpoints are ``torch.save`` pickles of a state dict
+(``collections.OrderedDict``, ``torch.FloatStorage``,
+``torch._utils._rebuild_tensor_v2``). A pickle can name any importable
+callable, so before PyTorch sees the file :func:`scan_pickle_globals` walks its
+opcode stream with :mod:`pickletools` (which only parses) and refuses every
+global outside :data:`ALLOWED_GLOBALS`, naming the one the pickle asked for.
+Only then does :func:`load_checkpoint_file` call ``torch.load(...,
+weights_only=True)`` (PyTorch's restricted unpickler, a second gate; memory
+mapped for the zip format) and check that what came back is tensors in plain
+containers. Both ``torch.save`` formats are read: the zip archive (its
+``*/data.pkl`` member) and the legacy ``_use_new_zipfile_serialization=False``
+sequence of pickles followed by raw storage bytes.
+"""
+from __future__ import annotations
+
+import _compat_pickle
+import io
+import logging
+import pickletools
+import zipfile
+from pathlib import Path
+from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
+
+from spacy_genbioel.models.hf import ModelFormatError
+from spacy_genbioel.util import PathLike
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ALLOWED_GLOBALS", "CheckpointError", "UnsafePickleError", "load_checkpoint_file", "scan_pickle_globals"]
+
+_STORAGES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool",
+             "ComplexFloat", "ComplexDouble")
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+           "complex64", "complex128", "float", "double", "half", "long", "int", "short")
+#: what a checkpoint of tensors in plain containers may name: a subset of the
+#: globals ``torch.load(weights_only=True)`` accepts (``builtins.set`` and
+#: ``_codecs.encode``, how protocol 2 writes bytes, appear in DeepSpeed files)
+ALLOWED_GLOBALS = frozenset({
+    "collections.OrderedDict",
+    "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
+    "torch.Size", "torch.device", "builtins.set", "_codecs.encode",
+    *(f"torch.{kind}Storage" for kind in _STORAGES),
+    *(f"torch.cuda.{kind}Storage" for kind in _STORAGES),
+    *(f"torch.{dtype}" for dtype in _DTYPES),
+})
+_STRING_OPS = {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"}
+_PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
+_GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
+_NEUTRAL_OPS = {"FRAME"}
+_UNKNOWN = object()  # a stack value the scanner does not track
+_ZIP_MAGIC = b"PK\x03\x04"
+# the legacy format: magic number, protocol version, system info, the object, its storage keys
+_LEGACY_PICKLES = 5
+
+
+class CheckpointError(ModelFormatError):
+    """A checkpoint that is refused or cannot be imported; the message names the file."""
+
+
+class UnsafePickleError(CheckpointError):
+    """A pickle that names a global outside :data:`ALLOWED_GLOBALS` (named in the message)."""
+
+
+def _global_name(module: str, name: str, protocol: int) -> str:
+    """``module.name`` as Python 3 unpickling resolves it: protocols 0-2 are written
+    with Python 2 names (``__builtin__.eval``, ``commands.Popen``), mapped back as
+    ``pickle.Unpickler(fix_imports=True)`` does."""
+    if protocol < 3:
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
+    return f"{module}.{name}"
+
+
+def _pickle_globals(stream: IO[bytes], where: str) -> Iterator[str]:
+    """The globals one pickle (up to its STOP) names, in order. A ``STACK_GLOBAL``
+    whose module and name are not two strings pushed just before it cannot be
+    resolved by parsing alone: it is reported as ``<unresolved STACK_GLOBAL>``."""
+    memo: Dict[int, Any] = {}
+    protocol = 0
+    recent: List[Any] = []  # the values the last stack-pushing opcodes left on top, when known
+    try:
+        for op, arg, pos in pickletools.genops(stream):
+            name = op.name
+            if name in ("GLOBAL", "INST"):
+                module, _, attr = str(arg).partition(" ")
+                yield _global_name(module, attr, protocol)
+                recent = [_UNKNOWN]
+            elif name == "STACK_GLOBAL":
+                if len(recent) >= 2 and isinstance(recent[-2], str) and isinstance(recent[-1], str):
+                    yield _global_name(recent[-2], recent[-1], protocol)
+                else:
+                    yield f"<unresolved STACK_GLOBAL at byte {pos}>"
+                recent = [_UNKNOWN]
+            elif name.startswith("EXT"):
+                yield f"<extension registry code {arg}>"
+                recent = [_UNKNOWN]
+            elif name == "PROTO":
+                protocol = int(arg)
+            elif name in _STRING_OPS:
+                recent.append(arg if isinstance(arg, str) else _UNKNOWN)
+            elif name in _GET_OPS:
+                recent.append(memo.get(arg, _UNKNOWN))
+            elif name in _PUT_OPS:
+                memo[arg] = recent[-1] if recent else _UNKNOWN
+            elif name == "MEMOIZE":
+                memo[len(memo)] = recent[-1] if recent else _UNKNOWN
+            elif name not in _NEUTRAL_OPS:
+                recent = []
+    except ValueError as err:  # pickletools' own error for a damaged or foreign stream
+        raise CheckpointError(f"{where}: not a pickle stream ({err})") from err
+
+
+def _scan_stream(stream: IO[bytes], where: str, count: int) -> List[str]:
+    """Globals of up to ``count`` consecutive pickles (fewer where the stream ends)."""
+    found: List[str] = []
+    for _ in range(count):
+        start = stream.read(1)
+        if not start:
+            break
+        stream.seek(-1, io.SEEK_CUR)
+        found.extend(_pickle_globals(stream, where))
+    return found
+
+
+def _zip_pickles(path: Path) -> List[Tuple[str, bytes]]:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            if len(set(names)) != len(names):  # readers could disagree on which copy is the pickle
+                raise CheckpointError(f"{path}: a zip archive with duplicate member names: not a torch.save checkpoint")
+            members = [info for info in archive.infolist() if info.filename.endswith(".pkl")]
+            if not any(info.filename == "data.pkl" or info.filename.endswith("/data.pkl") for info in members):
+                raise CheckpointError(f"{path}: a zip archive without data.pkl: not a torch.save checkpoint")
+            return [(info.filename, archive.read(info)) for info in members]
+    except (zipfile.BadZipFile, OSError) as err:
+        raise CheckpointError(f"{path}: cannot read the zip archive ({err})") from err
+
+
+def _file_format(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(512)
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read the checkpoint ({err})") from err
+    if head.startswith(_ZIP_MAGIC):
+        return "zip"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        raise CheckpointError(f"{path}: a tar archive (PyTorch before 0.4): not supported; re-save it as a state dict")
+    if not head.startswith(b"\x80"):
+        raise CheckpointError(f"{path}: neither a torch.save zip archive nor a pickle")
+    return "legacy"
+
+
+def scan_pickle_globals(path: PathLike) -> Tuple[str, List[str]]:
+    """``(format, globals)`` of a ``torch.save`` file ("zip" or "legacy"), having
+    checked every global against :data:`ALLOWED_GLOBALS` without unpickling.
+
+    Raises :class:`UnsafePickleError` naming the first global not allowed (and
+    the pickle member it is in), :class:`CheckpointError` for a file that is not
+    a ``torch.save`` checkpoint."""
+    path = Path(path)
+    kind = _file_format(path)
+    found: List[Tuple[str, str]] = []  # (global, where)
+    if kind == "zip":
+        for member, data in _zip_pickles(path):
+            where = f"{path} (member {member})"
+            found.extend((global_name, where) for global_name in _scan_stream(io.BytesIO(data), where, 1))
+    else:
+        with path.open("rb") as handle:
+            found.extend((global_name, str(path)) for global_name in _scan_stream(handle, str(path), _LEGACY_PICKLES))
+    for global_name, where in found:
+        if global_name not in ALLOWED_GLOBALS:
+            raise UnsafePickleError(
+                f"{where}: refused: the pickle asks for {global_name}, which is not a tensor, a storage or a plain "
+                "container. Nothing in the file was run. Import only checkpoints of tensors "
+                "(a state dict saved with torch.save), from a source you trust"
+            )
+    return kind, sorted({global_name for global_name, _ in found})
+
+
+_PLAIN = (str, int, float, bool, bytes, type(None))
+
+
+def _check_contents(obj: Any, path: Path) -> None:
+    """Refuse anything but tensors, numbers, strings and plain containers (the
+    restricted unpickler allows a few more types than a checkpoint needs)."""
+    import torch
+
+    pending = [obj]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple, set)):
+            pending.extend(item)
+        elif not isinstance(item, (torch.Tensor, torch.dtype, torch.device, *_PLAIN)):
+            raise CheckpointError(f"{path}: holds a {type(item).__module__}.{type(item).__qualname__}: "
+                                  "only tensors in plain containers are imported")
+
+
+def load_checkpoint_file(path: PathLike) -> Tuple[Any, Dict[str, Any]]:
+    """``(object, facts)``: the contents of a ``torch.save`` file read without running
+    anything in it (scan, then ``torch.load(weights_only=True)``, memory mapped for
+    the zip format, on CPU), and what was learned (format, globals)."""
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    kind, names = scan_pickle_globals(path)
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=kind == "zip")
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, TypeError) as err:
+        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        marker = "WeightsUnpickler error:"
+        detail = text.split(marker, 1)[1].split("Check the documentation")[0].strip() if marker in text else text
+        raise CheckpointError(f"{path}: PyTorch's restricted unpickler cannot read it ({type(err).__name__}: {detail})"
+                              + ("; it reads pickle protocol 2, torch.save's default" if "operand" in detail else "")
+                              ) from None
+    _check_contents(obj, path)
+    facts: Dict[str, Any] = {"format": kind, "globals": names}
+    logger.info("%s: %s format, globals %s", path, kind, ", ".join(names))
+    return obj, facts
+
+
+def tensor_entries(obj: Any, path: PathLike) -> Tuple[Dict[str, Any], Optional[str]]:
+    """``(state dict, container)``: the tensors of a checkpoint object, found at its
+    top level (a state dict) or under one nested entry (Lightning's ``state_dict``,
+    DeepSpeed's ``module``, ``model``, ``model_state_dict``), named in ``container``."""
+    import torch
+
+    def tensors_only(value: Any) -> bool:
+        return isinstance(value, dict) and bool(value) and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+
+    if tensors_only(obj):
+        return dict(obj), None
+    if isinstance(obj, dict):
+        for key in ("state_dict", "module", "model", "model_state_dict"):
+            if tensors_only(obj.get(key)):
+                return dict(obj[key]), key
+        keys = ", ".join(sorted(map(str, obj))[:12])
+        raise CheckpointError(f"{path}: no state dict (a mapping of names to tensors) at the top level or under "
+                              f"state_dict/module/model/model_state_dict; its entries: {keys}")
+    raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state dict")
