@@ -66,6 +66,7 @@ def import_checkpoint_cmd(
     tokenizer: Optional[Path] = typer.Option(None, help="Tokenizer folder to write beside the weights "
                                                         "(facebook/bart-large's for the released GenBioEL/ANGEL models)"),
     no_tokenizer: bool = typer.Option(False, "--no-tokenizer", help="Import the weights without a tokenizer"),
+    replace: bool = typer.Option(False, "--replace", help="Replace an earlier import in --out (a folder with its import.json) once the new one is verified"),
     config: Optional[Path] = typer.Option(None, help="The model's config.json, when it is not beside the weights"),
     probes: int = typer.Option(4, min=1, help="Probe inputs whose logits the written model must reproduce"),
     verbose: bool = VERBOSE,
@@ -77,7 +78,7 @@ def import_checkpoint_cmd(
     setup_logging(verbose)
     from spacy_genbioel.models import ImportOptions, ModelFormatError, import_checkpoint
 
-    options = ImportOptions(tokenizer=tokenizer, no_tokenizer=no_tokenizer, config=config, probes=probes)
+    options = ImportOptions(tokenizer=tokenizer, no_tokenizer=no_tokenizer, config=config, probes=probes, replace=replace)
     try:
         record = import_checkpoint(src, out, options)
     except (ModelFormatError, OSError) as err:

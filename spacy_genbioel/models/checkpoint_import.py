@@ -63,6 +63,8 @@ class ImportOptions:
     config: Optional[PathLike] = None
     #: probe inputs whose logits the written model must reproduce
     probes: int = 4
+    #: replace an earlier import in ``out`` (a folder with its import.json), once the new one is verified
+    replace: bool = False
     #: tolerance of that comparison (``torch.allclose``)
     atol: float = 1e-4
     rtol: float = 1e-4
@@ -316,9 +318,12 @@ def _file_record(path: Path) -> Dict[str, Any]:
     return {"file": str(path.resolve()), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def _check_out(out: Path) -> None:
+def _check_out(out: Path, replace: bool = False) -> None:
+    if replace and out.is_dir() and (out / RECORD_NAME).is_file():
+        return  # an earlier import, replaced once the new one is verified
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CheckpointError(f"{out}: already exists and is not an empty folder; remove it or choose another --out")
+        raise CheckpointError(f"{out}: already exists and is not an empty folder (nor an earlier import to replace); "
+                              "remove it or choose another --out")
 
 
 def _tokenizer_checks(model, tokenizer, where: str) -> List[str]:
@@ -336,7 +341,9 @@ def _publish(tmp: Path, out: Path) -> None:
     os.chmod(tmp, 0o755)
     for file in tmp.iterdir():
         os.chmod(file, 0o644)
-    if out.exists():
+    if out.exists() and (out / RECORD_NAME).is_file():  # an earlier import (checked before)
+        shutil.rmtree(out)
+    elif out.exists():
         out.rmdir()  # empty (checked before)
     out.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, out)
@@ -352,7 +359,7 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
     from transformers import BartConfig, BartForConditionalGeneration
 
     out = Path(out)
-    _check_out(out)
+    _check_out(out, options.replace)
     source = find_source(src, options.config)
     config_data = read_config(source.config)
     if options.tokenizer is None and not options.no_tokenizer:

@@ -292,3 +292,17 @@ def test_imported_model_packages_and_round_trips_through_spacy_load(tmp_path, mi
     assert doc.ents and all(ent._.kb_id in kb_ids and ent.kb_id_ == ent._.kb_id for ent in doc.ents)
     linked = nlp.get_pipe("genbioel").linker.model
     assert torch.allclose(probe_logits(linked.float().cpu()), probe_logits(micro_model), atol=1e-6, rtol=0)
+
+
+def test_replace_swaps_an_earlier_import_only(tmp_path, micro_model, tokenizer_dir):
+    src = write_released(tmp_path / "src", micro_model)
+    import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir))
+    with pytest.raises(CheckpointError, match="not an empty folder"):
+        import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir))
+    import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir, replace=True))  # a rerun of the step
+    assert_same_model(tmp_path / "out", micro_model)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")  # not an import: never removed
+    with pytest.raises(CheckpointError, match="not an empty folder"):
+        import_checkpoint(src, tmp_path / "other", ImportOptions(tokenizer=tokenizer_dir, replace=True))
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
