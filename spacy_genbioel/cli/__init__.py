@@ -21,6 +21,8 @@ from spacy_genbioel.cli import visualize  # noqa: E402,F401  (visualize)
 
 from spacy_genbioel.cli import fusion  # noqa: E402,F401  (folds, fit-fusion)
 
+from spacy_genbioel.cli import export  # noqa: E402,F401  (export-sources)
+
 __all__ = ["app", "main", "setup_logging"]
 
 

@@ -265,7 +265,7 @@ class GenBioELLinker(Pipe):
         if self.inputs.input_mode == "document":
             window = self.decoding.max_source_tokens * 16
         else:
-            window = max(self.inputs.context_words, 1) * 30
+            window = max(self.inputs.window_words, 1) * 30
         text = long_forms.get((span.start_char, span.end_char)) or by_text.get(span.text) or span.text
         return Mention(
             text=text,

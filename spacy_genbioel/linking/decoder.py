@@ -132,7 +132,8 @@ class GenerativeLinker:
         start, eos, pad = special_ids(model, tokenizer)
         self.eos_token_id, self.pad_token_id = eos, pad
         self.max_positions = model_max_positions(model)
-        self.prompt_tokens = PromptTokenizer(tokenizer, start, eos, max_prompt_tokens=min(48, self.max_positions // 4))
+        self.prompt_tokens = PromptTokenizer(tokenizer, start, eos, max_prompt_tokens=min(48, self.max_positions // 4),
+                                             inputs=self.inputs)
         self.sources = SourceEncoder(tokenizer)
         root = self.prompt_tokens.root_token_id(self.inputs.prompt_suffix if self.inputs.decoder_prompt else None)
         if trie is not None:

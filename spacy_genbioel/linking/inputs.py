@@ -9,7 +9,12 @@ The encoder input never loses its mention: a text longer than
 END``, from both sides, and a mention longer than the cap is itself shortened
 (its start kept). A text that fits is tokenized in one piece, exactly as it
 always was. :func:`has_linkable_text` tells whether a mention has anything to
-link at all (not only control characters, whitespace or emoji)."""
+link at all (not only control characters, whitespace or emoji).
+
+``InputBuilder.style`` picks how the text is written: ``genbioel.v1`` (this
+package's: whitespace collapsed, ``context_words`` each side) or one of the
+released styles of :mod:`~spacy_genbioel.linking.released_style`, which write
+exactly what the published GenBioEL and ANGEL models were trained on."""
 from __future__ import annotations
 
 import logging
@@ -19,6 +24,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
+from spacy_genbioel.linking.released_style import (
+    RELEASED_MAX_WORDS, RELEASED_STYLES, MentionRules, document_words, released_mention, released_parts,
+)
 from spacy_genbioel.models import MARKERS
 from spacy_genbioel.ty import Mention
 
@@ -34,6 +42,8 @@ _SPACES = re.compile(r"\s+")
 _NOTHING_TO_LINK = ("C", "Z", "M", "So", "Sk")
 #: what one encoder input holds: a mention in its context, or a document with all its mentions
 INPUT_MODES = ("mention", "document")
+#: how the encoder text and the decoder prompt are written (``InputBuilder.style``)
+INPUT_STYLES = ("genbioel.v1", *RELEASED_STYLES)
 
 
 def has_linkable_text(text: str, normalize: Callable[[str], str]) -> bool:
@@ -63,12 +73,42 @@ class InputBuilder:
     #: every mention marked, encoded once for all its mentions
     #: (:mod:`~spacy_genbioel.linking.documents`)
     input_mode: str = "mention"
+    #: "genbioel.v1": this package's text (whitespace collapsed, ``context_words``
+    #: each side, ``max_mention_words``, ``lowercase``); "genbioel-released-ncbi.v1" /
+    #: "genbioel-released-bc5cdr.v1": exactly the inputs the published models of that
+    #: corpus were trained on (:mod:`~spacy_genbioel.linking.released_style`: the whole
+    #: lower-cased document cut at 384 words, the mention as GenBioEL wrote it, a
+    #: leading space before the encoder text and the prompt, no ``<s>`` in the decoder
+    #: prefix); these fix the context, the mention and the case themselves
+    style: str = "genbioel.v1"
 
     def __post_init__(self) -> None:
         if self.context_words < 0:
             raise ValueError(f"context_words must be >= 0 (got {self.context_words})")
         if self.input_mode not in INPUT_MODES:
             raise ValueError(f"input_mode must be one of {INPUT_MODES} (got {self.input_mode!r})")
+        if self.style not in INPUT_STYLES:
+            raise ValueError(f"style must be one of {INPUT_STYLES} (got {self.style!r})")
+        if self.released is not None and self.input_mode != "mention":
+            raise ValueError(f"style {self.style!r} writes one input per mention (input_mode 'mention'), "
+                             f"as the published models read them (got input_mode {self.input_mode!r})")
+
+    @property
+    def released(self) -> Optional[MentionRules]:
+        """The released style's mention rules; None for ``genbioel.v1``."""
+        return RELEASED_STYLES.get(self.style)
+
+    @property
+    def window_words(self) -> int:
+        """Words of the document a caller should give on each side of a mention: the
+        released styles cut the whole document themselves (at most 384 words in all)."""
+        return max(self.context_words, RELEASED_MAX_WORDS) if self.released is not None else self.context_words
+
+    @property
+    def text_prefix(self) -> str:
+        """What goes before the encoder text and the decoder prompt when tokenized: GenBioEL
+        tokenized ``" " + text`` (so its first word is a word inside a sentence)."""
+        return " " if self.released is not None else ""
 
     def clean(self, text: str) -> str:
         """Whitespace collapsed (and lowercased when ``lowercase``), as the model reads text."""
@@ -77,23 +117,40 @@ class InputBuilder:
 
 
     def mention_text(self, mention: Mention) -> str:
+        """The mention as the model reads it between the markers and in the prompt."""
+        rules = self.released
+        if rules is not None:
+            return released_mention(mention.text, mention.ids, rules)
         return " ".join(self.clean(mention.text).split(" ")[: self.max_mention_words])
 
-    def parts(self, mention: Mention) -> Tuple[str, str, str, str, str]:
+    def parts(self, mention: Mention, n_words: Optional[int] = None) -> Tuple[str, str, str, str, str]:
         """``(left, START, mention, END, right)``: the pieces :meth:`source` joins
-        with single spaces (``left`` and ``right`` empty when there is no context)."""
+        with single spaces (``left`` and ``right`` empty when there is no context).
+        ``n_words`` (released styles): the words of the whole document, which decide
+        the cut; by default counted from ``left``, the mention and ``right``, exact
+        unless the caller replaced the mention by a long form of another length in a
+        document of about 384 words."""
+        if self.released is not None:
+            if n_words is None:
+                n_words = document_words(mention.left, mention.text, mention.right)
+            markers = (self.start_marker, self.end_marker)
+            return released_parts(mention.left, self.mention_text(mention), mention.right, markers, n_words)
         n = self.context_words
         left = self.clean(mention.left).split(" ")[-n:] if n > 0 and mention.left.strip() else []
         right = self.clean(mention.right).split(" ")[:n] if n > 0 and mention.right.strip() else []
         return " ".join(left), self.start_marker, self.mention_text(mention), self.end_marker, " ".join(right)
 
-    def source(self, mention: Mention) -> str:
-        left, start, text, end, right = self.parts(mention)
+    def source(self, mention: Mention, n_words: Optional[int] = None) -> str:
+        """The encoder text (``n_words``: see :meth:`parts`)."""
+        left, start, text, end, right = self.parts(mention, n_words)
         return " ".join([*([left] if left else []), start, text, end, *([right] if right else [])])
 
     def prompt(self, mention: Mention) -> str:
+        """The decoder prompt text, ``"mention is"`` (empty without a prompt)."""
         if not self.decoder_prompt:
             return ""
+        if self.released is not None:  # GenBioEL wrote mention + " is", as it is
+            return f"{self.mention_text(mention)} {self.prompt_suffix}"
         return f"{self.mention_text(mention)} {self.prompt_suffix}".strip()
 
 
@@ -142,7 +199,7 @@ class SourceEncoder:
         in document mode, mentions of one document window share one list."""
         if inputs.input_mode == "document":
             return self.documents.ids(mentions, inputs, max_tokens)
-        texts = [inputs.source(m) for m in mentions]
+        texts = [inputs.text_prefix + inputs.source(m) for m in mentions]
         out: List[Optional[List[int]]] = [None] * len(texts)
         whole = [i for i, text in enumerate(texts) if len(text) <= self.MAX_CHARS_PER_TOKEN * max_tokens]
         if whole:
@@ -153,7 +210,8 @@ class SourceEncoder:
                     out[i] = list(ids)
         todo = [i for i, ids in enumerate(out) if ids is None]
         if todo:
-            for i, ids in zip(todo, self._trimmed([inputs.parts(mentions[i]) for i in todo], max_tokens)):
+            trimmed = self._trimmed([inputs.parts(mentions[i]) for i in todo], max_tokens, inputs.text_prefix)
+            for i, ids in zip(todo, trimmed):
                 out[i] = ids
         return out  # type: ignore[return-value]
 
@@ -192,13 +250,15 @@ class SourceEncoder:
             )
         return (text[:room], True) if len(text) > room else (text, False)
 
-    def _trimmed(self, parts: Sequence[Tuple[str, str, str, str, str]], max_tokens: int) -> List[List[int]]:
+    def _trimmed(self, parts: Sequence[Tuple[str, str, str, str, str]], max_tokens: int, prefix: str = "") -> List[List[int]]:
         cap = self.MAX_CHARS_PER_TOKEN * max_tokens
         texts: List[str] = []
         for left, start, text, end, right in parts:
             left = left[-cap:]
-            # the pieces as source() joins them: single spaces, none before the first
-            texts += [left, (" " if left else "") + start, " " + text[:cap], " " + end, " " + right[:cap] if right else ""]
+            # the pieces as source() joins them (single spaces, none before the first),
+            # the text's prefix (a released style's leading space) before the first
+            texts += [prefix + left if left else "", (" " if left else prefix) + start, " " + text[:cap], " " + end,
+                      " " + right[:cap] if right else ""]
         pieces = self.pieces(texts)
         budget = max_tokens - len(self.prefix) - len(self.suffix)
         out: List[List[int]] = []
@@ -229,16 +289,24 @@ class SourceEncoder:
 
 class PromptTokenizer:
     """Token ids of decoder prompts and targets, shared by inference and training
-    so both see exactly the same decoder prefix (ANGEL's released code does not)."""
+    so both see exactly the same decoder prefix (ANGEL's released code does not).
 
-    def __init__(self, tokenizer, decoder_start_token_id: int, eos_token_id: int, max_prompt_tokens: int = 48) -> None:
+    ``inputs`` with a released style gives the published models' decoder inputs:
+    the start token alone (``</s>``; GenBioEL's labels had no ``<s>``) and the
+    prompt tokenized after a space (``" mention is"``), so that without a prompt the
+    trie is rooted at the start token, as GenBioEL rooted it."""
+
+    def __init__(self, tokenizer, decoder_start_token_id: int, eos_token_id: int, max_prompt_tokens: int = 48,
+                 inputs: Optional[InputBuilder] = None) -> None:
         self.tokenizer = tokenizer
         self.decoder_start_token_id = decoder_start_token_id
         self.eos_token_id = eos_token_id
         self.max_prompt_tokens = max_prompt_tokens
+        self.text_prefix = inputs.text_prefix if inputs is not None else ""
         bos = tokenizer.bos_token_id
         # BART-style models see "</s> <s> ..." after fine-tuning with shifted labels
-        self.prefix = [decoder_start_token_id] + ([bos] if bos is not None and bos != decoder_start_token_id else [])
+        with_bos = bos is not None and bos != decoder_start_token_id and (inputs is None or inputs.released is None)
+        self.prefix = [decoder_start_token_id] + ([bos] if with_bos else [])
 
     def root_token_id(self, suffix: Optional[str] = "is") -> int:
         """The last prompt token, which roots the name trie (derived, never
@@ -251,7 +319,10 @@ class PromptTokenizer:
     def prompts(self, texts: Sequence[str]) -> List[List[int]]:
         texts = list(texts)
         # no decoder prompt: empty texts, the prompt is the start tokens alone
-        encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if any(texts) else [[] for _ in texts]
+        if any(texts):
+            encoded = self.tokenizer([self.text_prefix + t if t else t for t in texts], add_special_tokens=False)["input_ids"]
+        else:
+            encoded = [[] for _ in texts]
         room = self.max_prompt_tokens - len(self.prefix)
         # keep the end (" is") when a very long mention must be cut
         return [self.prefix + (ids[-room:] if len(ids) > room else ids) for ids in encoded]

@@ -83,7 +83,7 @@ class Seq2SeqLoss:
         self.model, self.tokenizer, self.inputs, self.device = model, tokenizer, inputs, device
         self.max_source_tokens, self.label_smoothing, self.autocast_dtype = max_source_tokens, label_smoothing, autocast_dtype
         start_id, eos_id, self.pad_id = special_ids(model, tokenizer)
-        self.prompts = PromptTokenizer(tokenizer, start_id, eos_id)
+        self.prompts = PromptTokenizer(tokenizer, start_id, eos_id, inputs=inputs)
         self.sources = SourceEncoder(tokenizer)
 
     def __call__(self, batch: Sequence[TrainingExample]) -> torch.Tensor:
