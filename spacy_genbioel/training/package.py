@@ -101,6 +101,9 @@ def package(
         stage = load_stage_config(config_path)
         inputs, max_source_tokens = stage.inputs, stage.training.max_source_tokens
     config = component_config(inputs, max_source_tokens, settings)
+    if (Path(model_dir) / "import.json").is_file() and config["inputs"].get("style") == InputBuilder().style:
+        logger.warning("%s was imported from a released checkpoint, which was trained on GenBioEL's own inputs: package it "
+                       "with inputs.style genbioel-released-<corpus>.v1 (docs/published.md)", model_dir)
     kb = KnowledgeBase.load(kb_path)
     model, tokenizer = load_model(model_dir, device="cpu", dtype="fp32")
     ner_nlp = spacy.load(entities.ner) if entities.ner is not None else None

@@ -542,7 +542,8 @@ CORPUS_VARS = sorted((ROOT / "configs" / "corpora").glob("*.vars"))
 CHAIN = ["build-kb", "corpus", "tokenizer", "init-model", "pretrain", "finetune", "angel", "crossfit", "package", "evaluate",
          "evaluate-peers", "calibration", "ner-corpus", "ner-train", "ner-evaluate", "package-ner", "package-wheel", "evaluate-e2e"]
 STEPS = {*CHAIN, "demo-pipeline", "train-dense", "evaluate-dense", "aap-prepare", "aap-folds", "aap-fusion", "aap-report",
-         "published-build-kb", "published-corpus", "published-finetune", "published-package", "published-evaluate"}
+         "published-build-kb", "published-corpus", "published-finetune", "published-package", "published-evaluate", "test-peers",
+         "released-import", "released-package", "released-evaluate"}
 
 
 def _var_file_args(var_file):
@@ -579,7 +580,7 @@ def test_project_file_validates_and_is_readable():
     assert {c["name"] for c in project["commands"]} == STEPS
     assert project["workflows"]["all"] == CHAIN  # the default: NCBI-disease end to end
     assert project["workflows"]["all-no-fusion"] == [step for step in CHAIN if step != "crossfit"]
-    assert {"demo", "dense", "published", "aap"} <= set(project["workflows"])
+    assert {"demo", "dense", "published", "released", "aap"} <= set(project["workflows"])
     assert all(asset["url"].startswith("https://") for asset in project["assets"])
     scripts = " ".join(line for c in project["commands"] for line in c["script"])
     for stage in set(re.findall(r"configs/(\w+)_\$\{vars.preset\}\.cfg", scripts)):
