@@ -1,7 +1,9 @@
 """The benchmark scripts parse, and refuse what they do not know, without running anything heavy."""
+import dataclasses
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,142 @@ def test_folds_report_gives_mean_and_spread_per_kb_and_linker(tmp_path, capsys):
     assert (tfidf["recall@1"]["min"], tfidf["recall@1"]["max"]) == (0.80, 0.84)
     assert summary["aug"]["fusion"]["folds"] == 1
     assert "1 of 3" in capsys.readouterr().out  # a linker missing on some folds says so
+
+
+# -- bench/bart_large.py: a BART-large linker measured (issue 27, item 4) ---------------------------------------------
+def _bart_large():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bart_large", BENCH / "bart_large.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _micro_data(root: Path, n_docs: int = 3) -> Path:
+    """A data folder of the layout bench/bart_large.py reads: a MEDIC file and NCBI-disease train and dev."""
+    from conftest import random_kb
+
+    kb = list(random_kb(0, n_concepts=30))
+    (root / "vocab").mkdir(parents=True)
+    (root / "vocab" / "medic_06Jul2012.txt").write_text(
+        "".join(f"{c.id}||{'|'.join(c.names)}\n" for c in kb), encoding="utf8")
+    (root / "ncbi_disease").mkdir()
+    for split, offset in (("trainset", 0), ("developset", 10)):
+        docs = []
+        for d in range(n_docs):
+            concepts = [kb[(offset + 3 * d + k) % 30] for k in range(3)]
+            title, mentions = "Patients with", []
+            for c in concepts:
+                start = len(title) + 1
+                title = f"{title} {c.names[0]} and"
+                mentions.append(f"{100 + d}\t{start}\t{start + len(c.names[0])}\t{c.names[0]}\tDiseaseClass\t{c.id}\n")
+            docs.append(f"{100 + d}|t|{title} others.\n{100 + d}|a|They were treated.\n{''.join(mentions)}\n")
+        (root / "ncbi_disease" / f"NCBI{split}_corpus.txt").write_text("".join(docs), encoding="utf8")
+    return root
+
+
+def _args_error(module, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit:
+        module.parse_args(argv)
+    assert exit.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_bart_large_arguments_are_checked_before_anything_runs(tmp_path, capsys):
+    from conftest import MICRO
+
+    module = _bart_large()
+    data = _micro_data(tmp_path / "data")
+    base = ["--data-dir", str(data), "--skip-mesh"]
+    args = module.parse_args(base)
+    assert (args.routes, args.dtypes, args.threads, args.mentions) == (["component", "annotate"], ["fp32", "int8"], [1, 2], 24)
+    assert args.preset["d_model"] == 1024 and args.vocab_size == 50265 and args.settings == {}
+    assert [(c["route"], c["dtype"], c["threads"]) for c in module.configurations(args)][:3] == [
+        ("component", "fp32", 1), ("component", "fp32", 2), ("component", "int8", 1)]
+    micro = json.dumps(dataclasses.asdict(MICRO))
+    args = module.parse_args(base + ["--preset", micro, "--threads", "2,1,2", "--routes", "annotate",
+                                     "--setting", "decoding.batch_size=16", "--setting", "num_beams=3"])
+    assert args.preset == dataclasses.asdict(MICRO) and args.vocab_size == MICRO.vocab_size and args.threads == [2, 1]
+    assert args.settings == {"decoding.batch_size": 16, "num_beams": 3}
+    assert "unknown gpu" in _args_error(module, base + ["--routes", "component,gpu"], capsys)
+    assert "choose from fp32, int8, bf16" in _args_error(module, base + ["--dtypes", "fp16"], capsys)
+    assert "at least 1" in _args_error(module, base + ["--threads", "0"], capsys)
+    assert "at least 1" in _args_error(module, base + ["--mentions", "0"], capsys)
+    assert "a preset (tiny, base, large)" in _args_error(module, base + ["--preset", "huge"], capsys)
+    assert "sets dtype and device itself" in _args_error(module, base + ["--setting", "dtype=int8"], capsys)
+    assert "decoding.beams" in _args_error(module, base + ["--setting", "decoding.beams=3"], capsys)
+    assert "KEY=VALUE" in _args_error(module, base + ["--setting", "batch_size"], capsys)
+    # without --skip-mesh the CTD and MeSH files must be there; nothing is built before that is known
+    err = _args_error(module, ["--data-dir", str(data)], capsys)
+    assert "vocab/CTD_diseases_2017.tsv.gz" in err and "--skip-mesh" in err
+    assert "ncbi_disease/NCBIdevelopset_corpus.txt" in _args_error(module, ["--data-dir", str(tmp_path), "--skip-mesh"], capsys)
+
+
+def test_bart_large_table_shows_failed_configurations():
+    module = _bart_large()
+    report = {"date": "2026-01-01 00:00 UTC", "model": {"parameters": 406_291_456, "model_vocab": 50265},
+              "machine": {"cpu": "CPU", "usable_cores": 2, "memory_gib": 24.0,
+                          "versions": {k: "1" for k in ("torch", "transformers", "spacy", "spacy_genbioel", "python")}},
+              "setup": {"kb_medic": {"wall_s": 1.0, "cpu_s": 1.0, "peak_rss_mb": 300.0, "concepts": 14942, "names": 71884}},
+              "tries": {"medic": {"names": 71884, "nodes": 216170, "build_s": 0.98, "peak_rss_mb": 377.3,
+                                  "build_rss_growth_mb": 34.9, "arrays_mb": 5.8, "file_mb": 5.8}},
+              "runs": [{"route": "component", "dtype": "int8", "threads": 1, "mentions": 24, "mentions_per_s": 0.9,
+                        "load_s": 14.0, "genbioel_load_s": 4.0, "peak_rss_mb": 3900.0, "wall_s": 60.0},
+                       {"route": "annotate", "dtype": "fp32", "threads": 2, "error": "timed out after 1800 s",
+                        "peak_rss_mb": 3800.0, "wall_s": 1800.0}]}
+    table = module.markdown(report)
+    assert "406,291,456 parameters, vocabulary 50,265" in table
+    assert "| medic | 71,884 | 216,170 | 0.98 | 377.3 | 34.9 | 5.8 | 5.8 |" in table
+    assert "| component | int8 | 1 | 24 | 0.90 | 14.00 (4.00) | 3,900.0 | 60.0 |" in table
+    assert "| annotate | fp32 | 2 | timed out after 1800 s |" in table
+
+
+def test_bart_large_micro_run_measures_both_routes(tmp_path):
+    """The whole script end to end on a micro model and KB (the large shape only on request)."""
+    from conftest import MICRO
+
+    data = _micro_data(tmp_path / "data")
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bart_large.py"), "--data-dir", str(data), "--work", str(tmp_path / "work"),
+         "--json", str(tmp_path / "report.json"), "--preset", json.dumps(dataclasses.asdict(MICRO)), "--mentions", "4",
+         "--warmup", "1", "--routes", "component", "--dtypes", "int8", "--threads", "1", "--skip-mesh",
+         "--setting", "decoding.batch_size=2"],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["model"]["model_vocab"] == MICRO.vocab_size and report["arguments"]["settings"] == {"decoding.batch_size": 2}
+    assert set(report["setup"]) == {"kb_medic", "model", "package"} and report["setup"]["kb_medic"]["concepts"] == 30
+    trie = report["tries"]["medic"]
+    assert trie["same_as_pipeline_trie"] and trie["file_mb"] >= 0 and trie["peak_rss_mb"] > 0
+    (component,) = report["runs"]
+    assert (component["route"], component["dtype"], component["threads"]) == ("component", "int8", 1)
+    assert component["mentions"] == 4 and component["with_candidates"] == 4 and component["torch_threads"] == 1
+    assert component["mentions_per_s"] > 0 and component["peak_rss_mb"] > 0 and component["load_s"] >= component["genbioel_load_s"] > 0
+    assert {"encoder", "decoder", "trie"} <= set(component["stages_s"]) and component["decoder_calls"] > 0
+    assert "| component | int8 | 1 | 4 |" in out.stdout
+    assert "component_int8_1t: " in out.stderr and (tmp_path / "work" / "logs" / "component_int8_1t.log").exists()
+    # --reuse keeps what the first run built and runs the linking alone: here through annotate
+    again = subprocess.run(
+        [sys.executable, str(BENCH / "bart_large.py"), "--data-dir", str(data), "--work", str(tmp_path / "work"),
+         "--preset", json.dumps(dataclasses.asdict(MICRO)), "--mentions", "4", "--routes", "annotate",
+         "--dtypes", "fp32", "--threads", "1", "--skip-mesh", "--reuse"], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads(again.stdout[: again.stdout.index("\n}\n") + 2])
+    assert all(step["reused"] for step in summary["setup"].values())
+    (annotate,) = summary["runs"]
+    assert (annotate["route"], annotate["dtype"], annotate["documents"]) == ("annotate", "fp32", 2)
+    assert annotate["mentions"] > 0 and annotate["mentions_per_s"] > 0 and annotate["peak_rss_mb"] > 0
+    assert "| annotate | fp32 | 1 |" in again.stdout
+
+
+def test_bart_large_stops_with_a_report_when_a_set_up_step_fails(tmp_path):
+    data = _micro_data(tmp_path / "data")
+    (data / "vocab" / "medic_06Jul2012.txt").write_text("D0001 no separator here\n", encoding="utf8")
+    out = subprocess.run([sys.executable, str(BENCH / "bart_large.py"), "--data-dir", str(data), "--work", str(tmp_path / "work"),
+                          "--skip-mesh", "--json", str(tmp_path / "report.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["error"].startswith("kb_medic failed: exit status 1") and "'||'" in report["error"]
+    assert report["runs"] == [] and "**Stopped**: kb_medic failed" in out.stdout
+    assert (tmp_path / "work" / "logs" / "kb_medic.log").exists() and not (tmp_path / "work" / "model").exists()
