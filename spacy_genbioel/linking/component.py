@@ -89,6 +89,16 @@ def make_genbioel(nlp: Language, name: str, **config: Any) -> "GenBioELLinker":
     return GenBioELLinker(nlp.vocab, name, settings)
 
 
+def warn_on_input_style(name: str, model: Any, inputs: InputBuilder) -> None:
+    """Warn when a model imported from a released checkpoint (``config.genbioel_inputs``, written
+    by ``import-checkpoint``) is fed this package's inputs, or a model trained here the released ones."""
+    trained_on = getattr(getattr(model, "config", None), "genbioel_inputs", None)
+    if (trained_on is not None) != (inputs.released is not None):
+        expected = "GenBioEL's own (inputs.style genbioel-released-<corpus>.v1)" if trained_on else "this package's (genbioel.v1)"
+        logger.warning("The '%s' model was trained on %s inputs, but the component writes inputs.style %r: its links "
+                       "will be worse than they should (docs/published.md)", name, expected, inputs.style)
+
+
 def warn_on_shared_outputs(nlp: Language, name: str, output: OutputSettings) -> None:
     """Warn when another ``genbioel`` component of ``nlp`` writes the same span extensions or
     ``span.kb_id_``: the later one would overwrite the earlier one's results."""
@@ -208,6 +218,7 @@ class GenBioELLinker(Pipe):
         that no longer fits them is rebuilt from the KB with a warning saying why."""
         if self._fusion_missing is not None:
             raise self._fusion_missing
+        warn_on_input_style(self.name, model, self.inputs)
         candidates = self.candidates
         retriever = make_candidate_generator(candidates.retriever, kb, model=candidates.model)
         parts = dict(inputs=self.inputs, decoding=self.decoding, candidates=candidates, retriever=retriever)

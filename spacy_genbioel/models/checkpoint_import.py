@@ -40,6 +40,9 @@ __all__ = ["CheckpointError", "ImportOptions", "KeyMapping", "SourceCheckpoint",
 INDEX_NAME = "pytorch_model.bin.index.json"
 WEIGHTS_NAME = "pytorch_model.bin"
 RECORD_NAME = "import.json"
+#: ``config.genbioel_inputs`` of an imported released model: trained on GenBioEL's own inputs
+#: (``inputs.style`` ``genbioel-released-<corpus>.v1``), not this package's
+RELEASED_INPUTS = "genbioel-released"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 ARCHITECTURES = ("BartForConditionalGeneration", "BartModel")
 TOKENIZER_HINT = (
@@ -374,6 +377,8 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
     mapping.container = container
     model.load_state_dict(mapped, strict=True)
     del state, mapped
+    # what inputs the weights were trained on travels with them: the component warns on another style
+    model.config.genbioel_inputs = RELEASED_INPUTS
     notes = _tokenizer_checks(model, tokenizer, f"The tokenizer in {options.tokenizer}") if tokenizer is not None else []
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.importing-"))

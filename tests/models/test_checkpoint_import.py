@@ -306,3 +306,21 @@ def test_replace_swaps_an_earlier_import_only(tmp_path, micro_model, tokenizer_d
     with pytest.raises(CheckpointError, match="not an empty folder"):
         import_checkpoint(src, tmp_path / "other", ImportOptions(tokenizer=tokenizer_dir, replace=True))
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_an_imported_model_warns_when_fed_another_input_style(tmp_path, micro_model, tokenizer_dir, small_kb, caplog):
+    import spacy
+
+    import_checkpoint(write_released(tmp_path / "src", micro_model), tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir))
+    model, tokenizer = load_model(tmp_path / "out")
+    assert model.config.genbioel_inputs == "genbioel-released"  # travels with the weights
+    with caplog.at_level("WARNING", logger="spacy_genbioel"):
+        spacy.blank("en").add_pipe("genbioel").set_model(model, tokenizer, small_kb)
+    assert "trained on GenBioEL's own" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="spacy_genbioel"):
+        pipe = spacy.blank("en").add_pipe("genbioel", config={"inputs": {"style": "genbioel-released-ncbi.v1"}})
+        pipe.set_model(model, tokenizer, small_kb)
+        spacy.blank("en").add_pipe("genbioel", config={"inputs": {"style": "genbioel-released-ncbi.v1"}}).set_model(
+            micro_model, tokenizer, small_kb)  # a model trained here, fed the released inputs
+    assert caplog.text.count("inputs.style") == 1 and "this package's" in caplog.text
