@@ -8,10 +8,10 @@ candidate scores at least the threshold takes it first, the generator's
 candidates (minus that name) fill the rest; below it, the generator's list
 stands. It prints recall@1 / recall@5 per threshold and how many mentions the
 shortcut took, so one generative run prices the whole sweep; confirm the
-chosen threshold with a real ``evaluate --shortcut-threshold`` run::
+chosen threshold with a real ``evaluate --candidates.shortcut_threshold T`` run::
 
     python -m spacy_genbioel evaluate --linker tfidf ... --predictions tfidf.jsonl
-    python -m spacy_genbioel evaluate --linker genbioel --candidates none ... --predictions free.jsonl
+    python -m spacy_genbioel evaluate --linker genbioel ... --candidates.retriever none --predictions free.jsonl
     python bench/shortcut_sweep.py tfidf.jsonl free.jsonl --thresholds 0.6 0.7 0.8 0.9 1.0
 """
 from __future__ import annotations
