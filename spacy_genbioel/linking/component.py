@@ -33,7 +33,7 @@ import logging
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -41,6 +41,8 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
 from spacy_genbioel.linking.abbreviations import doc_long_forms
+from spacy_genbioel.linking.released_style import expand_short_forms
+from spacy_genbioel.linking.short_forms import find_short_forms
 from spacy_genbioel.linking.candidates import make_candidate_generator
 from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, FusionReranker
@@ -269,15 +271,17 @@ class GenBioELLinker(Pipe):
         labels = self.settings.resources.labels
         return [s for s in spans if not labels or s.label_ in labels]
 
-    def _mention(self, doc: Doc, span: Span, long_forms: Dict[Tuple[int, int], str], by_text: Dict[str, str],
-                 doc_key: str = "") -> Mention:
+    def _mention(self, doc: Doc, span: Span, forms: "LongForms", doc_key: str = "") -> Mention:
         # enough characters for the context window without copying huge documents; in
         # document mode, for a window of the document (the linker pieces the contexts together)
         if self.inputs.input_mode == "document":
             window = self.decoding.max_source_tokens * 16
         else:
             window = max(self.inputs.window_words, 1) * 30
-        text = long_forms.get((span.start_char, span.end_char)) or by_text.get(span.text) or span.text
+        if forms.inside:
+            text = expand_short_forms(span.text, forms.inside)
+        else:
+            text = forms.by_span.get((span.start_char, span.end_char)) or forms.by_text.get(span.text) or span.text
         return Mention(
             text=text,
             left=doc.text[max(0, span.start_char - window) : span.start_char],
@@ -288,21 +292,28 @@ class GenBioELLinker(Pipe):
             label=span.label_,
         )
 
-    def _abbreviations(self, doc: Doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:
-        """Long forms from scispacy's abbreviation_detector, when it ran."""
-        if not self.settings.resources.resolve_abbreviations or not Doc.has_extension("abbreviations"):
-            return {}, {}
-        return doc_long_forms(doc)
+    def _abbreviations(self, doc: Doc) -> "LongForms":
+        """Long forms from scispacy's abbreviation_detector, when it ran; for the ncbi released
+        style, the document's short forms, expanded word by word inside each mention as BioSyn's
+        preprocessing did (:func:`~.released_style.expand_short_forms`)."""
+        if not self.settings.resources.resolve_abbreviations:
+            return LongForms()
+        rules = self.inputs.released
+        if rules is not None and rules.biosyn:
+            return LongForms(inside=find_short_forms(doc.text))
+        if not Doc.has_extension("abbreviations"):
+            return LongForms()
+        return LongForms(*doc_long_forms(doc))
 
     def _process(self, docs: Sequence[Doc]) -> None:
         self.linker  # noqa: B018  (fail on the first call, not on the first entity)
         spans_per_doc = [self._spans(doc) for doc in docs]
         mentions: List[Mention] = []
         for k, (doc, spans) in enumerate(zip(docs, spans_per_doc)):
-            long_forms, by_text = self._abbreviations(doc)
+            forms = self._abbreviations(doc)
             # which document a mention is in: what per-document input groups by
             key = f"<doc {k} of batch>"
-            mentions.extend(self._mention(doc, s, long_forms, by_text, key) for s in spans)
+            mentions.extend(self._mention(doc, s, forms, key) for s in spans)
         results = self.link(mentions) if mentions else []
         cursor = 0
         for doc, spans in zip(docs, spans_per_doc):
@@ -437,6 +448,17 @@ class GenBioELLinker(Pipe):
                 return kb
             logger.warning("%s changed since %s was written; reading %s", jsonl, compact, jsonl)
         return KnowledgeBase.load(jsonl, **kwargs)
+
+
+class LongForms(NamedTuple):
+    """A document's abbreviations as the component uses them."""
+
+    #: a span that is a short form -> its long form (scispacy's detector)
+    by_span: Dict[Tuple[int, int], str] = {}
+    #: a short form's text -> its long form (scispacy's detector)
+    by_text: Dict[str, str] = {}
+    #: short -> long forms expanded inside mentions (the ncbi released style)
+    inside: Dict[str, str] = {}
 
 
 def concept_scores(candidates: Sequence[Candidate], limit: int) -> List[Tuple[str, float]]:

@@ -170,3 +170,26 @@ def test_released_window_reaches_the_cut():
     nlp = spacy.blank("en")
     pipe = nlp.add_pipe("genbioel", config={"inputs": {"style": "genbioel-released-bc5cdr.v1"}})
     assert pipe.inputs.window_words >= 384 and InputBuilder().window_words == 64
+
+
+def test_the_ncbi_style_expands_short_forms_inside_mentions_in_a_pipeline(tmp_path, micro_model, word_tokenizer, monkeypatch):
+    save_model(micro_model, word_tokenizer, tmp_path / "model")
+    random_kb(2, n_concepts=20).to_jsonl(tmp_path / "kb.jsonl")
+    text = "Ataxia telangiectasia (AT) is rare . AT carriers were seen ."
+    assert find_short_forms(text) == {"AT": "Ataxia telangiectasia"}
+    seen = {}
+    for style in ("genbioel-released-ncbi.v1", "genbioel-released-bc5cdr.v1"):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "AT carriers"}])
+        nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
+                                         "inputs": {"style": style}, "decoding": {"num_beams": 2, "top_k": 2}})
+        linker = nlp.get_pipe("genbioel").linker
+
+        def spy(mentions, *args, _style=style, _link=linker.link):
+            seen[_style] = [m.text for m in mentions]
+            return _link(mentions, *args)
+
+        monkeypatch.setattr(linker, "link", spy)
+        nlp(text)
+    # BioSyn expanded the short form word by word inside the mention; the bc5cdr style keeps a mention as written
+    assert seen == {"genbioel-released-ncbi.v1": ["Ataxia telangiectasia carriers"], "genbioel-released-bc5cdr.v1": ["AT carriers"]}
