@@ -8,7 +8,8 @@
   :mod:`.compact_build`;
 * :mod:`.normalizers` -- name normalizers, in spaCy's ``registry.misc``;
 * :mod:`.sources` -- MEDIC, CTD, MeSH and JSON vocabulary readers;
-* :mod:`.ontologies` -- UMLS RRF and OBO readers;
+* :mod:`.umls` -- UMLS Metathesaurus and RxNorm RRF readers (filters, semantic types, definitions);
+* :mod:`.obo` -- the OBO reader (own-prefix, obsolete and synonym-scope filters);
 * :mod:`.crosswalk` -- concept ID clean-up and old -> new ID crosswalks;
 * :mod:`.build` -- reader by format, :func:`build_kb`, ``build-kb``'s
   augmentation steps, the check against GenBioEL's ``target_kb.json``.
@@ -21,13 +22,15 @@ from spacy_genbioel.kb.build import (
     augment_kb,
     build_kb,
     compare_with_target_kb,
+    dedup_losses,
     get_reader,
     iter_concepts,
     parse_source,
 )
 from spacy_genbioel.kb.crosswalk import apply_crosswalk, normalize_id, read_crosswalk, split_ids
 from spacy_genbioel.kb.normalizers import NORMALIZER_ALIASES, Normalizer, genbioel_normalize, get_normalizer
-from spacy_genbioel.kb.ontologies import read_obo, read_umls
+from spacy_genbioel.kb.obo import read_obo
+from spacy_genbioel.kb.umls import RRFFilters, read_rxnorm, read_umls
 from spacy_genbioel.kb.sources import (
     read_ctd,
     read_genbioel_target_kb,
@@ -49,10 +52,12 @@ __all__ = [
     "KBFormatError",
     "KnowledgeBase",
     "Normalizer",
+    "RRFFilters",
     "apply_crosswalk",
     "augment_kb",
     "build_kb",
     "compare_with_target_kb",
+    "dedup_losses",
     "genbioel_normalize",
     "get_normalizer",
     "get_reader",
@@ -67,6 +72,7 @@ __all__ = [
     "read_mesh_tsv",
     "read_mesh_xml",
     "read_obo",
+    "read_rxnorm",
     "read_scispacy_jsonl",
     "read_umls",
     "split_ids",

@@ -2,6 +2,13 @@
 into one :class:`~spacy_genbioel.kb.base.KnowledgeBase`, what ``build-kb`` does
 to it afterwards (training mentions as names, gold-ID priors, one name per
 concept), and the check against GenBioEL's ``target_kb.json``.
+
+Every name is kept by default (``dedup=False``), as the component
+(``kb_dedup = false``) and the workflows build and load KBs. GenBioEL's
+de-duplication (a name shared by several concepts stays only on the one with
+the fewest names) is asked for with ``dedup=True`` (``build-kb --dedup``), and
+what it took is counted and logged as a warning (:func:`dedup_losses`): on
+MEDIC it leaves thousands of concepts without a name, which nothing can link to.
 """
 from __future__ import annotations
 
@@ -15,7 +22,8 @@ from spacy_genbioel.kb.base import Concept, EmptyKBError, KnowledgeBase
 from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.kb.crosswalk import apply_crosswalk, normalize_id, read_crosswalk
 from spacy_genbioel.kb.normalizers import Normalizer, get_normalizer
-from spacy_genbioel.kb.ontologies import read_obo, read_umls
+from spacy_genbioel.kb.obo import read_obo
+from spacy_genbioel.kb.umls import read_rxnorm, read_umls
 from spacy_genbioel.kb.sources import (
     load_target_kb_json,
     read_ctd,
@@ -42,6 +50,7 @@ __all__ = [
     "augment_kb",
     "build_kb",
     "compare_with_target_kb",
+    "dedup_losses",
     "get_reader",
     "iter_concepts",
     "parse_source",
@@ -54,6 +63,7 @@ FORMATS: Dict[str, Reader] = {
     "mesh-tsv": read_mesh_tsv,
     "mesh-xml": read_mesh_xml,
     "umls": read_umls,
+    "rxnorm": read_rxnorm,
     "obo": read_obo,
     "genbioel": read_genbioel_target_kb,
     "jsonl": read_jsonl,
@@ -91,7 +101,7 @@ def iter_concepts(fmt: str, sources: Union[Source, Sequence[Source]], **reader_k
 def build_kb(
     format: str,
     sources: Union[Source, Sequence[Source]],
-    dedup: bool = True,
+    dedup: bool = False,
     normalizer: Union[str, Normalizer] = "genbioel",
     crosswalk: Optional[Union[Mapping[str, str], PathLike]] = None,
     name: Optional[str] = None,
@@ -101,7 +111,8 @@ def build_kb(
 ) -> KnowledgeBase:
     """Read ``sources`` with the ``format`` reader and merge them into one KB.
 
-    Concepts with the same (normalized) ID merge. ``crosswalk`` (a dict or a
+    Concepts with the same (normalized) ID merge; every name is kept unless ``dedup``
+    (GenBioEL's rule; what it removes is logged as a warning). ``crosswalk`` (a dict or a
     crosswalk TSV) renames concept IDs old -> new before merging; apply the same
     crosswalk to gold IDs. Unusable names are dropped and counted (``kb.drops``);
     sources without a single usable name raise
@@ -130,8 +141,29 @@ def build_kb(
         raise EmptyKBError(f"{', '.join(_source_paths(sources))}: {err}") from None
     finally:
         bar.close()
+    if dedup:
+        names, nameless = dedup_losses(kb)
+        if names:
+            logger.warning("KB %r: de-duplication (GenBioEL's rule) took %d name entries from their concepts and left %d of "
+                           "%d concepts without a name, which nothing can link to (keep every name: dedup=False, "
+                           "build-kb --no-dedup)", kb.name, names, nameless, len(kb))
     logger.info("Built %r", kb)
     return kb
+
+
+def dedup_losses(kb: KnowledgeBase) -> Tuple[int, int]:
+    """(name entries, concepts left without a name): what GenBioEL's de-duplication took from
+    ``kb``'s concepts (both 0 for a KB that keeps every name). Concepts listed without names are
+    not counted."""
+    if not kb.dedup:
+        return 0, 0
+    names = nameless = 0
+    for concept in kb:
+        own = {norm for norm in map(kb.normalize, concept.names) if norm}
+        kept = len(kb.names_of(concept.id))
+        names += len(own) - kept
+        nameless += bool(own) and not kept
+    return names, nameless
 
 
 def _source_list(sources: Union[Source, Sequence[Source]]) -> List[Source]:

@@ -346,12 +346,12 @@ def test_read_umls(umls) -> None:
 def test_read_umls_filters(umls) -> None:
     mrconso, mrdef, mrsty = umls
     assert [c.id for c in read_umls(mrconso, mrsty=mrsty, semantic_types=["T126", "T109"])] == ["C0000039", "C0000052"]
-    rx = list(read_umls(mrconso, sources=["RXNORM"]))
+    rx = list(read_umls(mrconso, sabs=["RXNORM"]))
     assert [(c.id, c.names) for c in rx] == [("C0000039", ["Dipalmitoylphosphatidylcholine"])]
     everything = {c.id: c for c in read_umls(mrconso, languages=None, include_suppressed=True)}
     assert "MAA-131I" in everything["C0000005"].names
     assert "old suppressed name" in everything["C0000039"].names
-    with pytest.raises(ValueError, match="mrsty"):
+    with pytest.raises(ValueError, match="MRSTY"):
         list(read_umls(mrconso, semantic_types=["T109"]))
 
 
@@ -392,8 +392,9 @@ name: derives from
 
 def test_read_obo(tmp_path: Path) -> None:
     path = write(tmp_path / "doid.obo", OBO)
-    concepts = list(read_obo(path))
+    concepts = list(read_obo(path, prefix=None))  # every term; by default the ontology's own (DOID:)
     assert [c.id for c in concepts] == ["DOID:0001816", "UBERON:0001"]
+    assert [c.id for c in read_obo(path)] == ["DOID:0001816"]
     first = concepts[0]
     assert first.names == ["angiosarcoma", "hemangiosarcoma", 'malignant "hemangioendothelioma"']
     assert first.definition.startswith("A vascular cancer")
@@ -468,7 +469,7 @@ def test_crosswalk(tmp_path: Path) -> None:
 
 
 def test_formats_registry() -> None:
-    assert set(FORMATS) == {"medic", "ctd", "mesh-tsv", "mesh-xml", "umls", "obo", "genbioel", "jsonl", "scispacy", "askapatient"}
+    assert set(FORMATS) == {"medic", "ctd", "mesh-tsv", "mesh-xml", "umls", "rxnorm", "obo", "genbioel", "jsonl", "scispacy", "askapatient"}
     with pytest.raises(ValueError, match="Unknown KB format"):
         build_kb("nope", "x")
 
@@ -534,7 +535,7 @@ def test_augment_kb_steps() -> None:
 
 # -- issue 16: damaged files and line ends in every reader ---------------------------------------------------------
 def _samples() -> dict:
-    return {"medic": MEDIC, "ctd": CTD_DISEASES, "mesh-xml": DESC_XML, "umls": MRCONSO, "obo": OBO,
+    return {"medic": MEDIC, "ctd": CTD_DISEASES, "mesh-xml": DESC_XML, "umls": MRCONSO, "rxnorm": MRCONSO, "obo": OBO,
             "genbioel": json.dumps({f"D{i}": [f"name {i}"] for i in range(40)}, indent=1),
             "jsonl": "".join(json.dumps({"id": f"D{i}", "names": [f"n{i}"]}) + "\n" for i in range(40)),
             "scispacy": "".join(json.dumps({"concept_id": f"C{i}", "canonical_name": f"n{i}"}) + "\n" for i in range(40)),
