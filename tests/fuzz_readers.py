@@ -1,6 +1,8 @@
 """Fuzz the file readers: every KB reader (``kb/build.py`` FORMATS),
 ``KnowledgeBase.load`` (``.jsonl``, ``.jsonl.gz``, ``target_kb.json``), every
-corpus reader (``corpus/load.py`` formats) and the ``build-kb`` command.
+corpus reader (``corpus/load.py`` formats), the ``build-kb`` command and
+annotate's input readers (``annotate:*``, read with low caps,
+:data:`ANNOTATE_LIMITS`: an error entry naming the file is their refusal).
 
 Each case is a malformed (or merely unusual) file and what must happen to it:
 
@@ -91,6 +93,14 @@ BIOC_JSON = "".join(json.dumps({"id": str(i), "passages": [
          "locations": [{"offset": 0, "length": 13}]}]},
     {"offset": 15, "text": "Cystic fibrosis."}]}) + "\n" for i in range(4))
 ASKAPATIENT = "".join(f"C{i:07d}\tconcept {i}\tmy {i} aches\n" for i in range(10))
+PUBMED_XML = ('<?xml version="1.0" encoding="utf-8"?>\n<PubmedArticleSet>\n'
+              + "".join(f"<PubmedArticle>\n<MedlineCitation><PMID>{900 + i}</PMID>\n<Article><ArticleTitle>Renal failure {i}."
+                        f"</ArticleTitle><Abstract><AbstractText>Cystic fibrosis.</AbstractText></Abstract></Article>\n"
+                        f"</MedlineCitation>\n</PubmedArticle>\n" for i in range(5))
+              + "</PubmedArticleSet>\n")
+TEXT = "".join(f"Renal failure and cystic fibrosis in patient {i}.\n" for i in range(8))
+#: the caps annotate's readers run with here (far below the defaults, so that the cases stay small)
+ANNOTATE_LIMITS = {"max_line_bytes": 4096, "max_record_bytes": 4096, "max_json_bytes": 8192}
 
 #: target -> (file name, clean sample, line-based)
 SAMPLES: Dict[str, Tuple[str, str, bool]] = {
@@ -115,8 +125,15 @@ SAMPLES: Dict[str, Tuple[str, str, bool]] = {
     "cli:ctd": ("CTD_diseases.tsv", CTD, True),
     "cli:jsonl": ("kb.jsonl", KB_JSONL, True),
     "cli:genbioel": ("target_kb.json", TARGET_KB, True),
+    "annotate:text": ("notes.txt", TEXT, True),
+    "annotate:jsonl": ("in.jsonl", CORPUS_JSONL, True),
+    "annotate:pubtator": ("in.pubtator", PUBTATOR, True),
+    "annotate:pubmed": ("pubmed.xml", PUBMED_XML, True),
+    "annotate:bioc-xml": ("in.xml", BIOC_XML, True),
+    "annotate:bioc-json": ("in.json", BIOC_JSON, True),
 }
-JSON_LINES = {"kb:jsonl", "kb:scispacy", "load:jsonl", "load:jsonl.gz", "corpus:jsonl", "cli:jsonl", "corpus:bioc-json"}
+JSON_LINES = {"kb:jsonl", "kb:scispacy", "load:jsonl", "load:jsonl.gz", "corpus:jsonl", "cli:jsonl", "corpus:bioc-json",
+              "annotate:jsonl", "annotate:bioc-json"}
 TARGET_KB_TARGETS = {"kb:genbioel", "load:target_kb", "cli:genbioel"}
 
 
@@ -126,6 +143,7 @@ class Case:
     kind: str
     data: bytes
     expect: str  # refuse | report | equal | either
+    must_say: str = ""  # a refusal must say this (the cap it names...)
 
     @property
     def filename(self) -> str:
@@ -150,7 +168,7 @@ def _lines(text: str) -> List[str]:
 def _line_cases(target: str, text: str, rng: random.Random) -> Iterator[Case]:
     """Mutations any file gets: compression, encoding, line ends, sizes."""
     data = text.encode("utf8")
-    empty_expect = "refuse" if target.startswith(("load:", "cli:")) else "either"
+    empty_expect = "refuse" if target.startswith(("load:", "cli:", "corpus:")) else "either"
     gz = _gz(data)
     for cut in sorted(rng.sample(range(10, len(gz) - 1), 6)) + [len(gz) - 4, len(gz) - 1]:
         yield Case(target, f"gzip truncated at {cut}/{len(gz)}", gz[:cut], "refuse")
@@ -264,6 +282,64 @@ def _corpus_cases(target: str, text: str) -> Iterator[Case]:
     yield Case(target, "mention before the title", ("1000\t0\t4\tRena\tDisease\tD1\n" + text).encode("utf8"), "refuse")
 
 
+def _round_two_cases(target: str, text: str) -> Iterator[Case]:
+    """Issue 31: IDs no output can write back, silent acceptances, caps, entities in XML."""
+    group, _, name = target.partition(":")
+    if target in ("kb:jsonl", "load:jsonl", "load:jsonl.gz", "cli:jsonl", "kb:scispacy"):
+        key = "concept_id" if name == "scispacy" else "id"
+        first, rest = text.split("\n", 1)
+        for cid in ("D1\tX", "D1\nX", "D|PIPE", "D1+D2", "D 1"):
+            yield Case(target, f"ID {cid!r}", _stored(target, json.dumps(dict(json.loads(first), **{key: cid})) + "\n" + rest), "refuse")
+        if name != "scispacy":
+            nameless = json.dumps(dict(json.loads(first), names=[])) + "\n" + rest
+            yield Case(target, "names []", _stored(target, nameless), "report" if group != "kb" else "either")
+    if target in TARGET_KB_TARGETS:
+        yield Case(target, "concept listed twice", _stored(target, '{\n "D1": ["a"],\n "D2": ["b"],\n "D1": ["c"]\n}\n'), "refuse")
+        yield Case(target, "ID 'D|PIPE'", _stored(target, json.dumps({"D1": ["a"], "D|PIPE": ["b"]})), "refuse")
+    if name == "medic":
+        yield Case(target, "ID 'D1+D2'", _stored(target, MEDIC.replace("MESH:D000001", "MESH:D000001+D2", 1)), "refuse")
+    if name == "ctd":
+        lines = text.split("\n")
+        row = lines[4].split("\t")
+        swapped = "\n".join(lines[:4] + ["\t".join([row[1], row[0], *row[2:]])] + lines[5:])
+        yield Case(target, "name and ID columns swapped", _stored(target, swapped), "refuse")
+    if target == "corpus:pubtator":
+        yield Case(target, "second abstract line", text.replace("1001|a|", "1001|a|First.\n1001|a|", 1).encode(), "refuse")
+    if target in ("corpus:bioc-xml", "annotate:bioc-xml"):
+        yield Case(target, "empty document ID", text.replace("<id>2</id>", "<id> </id>", 1).encode(), "refuse")
+        for decl in ('<!ENTITY x SYSTEM "file:///etc/hostname">', '<!ENTITY x "Renal">'):
+            doctype = text.replace("<collection>", f"<!DOCTYPE collection [{decl}]>\n<collection>", 1)
+            yield Case(target, f"entity {decl[:20]}", doctype.replace("Renal failure.", "&x; failure.", 1).encode(), "refuse")
+    if target == "corpus:bioc-xml":
+        yield Case(target, "document ID seen twice", text.replace("<id>2</id>", "<id>1</id>", 1).encode(), "report")
+    if target in ("corpus:bioc-json", "annotate:bioc-json"):
+        yield Case(target, "string passage offset", text.replace('"offset": 15', '"offset": "15"', 1).encode(), "refuse")
+        yield Case(target, "empty document ID", text.replace('"id": "1"', '"id": ""', 1).encode(), "refuse")
+    if target == "corpus:bioc-json":
+        yield Case(target, "document ID seen twice", text.replace('"id": "1"', '"id": "0"', 1).encode(), "report")
+    if group != "annotate":
+        return
+    big = "x" * (ANNOTATE_LIMITS["max_line_bytes"] + 10)
+    if name in ("text", "jsonl", "pubtator", "bioc-json"):
+        over = text.replace("Renal failure", "Renal failure" + big, 1)
+        yield Case(target, "line over max_line_bytes", over.encode(), "refuse", "max_line_bytes")
+        yield Case(target, "line over max_line_bytes, gzipped", _gz(over.encode()), "refuse", "max_line_bytes")
+    if name in ("pubmed", "bioc-xml"):
+        yield Case(target, "record over max_record_bytes", text.replace("Renal failure", "Renal failure" + big, 1).encode(),
+                   "refuse", "max_record_bytes")
+        tag = "</PubmedArticle>" if name == "pubmed" else "</document>"
+        yield Case(target, "record without its end tag", text.replace(tag, "", 1).encode(), "refuse", "without its end tag")
+        cut = text[: text.rindex(tag)] + big  # the last record never ends: the cap comes first
+        yield Case(target, "unterminated record over the cap", cut.encode(), "refuse", "max_record_bytes")
+        start = "<PubmedArticle>" if name == "pubmed" else "<document>"
+        damaged = text.replace(start, start[:4] + "\udcff" + start[4:], 2).replace(start[:4] + "\udcff", start, 1)
+        yield Case(target, "damaged start tag", damaged.encode("utf8", "surrogateescape"), "refuse", "without its start tag")
+    if name == "bioc-json":
+        docs = [json.loads(line) for line in text.splitlines()]
+        whole = json.dumps({"documents": docs * 40}, indent=1)
+        yield Case(target, "collection over max_json_bytes", whole.encode(), "refuse", "max_json_bytes")
+
+
 def cases(seed: int = 0, targets: Optional[List[str]] = None) -> List[Case]:
     """Every malformed input for ``targets`` (all by default), deterministic for a seed."""
     out: List[Case] = []
@@ -274,6 +350,7 @@ def cases(seed: int = 0, targets: Optional[List[str]] = None) -> List[Case]:
         out.extend(_record_cases(target, text))
         out.extend(_kb_name_cases(target))
         out.extend(_corpus_cases(target, text))
+        out.extend(_round_two_cases(target, text))
     return out
 
 
@@ -306,6 +383,8 @@ def _run_target(target: str, path: Path, workdir: Path) -> Any:
 
         kb = KnowledgeBase.load(path)
         return (kb.concept_ids, kb.names, kb.checksum())
+    if group == "annotate":
+        return _run_annotate(name, path)
     if group == "corpus":
         from spacy_genbioel.corpus.load import load_corpus
 
@@ -313,6 +392,28 @@ def _run_target(target: str, path: Path, workdir: Path) -> Any:
         mentions, texts = load_corpus(path, fmt)
         return ([(m.text, m.ids, m.start, m.end, m.doc_id.replace(path.name, "")) for m in mentions], texts)
     return _run_cli(name, path, workdir)
+
+
+def _run_annotate(name: str, path: Path) -> Any:
+    """annotate's reader of a format: its records, or its first error entry raised as a refusal
+    (an entry without the file and a line or record is a crash)."""
+    from spacy_genbioel.annotate import InputRecord, RecordError, read_records
+    from spacy_genbioel.corpus.pubtator import CorpusFormatError
+
+    try:
+        from spacy_genbioel.annotate.lines import ReadLimits
+    except ImportError:  # a tree from before the caps: its readers as they are
+        items = list(read_records(path, name.split("-")[0]))
+    else:
+        items = list(read_records(path, name.split("-")[0], ReadLimits(**ANNOTATE_LIMITS)))
+    errors = [i for i in items if isinstance(i, RecordError)]
+    if any(e.file != str(path) or (e.line is None and e.record is None) for e in errors):
+        raise RuntimeError(f"an error entry without its file and line: {errors}")
+    if any(not isinstance(i, (InputRecord, RecordError)) or (isinstance(i, InputRecord) and not i.text.strip()) for i in items):
+        raise RuntimeError("not a usable record")
+    if errors:
+        raise CorpusFormatError(f"{errors[0].file}:{errors[0].line or errors[0].record}: {errors[0].reason}")
+    return [(i.doc_id.replace(str(path.resolve()), path.name), i.text, i.title) for i in items]
 
 
 class CliFailed(Exception):
@@ -368,6 +469,8 @@ def run_case(case: Case, workdir: Path) -> Tuple[str, str]:
     except _project_errors() as err:
         if path.name not in str(err):
             return "crash", f"{type(err).__name__} without the file name: {err}"
+        if case.must_say and case.must_say not in str(err):
+            return "silent", f"refused without saying {case.must_say!r}: {str(err)[:200]}"
         return ("misread", f"refused: {err}") if case.expect == "equal" else ("ok", "refused")
     except Exception as err:  # noqa: BLE001  (the point: nothing else may escape)
         return "crash", f"{type(err).__name__}: {str(err)[:200]}"

@@ -15,6 +15,11 @@ line costs that line and a damaged file costs what follows the damage.
   in small pieces (not by :mod:`gzip`, which loses up to 128 KB of good data
   before the damage), so everything before a cut or corrupt spot is read.
 
+:class:`ReadLimits` caps what one record may hold: a line longer than
+``max_line_bytes`` is an error of its own (the error names the cap), and only
+``max_line_bytes`` of it are ever held in memory, however long it is (a small
+``.gz`` may inflate to one line of GBs).
+
 :func:`spacy_genbioel.util.iter_lines` reads corpus files, where a bad line stops
 the read; these keep going.
 """
@@ -24,17 +29,46 @@ import contextlib
 import gzip
 import json
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from spacy_genbioel.annotate.records import RecordError
 from spacy_genbioel.progress import watch_file
 
-__all__ = ["BLOCK", "READ_ERRORS", "decoded_lines", "first_json_value", "json_lines", "read_blocks", "read_head"]
+__all__ = ["BLOCK", "DEFAULT_LIMITS", "READ_ERRORS", "ReadLimits", "decoded_lines", "json_lines",
+           "read_blocks", "read_head"]
 
 BLOCK = 1 << 16
 # what reading a damaged file raises: a cut .gz (EOFError), a bad gzip header or CRC (OSError), bad deflate data (zlib.error)
 READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """The most one input record may hold, in bytes as stored (after ``.gz`` inflation). A record over
+    a cap is an error entry that names the cap; the file goes on. The defaults leave room many times over
+    for spaCy's ``nlp.max_length`` (1,000,000 characters, at most 4 MB of UTF-8) plus markup."""
+
+    #: one line of a line-based input (text, JSONL, PubTator, BioC JSON lines)
+    max_line_bytes: int = 16 << 20
+    #: one XML record (``<PubmedArticle>``, BioC ``<document>``)
+    max_record_bytes: int = 16 << 20
+    #: a BioC JSON file that is one collection, which is parsed whole (JSON lines are read line by line)
+    max_json_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("max_line_bytes", "max_record_bytes", "max_json_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ReadLimits.{name} must be a whole number of bytes of at least 1, not {value!r}")
+
+    def over(self, name: str, what: str) -> str:
+        """The reason of an error entry for a ``what`` over the cap ``name``."""
+        return f"{what} longer than {getattr(self, name):,} bytes (the read limit {name}); skipped"
+
+
+DEFAULT_LIMITS = ReadLimits()
 
 
 def read_blocks(path: Path, size: int = BLOCK, piece: int = 256) -> Iterator[bytes]:
@@ -77,9 +111,10 @@ def read_blocks(path: Path, size: int = BLOCK, piece: int = 256) -> Iterator[byt
                 inflate, packed = zlib.decompressobj(wbits=31), rest
 
 
-def _raw_lines(blocks: Iterator[bytes]) -> Iterator[bytes]:
-    """Lines as bytes without their ends. A read error is raised after the complete lines
-    before it (the line it cuts is not yielded)."""
+def _raw_lines(blocks: Iterator[bytes], max_bytes: int) -> Iterator[Optional[bytes]]:
+    """Lines as bytes without their ends; None for a line longer than ``max_bytes`` (of which no more
+    than ``max_bytes`` is held). A read error is raised after the complete lines before it (the line
+    it cuts is not yielded)."""
     head: List[bytes] = []
     size, error = 0, None
     while size < BLOCK:
@@ -95,34 +130,50 @@ def _raw_lines(blocks: Iterator[bytes]) -> Iterator[bytes]:
     first = b"".join(head)
     sep = b"\r" if b"\r" in first and b"\n" not in first else b"\n"
     partial: List[bytes] = []
+    held = 0  # bytes in partial
+    over = False  # the current line is past the cap: its bytes are dropped until its end
 
-    def split(data: bytes) -> Iterator[bytes]:
+    def finish(line: bytes) -> Optional[bytes]:
+        if over or len(line) > max_bytes + (sep == b"\n" and line.endswith(b"\r")):
+            return None
+        return line.rstrip(b"\r") if sep == b"\n" else line
+
+    def split(data: bytes) -> Iterator[Optional[bytes]]:
+        nonlocal held, over
         start = 0
         while (end := data.find(sep, start)) != -1:
             partial.append(data[start:end])
             line = b"".join(partial)
             partial.clear()
-            yield line.rstrip(b"\r") if sep == b"\n" else line
+            yield finish(line)
+            held, over = 0, False
             start = end + 1
-        if start < len(data):
+        if start < len(data) and not over:
             partial.append(data[start:])
+            held += len(data) - start
+            if held > max_bytes + 1:  # (+1: a \r before the \n may still come)
+                partial.clear()
+                held, over = 0, True
 
     yield from split(first)
     if error is not None:
         raise error
     for data in blocks:
         yield from split(data)
-    if partial:
-        last = b"".join(partial)
-        yield last.rstrip(b"\r") if sep == b"\n" else last
+    if partial or over:
+        yield finish(b"".join(partial))
 
 
-def decoded_lines(path: Path) -> Iterator[Tuple[int, Optional[str], Optional[str]]]:
-    """(line number, text or None, problem) per line, decoded one by one."""
+def decoded_lines(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Tuple[int, Optional[str], Optional[str]]]:
+    """(line number, text or None, problem) per line, decoded one by one; a line over
+    ``limits.max_line_bytes`` is a problem naming the cap."""
     lineno = 0
     try:
         with contextlib.closing(read_blocks(path)) as blocks:
-            for lineno, raw in enumerate(_raw_lines(blocks), start=1):
+            for lineno, raw in enumerate(_raw_lines(blocks, limits.max_line_bytes), start=1):
+                if raw is None:
+                    yield lineno, None, limits.over("max_line_bytes", "line")
+                    continue
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
@@ -135,11 +186,11 @@ def decoded_lines(path: Path) -> Iterator[Tuple[int, Optional[str], Optional[str
         yield lineno + 1, None, f"file cannot be read further ({err}); the rest of it is skipped"
 
 
-def json_lines(path: Path) -> Iterator[Union[RecordError, Tuple[int, Any]]]:
+def json_lines(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Union[RecordError, Tuple[int, Any]]]:
     """``(line number, parsed value)`` per non-blank line of a JSON-lines file, or a
-    :class:`RecordError` for a line that cannot be decoded or parsed."""
+    :class:`RecordError` for a line that cannot be decoded or parsed (or is over the cap)."""
     file = str(path)
-    for lineno, line, problem in decoded_lines(path):
+    for lineno, line, problem in decoded_lines(path, limits):
         if line is None:
             yield RecordError(file, problem or "unreadable line", lineno)
             continue
@@ -153,13 +204,6 @@ def json_lines(path: Path) -> Iterator[Union[RecordError, Tuple[int, Any]]]:
             yield RecordError(file, "not readable JSON (nested too deeply)", lineno)
         except ValueError as err:  # e.g. an integer with more digits than Python converts
             yield RecordError(file, f"not readable JSON ({err})", lineno)
-
-
-def first_json_value(path: Path) -> Any:
-    """The parsed first non-blank line of a file (None when it is not JSON)."""
-    for item in json_lines(path):
-        return None if isinstance(item, RecordError) else item[1]
-    return None
 
 
 def read_head(path: Path, n_bytes: int = BLOCK) -> Tuple[str, Optional[str]]:

@@ -3,7 +3,8 @@ streams from PubTator, BioC XML/JSON, PubMed XML, JSONL or plain text, ``.gz``
 or not, one reader per format (:data:`READERS`), and the input files of a run.
 
 A malformed record becomes a :class:`~spacy_genbioel.annotate.records.RecordError`
-and the stream goes on: lines are decoded one at a time (:mod:`.lines`), XML
+and the stream goes on (a record over a cap of :class:`~spacy_genbioel.annotate.lines.ReadLimits`
+too, the error naming the cap): lines are decoded one at a time (:mod:`.lines`), XML
 records are parsed one at a time (:mod:`.xml_readers`), and whatever a reader
 raises on one record is that record's error. :func:`safe_records` is the last
 guard: a reader that fails all the same ends its file with one error entry
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 from spacy_genbioel.annotate.detect import detect_format
-from spacy_genbioel.annotate.lines import decoded_lines, json_lines
+from spacy_genbioel.annotate.lines import DEFAULT_LIMITS, ReadLimits, decoded_lines, json_lines
 from spacy_genbioel.annotate.records import AnnotateError, Item, RecordError, guarded, make_record, record_id, titled_record
 from spacy_genbioel.annotate.xml_readers import read_bioc_records, read_pubmed_records
 from spacy_genbioel.corpus.pubtator import pubtator_text_line
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "INPUT_FORMATS",
     "READERS",
+    "ReadLimits",
     "check_input_format",
     "detect_format",
     "expand_inputs",
@@ -47,7 +49,7 @@ INPUT_FORMATS = ("pubtator", "bioc", "pubmed", "jsonl", "text")
 
 
 # -- PubTator ----------------------------------------------------------------------------------
-def read_pubtator_records(path: PathLike) -> Iterator[Item]:
+def read_pubtator_records(path: PathLike, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Item]:
     """Title + abstract per document; gold mention and relation lines are ignored.
 
     A document with a line that does not belong to it (another PMID, a second
@@ -67,7 +69,7 @@ def read_pubtator_records(path: PathLike) -> Iterator[Item]:
             return RecordError(file, doc["bad"], doc["line"], doc_id=doc["pmid"] or None)
         return titled_record(doc["pmid"], doc["title"], doc["abstract"] or "", file, line=doc["line"])
 
-    for lineno, line, problem in decoded_lines(path):
+    for lineno, line, problem in decoded_lines(path, limits):
         if line is None:
             if current is not None:
                 current["bad"] = current["bad"] or f"line {lineno}: {problem}"
@@ -123,7 +125,7 @@ def _jsonl_record(data: Any, file: str, lineno: int) -> Item:
     return RecordError(file, "no 'text' (nor 'title'/'abstract')", lineno, doc_id=named)
 
 
-def read_jsonl_records(path: PathLike) -> Iterator[Item]:
+def read_jsonl_records(path: PathLike, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Item]:
     """``{"id", "text"}`` or ``{"id", "title", "abstract"}`` per line (``pmid``/``doc_id`` also name the ID).
 
     Blank lines are not records. Other keys (``mentions``...) are ignored. The ID
@@ -132,7 +134,7 @@ def read_jsonl_records(path: PathLike) -> Iterator[Item]:
     """
     path = Path(path)
     file = str(path)
-    for item in json_lines(path):
+    for item in json_lines(path, limits):
         if isinstance(item, RecordError):
             yield item
         else:
@@ -140,20 +142,20 @@ def read_jsonl_records(path: PathLike) -> Iterator[Item]:
             yield guarded(partial(_jsonl_record, data, file, lineno), file, line=lineno)
 
 
-def read_text_records(path: PathLike) -> Iterator[Item]:
+def read_text_records(path: PathLike, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Item]:
     """One document per line; the ID is ``<resolved path>:<line>``, the same however the path
     was spelled (``./a.txt``, ``../x/a.txt``, a symbolic link). A blank line is an empty document (an error)."""
     path = Path(path)
     file = str(path)
     name = str(path.resolve())
-    for lineno, line, problem in decoded_lines(path):
+    for lineno, line, problem in decoded_lines(path, limits):
         if line is None:
             yield RecordError(file, problem or "unreadable line", lineno, doc_id=f"{name}:{lineno}")
             continue
         yield make_record(f"{name}:{lineno}", line, file, line=lineno)
 
 
-READERS: Dict[str, Callable[[PathLike], Iterator[Item]]] = {
+READERS: Dict[str, Callable[[PathLike, ReadLimits], Iterator[Item]]] = {
     "pubtator": read_pubtator_records,
     "bioc": read_bioc_records,
     "pubmed": read_pubmed_records,
@@ -182,11 +184,11 @@ def check_input_format(input_format: Optional[str]) -> None:
         raise AnnotateError(f"unknown input format {input_format!r}; use one of {', '.join(INPUT_FORMATS)}")
 
 
-def safe_records(path: Path, input_format: str) -> Iterator[Item]:
+def safe_records(path: Path, input_format: str, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Item]:
     """The records of one file; should its reader raise all the same, one error entry
     (file, the line after the last record) ends the file and the run goes on."""
     last = 0
-    records = READERS[input_format](path)
+    records = READERS[input_format](path, limits)
     while True:
         try:
             item = next(records)
@@ -200,10 +202,12 @@ def safe_records(path: Path, input_format: str) -> Iterator[Item]:
         yield item
 
 
-def read_records(inputs: Union[PathLike, Iterable[PathLike]], input_format: Optional[str] = None) -> Iterator[Item]:
-    """Records and record errors of all inputs, in order; each file's format detected unless given."""
+def read_records(inputs: Union[PathLike, Iterable[PathLike]], input_format: Optional[str] = None,
+                 limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Item]:
+    """Records and record errors of all inputs, in order; each file's format detected unless given;
+    ``limits``: the caps on one line or record (:class:`~spacy_genbioel.annotate.lines.ReadLimits`)."""
     check_input_format(input_format)
     for path in expand_inputs(inputs):
         fmt = input_format or detect_format(path)
         logger.info("reading %s as %s", path, fmt)
-        yield from safe_records(path, fmt)
+        yield from safe_records(path, fmt, limits)

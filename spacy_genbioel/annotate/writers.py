@@ -2,7 +2,13 @@
 (JSONL, PubTator, BioC XML or a spaCy ``DocBin``), and the document IDs and
 mention counts read back from such a file (used when a run resumes and a
 chunk's checkpoint line is missing). PubTator and BioC chunks are written and
-read back with :mod:`spacy_genbioel.corpus`'s format code."""
+read back with :mod:`spacy_genbioel.corpus`'s format code.
+
+Concept IDs are written as they are, not escaped: a KB refuses an ID that
+holds whitespace, a control character or an ID separator (``| + , ;``, see
+:func:`spacy_genbioel.kb.base.id_problem`), which neither PubTator nor BioC
+could write back (they have no escape), so every ID a linker gives fits every
+format."""
 from __future__ import annotations
 
 import json

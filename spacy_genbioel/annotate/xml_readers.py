@@ -2,141 +2,178 @@
 out of the stream and parsed alone.
 
 XML files are cut into records (``<PubmedArticle>``, ``<document>``) by a
-scanner, so one broken record costs that record, not the rest of the file, and
-memory is bounded by the largest record. Bytes that are not UTF-8 are carried
-through the scanner (``surrogateescape``) and make only the record they are in
-an error. The layout of BioC passages (``title + " " + abstract``) is
-:func:`spacy_genbioel.corpus.bioc.bioc_text_document`'s.
+byte scanner (:func:`xml_records`), so one broken record costs that record,
+not the rest of the file; every byte is searched a bounded number of times
+(linear in the file, an unterminated record included), and no more than
+``max_record_bytes`` (:class:`~spacy_genbioel.annotate.lines.ReadLimits`) of a
+record is held. lxml's ``iterparse`` (what ``bioc.biocxml.iterparse`` runs) is
+not used because it stops the whole file at the first record that is not
+well-formed (or, with ``recover=True``, silently repairs it), where the scanner
+keeps going after one bad record. Each record is parsed with the package's safe
+parser (:mod:`spacy_genbioel.kb.safe_xml`: no entities, no network). A record
+that is not UTF-8 is an error of its own. The layout of BioC passages
+(``title + " " + abstract``) is :func:`spacy_genbioel.corpus.bioc.bioc_text_document`'s.
 """
 from __future__ import annotations
 
-import codecs
 import contextlib
-import io
 import json
 import re
-import xml.etree.ElementTree as ET
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from spacy_genbioel.annotate.lines import BLOCK, READ_ERRORS, first_json_value, json_lines, read_blocks, read_head
+from spacy_genbioel.annotate.lines import BLOCK, DEFAULT_LIMITS, READ_ERRORS, ReadLimits, json_lines, read_blocks, read_head
 from spacy_genbioel.annotate.records import Item, RecordError, guarded, record_id, titled_record
 from spacy_genbioel.corpus.bioc import bioc_text_document
-from spacy_genbioel.util import PathLike, open_binary
+from spacy_genbioel.kb.safe_xml import XML_ERRORS, parse_xml
+from spacy_genbioel.util import PathLike
 
 __all__ = ["MAX_LAYOUT", "read_bioc_records", "read_pubmed_records", "xml_records"]
 
 # the most characters BioC passage offsets may lay one document out over (far more than
 # a pipeline takes: spaCy's default nlp.max_length is 1,000,000)
 MAX_LAYOUT = 10_000_000
-_ESCAPED = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, as surrogateescape carries it
+_OVERLAP = 64  # bytes kept from the end of what was searched: a tag may be cut by a block boundary
 
 
 class _StopFile(Exception):
     pass
 
 
-def xml_records(path: Path, tags: Sequence[str], block_chars: int = BLOCK) -> Iterator[Tuple[int, Optional[str], Optional[str]]]:
-    """(line, record text or None, problem) for each ``<tag ...>...</tag>`` in the file.
+class _Scanner:
+    """The bytes of a file from the record being cut out on: ``buf[0]`` is on line ``line0``."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self.blocks, self.buf, self.eof, self.line0, self.fresh = blocks, b"", False, 1, True
+
+    def line_at(self, index: int) -> int:
+        return self.line0 + self.buf.count(b"\n", 0, index)
+
+    def drop_before(self, index: int) -> None:
+        """Forget ``buf[:index]`` (its lines counted)."""
+        if index > 0:
+            self.line0 += self.buf.count(b"\n", 0, index)
+            self.buf = self.buf[index:]
+
+    def read_more(self) -> None:
+        try:
+            data = next(self.blocks, None)
+        except READ_ERRORS as err:
+            raise _StopFile(err) from err
+        if data is None:
+            self.eof = True
+            return
+        if self.fresh and data:
+            self.fresh = False
+            data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+        self.buf += data
+
+
+def _checked(line: int, record: bytes) -> Tuple[int, Optional[bytes], Optional[str]]:
+    try:
+        record.decode("utf-8")
+    except UnicodeDecodeError as err:
+        at = line + record.count(b"\n", 0, err.start)
+        return line, None, f"not UTF-8 text (byte 0x{record[err.start]:02x} on line {at})"
+    return line, record, None
+
+
+def xml_records(path: Path, tags: Sequence[str], limits: ReadLimits = DEFAULT_LIMITS,
+                block_chars: int = BLOCK) -> Iterator[Tuple[int, Optional[bytes], Optional[str]]]:
+    """(line, record bytes or None, problem) for each ``<tag ...>...</tag>`` in the file.
 
     A record whose end tag never comes (the next record starts first, or the
-    file ends), or that holds bytes that are not UTF-8, gives ``None`` with the
-    problem. Only the text from the current record on is kept in memory.
+    file ends), that is longer than ``limits.max_record_bytes`` or that holds
+    bytes that are not UTF-8 gives ``None`` with the problem.
     """
-    start_re = re.compile(r"<(%s)(?=[\s>/])" % "|".join(re.escape(t) for t in tags))
-    buf, pos, eof = "", 0, False
-    line_pos, line_no = 0, 1  # buf[line_pos] is on line line_no
-
-    def line_at(index: int) -> int:
-        nonlocal line_pos, line_no
-        line_no += buf.count("\n", line_pos, index)
-        line_pos = index
-        return line_no
-
-    def drop_before(index: int) -> None:
-        nonlocal buf, pos, line_pos
-        line_at(index)
-        buf, pos, line_pos = buf[index:], max(0, pos - index), 0
-
-    def checked(line: int, record: str) -> Tuple[int, Optional[str], Optional[str]]:
-        bad = _ESCAPED.search(record)
-        if bad is None:
-            return line, record, None
-        byte = ord(bad.group()) - 0xDC00
-        return line, None, f"not UTF-8 text (byte 0x{byte:02x} on line {line + record.count(chr(10), 0, bad.start())})"
-
-    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
-    fresh = True  # nothing decoded yet (a BOM is dropped)
+    names = b"|".join(re.escape(t.encode()) for t in tags)
+    start_re = re.compile(rb"<(%s)(?=[\s>/])" % names)
+    between_re = re.compile(rb"<(%s)(?=[\s>/])|</(%s)>" % (names, names))  # a start, or an end tag without its start
+    cap = limits.max_record_bytes
     with contextlib.closing(read_blocks(path, block_chars)) as blocks:
-        def read_more() -> bool:
-            nonlocal buf, eof, fresh
-            try:
-                data = next(blocks, None)
-            except READ_ERRORS as err:
-                raise _StopFile(err) from err
-            if data is None:
-                eof = True
-                buf += decoder.decode(b"", final=True)
-                return False
-            text = decoder.decode(data)
-            if fresh and text:
-                fresh = False
-                text = text[1:] if text.startswith("\ufeff") else text
-            buf += text
-            return True
-
+        scan = _Scanner(blocks)
         try:
-            while True:
-                match = start_re.search(buf, pos)
-                if match is None:
-                    if eof:
-                        return
-                    drop_before(max(pos, len(buf) - 256))  # a start tag may be cut by the block boundary
-                    read_more()
-                    continue
-                tag, start = match.group(1), match.start()
-                end_tag = f"</{tag}>"
-                end = buf.find(end_tag, match.end())
-                following = start_re.search(buf, match.end(), end if end != -1 else len(buf))
-                if following is not None:
-                    yield line_at(start), None, f"<{tag}> record without its end tag before the next record"
-                    pos = following.start()
-                    continue
-                if end != -1:
-                    stop = end + len(end_tag)
-                    yield checked(line_at(start), buf[start:stop])
-                    pos = stop
-                    continue
-                if eof:
-                    yield line_at(start), None, f"<{tag}> record without its end tag at the end of the file"
-                    return
-                drop_before(start)
-                read_more()
+            yield from _cut(scan, (start_re, between_re), cap, limits)
         except _StopFile as stop_err:
-            yield line_at(min(pos, len(buf))), None, f"file cannot be read further ({stop_err.args[0]}); the rest of it is skipped"
+            yield scan.line_at(0), None, f"file cannot be read further ({stop_err.args[0]}); the rest of it is skipped"
 
 
-def _all_text(element: Optional[ET.Element]) -> str:
+def _cut(scan: _Scanner, patterns: Tuple["re.Pattern[bytes]", "re.Pattern[bytes]"], cap: int,
+         limits: ReadLimits) -> Iterator[Tuple[int, Optional[bytes], Optional[str]]]:
+    start_re, between_re = patterns
+    pos = 0  # where the next record start is looked for
+    while True:
+        match = between_re.search(scan.buf, pos)
+        if match is not None and match.group(2) is not None:  # a record whose start tag is damaged
+            yield scan.line_at(match.start()), None, f"</{match.group(2).decode()}> without its start tag (a damaged record)"
+            pos = match.end()
+            continue
+        if match is None:
+            if scan.eof:
+                return
+            scan.drop_before(max(pos, len(scan.buf) - _OVERLAP))
+            pos = 0
+            scan.read_more()
+            continue
+        scan.drop_before(match.start())  # the record starts at buf[0]
+        tag = match.group(1)
+        end_tag = b"</" + tag + b">"
+        line = scan.line_at(0)
+        searched = match.end() - match.start()  # buf[:searched] holds neither the end tag nor another start
+        over = False  # past the cap: bytes are dropped while the end is looked for
+        while True:
+            end = scan.buf.find(end_tag, searched)
+            following = start_re.search(scan.buf, searched, end if end != -1 else len(scan.buf))
+            if following is not None:
+                if not over:
+                    yield line, None, f"<{tag.decode()}> record without its end tag before the next record"
+                pos = following.start()
+                break
+            if end != -1:
+                stop = end + len(end_tag)
+                if not over and stop > cap:
+                    over = True
+                    yield line, None, limits.over("max_record_bytes", f"<{tag.decode()}> record")
+                if not over:
+                    yield _checked(line, scan.buf[:stop])
+                pos = stop
+                break
+            if not over and len(scan.buf) > cap:
+                over = True
+                yield line, None, limits.over("max_record_bytes", f"<{tag.decode()}> record")
+            if scan.eof:
+                if not over:
+                    yield line, None, f"<{tag.decode()}> record without its end tag at the end of the file"
+                return
+            searched = max(searched, len(scan.buf) - _OVERLAP)
+            if over:  # keep only the tail that a tag may start in
+                scan.drop_before(searched)
+                searched = 0
+            scan.read_more()
+
+
+def _all_text(element: Optional[Any]) -> str:
     return "".join(element.itertext()).strip() if element is not None else ""
 
 
-def _parsed(path: Path, tags: Sequence[str], build: Callable[..., Item], bad_xml: str, what: str) -> Iterator[Item]:
+def _parsed(path: Path, tags: Sequence[str], build: Callable[..., Item], bad_xml: str, what: str,
+            limits: ReadLimits) -> Iterator[Item]:
     """``build(element, file, line=...)`` for each record of the file that parses; the rest are errors."""
     file = str(path)
-    for line, record, problem in xml_records(path, tags):
+    for line, record, problem in xml_records(path, tags, limits):
         if record is None:
             yield RecordError(file, problem or "bad record", line)
             continue
         try:
-            element = ET.fromstring(record)
-        except ET.ParseError as err:
+            element = parse_xml(record)
+        except XML_ERRORS as err:
             yield RecordError(file, f"{bad_xml} ({err})", line)
             continue
         yield guarded(partial(build, element, file, line=line), file, line=line, what=what)
 
 
-def _pubmed_record(root: ET.Element, file: str, *, line: int) -> Item:
+def _pubmed_record(root: Any, file: str, *, line: int) -> Item:
     if root.tag == "PubmedArticle":
         pmid = root.findtext("MedlineCitation/PMID")
         base = root.find("MedlineCitation/Article")
@@ -156,7 +193,7 @@ def _pubmed_record(root: ET.Element, file: str, *, line: int) -> Item:
     return titled_record(pmid, title, abstract, file, line=line)
 
 
-def read_pubmed_records(path: PathLike) -> Iterator[Item]:
+def read_pubmed_records(path: PathLike, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Item]:
     """PubMed XML (annual baseline and update files): ``PubmedArticle`` and ``PubmedBookArticle``.
 
     ID: the citation's PMID; title: ``ArticleTitle`` (``VernacularTitle`` or
@@ -165,17 +202,21 @@ def read_pubmed_records(path: PathLike) -> Iterator[Item]:
     PubTator does). ``DeleteCitation`` blocks are not documents.
     """
     yield from _parsed(Path(path), ("PubmedArticle", "PubmedBookArticle"), _pubmed_record, "bad XML in the record",
-                       "cannot read the record")
+                       "cannot read the record", limits)
 
 
 # -- BioC -----------------------------------------------------------------------------------------------
-def _bioc_record(data: Union[ET.Element, Dict[str, Any]], file: str, *, line: Optional[int] = None,
+def _bioc_record(data: Union[Any, Dict[str, Any]], file: str, *, line: Optional[int] = None,
                  record: Optional[int] = None) -> Item:
     """One BioC document (a parsed ``<document>`` or a JSON object) laid out by
     :func:`~spacy_genbioel.corpus.bioc.bioc_text_document`; its annotations are ignored."""
     if isinstance(data, dict):
         doc_id, problem = record_id(data.get("id"))
         passages = [(p.get("offset", 0), p.get("text")) for p in data.get("passages", [])]
+        wrong = next((o for o, _ in passages if isinstance(o, bool) or not isinstance(o, int)), None)
+        if wrong is not None or any(t is not None and not isinstance(t, str) for _, t in passages):
+            what = f"passage offset {json.dumps(wrong)[:40]} is not a JSON integer" if wrong is not None else "passage text is not a string"
+            return RecordError(file, f"bad BioC JSON document ({what})", line, record, doc_id)
     else:
         doc_id, problem = record_id(data.findtext("id"))
         passages = [(p.findtext("offset"), p.findtext("text")) for p in data.findall("passage")]
@@ -196,11 +237,11 @@ def _bioc_json_record(data: Any, file: str, *, line: Optional[int] = None, recor
                    what="bad BioC JSON document")
 
 
-def read_bioc_records(path: PathLike) -> Iterator[Item]:
+def read_bioc_records(path: PathLike, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Item]:
     """BioC XML (streamed by ``<document>``) or BioC JSON.
 
     BioC JSON with one document per line is streamed; a single JSON
-    collection has to be parsed whole (memory grows with the file: prefer BioC
+    collection has to be parsed whole, up to ``limits.max_json_bytes`` (prefer BioC
     XML or JSON lines for big inputs). The text is laid out from the passages
     as :func:`spacy_genbioel.corpus.bioc.read_bioc` does (title = first passage);
     annotations in the input are ignored.
@@ -208,16 +249,19 @@ def read_bioc_records(path: PathLike) -> Iterator[Item]:
     path = Path(path)
     file = str(path)
     if read_head(path)[0].lstrip().startswith("<"):
-        yield from _parsed(path, ("document",), _bioc_record, "bad BioC document", "bad BioC document")
+        yield from _parsed(path, ("document",), _bioc_record, "bad BioC document", "bad BioC document", limits)
         return
-    first = first_json_value(path)
+    first = _first_document(path, limits)
     if isinstance(first, dict) and "passages" in first:  # BioC JSON lines
-        for item in json_lines(path):
+        for item in json_lines(path, limits):
             yield item if isinstance(item, RecordError) else _bioc_json_record(item[1], file, line=item[0])
         return
     try:
-        with io.TextIOWrapper(open_binary(path), encoding="utf-8-sig") as handle:
-            data = json.load(handle)
+        data = json.loads(_whole(path, limits).decode("utf-8-sig"))
+    except _TooBig:
+        yield RecordError(file, limits.over("max_json_bytes", "BioC JSON collection (read whole)")
+                          + "; write it as JSON lines (one document per line) or BioC XML", 1)
+        return
     except RecursionError:
         yield RecordError(file, "neither BioC XML nor BioC JSON (JSON nested too deeply)", 1)
         return
@@ -232,3 +276,31 @@ def read_bioc_records(path: PathLike) -> Iterator[Item]:
         return
     for index, item in enumerate(documents, start=1):
         yield _bioc_json_record(item, file, record=index)
+
+
+def _first_document(path: Path, limits: ReadLimits) -> Any:
+    """The first line's JSON value (None: not JSON), past lines over the cap (the errors of JSON lines)."""
+    over = limits.over("max_line_bytes", "line")
+    for item in json_lines(path, limits):
+        if not isinstance(item, RecordError):
+            return item[1]
+        if item.reason != over:
+            return None
+    return None
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _whole(path: Path, limits: ReadLimits) -> bytes:
+    """The whole file (``.gz`` inflated); :class:`_TooBig` past ``limits.max_json_bytes``."""
+    parts: List[bytes] = []
+    size = 0
+    with contextlib.closing(read_blocks(path)) as blocks:
+        for data in blocks:
+            size += len(data)
+            if size > limits.max_json_bytes:
+                raise _TooBig
+            parts.append(data)
+    return b"".join(parts)

@@ -3,6 +3,12 @@
 :func:`bioc_document` holds the project's one rule for laying BioC passages
 out as ``title + " " + abstract`` (the annotation pipeline reuses it, through
 :func:`bioc_text_document`, for its streamed BioC input).
+
+BioC XML is parsed with the package's safe parser (:mod:`spacy_genbioel.kb.safe_xml`:
+no entities, no network, whatever lxml version is installed). A document
+must have an ID; a document ID seen twice is kept twice with a warning (as
+:func:`~spacy_genbioel.corpus.pubtator.read_pubtator` does); passage offsets in
+BioC JSON must be JSON integers.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tupl
 
 from spacy_genbioel.corpus.pubtator import CorpusFormatError, PubTatorAnnotation, PubTatorDocument, check_mention_offsets
 from spacy_genbioel.kb.crosswalk import split_ids
+from spacy_genbioel.kb.safe_xml import parse_xml, safe_default_parser
 from spacy_genbioel.util import PathLike, read_text, text_lines
 
 logger = logging.getLogger(__name__)
@@ -45,7 +52,14 @@ def read_bioc(
         position = getattr(err, "position", None)
         line = position[0] if position else getattr(err, "lineno", 1)
         raise CorpusFormatError(f"{path}:{line}: could not read BioC ({err})") from err
-    for bdoc in documents:
+    seen: Dict[str, int] = {}
+    for index, bdoc in enumerate(documents, start=1):
+        doc_id = "" if bdoc.id is None else str(bdoc.id).strip()
+        if not doc_id:
+            raise CorpusFormatError(f"{path}: document #{index} has no ID")
+        if doc_id in seen:
+            logger.warning("%s: document #%d: ID %s seen before (document #%d); kept both", path, index, doc_id, seen[doc_id])
+        seen.setdefault(doc_id, index)
         try:
             yield bioc_document(bdoc, path, id_keys, check_offsets)
         except CorpusFormatError:
@@ -59,7 +73,9 @@ def _bioc_documents(content: str, path: Path) -> List[Any]:
 
     head = content.lstrip()
     if head.startswith("<"):
-        return list(biocxml.loads(content).documents)
+        parse_xml(content)  # refuses entity references (the bioc decoder would drop them silently)
+        with safe_default_parser():
+            return list(biocxml.loads(content).documents)
     try:
         data = json.loads(content)
     except json.JSONDecodeError:
@@ -90,6 +106,8 @@ def _bioc_json_defaults(doc: Any) -> Dict[str, Any]:
     passages = []
     for passage in doc["passages"]:
         passage = {"offset": 0, "infons": {}, "sentences": [], "annotations": [], "relations": [], **passage}
+        if isinstance(passage["offset"], bool) or not isinstance(passage["offset"], int):
+            raise TypeError(f"passage offset {passage['offset']!r} is not a JSON integer")
         passage["annotations"] = [
             {"id": "", "infons": {}, "text": "", "locations": [], **ann} for ann in passage["annotations"]
         ]

@@ -1,5 +1,8 @@
 """A corpus file by format name: the documents, or the gold mentions with their
-document texts, as evaluation and the command line load them."""
+document texts, as evaluation and the command line load them. A corpus file
+without a single document (or AskAPatient mention) is refused
+(:class:`~spacy_genbioel.corpus.pubtator.CorpusFormatError` naming it): an
+empty gold split would evaluate to nothing without a word."""
 from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -7,7 +10,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from spacy_genbioel.corpus.askapatient import read_askapatient
 from spacy_genbioel.corpus.bioc import read_bioc
 from spacy_genbioel.corpus.jsonl import read_jsonl_corpus
-from spacy_genbioel.corpus.pubtator import PubTatorDocument, document_mentions, read_pubtator
+from spacy_genbioel.corpus.pubtator import CorpusFormatError, PubTatorDocument, document_mentions, read_pubtator
 from spacy_genbioel.kb.crosswalk import read_crosswalk
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.util import PathLike
@@ -28,12 +31,20 @@ def read_documents(path: PathLike, fmt: str, crosswalk: Optional[Mapping[str, st
     """The documents of a ``pubtator``, ``bioc`` or ``jsonl`` file; ``crosswalk``
     (old -> new IDs) applies to PubTator gold IDs."""
     if fmt == "pubtator":
-        return list(read_pubtator(path, crosswalk=crosswalk))
-    if fmt == "bioc":
-        return list(read_bioc(path))
-    if fmt == "jsonl":
-        return list(read_jsonl_corpus(path))
-    raise UnknownFormatError(f"unknown document format {fmt!r}; use {', '.join(DOCUMENT_FORMATS)}")
+        documents = list(read_pubtator(path, crosswalk=crosswalk))
+    elif fmt == "bioc":
+        documents = list(read_bioc(path))
+    elif fmt == "jsonl":
+        documents = list(read_jsonl_corpus(path))
+    else:
+        raise UnknownFormatError(f"unknown document format {fmt!r}; use {', '.join(DOCUMENT_FORMATS)}")
+    return _not_empty(documents, path, fmt, "documents")
+
+
+def _not_empty(items: List, path: PathLike, fmt: str, what: str) -> List:
+    if not items:
+        raise CorpusFormatError(f"{path}: no {what} in this {fmt} corpus file (an empty file, or not {fmt})")
+    return items
 
 
 def load_corpus(
@@ -44,7 +55,7 @@ def load_corpus(
     texts. An unknown ``fmt`` raises :class:`UnknownFormatError`."""
     walk = read_crosswalk(crosswalk) if crosswalk else None
     if fmt == "askapatient":
-        return list(read_askapatient(path)), {}
+        return _not_empty(list(read_askapatient(path)), path, fmt, "mentions"), {}
     if fmt not in DOCUMENT_FORMATS:
         raise UnknownFormatError(f"unknown corpus format {fmt!r}; use pubtator, bioc, jsonl or askapatient")
     documents = read_documents(path, fmt, walk)

@@ -22,6 +22,7 @@ Decisions:
   and PMID.
 * A PMID seen twice (NCBI train has 8528200 twice, identical) is kept twice,
   with a warning: the published counts (593 docs, 5,145 mentions) include both.
+  A second abstract line in one document is an error (it would replace the first).
 """
 from __future__ import annotations
 
@@ -145,6 +146,7 @@ def read_pubtator(
     doc: Optional[PubTatorDocument] = None
     seen: Dict[str, int] = {}
     start_line = 0
+    abstract_line = 0  # the line of the current document's abstract (0: none yet)
 
     def finish(current: Optional[PubTatorDocument]) -> Optional[PubTatorDocument]:
         if current is None:
@@ -173,13 +175,15 @@ def read_pubtator(
                 if done is not None:
                     yield done
                 doc = PubTatorDocument(pmid, text)
-                start_line = lineno
+                start_line, abstract_line = lineno, 0
             else:
                 if doc is None or doc.pmid != pmid:
                     raise CorpusFormatError(f"{where}: PMID {pmid}: abstract line without its title line")
                 if doc.annotations:
                     raise CorpusFormatError(f"{where}: PMID {pmid}: abstract line after mention lines")
-                doc.abstract = text
+                if abstract_line:
+                    raise CorpusFormatError(f"{where}: PMID {pmid}: a second abstract line (the first is line {abstract_line})")
+                doc.abstract, abstract_line = text, lineno
             continue
         fields = line.split("\t")
         pmid = fields[0].strip()
@@ -242,7 +246,8 @@ def write_pubtator(documents: Iterable[PubTatorDocument], path: PathLike) -> int
             out.write(f"{doc.pmid}|t|{flat(doc.title)}\n")
             out.write(f"{doc.pmid}|a|{flat(doc.abstract)}\n")
             for ann in doc.annotations:
-                cols = [doc.pmid, str(ann.start), str(ann.end), flat(ann.text), ann.type, _ids_column(ann)]
+                # (a KB refuses IDs with tabs or line ends: flat() only keeps the lines whole should one come all the same)
+                cols = [doc.pmid, str(ann.start), str(ann.end), flat(ann.text), flat(ann.type), flat(_ids_column(ann))]
                 if ann.parts:
                     cols.append("|".join(ann.parts))
                 out.write("\t".join(cols) + "\n")

@@ -19,8 +19,18 @@ memory-mapped, for KBs of UMLS's size).
 Unusable names are dropped and counted (:class:`KBDrops`, logged): a name that
 normalizes to nothing, and a concept all of whose names do. A concept listed
 without names stays as an ID (that is how a de-duplicated KB file records a
-concept whose names went to other concepts) and is counted too. A KB left with
-no name at all is refused (:class:`EmptyKBError`).
+concept whose names went to other concepts) and is counted too (a warning:
+nothing can be linked to it). A KB left with no name at all is refused
+(:class:`EmptyKBError`).
+
+Concept IDs are checked where every reader's concepts pass (:func:`clean_concept`,
+for this class and the compact build alike; the JSON readers check first, to
+name the line): an ID may not hold whitespace, control characters or the
+characters that join several IDs in one corpus field (``|`` and ``+`` in
+PubTator, also ``,`` and ``;`` in BioC). The writers do not escape them:
+PubTator and BioC have no escape, and an ID holding one would be written as a
+broken line or read back as several IDs. Names are stripped; a name left empty
+normalizes to nothing and is dropped and counted as above.
 """
 from __future__ import annotations
 
@@ -121,30 +131,27 @@ class KnowledgeBase:
         self.name = name
         self._concepts: Dict[str, Concept] = {}
         self.drops = KBDrops()
-        for concept in concepts:
-            self._add(concept)
+        for index, concept in enumerate(concepts, start=1):
+            self._add(concept, index)
         self._build_index()
         if self.drops.names or self.drops.concepts:
             logger.warning("KB %r: %s (e.g. %s)", name, self.drops.summary(), ", ".join(self.drops.examples))
         elif self.drops.nameless:
-            logger.info("KB %r: %s", name, self.drops.summary())
+            logger.warning("KB %r: %s (nothing can be linked to them)", name, self.drops.summary())
         if not self._names:
             n_read = len(self._concepts) + self.drops.concepts
             raise EmptyKBError(f"KB {name!r} has no usable name ({n_read} concept(s) read"
                                + (f"; {self.drops.summary()})" if self.drops.summary() else ")"))
 
     # -- construction -------------------------------------------------------
-    def _add(self, concept: Concept) -> None:
-        cid = concept.id.strip()
-        if not cid:
-            raise KBFormatError(f"Concept with empty ID (names {concept.names[:3]})")
+    def _add(self, concept: Concept, index: int) -> None:
+        cid, names = clean_concept(concept, f"KB {self.name!r}: concept #{index}")
         existing = self._concepts.get(cid)
         if existing is None:
-            self._concepts[cid] = Concept(cid, list(dict.fromkeys(concept.names)), concept.definition, list(concept.types),
-                                          concept.prior)
+            self._concepts[cid] = Concept(cid, names, concept.definition, list(concept.types), concept.prior)
             return
         existing.prior = max(existing.prior, concept.prior)
-        existing.names = list(dict.fromkeys([*existing.names, *concept.names]))
+        existing.names = list(dict.fromkeys([*existing.names, *names]))
         if not existing.definition and concept.definition:
             existing.definition = concept.definition
         existing.types.extend(t for t in concept.types if t not in existing.types)
@@ -343,6 +350,31 @@ class KnowledgeBase:
             raise EmptyKBError(f"{path}: {err}") from None
 
 
+#: what a concept ID may not hold (see the module docstring)
+_NOT_IN_IDS = re.compile(r"[\s\x00-\x1f\x7f-\x9f|+,;]")
+
+
+def id_problem(cid: str) -> Optional[str]:
+    """Why ``cid`` cannot be a concept ID (None: it can): a character no output format can write back."""
+    bad = _NOT_IN_IDS.search(cid)
+    if bad is None:
+        return None
+    return (f"concept ID {cid[:60]!r} holds {bad.group()!r}: IDs may not hold whitespace, control characters "
+            f"or the ID separators | + , ; (PubTator and BioC output could not write the ID back)")
+
+
+def clean_concept(concept: Concept, where: str) -> Tuple[str, List[str]]:
+    """The concept's ID (stripped, checked by :func:`id_problem`) and its names (stripped, each
+    once); a bad ID raises :class:`KBFormatError` at ``where``."""
+    cid = concept.id.strip()
+    if not cid:
+        raise KBFormatError(f"{where}: concept with an empty ID (names {concept.names[:3]})")
+    problem = id_problem(cid)
+    if problem:
+        raise KBFormatError(f"{where}: {problem}")
+    return cid, list(dict.fromkeys(name.strip() for name in concept.names))
+
+
 def read_concepts_jsonl(path: PathLike) -> Iterator[Concept]:
     """Stream concepts from a JSONL KB file (``.gz`` too), with errors that name file and line."""
     for lineno, record in iter_json_lines(path, KBFormatError):
@@ -364,6 +396,8 @@ def concept_from_record(record: object, where: str) -> Concept:
         raise KBFormatError(f"{where}: record has no 'id'")
     if isinstance(cid, bool) or not isinstance(cid, (str, int)):
         raise KBFormatError(f"{where}: 'id' must be a string, got {type(cid).__name__} {cid!r}")
+    if id_problem(str(cid).strip()):
+        raise KBFormatError(f"{where}: {id_problem(str(cid).strip())}")
     names: Sequence = record.get("names", record.get("aliases", []))
     if isinstance(names, str):
         names = [names]
@@ -398,9 +432,10 @@ def load_target_kb_json(path: PathLike) -> Any:
     return _read_json_file(path)[1]
 
 
-def _key_line(text: str, key: str) -> int:
-    """The line of ``"key":`` in a JSON text (1 when it cannot be found)."""
-    match = re.search(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:", text)
+def _key_line(text: str, key: str, nth: int = 1) -> int:
+    """The line of the ``nth`` ``"key":`` in a JSON text (1 when it cannot be found)."""
+    found = re.finditer(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:", text)
+    match = next((m for i, m in enumerate(found, start=1) if i == nth), None)
     if match is None:
         return 1
     sep = line_separator(text[:LINE_PROBE].encode("utf8", "surrogatepass")).decode()
@@ -410,8 +445,10 @@ def _key_line(text: str, key: str) -> int:
 def read_target_kb_json(path: PathLike, clean_id: Callable[[str], str] = str) -> Iterator[Concept]:
     """Concepts of a GenBioEL ``target_kb.json`` (``{id: [names]}``), IDs passed
     through ``clean_id``; blank names are left out. A concept listed with no names
-    stays (as :meth:`KnowledgeBase.to_target_kb_json` writes a de-duplicated KB)."""
+    stays (as :meth:`KnowledgeBase.to_target_kb_json` writes a de-duplicated KB). An ID
+    listed twice is refused (JSON would keep the second list of names only)."""
     text, data = _read_json_file(path)
+    _no_duplicate_ids(text, path)
     if not isinstance(data, dict):
         raise KBFormatError.at(path, 1, f"expected a JSON object {{id: [names]}}, got {type(data).__name__}")
     for raw_id, names in data.items():
@@ -422,5 +459,30 @@ def read_target_kb_json(path: PathLike, clean_id: Callable[[str], str] = str) ->
         cid = clean_id(raw_id)
         if not cid.strip():
             raise KBFormatError.at(path, _key_line(text, raw_id), f"empty concept ID {raw_id!r}")
+        if id_problem(cid.strip()):
+            raise KBFormatError.at(path, _key_line(text, raw_id), str(id_problem(cid.strip())))
         kept = [n for n in names if n.strip()]
         yield Concept(cid, kept or list(names))
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    result: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _RepeatedKey(key)
+        result[key] = value
+    return result
+
+
+def _no_duplicate_ids(text: str, path: PathLike) -> None:
+    """Raise :class:`KBFormatError` at the second ``"id":`` of an ID the (already parsed) JSON object lists twice."""
+    try:
+        json.loads(text, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as repeated:
+        key = repeated.args[0]
+        raise KBFormatError.at(path, _key_line(text, key, nth=2),
+                               f"concept {key!r} is listed twice (JSON keeps the second list of names only: merge them)") from None

