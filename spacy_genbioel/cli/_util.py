@@ -1,16 +1,51 @@
 """What every command shares (spaCy's ``cli/_util.py``): the typer ``app``,
 logging set-up, config override parsing and the option blocks several
-commands take. Library code never imports this module or typer."""
+commands take. Library code never imports this module or typer.
+
+Every error a command meets is one line: the ``app`` prints a library error
+(a file that is missing or malformed, a bad setting, a missing extra: the
+message names the file, line, record or setting) as ``✘ message`` and exits
+with 1, without a traceback; ``--verbose`` keeps the traceback."""
 from __future__ import annotations
 
 import json
 import logging
+import sys
 from typing import Any, Dict, Sequence
 
 import click
 import typer
 
-app = typer.Typer(help="Generative biomedical entity linking for spaCy.", no_args_is_help=True, add_completion=False,
+#: what a command reports in one line: the library's errors (its format errors are ValueErrors and
+#: FileNotFoundErrors naming the file), spaCy's (E052: no such pipeline), a missing optional package
+USER_ERRORS = (OSError, ValueError, ImportError)
+
+
+def one_line(err: Any) -> str:
+    """An error message on one line (confection's, for one, spans many)."""
+    text = " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+    return text if len(text) <= 400 else text[:400] + "..."
+
+
+def fail(err: Any) -> None:
+    """Print ``✘ <err>`` on stderr, on one line (wasabi's ``msg`` wraps at 80 columns), and exit with 1."""
+    typer.secho(f"\u2718 {one_line(err)}", fg="red", err=True)
+    sys.exit(1)
+
+
+class CommandLine(typer.Typer):
+    """The ``app``: a library error ends a command with one line, not a traceback (``--verbose``: the traceback)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except USER_ERRORS as err:
+            if logging.getLogger("spacy_genbioel").isEnabledFor(logging.INFO):  # --verbose
+                raise
+            fail(err)
+
+
+app = CommandLine(help="Generative biomedical entity linking for spaCy.", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False)
 
 LOG_FORMAT = "%(asctime)s %(name)s %(message)s"

@@ -21,6 +21,11 @@ names (``"mesh,omim"``), a user template for every ID (``"https://…/{}"``), or
 a mapping whose keys are scheme names, ID prefixes (``DOID`` or ``DOID:``
 match ``DOID:0050589``; the page gets the whole ID) or ``"*"`` (any ID nothing
 else matched).
+
+Why not bioregistry or curies: they expand a CURIE whose prefix is written
+(``MESH:D012345``), while the IDs here are mostly bare (MEDIC's ``D012345`` and
+``613097``), so the work of this module, telling the scheme from an ID's form,
+is not theirs; for four templates neither is worth a new dependency.
 """
 from __future__ import annotations
 

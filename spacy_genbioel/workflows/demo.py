@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -49,11 +50,14 @@ class DemoResult:
 
 
 def build_demo_pipeline(out: Path, train_seconds: float = 120.0, seed: int = 0, device: str = "cpu") -> Tuple[Path, int]:
-    """Train a tiny model on the demo KB and save a complete pipeline to ``out``; returns it and the steps trained."""
+    """Train a tiny model on the demo KB and save a complete pipeline to ``out``; returns it and the steps trained.
+
+    The untrained starting model only passes through a temporary folder: left beside ``out`` (as
+    ``demo_pipeline_model`` once was), a pipeline pointed at it linked every mention to one concept."""
     torch.manual_seed(seed)
     kb = demo_kb()
-    model_dir = out.parent / (out.name + "_model")
-    model, tokenizer = init_model("tiny", kb.names, model_dir, vocab_size=2000, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="genbioel_demo_") as tmp:
+        model, tokenizer = init_model("tiny", kb.names, Path(tmp) / "model", vocab_size=2000, seed=seed)
     examples = kb_name_examples(kb, synonyms_per_name=1, seed=seed)
     # counted in CPU time (all threads): on a busy machine the demo trains as many steps as on
     # a quiet one, only slower; a wall-clock budget left it a few steps and a model linking nothing
