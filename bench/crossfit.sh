@@ -8,7 +8,7 @@
 #
 #   bash bench/crossfit.sh ncbi train [DATA] [PRESET] [SECONDS]   # fold models (one process per fold, in parallel)
 #   bash bench/crossfit.sh ncbi score [DATA] [PRESET]   # held-out predictions: genbioel, tfidf, dense, plain and + train KBs
-#   bash bench/crossfit.sh ncbi fit [DATA] [PRESET]     # fit-fusion on them: OUT/fusion_plain.json, OUT/fusion_aug.json
+#   bash bench/crossfit.sh ncbi fit [DATA] [PRESET]     # fit-fusion on them: OUT/fusion_{plain,aug}.json, OUT/cascade_{plain,aug}.json
 #
 # Arguments / environment:
 #   DATA        shared data folder (../shared/data)
@@ -18,6 +18,7 @@
 #   CONFIG      fine-tuning config (configs/finetune_tiny.cfg)
 #   SECONDS_PER_FOLD  fine-tuning budget of each fold model (1200, as the final model's)
 #   OUT         output folder (training/<corpus>/<preset>/crossfit)
+#   VARIANTS    fold KBs to score and fit ("plain aug")
 # Steps whose outputs exist are skipped: rerun after a crash to finish.
 set -euo pipefail
 CORPUS=${1:?usage: bench/crossfit.sh ncbi|bc5cdr train|score}
@@ -29,6 +30,7 @@ PRETRAINED=${PRETRAINED:-training/$CORPUS/$PRESET/pretrain/model}
 CONFIG=${CONFIG:-configs/finetune_$PRESET.cfg}
 SECONDS_PER_FOLD=${5:-${SECONDS_PER_FOLD:-1200}}
 OUT=${OUT:-training/$CORPUS/$PRESET/crossfit}
+VARIANTS=${VARIANTS:-plain aug}  # the fold KBs scored and fitted: plain, aug (+ the fold's training mentions)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G="python -m spacy_genbioel"
 join() { local IFS=,; echo "$*"; }
@@ -67,7 +69,7 @@ fold_train() {
 fold_score() {
   local i=$1 F=$FOLDS/fold-$1
   [ -f "$F/kb_aug.jsonl" ] || build_kb --prior-pubtator "$F/train.txt" --augment-pubtator "$F/train.txt" --out "$F/kb_aug.jsonl"
-  for variant in plain aug; do
+  for variant in $VARIANTS; do
     local kb=$F/kb_$variant.jsonl P=$OUT/models/fold-$i/pipeline_$variant D=$OUT/fold-$i
     mkdir -p "$D"
     [ -d "$P" ] || $G package --model "$OUT/models/fold-$i/model" --kb "$kb" --config "$OUT/models/fold-$i/config.cfg" --out "$P"
@@ -77,11 +79,14 @@ fold_score() {
     row genbioel --linker genbioel --pipeline "$P" --candidates.retriever none --decoding.exact_match false
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
+    # the generator's forced scores of the retrievers' candidates: what the cascade's fusion reads
+    row forced --linker genbioel --pipeline "$P" --decoding.search forced --candidates.retriever tfidf+dense \
+        --candidates.num_candidates 5 --decoding.exact_match false
   done
 }
 
 fit() {
-  for variant in plain aug; do
+  for variant in $VARIANTS; do
     local gen=() tfidf=() dense=() kbs=()
     for i in $(seq 0 $((K - 1))); do
       gen+=("$OUT/fold-$i/${variant}_genbioel.jsonl"); tfidf+=("$OUT/fold-$i/${variant}_tfidf.jsonl")
@@ -89,6 +94,10 @@ fit() {
     done
     $G fit-fusion --source "genbioel=$(join "${gen[@]}")" --source "tfidf=$(join "${tfidf[@]}")" --source "dense=$(join "${dense[@]}")" "${kbs[@]}" \
         --out "$OUT/fusion_$variant.json"
+    # the cascade's (reranker.cascade on): the fusion over forced scores, its retrieval-only weights and thresholds
+    local forced=("${gen[@]/_genbioel.jsonl/_forced.jsonl}")
+    $G fit-fusion --source "genbioel=$(join "${forced[@]}")" --source "tfidf=$(join "${tfidf[@]}")" --source "dense=$(join "${dense[@]}")" \
+        "${kbs[@]}" --generator forced --cascade --out "$OUT/cascade_$variant.json"
   done
 }
 

@@ -32,7 +32,7 @@ from spacy_genbioel.ty import Candidate, Linker, Mention
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CandidateSettings", "LazyCandidateGenerator", "make_candidate_generator", "check_candidates", "known_candidates", "NO_CANDIDATES",
+__all__ = ["CandidateSettings", "CandidateUnion", "LazyCandidateGenerator", "make_candidate_generator", "check_candidates", "known_candidates", "NO_CANDIDATES",
            "exact_matches", "allowed_name_sets"]
 
 NO_CANDIDATES = "none"
@@ -43,13 +43,15 @@ def known_candidates() -> List[str]:
 
 
 def check_candidates(name: str) -> None:
-    """Fail early (at component creation) on an unknown generator name."""
+    """Fail early (at component creation) on an unknown generator name (``a+b``: each part)."""
     if name == NO_CANDIDATES:
         return
-    try:
-        resolve_retriever(name)
-    except ValueError:
-        raise ValueError(f"Unknown candidate generator {name!r}; known: {', '.join(known_candidates())}") from None
+    for part in name.split("+"):
+        try:
+            resolve_retriever(part)
+        except ValueError:
+            raise ValueError(f"Unknown candidate generator {part!r}; known: {', '.join(known_candidates())} "
+                             "(join several with '+')") from None
 
 
 @dataclass(frozen=True)
@@ -107,11 +109,36 @@ class LazyCandidateGenerator:
         return f"LazyCandidateGenerator({self.name!r}, {state})"
 
 
-def make_candidate_generator(name: str, kb: KnowledgeBase, model: Optional[str] = None) -> Optional[LazyCandidateGenerator]:
-    """The retriever ``name`` over ``kb``, built lazily; None for ``"none"``."""
+class CandidateUnion:
+    """Several retrievers as one (``tfidf+dense``): each one's ``top_k`` candidates, one list after
+    the other (what the decoder restricts to, or forced scoring ranks, is their union)."""
+
+    def __init__(self, parts: Sequence[Linker]) -> None:
+        self.parts = list(parts)
+
+    @property
+    def generator(self) -> "CandidateUnion":
+        """Build every part now (each is lazy), as :attr:`LazyCandidateGenerator.generator` does."""
+        for part in self.parts:
+            getattr(part, "generator", None)
+        return self
+
+    def link(self, mentions: Sequence[Mention], top_k: int = 5) -> List[List[Candidate]]:
+        lists = [part.link(mentions, top_k) for part in self.parts]
+        return [[c for per_part in found for c in per_part] for found in zip(*lists)]
+
+    def __repr__(self) -> str:
+        return f"CandidateUnion({self.parts!r})"
+
+
+def make_candidate_generator(name: str, kb: KnowledgeBase, model: Optional[str] = None) -> Optional[Linker]:
+    """The retriever ``name`` over ``kb``, built lazily; None for ``"none"``; ``a+b``: the union
+    of retrievers ``a`` and ``b`` (:class:`CandidateUnion`)."""
     check_candidates(name)
     if name == NO_CANDIDATES:
         return None
+    if "+" in name:
+        return CandidateUnion([make_candidate_generator(part, kb, model) for part in name.split("+")])
     settings = {"model": model} if model and retriever_takes(name, "model") else {}
     return LazyCandidateGenerator(name, kb, make_retriever_builder(name, **settings))
 

@@ -31,9 +31,10 @@ import io
 import json
 import logging
 import tarfile
+from collections import Counter
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -44,8 +45,13 @@ from spacy_genbioel.linking.abbreviations import doc_long_forms
 from spacy_genbioel.linking.released_style import expand_short_forms
 from spacy_genbioel.linking.short_forms import find_short_forms
 from spacy_genbioel.linking.candidates import make_candidate_generator
+from spacy_genbioel.linking.cascade import LinkPaths, link_with_paths, make_reranker
+from spacy_genbioel.linking.span_outputs import LongForms, concept_scores, register_extensions
+from spacy_genbioel.linking.paths import check_resource_paths
+from spacy_genbioel.linking.scispacy_compat import warn_on_scispacy_habits, written_candidates
+from spacy_genbioel.linking.scorer import ASSIGNS, REQUIRES, SCORE_WEIGHTS, SCORER_CONFIG, bind_scorer
 from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, FusionReranker
+from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.linking.settings import (
     DEFAULT_CONFIG,
@@ -68,17 +74,10 @@ from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError
 logger = logging.getLogger(__name__)
 
 
-def register_extensions(output: OutputSettings) -> None:
-    """The span extensions ``output`` names (kept when they exist: scispacy registers ``kb_ents`` too)."""
-    for attr, default in zip(output.attrs, (None, None, [])):
-        if not Span.has_extension(attr):
-            Span.set_extension(attr, default=default)
-
-
 register_extensions(OutputSettings())  # the default names exist once the package is imported
 
 
-def make_genbioel(nlp: Language, name: str, **config: Any) -> "GenBioELLinker":
+def make_genbioel(nlp: Language, name: str, scorer: Optional[Callable] = None, **config: Any) -> "GenBioELLinker":
     """The ``genbioel`` factory: resources at the top level, behaviour in the ``inputs``,
     ``decoding``, ``candidates``, ``output`` and ``reranker`` blocks (:mod:`.settings`, where
     each setting is defined once; the signature spaCy validates against is derived from there).
@@ -87,8 +86,12 @@ def make_genbioel(nlp: Language, name: str, **config: Any) -> "GenBioELLinker":
     "tfidf"``, ...) and 0.2 (``fusion``) are accepted and mapped onto the blocks, so such a
     pipeline loads and links as it did."""
     settings = LinkerSettings.from_config(config)
+    check_resource_paths(nlp, name, settings.resources)  # at add_pipe, not on the first document
     warn_on_shared_outputs(nlp, name, settings.output)
-    return GenBioELLinker(nlp.vocab, name, settings)
+    warn_on_scispacy_habits(name, settings)
+    component = GenBioELLinker(nlp.vocab, name, settings)
+    component.scorer = bind_scorer(scorer, settings.output, settings.resources.spans_key)  # nlp.evaluate (.scorer)
+    return component
 
 
 def warn_on_input_style(name: str, model: Any, inputs: InputBuilder) -> None:
@@ -118,8 +121,9 @@ def warn_on_shared_outputs(nlp: Language, name: str, output: OutputSettings) -> 
 
 
 make_genbioel.__signature__ = factory_signature(  # type: ignore[attr-defined]
-    *list(inspect.signature(make_genbioel).parameters.values())[:2])
-Language.factory("genbioel", default_config=DEFAULT_CONFIG)(make_genbioel)
+    *list(inspect.signature(make_genbioel).parameters.values())[:3])
+Language.factory("genbioel", default_config={**DEFAULT_CONFIG, "scorer": SCORER_CONFIG}, assigns=ASSIGNS,
+                 requires=REQUIRES, default_score_weights=SCORE_WEIGHTS)(make_genbioel)
 
 
 class GenBioELLinker(Pipe):
@@ -145,7 +149,9 @@ class GenBioELLinker(Pipe):
                 self._fusion_missing = err
         register_extensions(self.output)
         self._linker: Optional[GenerativeLinker] = None
-        self._reranker: Optional[FusionReranker] = None
+        self._reranker: Optional[Any] = None
+        #: mentions linked per path (:data:`~.cascade.PATHS`: ``retrieval``, ``forced``, ``beam``, ``none``)
+        self.stats: Counter = Counter()
         self._kb_view: Optional[LinkerKB] = None
 
     # -- settings (read-only views of self.settings) ------------------------------
@@ -179,8 +185,8 @@ class GenBioELLinker(Pipe):
         return self._linker
 
     @property
-    def reranker(self) -> Optional[FusionReranker]:
-        """The score fusion over the generator's and retrievers' candidates (None: not configured)."""
+    def reranker(self) -> Optional[Any]:
+        """The fusion (:class:`~.fusion.FusionReranker`) or the cascade (:class:`~.cascade.CascadeReranker`); None: neither."""
         self.linker  # noqa: B018  (built with the linker)
         return self._reranker
 
@@ -236,25 +242,27 @@ class GenBioELLinker(Pipe):
         end-to-end comparisons); this component's retriever and reranker are not added to it."""
         self._linker, self._reranker = linker, None  # type: ignore[assignment]
 
-    def _make_reranker(self, kb: KnowledgeBase) -> Optional[FusionReranker]:
-        """The fusion over this KB with its retrievers (lazy: fitted on first use)."""
-        if self.fusion is None:
-            return None
-        if self.decoding.exact_match or self.candidates.shortcut_threshold is not None or self.candidates.enabled:
+    def _make_reranker(self, kb: KnowledgeBase) -> Optional[Any]:
+        """The fusion (or the cascade) over this KB with its retrievers (built lazily)."""
+        if self.fusion is not None and (self.decoding.exact_match or self.candidates.shortcut_threshold is not None
+                                        or self.candidates.enabled) and self.settings.reranker.cascade == "off":
             logger.warning("The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
                            "candidates change the generator's lists it reads", self.name)
-        return FusionReranker(self.fusion, kb, {
-            source: make_candidate_generator(source, kb, model=self.fusion.retrievers.get(source, {}).get("model"))
-            for source in self.fusion.retriever_sources})
+        return make_reranker(self.fusion, kb, self._linker, self.settings.reranker,
+                             lambda source, model: make_candidate_generator(source, kb, model=model))
 
     def link(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> List[List[Candidate]]:
-        """Ranked candidates per mention, as the component writes them: the generator's,
-        reranked by the fusion when there is one (a :class:`~spacy_genbioel.ty.Linker`)."""
-        top_k = top_k or self.decoding.top_k
-        results = self.linker.link(mentions, top_k)
-        if self._reranker is not None:
-            results = self._reranker.rerank(mentions, results, top_k)
-        return results
+        """Ranked candidates per mention, as the component writes them: the generator's, reranked by
+        the fusion, or the cascade's (a :class:`~spacy_genbioel.ty.Linker`)."""
+        return self.link_paths(mentions, top_k)[0]
+
+    def link_paths(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> LinkPaths:
+        """:meth:`link`, with each mention's path (:data:`~.cascade.PATHS`), counted in ``stats``."""
+        results, paths = link_with_paths(self.linker, self._reranker, mentions, top_k or self.decoding.top_k)
+        # [output] probability and filter_for_definitions (scispacy's meaning: .scispacy_compat)
+        results = written_candidates(results, self.output, getattr(self.linker, "kb", None), self._reranker is not None)
+        self.stats.update(paths)
+        return results, paths
 
     # -- processing -------------------------------------------------------------
     def __call__(self, doc: Doc) -> Doc:
@@ -314,9 +322,11 @@ class GenBioELLinker(Pipe):
             # which document a mention is in: what per-document input groups by
             key = f"<doc {k} of batch>"
             mentions.extend(self._mention(doc, s, forms, key) for s in spans)
-        results = self.link(mentions) if mentions else []
+        results, paths = self.link_paths(mentions) if mentions else ([], [])
         cursor = 0
         for doc, spans in zip(docs, spans_per_doc):
+            for span, path in zip(spans, paths[cursor : cursor + len(spans)]):
+                span._.link_path = path
             self._write(doc, spans, results[cursor : cursor + len(spans)])
             cursor += len(spans)
 
@@ -448,27 +458,6 @@ class GenBioELLinker(Pipe):
                 return kb
             logger.warning("%s changed since %s was written; reading %s", jsonl, compact, jsonl)
         return KnowledgeBase.load(jsonl, **kwargs)
-
-
-class LongForms(NamedTuple):
-    """A document's abbreviations as the component uses them."""
-
-    #: a span that is a short form -> its long form (scispacy's detector)
-    by_span: Dict[Tuple[int, int], str] = {}
-    #: a short form's text -> its long form (scispacy's detector)
-    by_text: Dict[str, str] = {}
-    #: short -> long forms expanded inside mentions (the ncbi released style)
-    inside: Dict[str, str] = {}
-
-
-def concept_scores(candidates: Sequence[Candidate], limit: int) -> List[Tuple[str, float]]:
-    """scispacy's ``kb_ents``: ``(concept_id, score)`` once per concept (its best name's
-    score), best first (ties keep the linker's rank), at most ``limit``."""
-    best: Dict[str, float] = {}
-    for candidate in candidates:
-        for cid in candidate.ids:
-            best.setdefault(cid, written_score(candidate.score))
-    return sorted(best.items(), key=lambda item: -item[1])[:limit]
 
 
 def read_component_cfg(path: Path) -> Dict[str, Any]:

@@ -23,24 +23,19 @@ change results: mentions are grouped by prompt length and each group decodes
 without decoder padding. Batched output therefore equals one-at-a-time output
 (tests check it).
 
-Retrieve, then generate: ``link(mentions, allowed=...)`` (or a
-``retriever`` such as :class:`~spacy_genbioel.retrieval.tfidf.TfidfLinker`
-proposing ``num_candidates`` concepts per mention) limits each mention's beam
-search to the names of its allowed concepts, through per-mention sub-tries built
-for the whole batch at once (:meth:`NameTrie.restrict`). With
-``exact_match=True`` a mention whose normalized text is a KB name gets that name
-first (score 0, the highest a mean log-probability can be) without generating it.
-``shortcut_threshold`` generalizes that to the retriever: a mention
-whose top retrieved candidate scores at least the threshold (TF-IDF or dense
-cosine) takes it first, the same way; with ``restrict_to_candidates=False`` the
-generator serves only that shortcut and the other mentions decode unrestricted
-(retrieve the easy mentions, generate the hard ones).
+Retrieve, then generate: ``link(mentions, allowed=...)`` (or a ``retriever``
+proposing ``num_candidates`` concepts per mention) limits each beam search to
+the names of its allowed concepts (per-mention sub-tries,
+:meth:`NameTrie.restrict`); ``exact_match`` ranks a KB name equal to the
+normalized mention first (score 0) and ``shortcut_threshold`` does the same for
+a confident retriever; ``search="forced"`` ranks the retriever's names by their
+forced scores (:mod:`.forced`) without searching.
 """
 from __future__ import annotations
 
 import inspect
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
 from contextlib import nullcontext
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -54,8 +49,9 @@ from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.ty import Candidate, Linker, Mention
 from spacy_genbioel.models import check_vocabulary, special_ids
 from spacy_genbioel.linking.candidates import CandidateSettings, allowed_name_sets, exact_matches
+from spacy_genbioel.linking.forced import merge_lists, rank_by_forced
 from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text, model_max_positions
-from spacy_genbioel.linking.stages import EncodedWindows, StageClock, blocks_of_inputs, distinct_searches
+from spacy_genbioel.linking.stages import EncodedWindows, StageClock, distinct_searches, encoded_blocks, mention_inputs
 from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError, TrieRestriction
 
 logger = logging.getLogger(__name__)
@@ -82,8 +78,13 @@ class DecodingSettings:
     #: mentions are encoded in blocks of this many batches: each distinct encoder input of a block
     #: is encoded once (a document window is never split); larger blocks share more, hold more memory
     block_batches: int = 4
+    #: ``beam``: trie-constrained beam search; ``forced``: rank the retriever's candidates
+    #: (``candidates.retriever``) by the generator's forced scores (:mod:`.forced`), no search
+    search: str = "beam"
 
     def __post_init__(self) -> None:
+        if self.search not in ("beam", "forced"):
+            raise ValueError(f"search must be 'beam' or 'forced', got {self.search!r}")
         if self.top_k > self.num_beams:
             raise ValueError(f"top_k ({self.top_k}) cannot exceed num_beams ({self.num_beams})")
         if min(self.num_beams, self.top_k, self.batch_size, self.max_source_tokens, self.block_batches) < 1:
@@ -125,6 +126,8 @@ class GenerativeLinker:
         self.inputs = inputs or InputBuilder()
         self.decoding = decoding or DecodingSettings()
         self.candidates = candidates or CandidateSettings()
+        if self.decoding.search == "forced" and retriever is None:
+            raise ValueError("decoding.search = 'forced' scores a retriever's candidates: set candidates.retriever")
         self.model.eval()
         # transformers >= 5.2x names the decoder cache ``cache`` (``past_key_values`` is deprecated)
         self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -212,17 +215,15 @@ class GenerativeLinker:
             results[i] = [cand]
         if not todo or self.trie.n_names == 0:
             return results
+        if self.decoding.search == "forced":  # score the retrieved names instead of searching
+            scored = rank_by_forced(self, [mentions[i] for i in todo], [(retrieved or self._retrieve(mentions, todo))[i] for i in todo])
+            for i, cands in zip(todo, scored):
+                results[i] = merge_lists(results[i], cands)[:top_k]
+            return results
         if allowed is None and retrieved and cfg.restrict_to_candidates:
             allowed = [self._concept_ids(retrieved[i]) if i in retrieved else None for i in range(len(mentions))]
         name_sets = allowed_name_sets(self.kb, [allowed[i] for i in todo]) if allowed is not None else None
-        with self._stage("tokenize"):
-            if self.inputs.input_mode == "document":
-                # every mention is marked in its document, linked or not
-                every = self.encode_sources(mentions)
-                sources = [every[i] for i in todo]
-            else:
-                sources = self.encode_sources([mentions[i] for i in todo])
-            prompts = self.prompt_tokens.prompts([self.inputs.prompt(mentions[i]) for i in todo])
+        sources, prompts = mention_inputs(self, mentions, todo)
         unique, job_of = distinct_searches(sources, prompts, name_sets)
         self.stats["mentions_decoded"] += len(todo)
         self.stats["searches"] += len(unique)
@@ -285,25 +286,9 @@ class GenerativeLinker:
         Mentions are taken in blocks of whole encoder inputs (one document window
         is never split across blocks); each distinct input of a block is encoded
         once, and every mention reading it is decoded from those states."""
-        window_of: Dict[Tuple[int, ...], int] = {}
-        keys = [window_of.setdefault(tuple(src), len(window_of)) for src in sources]
         bs = self.decoding.batch_size
-        for block in blocks_of_inputs(sources, keys, self.decoding.block_batches * bs):
-            local: Dict[int, int] = {}
-            rows = [local.setdefault(keys[i], len(local)) for i in block]
-            firsts = {}
-            for i in block:
-                firsts.setdefault(keys[i], i)
-            enc = self.sources.pad([sources[firsts[k]] for k in local])
-            self.stats["encoder_inputs"] += len(local)
-            self.stats["encoder_tokens"] += int(enc["attention_mask"].sum())
-            windows = self.encode_windows(enc["input_ids"], enc["attention_mask"])
-            groups: Dict[int, List[int]] = defaultdict(list)
-            for i, row in zip(block, rows):
-                groups[len(prompts[i])].append(i)
-            row_of = dict(zip(block, rows))
-            for length in sorted(groups):
-                members = groups[length]
+        for windows, row_of, groups in encoded_blocks(self, sources, prompts):
+            for members in groups.values():
                 for start in range(0, len(members), bs):
                     chunk = members[start : start + bs]
                     prompt_ids = torch.tensor([prompts[i] for i in chunk], dtype=torch.long)

@@ -43,6 +43,7 @@ from spacy.util import registry
 from spacy_genbioel.linking.candidates import NO_CANDIDATES, CandidateSettings
 from spacy_genbioel.linking.decoder import DecodingSettings
 from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.scispacy_compat import SCISPACY_SETTINGS, scispacy_setting_hint
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ class OutputSettings:
     A span whose top candidate scores below ``threshold`` keeps its candidates and
     ``kb_ents`` but gets no ID; the score is the linker's own (the generator's mean
     log-probability, at most 0; a retriever shortcut or exact match counts as 0), so
-    calibrate it on dev (``evaluate --calibration``)."""
+    calibrate it on dev (``evaluate --calibration``). ``probability`` and ``filter_for_definitions``
+    give scispacy's meaning (:mod:`.scispacy_compat`, where the two are set side by side)."""
 
     #: the top candidate's score must be at least this for the span to get an ID (null: always link)
     threshold: Optional[float] = None
@@ -85,10 +87,18 @@ class OutputSettings:
     ents_attr: str = "kb_ents"
     #: also write spaCy's own ``span.kb_id_`` (one slot per span: one linker of a pipeline owns it)
     write_kb_id: bool = True
+    #: scores as probabilities in [0, 1] over each mention's candidates (the fused one, else a softmax of
+    #: the linker's scores), everywhere: kb_ents, kb_candidates, threshold, calibration (scispacy's scale)
+    probability: bool = False
+    #: scispacy's filter_for_definitions: keep only concepts with a definition in the KB
+    filter_for_definitions: bool = False
+    #: with filter_for_definitions, a concept without a definition stays when its score is at least this
+    no_definition_threshold: Optional[float] = None
 
     def __post_init__(self) -> None:
-        if self.threshold is not None and not math.isfinite(self.threshold):
-            raise ValueError(f"threshold must be a finite number or null (got {self.threshold})")
+        for key in ("threshold", "no_definition_threshold"):
+            if getattr(self, key) is not None and not math.isfinite(getattr(self, key)):
+                raise ValueError(f"{key} must be a finite number or null (got {getattr(self, key)})")
         attrs = {"kb_id_attr": self.kb_id_attr, "candidates_attr": self.candidates_attr, "ents_attr": self.ents_attr}
         for key, value in attrs.items():
             if not isinstance(value, str) or not value.isidentifier():
@@ -105,6 +115,10 @@ class OutputSettings:
         score (:func:`written_score`, what ``kb_ents`` shows) is at least the threshold."""
         return self.threshold is None or written_score(score) >= self.threshold
 
+    def keeps_undefined(self, score: float) -> bool:
+        """Whether ``filter_for_definitions`` keeps a concept without a definition of this (written) score."""
+        return self.no_definition_threshold is not None and written_score(score) >= self.no_definition_threshold
+
 
 @dataclass(frozen=True)
 class RerankerSettings:
@@ -112,6 +126,23 @@ class RerankerSettings:
 
     #: score fusion weights (a ``fit-fusion`` JSON file); a saved pipeline carries its own as fusion.json
     fusion: Optional[str] = None
+    #: ``off``: the generator's beam, then the fusion; ``on``: mentions retrieval settles skip the
+    #: generator, the rest get forced scores of the retrieved names (:mod:`.cascade`; needs a fusion
+    #: fitted with ``fit-fusion --cascade``)
+    cascade: str = "off"
+    #: in the cascade, where beam search also runs: ``weak`` (retrieval looks weak: below
+    #: ``beam_threshold``), ``never`` or ``always``
+    beam: str = "weak"
+    #: retrieval-only fused probability from which retrieval settles a mention (None: the fusion file's)
+    settle_threshold: Optional[float] = None
+    #: retrieval-only fused probability below which the cascade also runs beam search (None: the fusion file's)
+    beam_threshold: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.cascade not in ("off", "on"):
+            raise ValueError(f"reranker.cascade must be 'off' or 'on', got {self.cascade!r}")
+        if self.beam not in ("weak", "never", "always"):
+            raise ValueError(f"reranker.beam must be 'weak', 'never' or 'always', got {self.beam!r}")
 
     @property
     def enabled(self) -> bool:
@@ -216,7 +247,13 @@ class LinkerSettings:
         if isinstance(blocks["candidates"], str):  # 0.1: the retriever's name at the top level
             blocks["candidates"] = {"retriever": blocks["candidates"]}
         legacy = {name: config[name] for name in LEGACY_SETTINGS if config.get(name) is not None}
-        unknown = set(config) - set(resources) - set(BLOCKS) - set(LEGACY_SETTINGS)
+        scispacy = sorted(name for name in SCISPACY_SETTINGS if config.get(name) is not None)
+        if scispacy:  # scispacy's EntityLinker arguments: said where they live here
+            raise UnknownSettingError(scispacy_setting_hint(scispacy[0]))
+        unknown = set(config) - set(resources) - set(BLOCKS) - set(LEGACY_SETTINGS) - set(SCISPACY_SETTINGS)
+        if unknown and SETTING_BLOCKS.get(min(unknown)):  # a block's setting given at the top level
+            name, block = min(unknown), SETTING_BLOCKS[min(unknown)]
+            raise UnknownSettingError(f"{name!r} is a setting of the [{block}] block: config={{'{block}': {{'{name}': ...}}}}")
         if unknown:
             raise UnknownSettingError(f"Unknown genbioel setting {sorted(unknown)[0]!r}; known: "
                                       f"{', '.join(sorted(SETTING_BLOCKS))}; block settings go in their block "
@@ -266,8 +303,12 @@ def factory_signature(*leading: inspect.Parameter) -> inspect.Signature:
     for block, (_, cls) in BLOCKS.items():
         annotation: Any = Union[cls, str] if block == "candidates" else cls  # 0.1: candidates = "tfidf"
         params.append(inspect.Parameter(block, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+    # the legacy flat names, and scispacy's arguments (answered with where they live, not
+    # confection's "unexpected argument"): None, not given
+    flat = [name for name in LEGACY_SETTINGS if name not in SETTING_BLOCKS or SETTING_BLOCKS[name] is not None]
+    flat += [name for name in SCISPACY_SETTINGS if name not in flat]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any])
-               for name in LEGACY_SETTINGS if name not in SETTING_BLOCKS or SETTING_BLOCKS[name] is not None]
+               for name in flat]
     return inspect.Signature(params)
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 from contextlib import contextmanager
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -44,6 +45,43 @@ def blocks_of_inputs(sources: Sequence[Sequence[int]], keys: Sequence[int], size
             end += 1
         yield order[begin:end]
         begin = end
+
+
+def mention_inputs(linker: Any, mentions: Sequence[Any], todo: Sequence[int]) -> Tuple[List[List[int]], List[List[int]]]:
+    """Encoder and prompt token ids of the mentions in ``todo`` (in document mode every mention
+    is marked in its document, linked or not)."""
+    with linker._stage("tokenize"):
+        if linker.inputs.input_mode == "document":
+            every = linker.encode_sources(mentions)
+            sources = [every[i] for i in todo]
+        else:
+            sources = linker.encode_sources([mentions[i] for i in todo])
+        prompts = linker.prompt_tokens.prompts([linker.inputs.prompt(mentions[i]) for i in todo])
+    return sources, prompts
+
+
+def encoded_blocks(linker: Any, sources: List[List[int]], prompts: List[List[int]]
+                   ) -> Iterator[Tuple["EncodedWindows", Dict[int, int], Dict[int, List[int]]]]:
+    """Per block of whole encoder inputs (:func:`blocks_of_inputs`; a document window is never
+    split): the block's distinct inputs encoded once (:meth:`GenerativeLinker.encode_windows`), the
+    window row of each position, and the positions grouped by prompt length (BART's positions are
+    absolute: a batch shares one)."""
+    window_of: Dict[Tuple[int, ...], int] = {}
+    keys = [window_of.setdefault(tuple(src), len(window_of)) for src in sources]
+    for block in blocks_of_inputs(sources, keys, linker.decoding.block_batches * linker.decoding.batch_size):
+        local: Dict[int, int] = {}
+        rows = [local.setdefault(keys[i], len(local)) for i in block]
+        firsts: Dict[int, int] = {}
+        for i in block:
+            firsts.setdefault(keys[i], i)
+        enc = linker.sources.pad([sources[firsts[k]] for k in local])
+        linker.stats["encoder_inputs"] += len(local)
+        linker.stats["encoder_tokens"] += int(enc["attention_mask"].sum())
+        windows = linker.encode_windows(enc["input_ids"], enc["attention_mask"])
+        groups: Dict[int, List[int]] = defaultdict(list)
+        for i in block:
+            groups[len(prompts[i])].append(i)
+        yield windows, dict(zip(block, rows)), dict(sorted(groups.items()))
 
 
 @dataclass

@@ -1,0 +1,142 @@
+"""The generator alone, today's fusion, the fusion over forced scores and the cascade, side by side.
+
+One process, one thread (``torch.set_num_threads(1)`` unless ``--threads``), the same mentions
+for every row: recall@1 / recall@5 (a candidate hits when any of its IDs is gold, ``evaluate``'s
+rule), mentions/s of the component's linking (retrievers fitted and indexes loaded before the
+clock starts), and the share of mentions per path (``retrieval``, ``forced``, ``beam``)::
+
+    python bench/cascade.py --pipeline training/ncbi/tiny/crossfit/models/fold-0/pipeline_plain \\
+        --corpus ../shared/data/ncbi_disease/NCBIdevelopset_corpus.txt \\
+        --fusion training/ncbi/tiny/crossfit/fusion_plain.json --cascade training/ncbi/tiny/crossfit/cascade_plain.json \\
+        --out metrics/cascade_ncbi_plain.json
+
+Rows: ``generator`` (beam search, no fusion), ``fusion`` (beam search, then the fusion fitted on
+beam lists: today's default), ``forced_fusion`` (every mention: forced scores of the retrieved
+names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced,
+beam where weak) and ``cascade_no_beam``. ``--abstracts 1000`` also annotates that many abstracts
+through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections import Counter
+from datetime import date
+from pathlib import Path
+
+import spacy
+import torch
+
+from spacy_genbioel.corpus.load import load_corpus
+from spacy_genbioel.evaluation.recall import gold_id_set, hit_rank
+from spacy_genbioel.linking.settings import load_overrides, nested_overrides
+
+
+def rows(fusion: str, cascade: str):
+    off = {"reranker.fusion": None, "reranker.cascade": "off"}
+    return {
+        "generator": off,
+        "fusion": {"reranker.fusion": fusion, "reranker.cascade": "off"},
+        "forced_fusion": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.settle_threshold": 2.0,
+                          "reranker.beam": "never"},
+        "cascade": {"reranker.fusion": cascade, "reranker.cascade": "on"},
+        "cascade_no_beam": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never"},
+    }
+
+
+def measure(pipeline: Path, settings: dict, mentions, repeats: int) -> dict:
+    nlp = spacy.load(pipeline, config={"components": {"genbioel": load_overrides(nested_overrides(settings))}})
+    component = nlp.get_pipe("genbioel")
+    component.link(mentions[:8])  # load the model, fit the retrievers, read the indexes
+    component.stats.clear()
+    best = float("inf")
+    for _ in range(repeats):
+        component.stats.clear()
+        start = time.perf_counter()
+        results, paths = component.link_paths(mentions)
+        best = min(best, time.perf_counter() - start)
+    hits = [hit_rank(gold_id_set(m), found[:5]) for m, found in zip(mentions, results)]
+    n = len(mentions)
+    shares = Counter(paths)
+    return {"recall@1": round(sum(h == 1 for h in hits) / n, 4), "recall@5": round(sum(h is not None for h in hits) / n, 4),
+            "seconds": round(best, 3), "mentions_per_second": round(n / best, 2),
+            "paths": {p: round(c / n, 4) for p, c in sorted(shares.items())}}
+
+
+def annotate_rows(pipeline: Path, table: dict, names, texts) -> dict:
+    """Documents/s and mentions/s through ``nlp.pipe`` (the NER included) per row, on ``texts``."""
+    from spacy_genbioel.workflows.benchmark_annotate import time_pipes
+
+    out = {}
+    for name in names:
+        nlp = spacy.load(pipeline, config={"components": {"genbioel": load_overrides(nested_overrides(table[name]))}})
+        time_pipes(nlp, texts[:4])  # load and fit before the clock
+        nlp.get_pipe("genbioel").stats.clear()
+        docs, seconds = time_pipes(nlp, texts)
+        total = sum(seconds.values())
+        n_mentions = sum(len(doc.ents) for doc in docs)
+        paths = nlp.get_pipe("genbioel").stats
+        out[name] = {"documents_per_second": round(len(docs) / total, 2), "mentions_per_second": round(n_mentions / total, 2),
+                     "mentions": n_mentions, "genbioel_seconds": round(seconds["genbioel"], 2),
+                     "paths": {p: round(c / max(n_mentions, 1), 4) for p, c in sorted(paths.items())}}
+        print("annotate", name, json.dumps(out[name]), flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", type=Path, required=True)
+    parser.add_argument("--corpus", type=Path, required=True, help="gold mentions (PubTator): the dev split")
+    parser.add_argument("--fusion", required=True, help="fusion fitted on beam lists (today's)")
+    parser.add_argument("--cascade", required=True, help="fusion fitted on forced lists with --cascade")
+    parser.add_argument("--crosswalk", type=Path, default=None)
+    parser.add_argument("--no-abbreviations", action="store_true")
+    parser.add_argument("--limit", type=int, default=0, help="first N mentions (0: all)")
+    parser.add_argument("--rows", default="", help="comma-separated rows (default: all)")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--abstracts", type=int, default=0,
+                        help="also annotate this many abstracts (BC5CDR train then dev) through nlp.pipe, per --annotate-rows")
+    parser.add_argument("--annotate-rows", default="fusion,cascade")
+    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    mentions, texts = load_corpus(args.corpus, "pubtator", args.crosswalk)
+    if not args.no_abbreviations:
+        from spacy_genbioel.linking.abbreviations import AbbreviationExpander
+
+        mentions, _ = AbbreviationExpander().expand(mentions, texts)
+    if args.limit:
+        mentions = mentions[: args.limit]
+    table = rows(args.fusion, args.cascade)
+    chosen = [r for r in args.rows.split(",") if r] or list(table)
+    report = {"machine": f"{platform.processor() or platform.machine()}, {args.threads} thread(s)", "date": str(date.today()),
+              "pipeline": str(args.pipeline), "corpus": str(args.corpus), "mentions": len(mentions), "rows": {}}
+    for name in chosen:
+        report["rows"][name] = measure(args.pipeline, table[name], mentions, args.repeats)
+        print(name, json.dumps(report["rows"][name]), flush=True)
+    base = report["rows"].get("fusion")
+    if base:
+        for name, row in report["rows"].items():
+            row["speedup_vs_fusion"] = round(row["mentions_per_second"] / base["mentions_per_second"], 2)
+    gen = report["rows"].get("generator")
+    if gen:
+        for row in report["rows"].values():
+            row["speedup_vs_generator"] = round(row["mentions_per_second"] / gen["mentions_per_second"], 2)
+    if args.abstracts:
+        from spacy_genbioel.workflows.benchmark_annotate import benchmark_documents
+
+        documents, source = benchmark_documents(args.data_dir, args.abstracts)
+        texts = [f"{d.title} {d.abstract}".strip() for d in documents]
+        report["annotate"] = {"abstracts": len(texts), "source": source,
+                              "rows": annotate_rows(args.pipeline, table, [r for r in args.annotate_rows.split(",") if r], texts)}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
+
+
+if __name__ == "__main__":
+    main()

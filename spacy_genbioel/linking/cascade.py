@@ -1,0 +1,169 @@
+"""The reranking stage of the component: the fusion after the beam, or the cascade.
+
+Two ways to combine the generator with retrievers, chosen by ``reranker.cascade``:
+
+* ``off`` (:class:`FusionReranker` after beam search): every mention is
+  decoded, then the fusion reranks the union of the beam's and the retrievers'
+  top candidates. Accurate, and as slow as the beam.
+* ``on`` (:class:`CascadeReranker`): let retrieval propose and the generator
+  judge, and ask the generator only where retrieval is unsure.
+
+  1. *retrieval*: every fusion retriever gives its top ``depth`` candidates;
+     a retrieval-only fusion (the same features, the generator's left out,
+     fitted on the same cross-fitted training predictions) gives each mention
+     a probability of its best concept. At or above ``settle_threshold``
+     (chosen on those predictions for a target precision) the mention is
+     linked from retrieval alone: the generator never runs.
+  2. *forced*: the others get the generator's forced score
+     (:mod:`.forced`) of every retrieved name, one parallel decoder pass, and
+     the fusion ranks the union with them.
+  3. *beam*: where retrieval looks weak (its probability below
+     ``beam_threshold``; or ``reranker.beam = "always"``, or ``"never"``),
+     beam search runs too and its names join the forced ones (one scale: the
+     same mean log-probability).
+
+  Each mention's path (``retrieval``, ``forced``, ``beam``; ``none`` when it
+  has nothing to link) is written on the span (``span._.link_path``) and
+  counted in :attr:`CascadeReranker.stats`.
+
+The fusion read by the cascade must be fitted on forced lists
+(``evaluate --decoding.search forced``; ``fit-fusion --generator forced
+--cascade``): :class:`~.fusion.FusionModel` records it.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from spacy_genbioel.linking.forced import merge_lists, rank_by_forced
+from spacy_genbioel.linking.fusion import GENERATOR, FusionModel, FusionReranker
+from spacy_genbioel.linking.inputs import has_linkable_text
+from spacy_genbioel.linking.settings import RerankerSettings
+from spacy_genbioel.ty import Candidate, Mention
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PATHS", "CascadeReranker", "LinkPaths", "settle_model", "link_with_paths"]
+
+#: the ways a mention can be linked, cheapest first
+PATHS = ("none", "retrieval", "forced", "beam")
+
+LinkPaths = Tuple[List[List[Candidate]], List[str]]
+
+
+class CascadeError(ValueError):
+    """A cascade that cannot run with this fusion (names the file and what to do)."""
+
+
+def settle_model(model: FusionModel) -> FusionModel:
+    """The retrieval-only fusion stored in ``model.cascade`` (the generator's weights are 0)."""
+    weights = model.cascade.get("settle_weights")
+    if not isinstance(weights, dict) or sorted(weights) != sorted(model.features):
+        raise CascadeError("the fusion was not fitted for the cascade (fit-fusion --cascade): no retrieval-only weights")
+    try:
+        values = [float(weights[f]) for f in model.features]
+    except (TypeError, ValueError):
+        raise CascadeError("the cascade's retrieval-only weights must be numbers") from None
+    return FusionModel(list(model.sources), values, depth=model.depth, retrievers=model.retrievers)
+
+
+def _threshold(setting: Optional[float], fitted: Any, name: str) -> float:
+    if setting is not None:
+        return float(setting)
+    if fitted is None:  # the fit found no threshold meeting its target: the step never triggers
+        return float("inf") if name == "settle" else float("-inf")
+    if isinstance(fitted, bool) or not isinstance(fitted, (int, float)):
+        raise CascadeError(f"the fusion's {name}_threshold must be a number, got {fitted!r}")
+    return float(fitted)
+
+
+class CascadeReranker:
+    """Settle with retrieval, judge the rest with the generator's forced scores, search where needed."""
+
+    def __init__(self, model: FusionModel, kb: Any, retrievers: Mapping[str, Any], linker: Any,
+                 settings: RerankerSettings) -> None:
+        if model.generator != "forced":
+            logger.warning("The cascade reads generator lists of forced scores, but this fusion was fitted on "
+                           "%s lists: refit it (fit-fusion --generator forced --cascade)", model.generator)
+        self.fusion = FusionReranker(model, kb, retrievers)
+        self.settle = settle_model(model)
+        self.linker = linker
+        self.settings = settings
+        self.settle_threshold = _threshold(settings.settle_threshold, model.cascade.get("settle_threshold"), "settle")
+        self.beam_threshold = _threshold(settings.beam_threshold, model.cascade.get("beam_threshold"), "beam")
+        #: mentions per path since creation (or the last ``stats.clear()``)
+        self.stats: Counter = Counter()
+
+    @property
+    def model(self) -> FusionModel:
+        return self.fusion.model
+
+    @property
+    def retrievers(self) -> Dict[str, Any]:
+        return self.fusion.retrievers
+
+    def _needs_beam(self, probability: float) -> bool:
+        mode = self.settings.beam
+        return mode == "always" or (mode == "weak" and probability < self.beam_threshold)
+
+    def link(self, mentions: Sequence[Mention], top_k: int) -> LinkPaths:
+        kb, model = self.fusion.kb, self.model
+        priors = self.fusion._priors
+        results: List[List[Candidate]] = [[] for _ in mentions]
+        paths = ["none"] * len(mentions)
+        todo = [i for i, m in enumerate(mentions) if has_linkable_text(m.text, kb.normalize)]
+        retrieved: Dict[str, List[List[Candidate]]] = {
+            s: self.fusion.retrievers[s].link([mentions[i] for i in todo], model.depth) for s in model.retriever_sources}
+        lists = [{s: retrieved[s][pos] for s in retrieved} for pos in range(len(todo))]
+        judge: List[int] = []
+        beam: List[int] = []
+        for pos, i in enumerate(todo):
+            settled = self.settle.rank(mentions[i].text, {GENERATOR: [], **lists[pos]}, kb, top_k, priors)
+            probability = settled[0].score if settled else 0.0
+            if settled and probability >= self.settle_threshold:
+                results[i], paths[i] = settled, "retrieval"
+                continue
+            judge.append(pos)
+            if self._needs_beam(probability):
+                beam.append(pos)
+        if judge:
+            proposals = [[c for found in lists[pos].values() for c in found] for pos in judge]
+            generated = dict(zip(judge, rank_by_forced(self.linker, [mentions[todo[pos]] for pos in judge], proposals)))
+            if beam:
+                beams = self.linker.link([mentions[todo[pos]] for pos in beam], self.linker.decoding.top_k)
+                for pos, found in zip(beam, beams):
+                    generated[pos] = merge_lists(found, generated[pos])
+            beam_set = set(beam)
+            for pos in judge:
+                i = todo[pos]
+                results[i] = model.rank(mentions[i].text, {GENERATOR: generated[pos], **lists[pos]}, kb, top_k, priors)
+                paths[i] = "beam" if pos in beam_set else "forced"
+        self.stats.update(paths)
+        return results, paths
+
+
+def link_with_paths(linker: Any, reranker: Any, mentions: Sequence[Mention], top_k: int) -> LinkPaths:
+    """The component's linking: the cascade, or the generator then the fusion (if any); with each
+    mention's path (``beam``, or ``none`` for a mention left without candidates)."""
+    if isinstance(reranker, CascadeReranker):
+        return reranker.link(mentions, top_k)
+    results = linker.link(mentions, top_k)
+    if reranker is not None:
+        results = reranker.rerank(mentions, results, top_k)
+    return results, ["beam" if found else "none" for found in results]
+
+
+def make_reranker(model: Optional[FusionModel], kb: Any, linker: Any, settings: RerankerSettings,
+                  retriever_factory: Any) -> Optional[Any]:
+    """The component's reranking stage for ``settings``: None (no fusion), a :class:`FusionReranker`
+    or a :class:`CascadeReranker`; ``retriever_factory(source, model_dir)`` builds a retriever."""
+    if model is None:
+        if settings.cascade == "on":
+            raise CascadeError("reranker.cascade = 'on' needs a fusion fitted for it (reranker.fusion; fit-fusion --cascade)")
+        return None
+    retrievers = {source: retriever_factory(source, model.retrievers.get(source, {}).get("model"))
+                  for source in model.retriever_sources}
+    if settings.cascade == "on":
+        return CascadeReranker(model, kb, retrievers, linker, settings)
+    return FusionReranker(model, kb, retrievers)

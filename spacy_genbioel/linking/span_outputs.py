@@ -1,0 +1,41 @@
+"""What the component writes on spans: the extension attributes (``kb_id``, ``kb_candidates``,
+scispacy's ``kb_ents``, the cascade's ``link_path``), scispacy's per-concept scores, and the
+abbreviations a document's mentions are read with."""
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Sequence, Tuple
+
+from spacy.tokens import Span
+
+from spacy_genbioel.linking.settings import OutputSettings, written_score
+from spacy_genbioel.ty import Candidate
+
+__all__ = ["LongForms", "concept_scores", "register_extensions"]
+
+
+def register_extensions(output: OutputSettings) -> None:
+    """The span extensions ``output`` names (kept when they exist: scispacy registers ``kb_ents`` too)."""
+    for attr, default in zip((*output.attrs, "link_path"), (None, None, [], None)):
+        if not Span.has_extension(attr):
+            Span.set_extension(attr, default=default)
+
+
+class LongForms(NamedTuple):
+    """A document's abbreviations as the component uses them."""
+
+    #: a span that is a short form -> its long form (scispacy's detector)
+    by_span: Dict[Tuple[int, int], str] = {}
+    #: a short form's text -> its long form (scispacy's detector)
+    by_text: Dict[str, str] = {}
+    #: short -> long forms expanded inside mentions (the ncbi released style)
+    inside: Dict[str, str] = {}
+
+
+def concept_scores(candidates: Sequence[Candidate], limit: int) -> List[Tuple[str, float]]:
+    """scispacy's ``kb_ents``: ``(concept_id, score)`` once per concept (its best name's
+    score), best first (ties keep the linker's rank), at most ``limit``."""
+    best: Dict[str, float] = {}
+    for candidate in candidates:
+        for cid in candidate.ids:
+            best.setdefault(cid, written_score(candidate.score))
+    return sorted(best.items(), key=lambda item: -item[1])[:limit]

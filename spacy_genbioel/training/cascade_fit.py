@@ -1,0 +1,130 @@
+"""Fit the cascade (:mod:`spacy_genbioel.linking.cascade`) on cross-fitted training predictions.
+
+Given a fusion fitted on the same examples (the generator's lists made of forced
+scores of the retrievers' candidates), the cascade needs three things, all
+chosen on those training predictions, never on dev:
+
+* a retrieval-only fusion: the same features and fit with the generator's lists
+  left empty (its weights come out 0), so that a mention can be judged before
+  the generator runs;
+* ``settle_threshold``: the lowest retrieval-only probability of the best
+  concept from which retrieval's answers are right at least
+  ``target_precision`` of the time (the largest set of most confident
+  mentions whose top-1 precision meets the target); mentions at or above it
+  skip the generator;
+* ``beam_threshold``: the highest probability below which retrieval's top
+  concept is right at most ``beam_precision`` of the time (the largest set of
+  least confident mentions that weak): there, beam search runs too, since the
+  gold concept is often outside the retrieved names that forced scoring reads.
+
+A threshold whose target no set of at least ``min_mentions`` mentions meets is
+None (that step never triggers). The report gives the shares and precision on
+the fit data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from spacy_genbioel.linking.fusion import GENERATOR, FusionModel
+from spacy_genbioel.training.fusion_fit import FusionExample, fit_fusion
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CascadeTargets", "fit_cascade", "settle_threshold", "beam_threshold"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CascadeTargets:
+    """What the cascade's thresholds are chosen for."""
+
+    #: top-1 precision the mentions retrieval settles must reach
+    target_precision: float = 0.98
+    #: top-1 precision at or below which retrieval looks weak (beam search runs too)
+    beam_precision: float = 0.5
+    #: the fewest mentions a threshold may be chosen on
+    min_mentions: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("target_precision", "beam_precision"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.min_mentions < 1:
+            raise ValueError("min_mentions must be at least 1")
+
+
+def settle_threshold(probability: np.ndarray, correct: np.ndarray, target: float, min_mentions: int) -> Optional[float]:
+    """The lowest probability whose mentions at or above it reach ``target`` top-1 precision
+    (None: no set of at least ``min_mentions`` does)."""
+    order = np.argsort(-probability, kind="stable")
+    p, hit = probability[order], correct[order].astype(np.float64)
+    precision = np.cumsum(hit) / np.arange(1, len(hit) + 1)
+    # a threshold must take every mention tied with the last one it takes
+    last_of_tie = np.r_[p[1:] != p[:-1], True]
+    ok = np.nonzero((precision >= target) & last_of_tie & (np.arange(1, len(p) + 1) >= min_mentions))[0]
+    return float(p[ok[-1]]) if len(ok) else None
+
+
+def beam_threshold(probability: np.ndarray, correct: np.ndarray, precision_at_most: float, min_mentions: int) -> Optional[float]:
+    """The highest probability below which retrieval's top-1 precision is at most ``precision_at_most``
+    (mentions strictly below it get beam search; None: no such set of ``min_mentions``)."""
+    order = np.argsort(probability, kind="stable")
+    p, hit = probability[order], correct[order].astype(np.float64)
+    precision = np.cumsum(hit) / np.arange(1, len(hit) + 1)
+    first_of_next = np.r_[p[1:] != p[:-1], True]
+    ok = np.nonzero((precision <= precision_at_most) & first_of_next & (np.arange(1, len(p) + 1) >= min_mentions))[0]
+    if not len(ok):
+        return None
+    k = ok[-1]
+    return float(p[k + 1]) if k + 1 < len(p) else float(np.nextafter(p[k], np.inf))
+
+
+def _retrieval_only(examples: Sequence[FusionExample]) -> List[FusionExample]:
+    return [dataclasses.replace(ex, lists={**ex.lists, GENERATOR: []}) for ex in examples]
+
+
+def _top1(model: FusionModel, examples: Sequence[FusionExample], kb: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """The fused probability of each example's best concept and whether it is gold."""
+    priors: Dict[int, Dict[str, float]] = {}
+    probability, correct = [], []
+    for ex in examples:
+        ex_kb = ex.kb if ex.kb is not None else kb
+        ranked = model.rank(ex.text, ex.lists, ex_kb, 1, priors.setdefault(id(ex_kb), {}))
+        probability.append(ranked[0].score if ranked else 0.0)
+        correct.append(bool(ranked) and ranked[0].ids[0] in ex.gold)
+    return np.asarray(probability, dtype=np.float64), np.asarray(correct, dtype=bool)
+
+
+def fit_cascade(model: FusionModel, examples: Sequence[FusionExample], kb: Any,
+                targets: CascadeTargets = CascadeTargets(), *, l2: float = 1e-3) -> FusionModel:
+    """``model`` with its ``cascade`` fitted on ``examples`` (those ``model`` was fitted on)."""
+    settle_examples = _retrieval_only(examples)
+    settle = fit_fusion(settle_examples, kb, model.sources, depth=model.depth, l2=l2, retrievers=model.retrievers)
+    probability, correct = _top1(settle, settle_examples, kb)
+    settle_at = settle_threshold(probability, correct, targets.target_precision, targets.min_mentions)
+    beam_below = beam_threshold(probability, correct, targets.beam_precision, targets.min_mentions)
+    settled = probability >= settle_at if settle_at is not None else np.zeros(len(probability), dtype=bool)
+    beamed = (probability < beam_below) & ~settled if beam_below is not None else np.zeros(len(probability), dtype=bool)
+    fused_p, fused_correct = _top1(model, examples, kb)
+    n = max(len(examples), 1)
+    report = {
+        "mentions": len(examples),
+        "settled_share": round(float(settled.mean()) if len(settled) else 0.0, 4),
+        "settled_precision": round(float(correct[settled].mean()), 4) if settled.any() else None,
+        "fusion_precision_on_settled": round(float(fused_correct[settled].mean()), 4) if settled.any() else None,
+        "beam_share": round(float(beamed.sum()) / n, 4),
+        "retrieval_recall@1": round(float(correct.mean()) if len(correct) else 0.0, 4),
+        "fusion_recall@1": round(float(fused_correct.mean()) if len(fused_correct) else 0.0, 4),
+        "cascade_recall@1_without_beam": round(float(np.where(settled, correct, fused_correct).mean()) if n else 0.0, 4),
+    }
+    out = dataclasses.replace(model, cascade={
+        "settle_weights": dict(zip(settle.features, (round(float(w), 8) for w in settle.weights))),
+        "settle_threshold": settle_at, "beam_threshold": beam_below,
+        "targets": dataclasses.asdict(targets), "report": report,
+    })
+    logger.info("Cascade fitted on %d mentions: %s", len(examples), report)
+    return out
