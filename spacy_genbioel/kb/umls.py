@@ -182,9 +182,14 @@ def _read_rrf(
         row = line.split("|")
         if len(row) < 18:
             raise KBFormatError.at(conso, lineno, f"{conso.name} row has {len(row)} fields, expected 18 (CUI|LAT|TS|...|SUPPRESS|CVF)")
+        if len(row) > 19 or (len(row) == 19 and row[18].strip()):
+            raise KBFormatError.at(conso, lineno, f"{conso.name} row has {len(row) - (row[-1] == '')} fields, expected 18: "
+                                                  "a '|' inside a field (the name?) shifts the columns")
         cui = row[0].strip()
         if not cui:
             raise KBFormatError.at(conso, lineno, f"{conso.name} row has no concept ID")
+        if not row[14].strip():
+            raise KBFormatError.at(conso, lineno, f"{conso.name} row of {cui} has an empty name (STR)")
         if cui != current:
             concept = flush()
             if concept is not None:

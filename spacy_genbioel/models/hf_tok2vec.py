@@ -170,7 +170,10 @@ def _init(model: Model, X: Any = None, Y: Any = None) -> Model:
     from transformers import AutoModel
 
     source = model.attrs["source"]
-    pretrained = AutoModel.from_pretrained(source, local_files_only=True, use_safetensors=True)
+    from spacy_genbioel.models.hf import quiet_transformers
+
+    with quiet_transformers():
+        pretrained = AutoModel.from_pretrained(source, local_files_only=True, use_safetensors=True)
     encoder = model.shims[0]._model
     missing, unexpected = encoder.bert.load_state_dict(pretrained.state_dict(), strict=False)
     missing = [k for k in missing if not k.startswith("pooler.")]

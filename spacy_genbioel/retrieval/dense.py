@@ -41,7 +41,7 @@ from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.settings import DenseSettings
 from spacy_genbioel.ty import Candidate, MentionLike, mention_text
-from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint
+from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint, share_files
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +150,11 @@ class DenseEncoder:
             pooling = detect_pooling(path)
         if max_length is None:
             max_length = int(_read_dense_config(path).get("max_length", DEFAULT_MAX_LENGTH))
-        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True)
+        from spacy_genbioel.models.hf import quiet_transformers
+
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            model = AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True)
         model.to(resolve_device(device)).eval()
         logger.info("Encoder %s: %s pooling, max_length %d", path, pooling, max_length)
         return cls(model, tokenizer, pooling=pooling, max_length=max_length, source_dir=path, precision=precision)
@@ -327,6 +330,7 @@ class DenseLinker:
             meta = {"key": key, "kb": self.kb.name, "n_names": str(len(names)), "pooling": self.encoder.pooling,
                     "model": str(self.encoder.source_dir)}
             save_file({"names": stored.contiguous()}, str(tmp), metadata=meta)
+            share_files([tmp])  # safetensors writes 0600: a shared cache is readable by others
             os.replace(tmp, self.cache_path)
         return stored.float().to(self.encoder.device)
 

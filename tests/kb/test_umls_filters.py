@@ -110,3 +110,13 @@ def test_scispacy_view_gives_semantic_types():
     entity = LinkerKB(kb).cui_to_entity["C0011849"]
     assert entity.types == ["T047"] and entity.canonical_name == "Diabetes Mellitus"
     assert "TUI(s): T047" in repr(entity) and entity.definition.startswith("A heterogeneous")
+
+
+@pytest.mark.parametrize("name,problem", [("Diabetes|Mellitus", "a '|' inside a field"), ("  ", "empty name")])
+def test_a_pipe_inside_a_name_or_an_empty_name_is_refused_with_its_line(tmp_path, name, problem):
+    good = "C0011849|ENG|P|L0011849|PF|S0028929|Y|A0045493||M0006153|D003920|MSH|MH|D003920|Diabetes Mellitus|0|N|256|"
+    bad = good.replace("Diabetes Mellitus", name)
+    path = tmp_path / "MRCONSO.RRF"
+    path.write_text(good + "\n" + bad + "\n", encoding="utf8")
+    with pytest.raises(KBFormatError, match=rf"MRCONSO.RRF:2.*{problem}"):
+        list(read_umls(path))
