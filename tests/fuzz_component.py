@@ -12,11 +12,16 @@ file; nothing else may escape (no IndexError, KeyError, SafetensorError, ...):
   emoji) get None;
 * folders (:func:`folder_cases`): a saved pipeline with a truncated
   ``model.safetensors``, ``trie.safetensors`` or ``kb.safetensors``, a missing
-  or wrong tokenizer, garbage ``cfg.json`` and ``config.json``, an old trie
-  without the tokenizer fingerprint, a compact KB with damaged arrays or
-  metadata, a ``kb.jsonl`` edited after saving, a pipeline saved before its
-  first use. Each must link (with a warning where the case says so) or be
-  refused naming the file.
+  or wrong tokenizer (a permuted one of the same size too: the model records
+  its tokenizer's fingerprint), garbage ``cfg.json`` and ``config.json``, a
+  ``cfg.json`` naming a registered function that is not a normalizer, an old
+  trie without the tokenizer fingerprint, a trie whose ``max_depth`` is too
+  small, a compact KB with damaged arrays or metadata or one changed byte of a
+  concept ID, a ``kb.jsonl`` edited after saving, a ``fusion.json`` with NaN,
+  infinite, out-of-range or boolean weights, a fractional or boolean depth,
+  deep nesting, an unknown retriever, or a folder in its place, a pipeline
+  saved before its first use. Each must link (with a warning where the case
+  says so) or be refused naming the file.
 
 Run against any tree (``PYTHONPATH`` first decides which ``spacy_genbioel``)::
 
@@ -211,6 +216,45 @@ def _cfg(change: Callable[[dict], object]) -> Callable[[Path, "Resources"], None
     return run
 
 
+def _flip_concept_byte(arrays: Dict, meta: Dict[str, str]) -> Tuple[Dict, Dict[str, str]]:
+    """One byte of one concept ID changed (same length, still UTF-8): the arrays stay consistent, only the
+    checksum recorded when the file was written can tell."""
+    blob = arrays["concept_bytes"].copy()
+    blob[len(blob) - 1] = ord("9") if blob[len(blob) - 1] != ord("9") else ord("8")
+    return {**arrays, "concept_bytes": blob}, meta
+
+
+def _fusion(change: Optional[Callable[[dict], object]] = None,
+            text: Optional[Callable[[str], str]] = None) -> Callable[[Path, "Resources"], None]:
+    """Put a ``fusion.json`` (genbioel + tfidf, all weights 0 but ``exact``) in the pipeline: ``change`` edits
+    its JSON object (returning a replacement, or None to keep the edited one), ``text`` its JSON text."""
+    def run(folder: Path, _res) -> None:
+        from spacy_genbioel.linking.fusion import FusionModel, feature_names
+
+        sources = ["genbioel", "tfidf"]
+        data = FusionModel(sources, [1.0 if f == "exact" else 0.0 for f in feature_names(sources)]).to_dict()
+        if change is not None:
+            data = change(data) or data
+        path = folder / "genbioel" / "fusion.json"
+        written = json.dumps(data)
+        path.write_text(text(written) if text is not None else written, encoding="utf8")
+    return run
+
+
+def _fusion_weight(value: object) -> Callable[[Path, "Resources"], None]:
+    return _fusion(lambda d: d["weights"].update(exact=value))
+
+
+def _fusion_folder(folder: Path, _res) -> None:
+    (folder / "genbioel" / "fusion.json").mkdir()
+
+
+def _nested(levels: int) -> str:
+    head = '{"version": 1, "sources": ["genbioel"], "weights": {"genbioel_in": 0, "genbioel_score": 0, "genbioel_rr": 0, '
+    head += '"genbioel_gap": 0, "exact": 0, "log_prior": 0}, "fit": '
+    return head + '{"a": ' * levels + "1" + "}" * levels + "}"
+
+
 def _old_trie(meta: Dict[str, str]) -> Dict[str, str]:
     """The metadata a 0.1 trie file carries: format 1, no tokenizer fingerprint."""
     keep = ("vocab_size", "eos_token_id", "root_token_id", "max_depth")
@@ -235,7 +279,7 @@ def folder_cases() -> List[FolderCase]:
         FolderCase("tokenizer files missing", _delete("genbioel/model/tokenizer.json", "genbioel/model/tokenizer_config.json"),
                    "refuse", ("tokenizer",)),
         FolderCase("tokenizer.json garbage", _write("genbioel/model/tokenizer.json", b'{"model": 5'), "refuse", ("tokenizer",)),
-        FolderCase("tokenizer of the same size, other ids", _replace_tokenizer("permuted"), "link_warned", ("tokenizer",)),
+        FolderCase("tokenizer of the same size, other ids", _replace_tokenizer("permuted"), "refuse", ("tokenizer",)),
         FolderCase("tokenizer with a larger vocabulary", _replace_tokenizer("larger"), "refuse", ("tokenizer",)),
         FolderCase("trie.safetensors garbage", _write(t, b"\xff" * 300), "refuse", ("trie.safetensors",)),
         FolderCase("trie format version 99", _trie_metadata(lambda meta: {**meta, "format_version": "99"}), "refuse",
@@ -245,6 +289,9 @@ def folder_cases() -> List[FolderCase]:
         FolderCase("trie with another root token", _trie_metadata(lambda meta: {**meta, "root_token_id": "5"}),
                    "link_warned", ("trie.safetensors",)),
         FolderCase("trie of format 1 without fingerprint", _trie_metadata(_old_trie), "link"),
+        FolderCase("trie max_depth 1", _trie_metadata(lambda meta: {**meta, "max_depth": "1"}), "refuse", ("trie.safetensors",)),
+        FolderCase("trie max_depth one too many", _trie_metadata(lambda meta: {**meta, "max_depth": str(int(meta["max_depth"]) + 1)}),
+                   "refuse", ("trie.safetensors",)),
         FolderCase("trie missing", _delete(t), "link_warned", ("trie.safetensors",)),
         FolderCase("kb.jsonl missing, kb.safetensors there", _delete("genbioel/kb.jsonl"), "link_warned", ("kb.jsonl",)),
         FolderCase("kb.jsonl and kb.safetensors missing", _delete("genbioel/kb.jsonl", k), "refuse", ("kb.jsonl",)),
@@ -267,6 +314,20 @@ def folder_cases() -> List[FolderCase]:
                    _kb_file(lambda a, m: ({**a, "name_concepts": a["name_concepts"] + 1000}, m)), "refuse", ("kb.safetensors",)),
         FolderCase("kb.safetensors names of concepts as text", _kb_file(lambda a, m: ({**a, "concept_names": a["concept_names"].astype("float32")}, m)),
                    "refuse", ("kb.safetensors",)),
+        FolderCase("kb.safetensors one byte of a concept ID changed", _kb_file(_flip_concept_byte), "refuse", ("kb.safetensors",)),
+        FolderCase("fusion.json intact", _fusion(), "link"),
+        FolderCase("fusion.json NaN weight", _fusion_weight(float("nan")), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json Infinity weight", _fusion_weight(float("inf")), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json -Infinity weight", _fusion_weight(float("-inf")), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json weight 1e400", _fusion(text=lambda t: t.replace('"exact": 1.0', '"exact": 1e400')), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json boolean weight", _fusion_weight(True), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json depth 2.9", _fusion(lambda d: d.update(depth=2.9)), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json depth true", _fusion(lambda d: d.update(depth=True)), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json fit nested 200 deep", _fusion(text=lambda t: _nested(200)), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json fit nested 100,000 deep", _fusion(text=lambda t: _nested(100_000)), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json unknown retriever", _fusion(lambda d: {**d, "sources": ["genbioel", "bogus"], "weights": {
+            k.replace("tfidf", "bogus"): v for k, v in d["weights"].items()}}), "refuse", ("fusion.json",)),
+        FolderCase("fusion.json a folder", _fusion_folder, "refuse", ("fusion.json",)),
         FolderCase("cfg.json garbage", _write(c, b"{{{"), "refuse", ("cfg.json",)),
         FolderCase("cfg.json empty", _write(c, b""), "refuse", ("cfg.json",)),
         FolderCase("cfg.json a list", _write(c, b"[]"), "refuse", ("cfg.json",)),
@@ -274,6 +335,10 @@ def folder_cases() -> List[FolderCase]:
         FolderCase("cfg.json without kb_normalizer", _cfg(lambda d: {k: v for k, v in d.items() if k != "kb_normalizer"}),
                    "refuse", ("cfg.json",)),
         FolderCase("cfg.json kb_dedup a string", _cfg(lambda d: {**d, "kb_dedup": "yes"}), "refuse", ("cfg.json",)),
+        FolderCase("cfg.json kb_normalizer another registered function",
+                   _cfg(lambda d: {**d, "kb_normalizer": "spacy.first_longest_spans_filter.v1"}), "refuse", ("cfg.json",)),
+        FolderCase("cfg.json kb_normalizer a registered retriever",
+                   _cfg(lambda d: {**d, "kb_normalizer": "genbioel.exact_retriever.v1"}), "refuse", ("cfg.json",)),
         FolderCase("cfg.json missing", _delete(c), "refuse", ("cfg.json",)),
         FolderCase("saved before first use, originals gone", lambda f, r: None, "link"),
         FolderCase("saved empty (no model or KB)", lambda f, r: None, "no_model"),

@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 from wasabi import msg
 
-from spacy_genbioel.cli._util import OVERRIDES, app, component_settings, setup_logging
+from spacy_genbioel.cli._util import OVERRIDES, app, component_settings, fail, setup_logging
 
 
 @app.command("evaluate", context_settings=OVERRIDES)
@@ -49,8 +49,17 @@ def evaluate_cmd(
     from spacy_genbioel.corpus import CorpusFormatError
     from spacy_genbioel.corpus.load import UnknownFormatError
     from spacy_genbioel.kb import KBFormatError
+    from spacy_genbioel.linking.fusion import FusionFormatError
+    from spacy_genbioel.models import ModelFormatError
     from spacy_genbioel.evaluation.run import EvaluationSetupError, GoldOptions, ReportOutputs, run_evaluation, write_report_json
 
+    if linker != "genbioel":  # a mistyped --linker: one line naming the known ones
+        from spacy_genbioel.retrieval.registry import resolve_retriever
+
+        try:
+            resolve_retriever(linker)
+        except ValueError as err:
+            fail(f"--linker: {err}")
     if linker == "genbioel":
         settings = component_settings(ctx.args, device=device, **{
             "reranker.fusion": str(fusion) if fusion else None, "candidates.model": str(dense_model) if dense_model else None})
@@ -78,7 +87,8 @@ def evaluate_cmd(
                                 outputs=outputs, top_k=top_k)
     except (EvaluationSetupError, UnknownFormatError) as err:
         raise typer.BadParameter(_as_flags(str(err))) from None
-    except (KBFormatError, CorpusFormatError, FileNotFoundError) as err:  # a bad KB or corpus: the message names the file
+    except (KBFormatError, CorpusFormatError, ModelFormatError, FusionFormatError, FileNotFoundError) as err:
+        # a bad KB, corpus, pipeline file or fusion file: the message names the file
         msg.fail(str(err), exits=1)
     if report.abbreviations_expanded is not None:
         msg.info(f"{report.abbreviations_expanded} mentions expanded from abbreviations")

@@ -1,6 +1,7 @@
 """``folds`` and ``fit-fusion``: cross-fitted score fusion (:mod:`spacy_genbioel.linking.fusion`)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import List
 
@@ -40,12 +41,17 @@ def fit_fusion_cmd(
     l2: float = typer.Option(1e-3, help="L2 penalty on the standardized weights"),
     exclude: List[Path] = typer.Option([], help="Prediction files (`evaluate --predictions`) of mentions to keep out of the fit: any example with the same text and gold concepts is dropped (AskAPatient folds repeat mention/concept pairs across validation splits)"),
     retriever_model: List[str] = typer.Option([], "--retriever-model", help="NAME=DIR: the encoder a retriever source uses at linking time (dense: default all-MiniLM-L6-v2)"),
+    generator: str = typer.Option("beam", help="How the genbioel files were made: beam (beam search) or forced (evaluate --decoding.search forced: forced scores of the retrievers' candidates, what the cascade reads)"),
+    cascade: bool = typer.Option(False, "--cascade/--no-cascade", help="Also fit the cascade (reranker.cascade on): retrieval-only weights and its thresholds"),
+    target_precision: float = typer.Option(0.98, help="Cascade: top-1 precision the mentions retrieval settles must reach on these predictions"),
+    beam_precision: float = typer.Option(0.5, help="Cascade: retrieval looks weak (beam search runs too) where its top-1 precision is at most this"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Fit score fusion on cross-fitted training predictions (bench/crossfit.sh), never on dev."""
     setup_logging(verbose)
     from spacy_genbioel.kb import KBFormatError, KnowledgeBase
     from spacy_genbioel.linking.fusion import GENERATOR
+    from spacy_genbioel.training.cascade_fit import CascadeTargets, fit_cascade
     from spacy_genbioel.training.fusion_fit import drop_examples, fit_fusion, read_fusion_examples
 
     files = {}
@@ -54,6 +60,13 @@ def fit_fusion_cmd(
         if not sep or not name or not paths:
             raise typer.BadParameter(f"--source {item!r}: expected NAME=FILE[,FILE...]")
         files[name] = [Path(p) for p in paths.split(",") if p]
+    from spacy_genbioel.retrieval.registry import resolve_retriever
+
+    for name in (n for n in files if n != GENERATOR):
+        try:
+            resolve_retriever(name)
+        except ValueError as err:
+            raise typer.BadParameter(f"--source {name}=...: not a retriever ({err})") from None
     folds = {len(paths) for paths in files.values()}
     if len(folds) != 1:
         raise typer.BadParameter(f"every --source needs one file per fold; got {sorted(folds)} files")
@@ -77,13 +90,23 @@ def fit_fusion_cmd(
         sources = [GENERATOR, *(s for s in files if s != GENERATOR)]
         model = fit_fusion(examples, kbs[0], sources, depth=depth, l2=l2,
                            retrievers={s: settings.get(s, {}) for s in sources[1:]})
+        model = dataclasses.replace(model, generator=generator)
+        if cascade:
+            model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_precision), l2=l2)
     except (KBFormatError, ValueError, OSError) as err:
         msg.fail(f"fit-fusion: {err}")
         raise typer.Exit(1) from None
-    model.save(out)
+    try:
+        model.save(out)
+    except OSError as err:
+        msg.fail(f"fit-fusion: {out}: cannot write the fusion file ({err.strerror or err})")
+        raise typer.Exit(1) from None
     fit = model.fit
     msg.good(f"Fusion of {', '.join(sources)} fitted on {fit['reachable']} of {fit['mentions']} mentions -> {out}")
     for name, recall in fit["recall"].items():
         msg.text(f"  {name:10s} {recall}")
     for name, weight in fit["standardized_weights"].items():
         msg.text(f"  weight {name:18s} {weight:+.3f} (standardized)")
+    if model.cascade:
+        c = model.cascade
+        msg.text(f"  cascade: settle at p >= {c['settle_threshold']}, beam below p < {c['beam_threshold']}; {c['report']}")

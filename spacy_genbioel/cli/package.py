@@ -38,15 +38,22 @@ def package_cmd(
     spacy package. Any genbioel setting follows as --block.setting VALUE: --decoding.num_beams 10,
     --decoding.exact_match true, --candidates.retriever tfidf, --candidates.shortcut_threshold 0.9 (docs/training.md)."""
     setup_logging(verbose)
-    from spacy_genbioel.training.package import EntitySource, PipelineMeta, package
+    from spacy_genbioel.kb import KBFormatError
+    from spacy_genbioel.linking.fusion import FusionFormatError
+    from spacy_genbioel.models import ModelFormatError
+    from spacy_genbioel.training.package import EntitySource, PackageError, PipelineMeta, package
 
     threshold, source = _threshold(threshold, calibration, target_precision)
     settings = component_settings(ctx.args, **{"output.threshold": threshold,
                                                "reranker.fusion": str(fusion) if fusion else None})
     entities = EntitySource(ner=ner, entity_ruler=entity_ruler, entity_label=entity_label, min_name_chars=min_name_chars,
                             abbreviations=abbreviations, lang=lang)
-    path = package(model, kb, out, config_path=config, settings=settings, entities=entities,
-                   meta=PipelineMeta(name=name, version=version, kb_url=kb_url, calibration=source))
+    try:
+        path = package(model, kb, out, config_path=config, settings=settings, entities=entities,
+                       meta=PipelineMeta(name=name, version=version, kb_url=kb_url, calibration=source))
+    except (PackageError, ModelFormatError, KBFormatError, FusionFormatError, FileNotFoundError) as err:
+        msg.fail(str(err), exits=1)
+        return
     msg.good(f"Pipeline saved to {path}")
 
 

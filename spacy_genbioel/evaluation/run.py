@@ -22,7 +22,7 @@ from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.linking.settings import NO_RETRIEVER, UnknownSettingError, load_overrides, nested_overrides
 from spacy_genbioel.ty import Linker
-from spacy_genbioel.util import PathLike
+from spacy_genbioel.util import PathLike, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,14 @@ def check_component_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
         raise EvaluationSetupError("candidates.shortcut_threshold needs a retriever: candidates.retriever tfidf | dense")
     fusion = nested.get("reranker", {}).get("fusion")
     if fusion is not None and not Path(fusion).is_file():  # else a pipeline's own fusion.json would stand in for it
-        raise EvaluationSetupError(f"reranker.fusion {fusion}: fusion file not found")
+        raise EvaluationSetupError(f"reranker.fusion {fusion}: " + ("a folder, not a fusion file" if Path(fusion).is_dir()
+                                                                    else "fusion file not found"))
+    device = nested.get("device")
+    if device is not None:
+        try:
+            resolve_device(device)
+        except (ValueError, RuntimeError) as err:  # no CUDA, or a malformed device
+            raise EvaluationSetupError(str(err)) from None
     return nested
 
 
@@ -94,6 +101,9 @@ def _pipeline_linker(pipeline: Optional[PathLike], settings: Mapping[str, Any]) 
         raise EvaluationSetupError("a pipeline is required to evaluate the genbioel linker")
     overrides = check_component_settings(settings)
     import spacy
+
+    if not (Path(pipeline) / "config.cfg").is_file() and not spacy.util.is_package(str(pipeline)):
+        raise EvaluationSetupError(f"pipeline {pipeline}: not a spaCy pipeline directory (no config.cfg) nor an installed one")
 
     nlp = spacy.load(pipeline, config={"components": {"genbioel": load_overrides(overrides)}})
     component = nlp.get_pipe("genbioel")

@@ -20,18 +20,21 @@ names per concept, same drops, same checksum) into flat numpy arrays:
 The result is the KB as its JSONL file holds it (:meth:`KnowledgeBase.to_jsonl`:
 each concept keeps the raw names whose normalized form stayed with it), which
 is what :class:`~spacy_genbioel.kb.compact.CompactKB` serves and saves.
+:func:`content_digest` is the SHA-256 of the arrays that a saved compact KB is
+checked against when it is opened.
 """
 from __future__ import annotations
 
 import hashlib
 from array import array
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from spacy_genbioel.kb.base import Concept, KBDrops, KBFormatError
+from spacy_genbioel.arrayfile import release_pages
+from spacy_genbioel.kb.base import Concept, KBDrops, clean_concept
 
-__all__ = ["build_arrays", "string_hash", "checksum_of"]
+__all__ = ["build_arrays", "string_hash", "checksum_of", "content_digest"]
 
 
 def string_hash(data: bytes) -> int:
@@ -82,11 +85,8 @@ class _Records:
         self.priors = array("d")
 
     def add(self, concept: Concept) -> None:
-        cid = concept.id.strip()
-        if not cid:
-            raise KBFormatError(f"Concept with empty ID (names {concept.names[:3]})")
+        cid, names = clean_concept(concept, f"KB: concept #{len(self.raw_count) + 1}")
         self.ids.add(cid)
-        names = list(dict.fromkeys(concept.names))
         for raw in names:
             self.raw.add(raw)
             self.norm.add(self.normalize(raw))
@@ -350,4 +350,20 @@ def checksum_of(pairs: Iterable[Tuple[str, Sequence[str]]]) -> str:
             digest.update(b"".join(chunk))
             chunk.clear()
     digest.update(b"".join(chunk))
+    return digest.hexdigest()
+
+
+def content_digest(arrays: Mapping[str, np.ndarray], chunk: int = 1 << 24) -> str:
+    """SHA-256 over every array (its name, dtype, length and bytes, in name order): what
+    :meth:`CompactKB.save` records as ``content_sha256``. Read ``chunk`` bytes at a time,
+    each chunk's pages handed back to the OS once hashed (memory-mapped arrays)."""
+    digest = hashlib.sha256()
+    for key in sorted(arrays):
+        array = np.ascontiguousarray(arrays[key])
+        digest.update(f"{key}:{array.dtype.str}:{array.size};".encode("utf8"))
+        flat = array.reshape(-1).view(np.uint8)
+        for start in range(0, len(flat), chunk):
+            part = flat[start : start + chunk]
+            digest.update(memoryview(part))
+            release_pages(part)
     return digest.hexdigest()

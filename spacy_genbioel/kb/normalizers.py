@@ -10,14 +10,25 @@ function returning the normalizer (spaCy's style, so a config can say
 * ``genbioel.lower_normalizer.v1`` -- lower-case and collapse whitespace;
 * ``genbioel.whitespace_normalizer.v1`` -- only collapse whitespace.
 
+Every one first drops invisible format characters (zero-width space and
+joiners, soft hyphen, byte order mark, bidirectional marks) and puts the text
+in Unicode NFC, so a name typed with a precomposed "ö" and one with "o" plus a
+combining diaeresis are the same name, and a name made only of invisible
+characters normalizes to nothing (and is dropped from the KB). Text already
+in NFC without such characters (nearly all text) is unchanged.
+
 The short names ``genbioel``, ``lower`` and ``none`` stay aliases of these
 forever: saved pipelines (``"kb_normalizer": "genbioel"`` in ``cfg.json``) and
 KB files name them. Other packages add a normalizer with
-``@spacy.registry.misc("mypkg.normalizer.v1")`` or a ``spacy_misc`` entry point.
+``@spacy.registry.misc("mypkg.normalizer.v1")`` or a ``spacy_misc`` entry point:
+:func:`get_normalizer` calls only registered functions whose name ends in
+``normalizer.vN``, and refuses one that does not make a ``str -> str`` function
+(a ``cfg.json`` naming another registered function calls nothing).
 """
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Callable, Dict, List, Union
 
 import catalogue
@@ -32,6 +43,11 @@ Normalizer = Callable[[str], str]
 # GenBioEL turns these characters into spaces before lower-casing and collapsing.
 _GENBIOEL_PUNCT = re.compile(r"[,.;{}\[\]()+\-_*/?!`\"'=%><]")
 _SPACES = re.compile(r"\s+")
+# invisible format characters: soft hyphen, Mongolian vowel separator, zero-width space, joiners and marks,
+# bidirectional embeddings and isolates, word joiner and invisible operators, byte order mark
+_INVISIBLE = re.compile("[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+# the registered names get_normalizer calls (besides the aliases)
+_NORMALIZER_NAME = re.compile(r"^\S*normalizer\.v\d+$")
 
 #: The names GenBioEL 0.1 KB files and pipelines use -> their registered names.
 NORMALIZER_ALIASES: Dict[str, str] = {
@@ -41,19 +57,24 @@ NORMALIZER_ALIASES: Dict[str, str] = {
 }
 
 
+def canonical_text(text: str) -> str:
+    """``text`` without invisible format characters, in Unicode NFC (what every normalizer starts with)."""
+    return unicodedata.normalize("NFC", _INVISIBLE.sub("", text))
+
+
 def genbioel_normalize(text: str) -> str:
     """GenBioEL's name normalization: lower-case, punctuation to spaces, spaces collapsed."""
-    return _SPACES.sub(" ", _GENBIOEL_PUNCT.sub(" ", text.lower())).strip()
+    return _SPACES.sub(" ", _GENBIOEL_PUNCT.sub(" ", canonical_text(text).lower())).strip()
 
 
 def lower_normalize(text: str) -> str:
     """Lower-case and collapse whitespace, keep punctuation."""
-    return _SPACES.sub(" ", text.lower()).strip()
+    return _SPACES.sub(" ", canonical_text(text).lower()).strip()
 
 
 def identity_normalize(text: str) -> str:
     """Only collapse whitespace."""
-    return _SPACES.sub(" ", text).strip()
+    return _SPACES.sub(" ", canonical_text(text)).strip()
 
 
 @_spacy_misc.register("genbioel.normalizer.v1")
@@ -73,19 +94,26 @@ def make_whitespace_normalizer() -> Normalizer:
 
 def normalizer_names() -> List[str]:
     """The names :func:`get_normalizer` knows: the aliases and every registered
-    function with ``normalizer`` in its name."""
-    registered = [name for name in _spacy_misc.get_all() if "normalizer" in name]
+    function whose name ends in ``normalizer.vN``."""
+    registered = [name for name in _spacy_misc.get_all() if _NORMALIZER_NAME.match(name)]
     return sorted({*NORMALIZER_ALIASES, *registered})
 
 
 def get_normalizer(name_or_fn: Union[str, Normalizer]) -> Normalizer:
-    """A normalizer from a registered name, an old short name, or the callable itself."""
+    """A normalizer from a registered name (``...normalizer.vN``), an old short name, or the
+    callable itself. Any other name, and a registered function that does not make a
+    ``str -> str`` function, is refused with a ValueError naming it."""
     if callable(name_or_fn):
         return name_or_fn
-    name = NORMALIZER_ALIASES.get(name_or_fn, name_or_fn)
-    if name not in _spacy_misc:
+    name = NORMALIZER_ALIASES.get(name_or_fn, name_or_fn) if isinstance(name_or_fn, str) else name_or_fn
+    if not isinstance(name, str) or not _NORMALIZER_NAME.match(name) or name not in _spacy_misc:
         raise ValueError(f"Unknown normalizer {name_or_fn!r}; known: {', '.join(normalizer_names())}")
-    normalizer = _spacy_misc.get(name)()
-    if not callable(normalizer):
-        raise ValueError(f"{name_or_fn!r} in registry.misc does not make a normalizer (got {type(normalizer).__name__})")
+    try:
+        normalizer = _spacy_misc.get(name)()
+        probe = normalizer("Probe ö") if callable(normalizer) else None
+    except Exception as err:  # noqa: BLE001  (a registered function of another package may raise anything)
+        raise ValueError(f"{name_or_fn!r} in registry.misc does not make a normalizer ({type(err).__name__}: {err})") from None
+    if not isinstance(probe, str):
+        raise ValueError(f"{name_or_fn!r} in registry.misc does not make a normalizer (str -> str; got "
+                         f"{type(normalizer).__name__})")
     return normalizer

@@ -130,7 +130,7 @@ class GenerativeLinker:
             raise ValueError("decoding.search = 'forced' scores a retriever's candidates: set candidates.retriever")
         self.model.eval()
         # transformers >= 5.2x names the decoder cache ``cache`` (``past_key_values`` is deprecated)
-        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_arg = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
         check_vocabulary(model, tokenizer)
         start, eos, pad = special_ids(model, tokenizer)
         self.eos_token_id, self.pad_token_id = eos, pad

@@ -50,6 +50,7 @@ GENERATOR = "genbioel"
 FORMAT_VERSION = 1
 _PER_SOURCE = ("in", "score", "rr", "gap")
 _SHARED = ("exact", "log_prior")
+_MAX_NESTING = 64  # levels of JSON a fusion file may nest
 
 
 class FusionFormatError(ValueError):
@@ -136,6 +137,12 @@ class FusionModel:
     depth: int = 5
     retrievers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     fit: Dict[str, Any] = field(default_factory=dict)
+    #: how the generator's lists it was fitted on were made: ``beam`` (beam search) or ``forced``
+    #: (forced scores of the retrievers' candidates, ``decoding.search = "forced"``)
+    generator: str = "beam"
+    #: the cascade's fit (:mod:`.cascade`): ``settle_weights`` (retrieval features only),
+    #: ``settle_threshold``, ``beam_threshold`` and their report; empty: not fitted for it
+    cascade: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.sources or self.sources[0] != GENERATOR:
@@ -145,8 +152,23 @@ class FusionModel:
         names = feature_names(self.sources)
         if len(self.weights) != len(names):
             raise ValueError(f"{len(self.weights)} weights for {len(names)} features ({', '.join(names)})")
-        if self.depth < 1:
-            raise ValueError(f"depth must be at least 1, got {self.depth}")
+        if isinstance(self.depth, (bool, np.bool_)) or not isinstance(self.depth, (int, np.integer)) or self.depth < 1:
+            raise ValueError(f"depth must be a whole number of at least 1, got {self.depth!r}")
+        bad = [n for n, w in zip(names, self.weights) if isinstance(w, (bool, np.bool_))
+               or not isinstance(w, (int, float, np.integer, np.floating)) or not math.isfinite(w)]
+        if bad:
+            raise ValueError(f"weights must be finite numbers: {', '.join(bad)} ({[self.weights[names.index(n)] for n in bad]})")
+        from spacy_genbioel.retrieval.registry import known_retrievers, resolve_retriever
+
+        for source in self.sources[1:]:
+            try:
+                resolve_retriever(source)
+            except ValueError:
+                raise ValueError(f"unknown retriever source {source!r}; known: {', '.join(known_retrievers())}") from None
+        if self.generator not in ("beam", "forced"):
+            raise ValueError(f"generator must be 'beam' or 'forced', got {self.generator!r}")
+        if not isinstance(self.cascade, dict):
+            raise ValueError("cascade must be an object")
 
     @property
     def retriever_sources(self) -> List[str]:
@@ -184,7 +206,8 @@ class FusionModel:
     # -- files -------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
         return {"version": FORMAT_VERSION, "sources": self.sources, "depth": self.depth, "retrievers": self.retrievers,
-                "weights": dict(zip(self.features, (round(float(w), 8) for w in self.weights))), "fit": self.fit}
+                "weights": dict(zip(self.features, (round(float(w), 8) for w in self.weights))), "fit": self.fit,
+                "generator": self.generator, "cascade": self.cascade}
 
     def save(self, path: PathLike) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -199,8 +222,17 @@ class FusionModel:
         sources, weights = data.get("sources"), data.get("weights")
         if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
             raise FusionFormatError(f"{where}: 'sources' must be a list of source names")
-        if not isinstance(weights, dict) or not all(isinstance(v, (int, float)) for v in weights.values()):
+        if not isinstance(weights, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in weights.values()):
             raise FusionFormatError(f"{where}: 'weights' must map feature names to numbers")
+        nested = [(data, 0)]  # a nesting JSON allows but no fusion file needs would overflow the stack where it is written out
+        while nested:
+            value, level = nested.pop()
+            if level > _MAX_NESTING:
+                raise FusionFormatError(f"{where}: nested deeper than {_MAX_NESTING} levels")
+            children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+            nested.extend((child, level + 1) for child in children)
+        if not isinstance(data.get("fit", {}), dict):
+            raise FusionFormatError(f"{where}: 'fit' must be an object (the fitting report)")
         expected = feature_names(sources)
         if sorted(weights) != sorted(expected):
             missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
@@ -209,18 +241,34 @@ class FusionModel:
         if not isinstance(retrievers, dict) or not all(isinstance(v, dict) for v in retrievers.values()):
             raise FusionFormatError(f"{where}: 'retrievers' must map retriever names to settings objects")
         try:
-            return cls(sources, [float(weights[f]) for f in expected], depth=int(data.get("depth", 5)),
-                       retrievers=retrievers, fit=data.get("fit", {}))
-        except (TypeError, ValueError) as err:
+            return cls(sources, [float(weights[f]) for f in expected], depth=data.get("depth", 5),
+                       retrievers=retrievers, fit=data.get("fit", {}), generator=data.get("generator", "beam"),
+                       cascade=data.get("cascade", {}))
+        except (TypeError, ValueError, OverflowError) as err:
             raise FusionFormatError(f"{where}: {err}") from None
 
     @classmethod
     def load(cls, path: PathLike) -> "FusionModel":
+        """Read a fusion file; a missing, unreadable or malformed one (a folder, NaN or Infinity, which
+        JSON does not allow, numbers beyond float range, nesting too deep) raises
+        :class:`FusionFormatError` naming it."""
+        def refuse(text: str) -> float:
+            raise ValueError(f"{text} is not a finite number")
+
+        def finite(text: str) -> float:
+            return float(text) if math.isfinite(float(text)) else refuse(text)
+
         try:
-            data = json.loads(Path(path).read_text(encoding="utf8"))
+            data = json.loads(Path(path).read_text(encoding="utf8"), parse_constant=refuse, parse_float=finite)
         except FileNotFoundError:
             raise FusionFormatError(f"{path}: fusion file not found") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        except IsADirectoryError:
+            raise FusionFormatError(f"{path}: a folder, not a fusion file") from None
+        except OSError as err:
+            raise FusionFormatError(f"{path}: cannot read the fusion file ({err.strerror or err})") from None
+        except RecursionError:
+            raise FusionFormatError(f"{path}: nested deeper than {_MAX_NESTING} levels") from None
+        except (ValueError, UnicodeDecodeError) as err:  # json.JSONDecodeError is a ValueError
             raise FusionFormatError(f"{path}: not a JSON fusion file ({err})") from None
         return cls.from_dict(data, str(path))
 

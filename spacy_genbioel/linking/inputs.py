@@ -111,8 +111,8 @@ class InputBuilder:
         return " " if self.released is not None else ""
 
     def clean(self, text: str) -> str:
-        """Whitespace collapsed (and lowercased when ``lowercase``), as the model reads text."""
-        text = _SPACES.sub(" ", text).strip()
+        """Unicode NFC, whitespace collapsed (and lowercased when ``lowercase``), as the model reads text."""
+        text = _SPACES.sub(" ", unicodedata.normalize("NFC", text)).strip()  # NFC: as the KB's names (kb.normalizers)
         return text.lower() if self.lowercase else text
 
 

@@ -11,7 +11,10 @@ the two arrays are then derived on loading as before.
 Every file is checked before use, so a damaged one raises
 :class:`TrieFormatError` naming it: edges strictly sorted with each parent
 before its child, children slices consistent with the edges, terminals in
-range. The per-name arrays are checked whole and the per-node arrays (several
+range, ``max_depth`` the depth of the deepest node (decoding stops after
+``max_depth`` tokens: a smaller one would cut names short; the levels are
+found by binary search, the nodes being numbered level by level). The
+per-name arrays are checked whole and the per-node arrays (several
 times larger) at a fixed sample of positions, so a 10M-name trie opens in
 milliseconds; ``full_check`` checks every entry. Whole-array checks run in
 chunks and hand each chunk's pages back to the OS (``MADV_DONTNEED``) once
@@ -141,7 +144,12 @@ def inconsistency(arrays: Dict[str, np.ndarray], *, vocab_size: int, eos_token_i
         release_pages(edges[a:b])
     if at is not None and (edges[at] // vocab_size > at).any():
         return "edges out of order"
+    depth = _depth(edges, vocab_size)
     release_pages(edges)  # each sampled read maps a run of pages (the kernel's fault-around)
+    if depth is None:
+        return "edges out of order"
+    if depth != max_depth:
+        return f"max_depth {max_depth} in its metadata, but its deepest name is {depth} tokens long"
     if len(nodes) and (int(nodes[0]) < 1 or int(nodes[-1]) >= n_nodes or not _increasing(nodes, strict=True)):
         return "terminal nodes out of range"
     if len(ptr) != len(nodes) + 1 or int(ptr[0]) != 0 or int(ptr[-1]) != len(names) or not _increasing(ptr, strict=False):
@@ -153,6 +161,24 @@ def inconsistency(arrays: Dict[str, np.ndarray], *, vocab_size: int, eos_token_i
     if "child_ptr" in arrays:
         return _children_inconsistency(edges, arrays["child_tokens"], arrays["child_ptr"], vocab_size, at)
     return None
+
+
+def _depth(edges: np.ndarray, vocab_size: int) -> Optional[int]:
+    """The depth of the deepest node (None: the edges do not number nodes level by level).
+
+    Edges sorted by ``parent * vocab_size + token``, each parent before its child,
+    number the nodes level by level: the children of the nodes ``lo..hi-1`` are the
+    edges ``a..b-1`` whose keys lie in ``[lo * V, hi * V)``, that is nodes ``a+1..b``.
+    Two binary searches per level."""
+    lo, hi, depth = 0, 1, 0
+    while True:
+        a = int(np.searchsorted(edges, lo * vocab_size, side="left"))
+        b = int(np.searchsorted(edges, hi * vocab_size, side="left"))
+        if b <= a:
+            return depth
+        if a + 1 != hi or depth >= len(edges):  # the next level starts right after this one
+            return None
+        lo, hi, depth = a + 1, b + 1, depth + 1
 
 
 def _children_inconsistency(edges: np.ndarray, tokens: np.ndarray, ptr: np.ndarray, vocab_size: int,

@@ -10,18 +10,30 @@ A directory that cannot be loaded (a missing or truncated file, a tokenizer
 that does not fit the model's embeddings) raises :class:`ModelFormatError`
 naming the file. :func:`tokenizer_fingerprint` identifies a tokenizer by what it
 does (its vocabulary and the ids of a few probe texts), so a trie or a model
-can tell whether the tokenizer beside it is the one it was built with.
+can tell whether the tokenizer beside it is the one it was built with:
+:func:`save_model` records it in the model's ``config.json``
+(``genbioel_tokenizer_fingerprint``), and :func:`load_model` refuses any other
+tokenizer (one of the same size with its ids permuted would otherwise link
+every mention wrong); a model saved without it (before 0.3, or imported)
+loads as before.
+
+Loading and saving are quiet: transformers' own bars ("Loading weights",
+"Writing model shards") are off while they run (:func:`quiet_transformers`)
+unless the package logs at INFO (``--verbose``), and saved files get the mode
+``open()`` would give them (safetensors writes ``0600``, which kept another
+user from loading a shared pipeline; :func:`~spacy_genbioel.util.share_files`).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Iterator, Optional, Tuple, Union
 
-from spacy_genbioel.util import PathLike, resolve_device, resolve_dtype
+from spacy_genbioel.util import PathLike, resolve_device, resolve_dtype, share_files
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -31,6 +43,8 @@ logger = logging.getLogger(__name__)
 MARKERS = ("START", "END")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
 WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")
+#: the model config's record of its tokenizer's :func:`tokenizer_fingerprint` (written by :func:`save_model`)
+TOKENIZER_KEY = "genbioel_tokenizer_fingerprint"
 # texts whose token ids join the vocabulary in a tokenizer's fingerprint: case,
 # punctuation, digits, other scripts, the markers and the prompt
 _PROBES = ("renal failure", " Acute MI (type 2), 1,25-dihydroxyvitamin D3", "Σύνδρομο ßü 文字 😷",
@@ -44,6 +58,22 @@ class ModelFormatError(ValueError):
 
 class ModelFileNotFoundError(FileNotFoundError, ModelFormatError):
     """A file a model directory or saved pipeline needs is missing (named in the message)."""
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' progress bars off for the block (and back as they were after it), unless
+    this package logs at INFO: a library call draws no bars of its own on a user's stderr."""
+    from transformers.utils import logging as hf_logging
+
+    if logger.isEnabledFor(logging.INFO) or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
 
 
 def load_tokenizer(path: PathLike):
@@ -70,6 +100,20 @@ def tokenizer_fingerprint(tokenizer) -> str:
     probes = [list(tokenizer(text)["input_ids"]) for text in _PROBES]
     payload = json.dumps({"vocab": vocab, "probes": probes}, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf8")).hexdigest()
+
+
+def check_tokenizer(config, tokenizer, where: str, config_file: PathLike) -> None:
+    """Refuse a tokenizer other than the one the model was saved with (the fingerprint
+    :func:`save_model` records in ``config_file``); a model without that record (saved
+    before 0.3, or imported from a released checkpoint) takes any tokenizer that fits it."""
+    recorded = getattr(config, TOKENIZER_KEY, None)
+    if recorded is None:
+        logger.info("%s records no tokenizer fingerprint (saved by an older version): the tokenizer is not checked", config_file)
+        return
+    current = tokenizer_fingerprint(tokenizer)
+    if current != recorded:
+        raise ModelFormatError(f"{where} is not the tokenizer the model was trained with (fingerprint {current[:12]}, "
+                               f"{config_file} records {str(recorded)[:12]}): it would read other token ids")
 
 
 def check_vocabulary(model, tokenizer, where: str = "") -> None:
@@ -121,9 +165,11 @@ def load_model(
 ):
     """Load ``(model, tokenizer)`` from local directories, in eval mode on ``device``.
 
-    A tokenizer from another directory is checked against the model: one with
-    more tokens than the model's embeddings is refused, one unlike the
-    tokenizer saved with the model is loaded with a warning."""
+    The tokenizer is checked against the model: one with more tokens than the
+    model's embeddings is refused, and so is one other than the tokenizer whose
+    fingerprint the model's ``config.json`` records (:func:`check_tokenizer`); for a
+    model without that record, a tokenizer from another directory unlike the one
+    saved with the model is loaded with a warning."""
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
     path = Path(path)
@@ -132,7 +178,7 @@ def load_model(
         raise ModelFileNotFoundError(f"No Hugging Face model (config.json) in {path}")
     dev = resolve_device(device) if isinstance(device, str) else device
     try:
-        AutoConfig.from_pretrained(str(path), local_files_only=True)
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as err:  # JSON, type and value errors of many kinds
         raise ModelFormatError(f"{config_file}: not a Hugging Face model config ({type(err).__name__}: {err})") from err
     tokenizer = load_tokenizer(tokenizer_path or path)
@@ -140,14 +186,16 @@ def load_model(
     if dtype == "int8" and dev.type != "cpu":
         raise ValueError(f"dtype 'int8' (dynamic quantization) runs on CPU only, not on {dev}; use bf16 on a GPU")
     try:
-        model = AutoModelForSeq2SeqLM.from_pretrained(
-            str(path), local_files_only=True, use_safetensors=True,
-            dtype=resolve_dtype("fp32" if dtype == "int8" else dtype, dev),
-        )
+        with quiet_transformers():
+            model = AutoModelForSeq2SeqLM.from_pretrained(
+                str(path), local_files_only=True, use_safetensors=True,
+                dtype=resolve_dtype("fp32" if dtype == "int8" else dtype, dev),
+            )
     except Exception as err:
         raise ModelFormatError(f"{path}: cannot load a seq2seq model ({type(err).__name__}: {err})") from err
     where = f"The tokenizer in {tokenizer_path or path}"
     check_vocabulary(model, tokenizer, where)
+    check_tokenizer(config, tokenizer, where, config_file)
     if tokenizer_path is not None and any((path / name).exists() for name in TOKENIZER_FILES):
         own = load_tokenizer(path)
         if tokenizer_fingerprint(own) != tokenizer_fingerprint(tokenizer):
@@ -182,8 +230,11 @@ def save_model(model, tokenizer, path: PathLike) -> None:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     model = getattr(model, "_genbioel_float_model", model)  # an int8 model saves the float weights it came from
-    model.save_pretrained(str(path), safe_serialization=True)
-    tokenizer.save_pretrained(str(path))
+    setattr(model.config, TOKENIZER_KEY, tokenizer_fingerprint(tokenizer))  # load_model refuses another tokenizer
+    with quiet_transformers():
+        model.save_pretrained(str(path), safe_serialization=True)
+        tokenizer.save_pretrained(str(path))
+    share_files([path])
 
 
 def special_ids(model, tokenizer) -> Tuple[int, int, int]:

@@ -27,7 +27,11 @@ from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EntitySource", "PipelineMeta", "component_config", "package", "requirements"]
+__all__ = ["EntitySource", "PackageError", "PipelineMeta", "component_config", "package", "requirements"]
+
+
+class PackageError(ValueError):
+    """A pipeline cannot be packaged from these paths (the message names the path at fault)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,11 @@ def package(
     (``{"decoding.num_beams": 10, "candidates.retriever": "tfidf",
     "output.threshold": -1.2, "reranker.fusion": "fusion.json"}``: a retriever is
     rebuilt from the KB on first use; a fusion file travels as ``genbioel/fusion.json``)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise PackageError(f"{out}: a file, not a folder: the pipeline is written as a folder (give another path)")
+    if not Path(model_dir).is_dir():
+        raise PackageError(f"{model_dir}: model directory not found")
     inputs, max_source_tokens = InputBuilder(), 256
     if config_path:
         stage = load_stage_config(config_path)
@@ -141,7 +150,6 @@ def package(
         nlp.meta["genbioel_fusion"] = {"sources": component.fusion.sources, "fit": component.fusion.fit.get("recall", {})}
     nlp.meta["requirements"] = requirements(extras=extras)
     component.set_model(model, tokenizer, kb)
-    out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
     nlp.to_disk(out)

@@ -11,6 +11,7 @@ The sample is the first ``n_docs`` documents, a seeded random sample of them
 from __future__ import annotations
 
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,20 @@ def _load(pipeline: PathLike, device: Optional[str]) -> Any:
     return nlp
 
 
+def _check_writable(target: Path) -> None:
+    """A :class:`VisualizeError` naming ``target`` when the page cannot be written there: a
+    folder, or a path under a file or under a folder this process cannot write in."""
+    if target.is_dir():
+        raise VisualizeError(f"{target}: a folder, not an HTML file to write")
+    existing = target.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise VisualizeError(f"{target}: cannot write the page ({existing} is a file, not a folder)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise VisualizeError(f"{target}: cannot write the page (no permission to write in {existing})")
+
+
 @dataclass(frozen=True)
 class DocumentSource:
     """The documents a page shows: ``texts``, or a sample of the documents of ``inputs``."""
@@ -179,6 +194,8 @@ def visualize(
         raise VisualizeError("gold shows an annotated corpus: give input files and no pipeline")
     if not src.gold and pipeline is None:
         raise VisualizeError("give a pipeline to link with (or gold with an annotated corpus)")
+    target = Path(out)
+    _check_writable(target)  # before linking, which takes a while
     try:
         names: Names = KnowledgeBase.load(kb) if kb is not None else None
         resolved = resolve_templates(page.templates) if page.templates is not None else None
@@ -219,9 +236,11 @@ def visualize(
                            kb_id_attr=kb_id_attr)
     except AttributeError as err:  # an extension attribute that is not registered
         raise VisualizeError(f"kb_id attribute {kb_id_attr!r}: {err}") from err
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, lambda p: p.write_text(html, encoding="utf8"))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, lambda p: p.write_text(html, encoding="utf8"))
+    except OSError as err:
+        raise VisualizeError(f"{target}: cannot write the page ({err.strerror or err})") from None
     ents = [e for doc in docs for e in (doc.ents if spans_key is None else doc.spans.get(spans_key, []))]
     return VisualizeSummary(
         out=target, documents=len(docs), entities=len(ents),

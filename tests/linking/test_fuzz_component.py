@@ -1,6 +1,9 @@
 """The component fuzz harness (tests/fuzz_component.py) under pytest: every odd
 document links with its mention in the encoder input, every corrupt pipeline
-folder links (warned where the case says so) or is refused naming the file."""
+folder links (warned where the case says so) or is refused naming the file
+(issue 31: a permuted tokenizer, a changed KB byte, a lying trie max_depth, a
+cfg.json naming another registered function and malformed fusion.json files are
+refused, not linked)."""
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -38,6 +41,14 @@ def test_corrupt_pipeline_folders_link_or_are_refused_naming_the_file(resources,
     outcome = fz.run_folder(resources, case)
     allowed = {"refuse": {"refused"}, "link_warned": {"ok", "refused"}}.get(case.expect, {"ok"})
     assert outcome.status in allowed, f"{outcome.status}: {outcome.detail}"
+
+
+def test_the_integrity_cases_must_be_refused():
+    # a case that may link with a warning would let a silent wrong link pass: these may not
+    integrity = [c for c in FOLDERS if c.name.startswith(("fusion.json", "trie max_depth", "tokenizer of the same size",
+                                                          "cfg.json kb_normalizer", "kb.safetensors one byte"))]
+    assert len(integrity) == 18
+    assert all(c.expect == "refuse" for c in integrity if c.name != "fusion.json intact")
 
 
 def test_the_mention_markers_are_found_by_the_harness(nlp):

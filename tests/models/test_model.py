@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 
@@ -167,7 +169,15 @@ def test_tokenizer_fingerprint_is_stable_and_tells_tokenizers_apart(saved, tmp_p
     assert tokenizer_fingerprint(word_tokenizer) == tokenizer_fingerprint(load_tokenizer(saved))
     other = fuzz_component.permuted_tokenizer(word_tokenizer, tmp_path / "other")
     assert len(other) == len(word_tokenizer) and tokenizer_fingerprint(other) != tokenizer_fingerprint(word_tokenizer)
-    # a tokenizer setting unlike the one saved with the model: loaded, with a warning
+    # a tokenizer unlike the one the model records (issue 31 item 13): refused naming the model's config.json
+    from spacy_genbioel.models import ModelFormatError
+
+    with pytest.raises(ModelFormatError, match="not the tokenizer the model was trained with.*config.json"):
+        load_model(saved, tokenizer_path=tmp_path / "other")
+    # a model saved without the record (before 0.3): loaded, with a warning
+    config = json.loads((saved / "config.json").read_text(encoding="utf8"))
+    del config["genbioel_tokenizer_fingerprint"]
+    (saved / "config.json").write_text(json.dumps(config), encoding="utf8")
     with caplog.at_level("WARNING", logger="spacy_genbioel"):
         load_model(saved, tokenizer_path=tmp_path / "other")
     assert "differs from the tokenizer saved with the model" in caplog.text
