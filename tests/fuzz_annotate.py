@@ -577,6 +577,118 @@ def job_scenarios(pipeline_dir: Path, other_model: Path, other_config: Path) -> 
     ]
 
 
+# -- reliability: where a job writes, read-only output, kills (issue 31) -------------------------------------------------------
+def reliability_scenarios(pipeline_dir: Path) -> List[Tuple[str, Callable[[Path], Tuple[str, str]]]]:
+    """(name, run): output folders where writing changes the job (refused), read-only output (refused
+    unless the job is done there), and runs killed from outside, their parent or one worker (nothing
+    lost or duplicated, no worker outliving its parent, no run hanging on a dead worker). Outcomes as
+    the cases', plus ``stray`` (a worker outlived its parent), ``hung`` (a run waited on a dead worker)
+    and ``skipped`` (no read-only mount can be made here)."""
+    from annotate_jobs import job_input, killed_run, read_only_call
+    from spacy_genbioel.annotate import AnnotateError, annotate
+
+    run = dict(chunk_size=6, batch_size=4, progress=False)
+
+    def folder_of(work: Path, n: int = 8) -> Path:
+        folder = work / "in"
+        folder.mkdir(parents=True)
+        job_input(folder / "docs.jsonl", n=n)
+        return folder
+
+    def refused(make: Callable[[Path], Tuple[list, Path, dict]]) -> Callable[[Path], Tuple[str, str]]:
+        def scenario(work: Path) -> Tuple[str, str]:
+            inputs, out, options = make(work)
+            files = lambda: sorted(str(p) for folder in (work, pipeline_dir) for p in folder.rglob("*"))  # noqa: E731
+            before = files()
+            try:
+                summary = annotate(inputs, pipeline_dir, out, {**run, **options}, CPU)
+            except AnnotateError as err:
+                return ("silent", "refused, but files were written first") if files() != before else ("ok", f"refused: {str(err)[:120]}")
+            except BaseException as err:  # noqa: BLE001
+                return "crash", f"{type(err).__name__}: {err}"
+            finally:
+                if pipeline_dir in out.parents:  # the pipeline is shared by the other cases
+                    shutil.rmtree(out, ignore_errors=True)
+            return "silent", f"accepted: {summary['documents_written']} documents written where the job cannot be resumed"
+        return scenario
+
+    def subfolder(work: Path) -> Tuple[str, str]:
+        folder = folder_of(work)
+        try:
+            for _ in range(2):
+                summary = annotate([folder], pipeline_dir, folder / "out", run, CPU)
+        except AnnotateError as err:
+            return "refused", f"a subfolder of the input folder refused: {err}"
+        if summary["documents_written"] != 8 or summary["this_run"]["documents_annotated"]:
+            return "duplicated", f"the rerun did not resume: {summary}"
+        return "ok", "resumed"
+
+    def read_only(case: str) -> Callable[[Path], Tuple[str, str]]:
+        def scenario(work: Path) -> Tuple[str, str]:
+            work.mkdir(parents=True)
+            docs = job_input(work / "docs.jsonl", n=8)
+            out, errors = work / "out", work / "errors"
+            errors.mkdir(parents=True)
+            if case in ("finished", "unfinished"):
+                annotate([docs], pipeline_dir, out, run, CPU)
+                if case == "unfinished":
+                    (out / "summary.json").unlink()
+            else:
+                out.mkdir()
+            target = work / "o2" if case == "errors_file" else out
+            options = {**run, "errors_path": errors / "e.jsonl"} if case == "errors_file" else run
+            kind, value = read_only_call([errors if case == "errors_file" else out],
+                                         lambda: annotate([docs], pipeline_dir, target, options, CPU)["documents_written"])
+            if kind == "unavailable":
+                return "skipped", f"no read-only mount here ({value})"
+            if kind == "raised":
+                if value[0] != "AnnotateError":
+                    return "crash", f"{value[0]}: {value[1][:200]}"
+                return ("refused", f"the finished job refused: {value[1]}") if case == "finished" else ("ok", f"refused: {value[1][:120]}")
+            if case != "finished":
+                return "silent", f"accepted on a read-only folder: {value}"
+            return ("ok", "finished: nothing to do") if value == 8 else ("lost", f"{value} documents")
+        return scenario
+
+    def killed(target: str, n_process: int) -> Callable[[Path], Tuple[str, str]]:
+        def scenario(work: Path) -> Tuple[str, str]:
+            work.mkdir(parents=True)
+            docs, out, options = job_input(work / "docs.jsonl", n=60), work / "out", {**run, "n_process": n_process}
+            report = killed_run(lambda: annotate([docs], pipeline_dir, out, options, CPU), out, target, random.Random(n_process))
+            if report["strays"]:
+                return "stray", f"{len(report['strays'])} workers outlived their killed parent"
+            if report["hung"]:
+                return "hung", "the run waited on its dead worker"
+            try:
+                annotate([docs], pipeline_dir, out, options, CPU)
+            except AnnotateError as err:
+                return "refused", f"the rerun was refused: {err}"
+            except BaseException as err:  # noqa: BLE001
+                return "crash", f"{type(err).__name__}: {err}"
+            ids = written_ids(out, "jsonl")
+            if len(ids) != len(set(ids)):
+                return "duplicated", f"{len(ids) - len(set(ids))} documents written twice"
+            missing = {f"d{i}" for i in range(60)} - set(ids)
+            if missing:
+                return "lost", f"{len(missing)} documents never written"
+            return "ok", f"killed {report['killed']} with {report['committed']} chunks committed; 60 documents after the rerun"
+        return scenario
+
+    return [
+        ("place/out_is_the_input_folder", refused(lambda w: ([folder_of(w)], w / "in", {}))),
+        ("place/out_in_the_pipeline_folder", refused(lambda w: ([folder_of(w)], pipeline_dir / "annotated", {}))),
+        ("place/errors_file_in_the_input_folder", refused(lambda w: ([folder_of(w)], w / "out", {"errors_path": w / "in" / "e.jsonl"}))),
+        ("place/errors_file_is_an_input", refused(lambda w: ([folder_of(w) / "docs.jsonl"], w / "out", {"errors_path": w / "in" / "docs.jsonl"}))),
+        ("place/out_in_a_subfolder_of_the_input_folder", subfolder),
+        ("readonly/new_job", read_only("new")),
+        ("readonly/finished_job_rerun", read_only("finished")),
+        ("readonly/unfinished_job", read_only("unfinished")),
+        ("readonly/errors_file", read_only("errors_file")),
+        *[(f"kill/parent_n{n}", killed("parent", n)) for n in (1, 2, 4)],
+        *[(f"kill/worker_n{n}", killed("worker", n)) for n in (2, 4)],
+    ]
+
+
 # -- the script ------------------------------------------------------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -585,6 +697,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--per-format", type=int, default=5, help="randomly damaged inputs per sample format, end to end")
     parser.add_argument("--readers", type=int, default=600, help="damaged files read by the readers alone")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per case")
+    parser.add_argument("--no-kills", action="store_true", help="leave out the runs killed from outside (a minute or two)")
     args = parser.parse_args(argv)
     import logging
 
@@ -602,6 +715,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         runs: List[Tuple[str, Callable[[Path], Tuple[str, str]]]] = [
             (c.name, lambda work, c=c: run_case(c, pipeline, work)) for c in cases() + mutated_cases(args.seed, args.per_format)]
         runs += job_scenarios(pipeline, other_model, other_config)
+        runs += [(n, r) for n, r in reliability_scenarios(pipeline) if not args.no_kills or not n.startswith("kill/")]
         for index, (name, run) in enumerate(runs):
             outcome, detail = run(root / f"case{index}")
             counts[outcome] = counts.get(outcome, 0) + 1
@@ -611,7 +725,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for title, found in (("end to end (annotate)", counts), (f"readers ({args.readers} damaged files x 6 ways)", readers)):
         print(f"\n{title}: inputs tried: {sum(found.values())}; crashes: {found.get('crash', 0)}; silent acceptances: "
               f"{found.get('silent', 0)}; lost: {found.get('lost', 0)}; duplicated: {found.get('duplicated', 0)}; "
-              f"unlocated: {found.get('unlocated', 0)}; refused whole: {found.get('refused', 0)}; ok: {found.get('ok', 0)}")
+              f"unlocated: {found.get('unlocated', 0)}; refused whole: {found.get('refused', 0)}; workers outliving their parent: "
+              f"{found.get('stray', 0)}; hung on a dead worker: {found.get('hung', 0)}; skipped: {found.get('skipped', 0)}; "
+              f"ok: {found.get('ok', 0)}")
     print(f"({time.monotonic() - started:.0f} s)")
     return 0
 

@@ -15,7 +15,8 @@ linker, streaming, in committed chunks, resumable after any interruption.
   per output folder;
 * :mod:`.options` -- what a job is told: :class:`AnnotateOptions` (how it runs,
   what it writes) and the genbioel settings the pipeline is loaded with;
-* :mod:`.runner` -- the job itself, :func:`annotate`.
+* :mod:`.runner` -- the job itself, :func:`annotate`; :mod:`.workers` -- its
+  units on forked worker processes (``n_process > 1``), which die with it.
 
 The command line (``python -m spacy_genbioel annotate``) is
 :mod:`spacy_genbioel.cli.annotate`; ``docs/annotate.md`` has the guarantees.

@@ -13,6 +13,13 @@ document IDs appended (and fsync'd) to the checkpoint. On start, the chunk
 files present are the truth: temporary files are removed, a checkpoint line
 whose chunk is missing is dropped, and a chunk without a checkpoint line (a
 crash between rename and append) gets one, read from the chunk itself.
+
+The lock (:func:`output_lock`) is a ``flock`` of our own rather than the
+``filelock`` package's because only filelock's newest releases (checked: 4.3.1)
+close the lock's descriptor in forked children -- the older ones that torch and
+huggingface_hub accept leave it held by workers that outlive a killed parent,
+the very bug the lock must not have -- and by default it falls back to a soft
+lock, which outlives a killed holder, where ``flock`` is missing.
 """
 from __future__ import annotations
 
@@ -186,17 +193,46 @@ class Checkpoint:
         }
 
 
+_HELD: Set[int] = set()  # descriptors of the output-folder locks this process holds
+
+
+def _not_in_child() -> None:
+    """After a fork: the child closes its copies of the lock descriptors. A ``flock`` lives as long as any
+    copy of its descriptor, so a worker that kept one would hold its parent's lock after the parent died."""
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_not_in_child)
+
+
 @contextlib.contextmanager
 def output_lock(out: Path) -> Iterator[None]:
-    """One run per output folder (the lock goes with the process, also on kill -9)."""
+    """One run per output folder: an exclusive ``flock`` on ``OUT/.lock``, held by this process alone
+    (the descriptor is opened close-on-exec and closed in every forked child, so workers never hold
+    it), so the kernel frees it when this process ends, also on kill -9 (the module docstring says why
+    this is not the ``filelock`` package)."""
     import fcntl
 
-    with (out / ".lock").open("w") as handle:
+    path = out / ".lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise AnnotateError(f"{path} cannot be opened ({err.strerror}); {named('out')} must be a folder this user can write") from err
+    _HELD.add(fd)
+    try:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise AnnotateError(f"another annotate run is writing to {out}") from None
         yield
+    finally:
+        if fd in _HELD:  # (a forked child that got here closed it already)
+            _HELD.discard(fd)
+            os.close(fd)
 
 
 # -- provenance -------------------------------------------------------------------------------------------------

@@ -14,18 +14,28 @@ detection gives the same format, the options ``batch_size``, ``n_process``,
 ``engine``, ``chunk_size`` and ``errors_path``, and the settings that say how
 the linker runs, not what it computes (:data:`RUN_SETTINGS`: ``device``,
 ``decoding.batch_size``).
+
+Where a job may write (:func:`check_places`): not into a folder given as an
+input, nor into the pipeline folder, since what it writes there would change
+the job (its chunks read as inputs, the pipeline's fingerprint) and no rerun
+could resume it. A read-only output folder (:func:`finished_read_only`) is an
+error, unless it holds this job, finished: then there is nothing to do.
 """
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+logger = logging.getLogger(__name__)
 
 from spacy_genbioel.annotate.checkpoint import CHUNK_NAME
-from spacy_genbioel.annotate.records import CHECKPOINT, JOB, PROVENANCE, AnnotateError, named
-from spacy_genbioel.util import atomic_json, fingerprint
+from spacy_genbioel.annotate.records import CHECKPOINT, JOB, PROVENANCE, SUMMARY, AnnotateError, named
+from spacy_genbioel.util import PathLike, atomic_json, fingerprint
 
-__all__ = ["RUN_SETTINGS", "check_job", "differences", "job_identity", "record_job"]
+__all__ = ["RUN_SETTINGS", "check_job", "check_places", "differences", "finished_read_only", "job_identity", "record_job"]
 
 VERSION = 1
 # genbioel settings that are not the job's: where and in what batches it runs (the flat batch_size: 0.1 pipelines')
@@ -172,3 +182,51 @@ def check_job(out: Path, identity: Dict[str, Any]) -> bool:
 def record_job(out: Path, identity: Dict[str, Any]) -> None:
     """Write ``OUT/job.json`` (before anything else of the job is written)."""
     atomic_json(out / JOB, identity)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_places(out: Path, errors_path: Optional[Path], inputs: Union[PathLike, Sequence[PathLike]], pipeline_dir: Path) -> None:
+    """Refuse, before anything is written, an output folder (or errors file) where writing changes the job:
+    a folder given as an input (its files are the inputs), or in the pipeline folder (its files are the pipeline)."""
+    given = [Path(p) for p in ([inputs] if isinstance(inputs, (str, Path)) else inputs)]
+    folders = [p for p in given if p.is_dir()]
+    pipeline = pipeline_dir.resolve()
+    if errors_path is not None and any(errors_path.resolve() == p.resolve() for p in given):
+        raise AnnotateError(f"{named('errors_path')} {errors_path} is an input file; give another {named('errors_path')}")
+    for setting, path in (("out", out), ("errors_path", errors_path)):
+        if path is None:
+            continue
+        where = path.resolve() if setting == "out" else path.resolve().parent
+        for folder in folders:
+            if where == folder.resolve():
+                raise AnnotateError(f"{named(setting)} {path} is in the input folder {folder}: what the job writes there would "
+                                    f"be read as input by a rerun, which could then never resume it; give another {named(setting)}")
+        if _inside(path.resolve(), pipeline):
+            raise AnnotateError(f"{named(setting)} {path} is in the pipeline folder {pipeline_dir}: what the job writes there would "
+                                f"change the pipeline, so a rerun could never resume it; give another {named(setting)}")
+
+
+def finished_read_only(out: Path, identity: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """For an output folder this process cannot write (a read-only mount...): its summary when it holds this
+    job, finished (nothing to do: the summary with an empty ``this_run``); None when the folder is writable.
+    Raises :class:`AnnotateError` otherwise, changing nothing."""
+    if os.access(out, os.W_OK | os.X_OK):
+        return None
+    summary: Optional[Dict[str, Any]] = None
+    if not check_job(out, identity):  # this job (another job is refused by check_job)
+        try:
+            summary = json.loads((out / SUMMARY).read_text(encoding="utf8"))
+        except (OSError, ValueError):
+            summary = None
+    if not isinstance(summary, dict) or summary.get("complete") is not True:
+        state = "holds this job, unfinished: copy it to a writable place and rerun there to resume" if (out / JOB).exists() \
+            else "is where a new job would be written"
+        raise AnnotateError(f"{named('out')} {out} is not writable (read-only, or not this user's) and {state}; "
+                            f"give a writable {named('out')}")
+    logger.warning("%s is read-only and holds this job, finished: nothing to do", out)
+    summary["this_run"] = {"documents_resumed": summary.get("documents_written", 0), "documents_annotated": 0, "mentions": 0,
+                           "seconds": 0.0, "documents_per_s": None, "mentions_per_s": None, "read_only": True}
+    return summary

@@ -50,7 +50,7 @@ from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog
 from spacy_genbioel.annotate.readers import safe_records
 from spacy_genbioel.annotate.options import AnnotateOptions
 from spacy_genbioel.annotate.records import ERRORS, PROVENANCE, SUMMARY, AnnotateError, named
-from spacy_genbioel.annotate.units import Unit, UnitResult, annotate_unit, commit_unit, first_seen, load_pipeline, plan_units, run_summary
+from spacy_genbioel.annotate.units import Committer, Unit, UnitResult, annotate_unit, first_seen, load_pipeline, plan_units, run_summary
 from spacy_genbioel.annotate.writers import WRITERS
 from spacy_genbioel.progress import InputProgress
 from spacy_genbioel.util import atomic_json
@@ -236,7 +236,7 @@ def run_on_ray(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out
                 try:
                     items = bar.read(itertools.chain.from_iterable(safe_records(p, f) for p, f in zip(paths, formats)))
                     units = plan_units(first_seen(items, writer.check, errors, set(), counts), options.chunk_size, checkpoint.done, counts)
-                    _drive(ray, pool, units, checkpoint, errors, counts, bar)
+                    _drive(ray, pool, Committer(units, checkpoint, errors, counts, bar))
                 finally:
                     bar.close()
             finally:
@@ -256,19 +256,16 @@ def run_on_ray(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out
     return summary
 
 
-def _drive(ray: Any, pool: WorkerPool, units: Iterator[Unit], checkpoint: Checkpoint, errors: ErrorLog,
-           counts: collections.Counter, bar: InputProgress) -> None:
+def _drive(ray: Any, pool: WorkerPool, committer: Committer) -> None:
     """Keep every worker :data:`QUEUE_DEPTH` units busy; commit what comes back, resend what a dead worker had."""
     retry: Deque[Tuple[Unit, int]] = collections.deque()
     inflight: Dict[Any, Tuple[int, Any, Unit, int]] = {}  # result ref -> (slot, actor, unit, attempt)
+    counts = committer.counts
 
     def next_unit() -> Optional[Tuple[Unit, int]]:
         if retry:
             return retry.popleft()
-        resumed = counts["resumed"]
-        unit = next(units, None)  # the driver reads the inputs up to the next unit
-        if counts["resumed"] > resumed:
-            bar.skip(counts["resumed"] - resumed)
+        unit = committer.next_unit()
         return None if unit is None else (unit, 1)
 
     while True:
@@ -302,17 +299,4 @@ def _drive(ray: Any, pool: WorkerPool, units: Iterator[Unit], checkpoint: Checkp
                 continue
             if pool.actors[slot] is actor:
                 pool.load[slot] -= 1
-            _commit(result, checkpoint, errors, counts)
-            bar.add(docs=len(result.summary.ids), mentions=result.summary.mentions)
-
-
-def _commit(result: UnitResult, checkpoint: Checkpoint, errors: ErrorLog, counts: collections.Counter) -> None:
-    """Commit a unit's chunk (see :func:`~.units.commit_unit`), then log the errors of its failed documents."""
-    commit_unit(checkpoint, result)
-    for error in result.errors:
-        errors.log(error)
-    counts["units_annotated"] += 1
-    counts["run_docs"] += len(result.summary.ids)
-    counts["run_mentions"] += result.summary.mentions
-    counts["worker_ms"] += round(result.seconds * 1000)
-
+            committer.commit(result)

@@ -6,21 +6,27 @@ streaming and resumable.
 or ``python -m spacy_genbioel annotate INPUT... --pipeline DIR --out OUT``.
 The job's options are :class:`~.options.AnnotateOptions`; the genbioel
 component's settings a mapping applied when the pipeline is loaded. New
-documents from :mod:`.readers` go through ``nlp.pipe`` (in this process,
-or in worker processes with ``n_process > 1``) and are committed in numbered
-chunk files by :mod:`.writers` and :mod:`.checkpoint`.
+documents from :mod:`.readers` go through ``nlp.pipe`` (in this process, or,
+with ``n_process > 1``, a unit of ``chunk_size`` documents at a time in worker
+processes forked from it: :mod:`.workers`) and are committed in numbered chunk
+files by :mod:`.writers` and :mod:`.checkpoint`.
 
 Guarantees and decisions (``docs/annotate.md`` has the long version):
 
 * An output folder holds one job (:mod:`.job`): a run into a folder of another
-  job (other inputs, input formats, output format, pipeline or settings) is
-  refused before anything is written.
+  job (other inputs, input formats, output format, pipeline or settings), or
+  into a folder where writing changes the job (an input folder, the pipeline
+  folder), is refused before anything is written. A read-only folder is an
+  error unless it holds this job, finished.
 * Rerunning the same command after ``kill -9`` at any moment finishes the job
   (:mod:`.checkpoint` says why), and with ``n_process=1`` the chunk files are
   byte for byte those of an uninterrupted run: a resumed run starts at a chunk
   boundary, and batches restart at each chunk, so batches and chunks line up
-  the same way. With ``n_process > 1`` batches follow the workers, so scores
-  may differ in the 6th decimal (same documents, mentions, IDs and ranks).
+  the same way. With ``n_process > 1`` each chunk is one worker's unit, on one
+  torch thread: the chunk files of a one-process run with one torch thread.
+* Workers die with this process, and a worker's death (kill, out of memory)
+  is noticed at once: its unit is annotated again by a new worker, or, when
+  that one dies too, the run stops with an error naming the unit (:mod:`.workers`).
 * Duplicate document IDs: the first valid record with an ID is annotated;
   later ones are logged as ``"kind": "duplicate"`` in the errors file and
   counted as skipped. Malformed records never claim an ID.
@@ -39,16 +45,17 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog, output_lock, provenance, update_provenance
-from spacy_genbioel.annotate.job import check_job, job_identity, record_job
+from spacy_genbioel.annotate.job import check_job, check_places, finished_read_only, job_identity, record_job
 from spacy_genbioel.annotate.options import AnnotateOptions, component_settings, run_device
 from spacy_genbioel.annotate.readers import detect_format, expand_inputs, safe_records
-from spacy_genbioel.annotate.records import (
-    ERRORS, SUMMARY, AnnotateError, Annotated, InputRecord, RecordError, doc_mentions, id_key, named,
+from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, InputRecord, RecordError, id_key, named
+from spacy_genbioel.annotate.units import (
+    Committer, annotate_unit, annotated_or_error, first_seen, load_pipeline as _load_pipeline, plan_units, run_serial as _run_serial, run_summary,
 )
-from spacy_genbioel.annotate.units import first_seen, load_pipeline as _load_pipeline, run_one as _one, run_serial as _run_serial, run_summary
+from spacy_genbioel.annotate.workers import run_forked
 from spacy_genbioel.annotate.writers import WRITERS, ChunkWriter
 from spacy_genbioel.progress import InputProgress
 from spacy_genbioel.util import PathLike, atomic_json
@@ -56,49 +63,6 @@ from spacy_genbioel.util import PathLike, atomic_json
 logger = logging.getLogger(__name__)
 
 __all__ = ["AnnotateOptions", "annotate"]
-
-
-# -- running the pipeline (in this process: units.run_serial) -----------------------------------------------------
-def _run_parallel(nlp: Any, records: Iterable[InputRecord], batch_size: int, n_process: int) -> Iterator[Tuple[InputRecord, Any]]:
-    """``nlp.pipe`` with worker processes. Documents a worker failed on never come back;
-    they are spotted by their sequence number and retried in this process."""
-    inflight: Deque[Tuple[int, InputRecord]] = collections.deque()
-    worker_errors: List[BaseException] = []
-
-    def feed() -> Iterator[Tuple[str, int]]:
-        for seq, record in enumerate(records):
-            inflight.append((seq, record))
-            yield record.text, seq
-
-    def on_error(name: Optional[str], proc: Any, docs: Any, err: BaseException) -> None:
-        if proc is not None:  # a call in this process (a retry): let it raise
-            raise err
-        worker_errors.append(err)  # a worker's batch came back empty: spotted below
-
-    nlp.set_error_handler(on_error)
-    # torch's OpenMP pool (libgomp) is not fork-safe: a forked worker of a
-    # process whose pool has threads hangs. Workers run one thread each
-    # anyway, so the parent drops to one thread while they are forked.
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for doc, seq in nlp.pipe(feed(), as_tuples=True, batch_size=batch_size, n_process=n_process):
-            while inflight and inflight[0][0] < seq:
-                _, lost = inflight.popleft()
-                logger.warning("%s: a worker failed (%s); retrying the document here", lost.where, worker_errors[-1] if worker_errors else "?")
-                yield lost, _one(nlp, lost)
-            _, record = inflight.popleft()
-            yield record, doc
-        while inflight:
-            _, lost = inflight.popleft()
-            yield lost, _one(nlp, lost)
-    finally:
-        from spacy.util import raise_error
-
-        nlp.set_error_handler(raise_error)
-        torch.set_num_threads(threads)
 
 
 def _genbioel_name(pipeline_dir: Path) -> str:
@@ -191,6 +155,7 @@ def annotate(
     command = options.command or shlex.join(sys.argv)
     if out.exists() and not out.is_dir():
         raise AnnotateError(f"{named('out')} {out} is a file; it must be a folder")
+    check_places(out, Path(options.errors_path) if options.errors_path else None, inputs, pipeline_dir)
     name = _genbioel_name(pipeline_dir)
     try:
         identity = job_identity(paths, formats, options.input_format, options.format, pipeline_dir, name, overrides)
@@ -201,22 +166,25 @@ def annotate(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise AnnotateError(f"{named('out')} {out} cannot be made ({err})") from err
-    with output_lock(out):
-        try:
-            new_job = check_job(out, identity)  # before anything in the folder changes
-            # Ray: the workers link; the driver's pipeline (on CPU) only reads and writes
-            driver_device = "cpu" if options.engine == "ray" else load_device
-            nlp, component = _load_pipeline(pipeline_dir, name, {**overrides, "device": driver_device})
-            if new_job:
-                record_job(out, identity)
-        except BaseException:
-            _leave_as_found(out, created)  # no empty output folder with a .lock left by a run that could not start
-            raise
-        (out / SUMMARY).unlink(missing_ok=True)  # present only after a run that finished
-        job = {"format": options.format, "inputs": [{"path": str(p), "format": f} for p, f in zip(paths, formats)],
-               "input_format": options.input_format, "chunk_size": options.chunk_size, "batch_size": options.batch_size,
-               "n_process": options.n_process, "engine": options.engine, "settings": overrides}
-        try:
+    finished = finished_read_only(out, identity)  # a read-only folder: an error, unless this job is done there
+    if finished is not None:
+        return finished
+    try:
+        with output_lock(out):
+            try:
+                new_job = check_job(out, identity)  # before anything in the folder changes
+                # Ray: the workers link; the driver's pipeline (on CPU) only reads and writes
+                driver_device = "cpu" if options.engine == "ray" else load_device
+                nlp, component = _load_pipeline(pipeline_dir, name, {**overrides, "device": driver_device})
+                if new_job:
+                    record_job(out, identity)
+            except BaseException:
+                _leave_as_found(out, created)  # no empty output folder with a .lock left by a run that could not start
+                raise
+            (out / SUMMARY).unlink(missing_ok=True)  # present only after a run that finished
+            job = {"format": options.format, "inputs": [{"path": str(p), "format": f} for p, f in zip(paths, formats)],
+                   "input_format": options.input_format, "chunk_size": options.chunk_size, "batch_size": options.batch_size,
+                   "n_process": options.n_process, "engine": options.engine, "settings": overrides}
             record = provenance(nlp, pipeline_dir, component, load_device, job, command)
             update_provenance(out, record, options.format, options.chunk_size)
             inputs_read = list(zip(paths, formats))
@@ -225,9 +193,9 @@ def annotate(
 
                 return run_on_ray(nlp, component, inputs_read, out, options, pipeline_dir=pipeline_dir, overrides=overrides)
             return _run(nlp, component, inputs_read, out, options)
-        except OSError as err:  # reading is guarded record by record: this is the output that cannot be written
-            raise AnnotateError(f"cannot write the output ({err}); what was committed is kept: "
-                                "rerun the same command to resume") from err
+    except OSError as err:  # reading is guarded record by record: this is the output that cannot be written
+        raise AnnotateError(f"cannot write the output ({err}); what was committed is kept: "
+                            "rerun the same command to resume") from err
 
 
 def _run(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path, options: AnnotateOptions) -> Dict[str, Any]:
@@ -259,38 +227,37 @@ def _run(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path
 
     spans_key = component.spans_key
     began = time.monotonic()
-
-    def annotated(pairs: Iterable[Tuple[InputRecord, Any]]) -> Iterator[Annotated]:
-        for record, doc in pairs:
-            if isinstance(doc, BaseException):
-                errors.log(RecordError(record.file, f"pipeline failed on the document ({type(doc).__name__}: {doc})",
-                                       record.line, record.record, record.doc_id))
-                continue
-            try:
-                item = Annotated(record, doc, doc_mentions(doc, spans_key))
-            except Exception as err:  # noqa: BLE001  (one odd document is that document's error)
-                errors.log(RecordError(record.file, f"the annotated document cannot be read ({type(err).__name__}: {err})",
-                                       record.line, record.record, record.doc_id))
-                continue
-            counts["run_docs"] += 1
-            counts["run_mentions"] += len(item.mentions)
-            bar.add(docs=1, mentions=len(item.mentions))
-            yield item
-
     try:
         if n_process == 1:
             # batches restart at each chunk, so a resumed run batches exactly as an uninterrupted one
             for chunk_records in minibatch(pending(), chunk_size):
-                items = list(annotated(_run_serial(nlp, list(chunk_records), batch_size)))
+                items = []
+                for record, doc in _run_serial(nlp, list(chunk_records), batch_size):
+                    result = annotated_or_error(record, doc, spans_key)
+                    if isinstance(result, RecordError):
+                        errors.log(result)
+                        continue
+                    counts["run_docs"] += 1
+                    counts["run_mentions"] += len(result.mentions)
+                    bar.add(docs=1, mentions=len(result.mentions))
+                    items.append(result)
                 if items:
                     checkpoint.commit(items)
         else:
-            for items in minibatch(annotated(_run_parallel(nlp, pending(), batch_size, n_process)), chunk_size):
-                checkpoint.commit(list(items))
+            # the job's units (chunk k of a one-process run) on forked workers, committed as they come back
+            units = plan_units(first_seen(bar.read(_records(paths, formats)), writer.check, errors, seen, counts),
+                               chunk_size, checkpoint.done, counts)
+            committer = Committer(units, checkpoint, errors, counts, bar)
+            run_forked(lambda unit: annotate_unit(nlp, writer, spans_key, unit, batch_size), committer.next_unit,
+                       committer.commit, n_process, counts)
+            checkpoint.put_in_order()
     finally:
         bar.close()
         errors.close()
 
     summary = run_summary(checkpoint, errors, counts, out, format, time.monotonic() - began)
+    if n_process > 1:
+        summary["this_run"].update({"workers": n_process, "units": counts["units"], "units_resumed": counts["units_resumed"],
+                                    "units_annotated": counts["units_annotated"], "units_retried": counts["units_retried"]})
     atomic_json(out / SUMMARY, summary)
     return summary

@@ -37,7 +37,7 @@ from spacy_genbioel.annotate.records import AnnotateError, Annotated, ChunkSumma
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Unit", "UnitResult", "annotate_unit", "commit_unit", "first_seen", "genbioel_component", "load_pipeline",
+__all__ = ["Committer", "Unit", "UnitResult", "annotate_unit", "commit_unit", "first_seen", "genbioel_component", "load_pipeline",
            "plan_units", "run_one", "run_serial", "run_summary"]
 
 
@@ -206,6 +206,37 @@ def commit_unit(checkpoint: Any, result: UnitResult) -> Optional[str]:
                        "committing it as chunk %d", result.index, number)
     entry = checkpoint.commit_file(number, lambda p: p.write_bytes(data), result.summary)
     return entry["chunk"]
+
+
+@dataclass
+class Committer:
+    """The driver's side of an engine that runs units (the forked workers, :mod:`.workers`; Ray,
+    :mod:`.ray_engine`): the next unit of the document stream (documents found committed are skipped
+    on the progress ``bar``), and a unit's result committed (:func:`commit_unit`), then the errors of
+    its documents that failed, counted in ``counts``."""
+
+    units: Iterator[Unit]
+    checkpoint: Any
+    errors: Any
+    counts: Counter
+    bar: Any
+
+    def next_unit(self) -> Optional[Unit]:
+        resumed = self.counts["resumed"]
+        unit = next(self.units, None)  # the driver reads the inputs up to the next unit
+        if self.counts["resumed"] > resumed:
+            self.bar.skip(self.counts["resumed"] - resumed)
+        return unit
+
+    def commit(self, result: UnitResult) -> None:
+        commit_unit(self.checkpoint, result)
+        for error in result.errors:
+            self.errors.log(error)
+        self.counts["units_annotated"] += 1
+        self.counts["run_docs"] += len(result.summary.ids)
+        self.counts["run_mentions"] += result.summary.mentions
+        self.counts["worker_ms"] += round(result.seconds * 1000)
+        self.bar.add(docs=len(result.summary.ids), mentions=result.summary.mentions)
 
 
 def run_summary(checkpoint: Any, errors: Any, counts: Counter, out: Path, format: str, seconds: float) -> Dict[str, Any]:

@@ -87,6 +87,9 @@ def annotate_cmd(
     except AnnotateError as err:
         msg.fail(err.naming(flag), exits=1)
         return
+    except OSError as err:  # annotate() names the file it cannot write; this is the last line of defence
+        msg.fail(f"cannot read or write a file ({err}); what was committed in {out} is kept: rerun the same command to resume", exits=1)
+        return
     run = summary["this_run"]
     msg.good(
         f"{summary['documents_written']} documents, {summary['mentions']} mentions ({summary['mentions_linked']} linked) "

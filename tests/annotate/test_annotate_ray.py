@@ -1,7 +1,9 @@
 """``annotate --engine ray`` on a real local Ray with two CPUs (marker ``ray``, deselected by default:
 ``python -m pytest -m ray tests/annotate/test_annotate_ray.py``; skipped without ray): one and two workers
 write what the local engine writes, byte for byte; a worker killed mid-unit (by its pid, from
-here) and a driver killed mid-run (then the same command again) lose and repeat nothing."""
+here) and a driver killed mid-run (then the same command again) lose and repeat nothing, and the
+killed driver's workers end with it."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,7 +19,7 @@ ray = pytest.importorskip("ray")
 from spacy_genbioel.annotate import annotate  # noqa: E402
 from spacy_genbioel.annotate.ray_engine import ACTOR_PREFIX, worker_status  # noqa: E402
 
-from annotate_jobs import CPU, RUN, assert_same_output, job_input, local_run  # noqa: E402
+from annotate_jobs import CPU, RUN, assert_same_output, job_input, local_run, still_alive  # noqa: E402
 from fuzz_annotate import build_pipeline  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -78,6 +80,16 @@ def kill_a_worker_mid_unit(deadline: float) -> dict:
     raise AssertionError("no worker was seen in the middle of a unit")
 
 
+def worker_pids() -> list:
+    """The processes of the worker actors on the cluster, of any driver (those whose pipeline is loaded)."""
+    pids = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["name"].startswith(ACTOR_PREFIX):
+            with contextlib.suppress(ValueError, ray.exceptions.RayError):
+                pids.append(worker_status(ray, ray.get_actor(actor["name"], namespace=actor["namespace"]), timeout=5)["pid"])
+    return pids
+
+
 def test_a_worker_killed_mid_unit_is_replaced_and_its_units_sent_again(cluster, job, tmp_path):
     out = tmp_path / "out"
     result = {}
@@ -118,10 +130,12 @@ def test_a_driver_killed_mid_run_then_run_again_loses_and_repeats_nothing(cluste
                 assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
                 assert time.monotonic() < deadline, "the driver never committed a unit"
                 time.sleep(0.005)
+            workers = worker_pids()
             driver.send_signal(signal.SIGKILL)
         finally:
             driver.wait(timeout=60)
     assert driver.returncode == -signal.SIGKILL and not (out / "summary.json").exists()
+    assert len(workers) == 2 and still_alive(workers, 60) == []  # the driver's actors died with it
     committed = len(list(out.glob("part-*.jsonl")))
     assert 1 <= committed < 10
     summary = ray_run(job, out, 2)

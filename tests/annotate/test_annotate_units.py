@@ -281,7 +281,7 @@ def test_a_document_the_pipeline_fails_on_is_an_error_and_the_run_goes_on(tmp_pa
     summary = ray_run(path, pipeline, tmp_path / "ray")
     assert_same_output(tmp_path / "ray", tmp_path / "local")
     assert summary["errors"] == local["errors"] == 2  # the poisoned document and the line that is not JSON
-    assert any(json.loads(line).get("id") == "bad" and "poisoned" in line for line in (tmp_path / "ray" / "errors.jsonl").open())
+    assert any(json.loads(line).get("id") == "bad" and "poisoned" in line for line in (tmp_path / "ray" / "errors.jsonl").read_text().splitlines())
 
 
 def test_a_dead_workers_units_are_sent_again(tmp_path, pipeline, docs, reference, fake_ray):

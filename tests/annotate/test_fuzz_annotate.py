@@ -2,9 +2,12 @@
 every malformed input of every format, run end to end, is either refused with
 ``AnnotateError`` or annotated with each document written once or reported in
 the errors file with its file and line; no other exception escapes. Job
-mix-ups are refused, the same job resumes. The readers alone are fuzzed with
+mix-ups are refused, the same job resumes; output where writing changes the job,
+and read-only output, are refused (a finished job on a read-only mount is done);
+runs killed from outside lose, duplicate and leave behind nothing. The readers alone are fuzzed with
 hypothesis (deterministic: ``derandomize=True``)."""
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +22,7 @@ from fuzz_annotate import (
     job_scenarios,
     mutate,
     mutated_cases,
+    reliability_scenarios,
     run_case,
     samples,
 )
@@ -27,6 +31,9 @@ from spacy_genbioel.annotate import INPUT_FORMATS, InputRecord, RecordError, rea
 CASES = cases()
 MUTATED = mutated_cases(seed=0, per_format=3)
 SCENARIOS = [name for name, _ in job_scenarios(*[None] * 3)]
+# issue 31: the kills start real runs with 1 to 4 workers (a few seconds each): slow; test_annotate_workers.py has fast ones
+RELIABILITY = [pytest.param(name, marks=[pytest.mark.slow] if name.startswith("kill/") else [])
+               for name, _ in reliability_scenarios(Path("."))]
 SAMPLES = samples()
 FUZZ = settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
@@ -57,6 +64,14 @@ def test_damaged_input_loses_and_duplicates_nothing(case, pipelines, tmp_path):
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_an_output_folder_holds_one_job(name, pipelines, tmp_path):
     outcome, detail = dict(job_scenarios(*pipelines))[name](tmp_path)
+    assert outcome == "ok", detail
+
+
+@pytest.mark.parametrize("name", RELIABILITY)
+def test_where_a_job_writes_read_only_output_and_kills(name, pipelines, tmp_path):
+    outcome, detail = dict(reliability_scenarios(pipelines[0]))[name](tmp_path / "work")
+    if outcome == "skipped":
+        pytest.skip(detail)
     assert outcome == "ok", detail
 
 
