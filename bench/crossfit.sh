@@ -73,14 +73,14 @@ fold_score() {
     local kb=$F/kb_$variant.jsonl P=$OUT/models/fold-$i/pipeline_$variant D=$OUT/fold-$i
     mkdir -p "$D"
     [ -d "$P" ] || $G package --model "$OUT/models/fold-$i/model" --kb "$kb" --config "$OUT/models/fold-$i/config.cfg" --out "$P"
-    E=($G evaluate --corpus "$F/heldout.txt" "${WALK[@]}" --abbreviations --device cpu)
+    E=($G evaluate --corpus "$F/heldout.txt" "${WALK[@]}" --abbreviations)
     row() { local name=$1; shift; [ -f "$D/${variant}_$name.jsonl" ] || "${E[@]}" "$@" \
         --json "$D/${variant}_$name.json" --predictions "$D/${variant}_$name.jsonl"; }
-    row genbioel --linker genbioel --pipeline "$P" --candidates.retriever none --decoding.exact_match false
+    row genbioel --linker genbioel --pipeline "$P" --device cpu --candidates.retriever none --decoding.exact_match false
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
     # the generator's forced scores of the retrievers' candidates: what the cascade's fusion reads
-    row forced --linker genbioel --pipeline "$P" --decoding.search forced --candidates.retriever tfidf+dense \
+    row forced --linker genbioel --pipeline "$P" --device cpu --decoding.search forced --candidates.retriever tfidf+dense \
         --candidates.num_candidates 5 --decoding.exact_match false
   done
 }

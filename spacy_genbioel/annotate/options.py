@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Union
 
+from spacy_genbioel.annotate.lines import DEFAULT_LIMITS, ReadLimits
 from spacy_genbioel.annotate.readers import INPUT_FORMATS
 from spacy_genbioel.annotate.records import AnnotateError, named
 from spacy_genbioel.annotate.writers import OUTPUT_FORMATS
@@ -59,6 +60,16 @@ class AnnotateOptions:
     engine: str = "local"
     #: with engine "ray": the cluster ("auto", or the head node HOST:6379); None: a local Ray started for the run
     ray_address: Optional[str] = None
+    #: the most bytes one input record (a line, an XML record) may hold; a larger one is an error entry naming the cap
+    max_record_bytes: int = DEFAULT_LIMITS.max_record_bytes
+    #: the most bytes of a BioC JSON file that is one collection (parsed whole)
+    max_json_bytes: int = DEFAULT_LIMITS.max_json_bytes
+
+    @property
+    def read_limits(self) -> ReadLimits:
+        """The readers' caps (:class:`~.lines.ReadLimits`)."""
+        return ReadLimits(max_line_bytes=self.max_record_bytes, max_record_bytes=self.max_record_bytes,
+                          max_json_bytes=self.max_json_bytes)
 
     def __post_init__(self) -> None:
         if self.format not in OUTPUT_FORMATS:
@@ -66,7 +77,7 @@ class AnnotateOptions:
         if self.input_format is not None and self.input_format not in INPUT_FORMATS:
             raise AnnotateError(f"{named('input_format')} {self.input_format!r}: unknown input format; "
                                 f"use one of {', '.join(INPUT_FORMATS)} (or none, to tell each file's)")
-        for name in ("batch_size", "n_process", "chunk_size"):
+        for name in ("batch_size", "n_process", "chunk_size", "max_record_bytes", "max_json_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise AnnotateError(f"{named(name)} must be a whole number of at least 1, not {value!r}")

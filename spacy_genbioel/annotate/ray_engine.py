@@ -234,7 +234,7 @@ def run_on_ray(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out
                 # input bytes as the total, as the local engine's bar; committed documents are skipped, not in the rates
                 bar = InputProgress("annotate (ray)", paths, counts=("docs", "mentions"), enabled=options.progress)
                 try:
-                    items = bar.read(itertools.chain.from_iterable(safe_records(p, f) for p, f in zip(paths, formats)))
+                    items = bar.read(itertools.chain.from_iterable(safe_records(p, f, options.read_limits) for p, f in zip(paths, formats)))
                     units = plan_units(first_seen(items, writer.check, errors, set(), counts), options.chunk_size, checkpoint.done, counts)
                     _drive(ray, pool, Committer(units, checkpoint, errors, counts, bar))
                 finally:

@@ -94,9 +94,9 @@ def _leave_as_found(out: Path, created: bool) -> None:
         pass
 
 
-def _records(paths: Sequence[Path], formats: Sequence[str]) -> Iterator[Any]:
+def _records(paths: Sequence[Path], formats: Sequence[str], limits: Any) -> Iterator[Any]:
     for path, fmt in zip(paths, formats):
-        yield from safe_records(path, fmt)
+        yield from safe_records(path, fmt, limits)
 
 
 def annotate(
@@ -216,7 +216,7 @@ def _run(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path
 
     def pending() -> Iterator[InputRecord]:
         """Valid, first-seen records not yet in a committed chunk; the rest goes to the errors file."""
-        for item in first_seen(bar.read(_records(paths, formats)), writer.check, errors, seen, counts):
+        for item in first_seen(bar.read(_records(paths, formats, options.read_limits)), writer.check, errors, seen, counts):
             key = id_key(item.doc_id)
             if key in checkpoint.done:
                 checkpoint.done.discard(key)  # now in `seen`: keep one copy
@@ -245,7 +245,7 @@ def _run(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path
                     checkpoint.commit(items)
         else:
             # the job's units (chunk k of a one-process run) on forked workers, committed as they come back
-            units = plan_units(first_seen(bar.read(_records(paths, formats)), writer.check, errors, seen, counts),
+            units = plan_units(first_seen(bar.read(_records(paths, formats, options.read_limits)), writer.check, errors, seen, counts),
                                chunk_size, checkpoint.done, counts)
             committer = Committer(units, checkpoint, errors, counts, bar)
             run_forked(lambda unit: annotate_unit(nlp, writer, spans_key, unit, batch_size), committer.next_unit,

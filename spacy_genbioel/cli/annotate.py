@@ -33,6 +33,8 @@ FLAGS = {
     "batch_size": "--batch-size",
     "n_process": "--n-process",
     "chunk_size": "--chunk-size",
+    "max_record_bytes": "--max-record-bytes",
+    "max_json_bytes": "--max-json-bytes",
     "errors_path": "--errors",
     "progress": "--progress",
     "engine": "--engine",
@@ -59,6 +61,8 @@ def annotate_cmd(
     batch_size: int = typer.Option(DEFAULTS.batch_size, "--batch-size", help="Documents per nlp.pipe batch (mentions per decoding batch: --decoding.batch_size)"),
     chunk_size: int = typer.Option(DEFAULTS.chunk_size, "--chunk-size", help="Documents per output chunk (the unit of commit; with --engine ray also the unit of work)"),
     errors: Optional[Path] = typer.Option(None, "--errors", help="Errors JSONL (default: OUT/errors.jsonl)"),
+    max_record_bytes: int = typer.Option(DEFAULTS.max_record_bytes, "--max-record-bytes", help="The most bytes one input line or XML record may hold; a larger one is an error entry naming the cap (memory per record stays bounded)"),
+    max_json_bytes: int = typer.Option(DEFAULTS.max_json_bytes, "--max-json-bytes", help="The most bytes of a BioC JSON collection file (parsed whole)"),
     engine: str = typer.Option(DEFAULTS.engine, "--engine", help="local (this machine) | ray (Ray workers; needs the package's ray extra; see docs/scale.md)"),
     ray_address: Optional[str] = typer.Option(DEFAULTS.ray_address, "--ray-address", help="With --engine ray: the cluster to run on (auto, or the head node HOST:6379); default: a local Ray started for the run"),
     progress: bool = typer.Option(DEFAULTS.progress, "--progress/--no-progress"),
@@ -82,6 +86,7 @@ def annotate_cmd(
     try:
         options = AnnotateOptions(format=format, input_format=input_format, batch_size=batch_size, n_process=n_process,
                                   chunk_size=chunk_size, errors_path=errors, progress=progress,
+                                  max_record_bytes=max_record_bytes, max_json_bytes=max_json_bytes,
                                   command=shlex.join(sys.argv), engine=engine, ray_address=ray_address)
         summary = annotate(paths, pipeline, out, options, {"device": device, **settings})
     except AnnotateError as err:

@@ -1029,3 +1029,18 @@ def test_only_a_failure_to_write_the_output_stops_the_run(tmp_path, pipeline_dir
     monkeypatch.undo()
     annotate([docs_200], pipeline_dir, out, RUN, CPU)
     assert_same_as_reference(out, reference)
+
+
+def test_the_record_cap_is_an_annotate_option_named_in_the_error(tmp_path, pipeline_dir):
+    good = make_texts(2, seed=7)
+    jsonl = tmp_path / "a.jsonl"
+    big = json.dumps({"id": "big", "text": " ".join(["renal failure"] * 200)})
+    jsonl.write_text("\n".join([json.dumps({"id": "x1", "text": good[0]}), big, json.dumps({"id": "x2", "text": good[1]})]) + "\n")
+    options = AnnotateOptions(chunk_size=2, batch_size=2, progress=False, max_record_bytes=len(big) - 1)
+    assert options.read_limits.max_line_bytes == len(big) - 1
+    summary = annotate([jsonl], pipeline_dir, tmp_path / "out", options)
+    assert (summary["documents_written"], summary["errors"]) == (2, 1)
+    entry = json.loads((tmp_path / "out" / "errors.jsonl").read_text().splitlines()[0])
+    assert entry["line"] == 2 and f"{len(big) - 1:,} bytes" in entry["reason"]
+    with pytest.raises(AnnotateError, match="max_record_bytes"):
+        AnnotateOptions(max_record_bytes=0)
