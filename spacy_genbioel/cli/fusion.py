@@ -44,7 +44,7 @@ def fit_fusion_cmd(
     generator: str = typer.Option("beam", help="How the genbioel files were made: beam (beam search) or forced (evaluate --decoding.search forced: forced scores of the retrievers' candidates, what the cascade reads)"),
     cascade: bool = typer.Option(False, "--cascade/--no-cascade", help="Also fit the cascade (reranker.cascade on): retrieval-only weights and its thresholds"),
     target_precision: float = typer.Option(0.98, help="Cascade: top-1 precision the mentions retrieval settles must reach on these predictions"),
-    beam_precision: float = typer.Option(0.5, help="Cascade: retrieval looks weak (beam search runs too) where its top-1 precision is at most this"),
+    beam_reach: float = typer.Option(0.5, help="Cascade: retrieval looks weak (beam search runs too) where its candidates hold the gold concept at most this often"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Fit score fusion on cross-fitted training predictions (bench/crossfit.sh), never on dev."""
@@ -92,7 +92,7 @@ def fit_fusion_cmd(
                            retrievers={s: settings.get(s, {}) for s in sources[1:]})
         model = dataclasses.replace(model, generator=generator)
         if cascade:
-            model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_precision), l2=l2)
+            model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_reach), l2=l2)
     except (KBFormatError, ValueError, OSError) as err:
         msg.fail(f"fit-fusion: {err}")
         raise typer.Exit(1) from None

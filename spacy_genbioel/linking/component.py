@@ -235,20 +235,20 @@ class GenBioELLinker(Pipe):
         except TrieMismatchError as err:
             logger.warning("%s; rebuilding it from the KB with this tokenizer", err)
             linker = GenerativeLinker(model, tokenizer, kb, None, **parts)
-        self._linker, self._reranker = linker, self._make_reranker(kb)
+        self._linker, self._reranker = linker, self._make_reranker(kb, linker)
 
     def set_linker(self, linker: Linker) -> None:
         """Link with ``linker`` as it is: any :class:`~spacy_genbioel.ty.Linker` (a retriever, for
         end-to-end comparisons); this component's retriever and reranker are not added to it."""
         self._linker, self._reranker = linker, None  # type: ignore[assignment]
 
-    def _make_reranker(self, kb: KnowledgeBase) -> Optional[Any]:
+    def _make_reranker(self, kb: KnowledgeBase, linker: GenerativeLinker) -> Optional[Any]:
         """The fusion (or the cascade) over this KB with its retrievers (built lazily)."""
         if self.fusion is not None and (self.decoding.exact_match or self.candidates.shortcut_threshold is not None
                                         or self.candidates.enabled) and self.settings.reranker.cascade == "off":
             logger.warning("The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
                            "candidates change the generator's lists it reads", self.name)
-        return make_reranker(self.fusion, kb, self._linker, self.settings.reranker,
+        return make_reranker(self.fusion, kb, linker, self.settings.reranker,
                              lambda source, model: make_candidate_generator(source, kb, model=model))
 
     def link(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> List[List[Candidate]]:

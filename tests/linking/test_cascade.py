@@ -154,7 +154,7 @@ def test_thresholds_meet_their_targets(pairs, target, min_mentions):
     if t is not None:
         chosen = p >= t
         assert chosen.sum() >= min_mentions and ok[chosen].mean() >= target - 1e-12
-    b = beam_threshold(p, ok, 1 - target, min_mentions)
+    b = beam_threshold(p, ok, 1 - target, min_mentions)  # ok as "reached": the same rule
     if b is not None:
         below = p < b
         assert below.sum() >= min_mentions and ok[below].mean() <= 1 - target + 1e-12
@@ -198,12 +198,13 @@ def test_component_writes_paths_and_saves_its_cascade(tmp_path, micro_model, wor
     nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": n} for n in kb.names[:6]])
     nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
                                       "decoding": {"num_beams": 3, "top_k": 3},
-                                      "reranker": {"fusion": str(tmp_path / "fusion.json"), "cascade": "on"}})
+                                      "reranker": {"fusion": str(tmp_path / "fusion.json"), "cascade": "on",
+                                                   "settle_threshold": 2.0}})
     component = nlp.get_pipe("genbioel")
     texts = [f"We saw {kb.names[i]} and {kb.names[i + 1]} today ." for i in range(0, 6, 2)]
     docs = list(nlp.pipe(texts, batch_size=2))
     paths = [ent._.link_path for doc in docs for ent in doc.ents]
-    assert paths and set(paths) <= {"retrieval", "forced", "beam"}
+    assert paths and set(paths) <= {"forced", "beam"} and "forced" in paths
     assert sum(component.stats.values()) == len(paths) and isinstance(component.reranker, CascadeReranker)
     nlp.to_disk(tmp_path / "pipeline")
     (tmp_path / "fusion.json").unlink()
