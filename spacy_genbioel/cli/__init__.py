@@ -23,6 +23,8 @@ from spacy_genbioel.cli import fusion  # noqa: E402,F401  (folds, fit-fusion)
 
 from spacy_genbioel.cli import export  # noqa: E402,F401  (export-sources)
 
+from spacy_genbioel.cli import rescnn  # noqa: E402,F401  (train-rescnn)
+
 __all__ = ["app", "main", "setup_logging"]
 
 

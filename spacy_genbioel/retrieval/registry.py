@@ -8,6 +8,7 @@ saved pipeline keeps the retriever it was saved with:
 * ``genbioel.tfidf_retriever.v1`` -- :class:`~spacy_genbioel.retrieval.tfidf.TfidfLinker`
 * ``genbioel.scispacy_retriever.v1`` -- :class:`~spacy_genbioel.retrieval.scispacy.ScispacyLinker`
 * ``genbioel.dense_retriever.v1`` -- :class:`~spacy_genbioel.retrieval.dense.DenseLinker`
+* ``genbioel.rescnn_retriever.v1`` -- :class:`~spacy_genbioel.retrieval.rescnn.ResCNNLinker`
 
 A registered function takes the retriever's settings and returns a builder
 ``Callable[[KnowledgeBase], Linker]`` (the style of spaCy's
@@ -56,7 +57,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from spacy.util import registry
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.retrieval.settings import DenseSettings, ScispacySettings
+from spacy_genbioel.retrieval.settings import DenseSettings, ResCNNSettings, ScispacySettings
 from spacy_genbioel.ty import Linker
 
 __all__ = [
@@ -80,6 +81,7 @@ SHORT_NAMES: Dict[str, str] = {
     "scispacy": "genbioel.scispacy_retriever.v1",
     "dense": "genbioel.dense_retriever.v1",
     "sapbert": "genbioel.dense_retriever.v1",
+    "rescnn": "genbioel.rescnn_retriever.v1",
 }
 
 # the naming rule that tells retrievers apart from the rest of registry.misc
@@ -120,6 +122,9 @@ make_scispacy_retriever = registry.misc("genbioel.scispacy_retriever.v1")(Scispa
 
 #: Dense (SapBERT-style) nearest names (its settings: :class:`.settings.DenseSettings`)
 make_dense_retriever = registry.misc("genbioel.dense_retriever.v1")(DenseSettings)
+
+#: The tiny residual CNN of Lai et al. 2021 (its settings: :class:`.settings.ResCNNSettings`)
+make_rescnn_retriever = registry.misc("genbioel.rescnn_retriever.v1")(ResCNNSettings)
 
 
 def known_retrievers() -> List[str]:

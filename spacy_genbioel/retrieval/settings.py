@@ -23,7 +23,7 @@ from typing import Any, Optional
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.ty import Linker
 
-__all__ = ["DenseSettings", "ScispacySettings"]
+__all__ = ["DenseSettings", "ResCNNSettings", "ScispacySettings"]
 
 
 def _retriever(module: str, class_name: str) -> Any:
@@ -97,3 +97,33 @@ class DenseSettings:
     def __call__(self, kb: KnowledgeBase) -> Linker:
         """A :class:`~spacy_genbioel.retrieval.dense.DenseLinker` on ``kb`` with these settings."""
         return _retriever("dense", "DenseLinker")(kb, self.model, self)
+
+
+@dataclass(frozen=True)
+class ResCNNSettings:
+    """The tiny residual-CNN retriever (Lai et al. 2021; :class:`~spacy_genbioel.retrieval.rescnn.ResCNNLinker`)."""
+
+    #: the model directory written by ``train-rescnn`` (required: an untrained network ranks nothing)
+    model: Optional[str] = None
+    #: where the network runs: ``cpu``, ``cuda``, ``cuda:N``, ``auto``
+    device: str = "cpu"
+    #: texts encoded per batch
+    batch_size: int = 256
+    #: read the KB's name index from ``index_dir`` and write it there
+    cache: bool = True
+    #: where name indexes live (the KB's folder keeps it beside the KB; default: the cache's ``rescnn`` folder)
+    index_dir: Optional[str] = None
+    #: how the name index is stored, memory-mapped and searched: ``float16`` or ``int8`` (a scale per name)
+    index_dtype: str = "float16"
+    #: names retrieved per wanted candidate before concepts are grouped
+    oversample: int = 10
+    #: names turned to float32 and scored at once
+    chunk_names: int = 32768
+    #: query rows x names scored at once (memory of one block)
+    max_block: int = 1 << 24
+    #: show a bar while encoding (None: from 10,000 texts on, on a terminal)
+    progress: Optional[bool] = None
+
+    def __call__(self, kb: KnowledgeBase) -> Linker:
+        """A :class:`~spacy_genbioel.retrieval.rescnn.ResCNNLinker` on ``kb`` with these settings."""
+        return _retriever("rescnn", "ResCNNLinker")(kb, self.model, self)

@@ -186,7 +186,7 @@ def test_get_retriever(kb):
     assert isinstance(tfidf, TfidfLinker)
     assert tfidf.vectorizer.ngram_range == (2, 3)
     assert isinstance(get_retriever("genbioel.exact_retriever.v1", kb), ExactLinker)
-    assert set(SHORT_NAMES) == {"exact", "tfidf", "scispacy", "dense", "sapbert"}
+    assert set(SHORT_NAMES) == {"exact", "tfidf", "scispacy", "dense", "sapbert", "rescnn"}
     assert set(SHORT_NAMES.values()) <= set(known_retrievers())
     with pytest.raises(ValueError, match="Unknown linker"):
         get_retriever("bm25", kb)

