@@ -1,6 +1,8 @@
 import shutil
 from importlib.metadata import entry_points
 
+import json
+
 import pytest
 import spacy
 from spacy.tokens import Span
@@ -208,6 +210,14 @@ def test_a_tokenizer_copied_into_a_saved_pipeline_is_caught(resources, tmp_path_
     tokenizer = nlp.get_pipe("genbioel").linker.tokenizer
     other = fuzz_component.permuted_tokenizer(tokenizer, tmp_path / "other")
     other.save_pretrained(out / "genbioel" / "model")  # same vocabulary size, other ids
+    from spacy_genbioel.models import ModelFormatError
+
+    with pytest.raises(ModelFormatError, match="tokenizer"):  # the model records the tokenizer it was trained with
+        spacy.load(out)
+    config_path = out / "genbioel" / "model" / "config.json"
+    config = json.loads(config_path.read_text())
+    del config["genbioel_tokenizer_fingerprint"]  # a model saved before fingerprints: the trie check still catches it
+    config_path.write_text(json.dumps(config))
     with caplog.at_level("WARNING", logger="spacy_genbioel"):
         loaded = spacy.load(out)
     assert "trie.safetensors does not fit" in caplog.text and "another tokenizer" in caplog.text

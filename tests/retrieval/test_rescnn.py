@@ -242,3 +242,10 @@ def test_train_rescnn_command(wordpiece_dir, tmp_path):
     assert len(list(kb_path.parent.glob("toy.rescnn-*.safetensors"))) == 1  # the index, beside the KB
     bad = CliRunner().invoke(app, [*args[:-2], "--training.lr", "1"])
     assert bad.exit_code != 0 and "Traceback" not in bad.output and "lr" in bad.output
+
+
+def test_the_shipped_config_loads():
+    from pathlib import Path
+
+    config, _ = load_rescnn_config(Path(__file__).resolve().parents[2] / "configs" / "rescnn.cfg", {"training.epochs": 1})
+    assert config.epochs == 1
