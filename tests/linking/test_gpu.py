@@ -49,3 +49,20 @@ def test_gpu_per_document_decoding_equals_cpu_in_fp32(micro_model, word_tokenize
     gpu = GenerativeLinker(gpu_model.to("cuda").eval(), word_tokenizer, small_kb, inputs=inputs, decoding=config)
     assert [[c.name for c in r][:1] for r in gpu.link(mentions)] == [[c.name for c in r][:1] for r in cpu]
     assert gpu.stats["encoder_inputs"] < len(mentions)  # windows shared on the GPU too
+
+
+def test_gpu_forced_scores_equal_the_gpu_beam_and_the_cpu(micro_model, word_tokenizer, small_kb):
+    """Forced scoring on the GPU: the beam's own scores there, and the CPU's scores in fp32."""
+    from spacy_genbioel.linking.forced import forced_scores
+
+    mentions = mentions_for(small_kb, 12)
+    settings = DecodingSettings(num_beams=4, top_k=4, batch_size=8)
+    gpu_model = type(micro_model)(micro_model.config)
+    gpu_model.load_state_dict(micro_model.state_dict())
+    gpu = GenerativeLinker(gpu_model.to("cuda").eval(), word_tokenizer, small_kb, decoding=settings)
+    beams = gpu.link(mentions)
+    names = [[c.name for c in found] for found in beams]
+    on_gpu = forced_scores(gpu, mentions, names)
+    on_cpu = forced_scores(GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=settings), mentions, names)
+    for found, g, c in zip(beams, on_gpu, on_cpu):
+        assert g == pytest.approx([x.score for x in found], abs=1e-4) and g == pytest.approx(c, abs=1e-4)
