@@ -12,8 +12,8 @@ clock starts), and the share of mentions per path (``retrieval``, ``forced``, ``
 
 Rows: ``generator`` (beam search, no fusion), ``fusion`` (beam search, then the fusion fitted on
 beam lists: today's default), ``forced_fusion`` (every mention: forced scores of the retrieved
-names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced,
-beam where weak) and ``cascade_no_beam``. ``--abstracts 1000`` also annotates that many abstracts
+names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced)
+and ``cascade_weak_beam`` (beam search also where retrieval looks weak). ``--abstracts 1000`` also annotates that many abstracts
 through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
 """
 from __future__ import annotations
@@ -41,8 +41,8 @@ def rows(fusion: str, cascade: str):
         "fusion": {"reranker.fusion": fusion, "reranker.cascade": "off"},
         "forced_fusion": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.settle_threshold": 2.0,
                           "reranker.beam": "never"},
-        "cascade": {"reranker.fusion": cascade, "reranker.cascade": "on"},
-        "cascade_no_beam": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never"},
+        "cascade": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never"},
+        "cascade_weak_beam": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "weak"},
     }
 
 

@@ -43,7 +43,7 @@ def fit_fusion_cmd(
     retriever_model: List[str] = typer.Option([], "--retriever-model", help="NAME=DIR: the encoder a retriever source uses at linking time (dense: default all-MiniLM-L6-v2)"),
     generator: str = typer.Option("beam", help="How the genbioel files were made: beam (beam search) or forced (evaluate --decoding.search forced: forced scores of the retrievers' candidates, what the cascade reads)"),
     cascade: bool = typer.Option(False, "--cascade/--no-cascade", help="Also fit the cascade (reranker.cascade on): retrieval-only weights and its thresholds"),
-    target_precision: float = typer.Option(0.98, help="Cascade: top-1 precision the mentions retrieval settles must reach on these predictions"),
+    target_precision: float = typer.Option(0.95, help="Cascade: top-1 precision the mentions retrieval settles must reach on these predictions"),
     beam_reach: float = typer.Option(0.5, help="Cascade: retrieval looks weak (beam search runs too) where its candidates hold the gold concept at most this often"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:

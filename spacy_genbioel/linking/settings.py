@@ -130,9 +130,10 @@ class RerankerSettings:
     #: generator, the rest get forced scores of the retrieved names (:mod:`.cascade`; needs a fusion
     #: fitted with ``fit-fusion --cascade``)
     cascade: str = "off"
-    #: in the cascade, where beam search also runs: ``weak`` (retrieval looks weak: below
-    #: ``beam_threshold``), ``never`` or ``always``
-    beam: str = "weak"
+    #: in the cascade, where beam search also runs: ``never``, ``weak`` (retrieval looks weak: below
+    #: ``beam_threshold``) or ``always`` (never by default: the fusion is fitted on forced lists, and
+    #: merging a beam's names cost 2 points of recall@1 on NCBI dev, docs/benchmarks.md)
+    beam: str = "never"
     #: retrieval-only fused probability from which retrieval settles a mention (None: the fusion file's)
     settle_threshold: Optional[float] = None
     #: retrieval-only fused probability below which the cascade also runs beam search (None: the fusion file's)
