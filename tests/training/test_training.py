@@ -639,10 +639,12 @@ def _check_settings(name, args, overrides):
         component_settings(overrides)  # raises on a setting no block has
         return
     from spacy_genbioel.cli._util import parse_overrides
+    from spacy_genbioel.training.rescnn import load_rescnn_config
     from spacy_genbioel.training.settings import load_dense_config, load_stage_config
 
     config = ROOT / args[args.index("--config") + 1]
-    (load_dense_config if name == "train-dense" else load_stage_config)(config, parse_overrides(overrides))
+    loaders = {"train-dense": load_dense_config, "train-rescnn": load_rescnn_config}
+    loaders.get(name, load_stage_config)(config, parse_overrides(overrides))
 
 
 def test_project_commands_use_existing_options():
