@@ -123,3 +123,12 @@ def test_the_demo_spinner_asks_whether_bars_are_wanted(monkeypatch, tmp_path, en
     result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "d")])
     assert result.exit_code == 0, result.output
     assert bool(spun) is spins
+
+
+def test_the_demo_writes_a_nested_out_folder(tmp_path, monkeypatch):
+    from spacy_genbioel.workflows import demo
+
+    monkeypatch.setattr(demo, "train_seq2seq", lambda model, tokenizer, examples, config: [0.0])  # no training here
+    out = tmp_path / "training" / "demo" / "pipeline"  # the project's demo-pipeline step writes here
+    assert demo.build_demo_pipeline(out, train_seconds=0) == (out, 1)
+    assert (out / "genbioel" / "cfg.json").exists()

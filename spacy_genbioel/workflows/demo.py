@@ -72,6 +72,7 @@ def build_demo_pipeline(out: Path, train_seconds: float = 120.0, seed: int = 0, 
     add_kb_entity_ruler(nlp, kb, min_chars=0)  # the demo KB's every name
     linker = nlp.add_pipe("genbioel", config={"device": device})
     linker.set_model(model, tokenizer, kb)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)  # a nested --out: spaCy makes the last folder only
     nlp.to_disk(out)
     return out, len(losses)
 
