@@ -13,7 +13,7 @@ TORCH_INDEX ?=
 
 install:
 	$(PIP) install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(PIP) install -q -e ".[test,scispacy,plots,minilm,ner-transformer,package]"
+	$(PIP) install -q -e ".[test,scispacy,plots,minilm,ner-transformer,package,faiss]"
 
 demo: install
 	$(PYTHON) -m spacy_genbioel demo

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -36,22 +36,39 @@ def _rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def _build(name: str, kb, model: Path, cache_dir: str):
+def parse_row(spec: str) -> Tuple[str, Dict[str, Any]]:
+    """``rescnn/sparse_weight=0/index=faiss`` -> ("rescnn", {"sparse_weight": 0, "index": "faiss"})."""
+    name, *pairs = spec.split("/")
+    settings: Dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--linkers: {spec!r}: settings are key=value after '/', got {pair!r}")
+        try:
+            settings[key] = json.loads(value)
+        except json.JSONDecodeError:
+            settings[key] = value
+    return name, settings
+
+
+def _build(spec: str, kb, model: Path, cache_dir: str):
     from spacy_genbioel.retrieval.registry import get_retriever
 
-    settings: Dict[str, Any] = {}
+    name, settings = parse_row(spec)
     if name == "rescnn":
-        settings = {"model": str(model), "index_dir": cache_dir}
+        settings = {"model": str(model), "index_dir": cache_dir, **settings}
     return get_retriever(name, kb, **settings)
 
 
-def measure(name: str, kb, mentions, model: Path, cache_dir: str) -> Dict[str, Any]:
-    """Build ``name`` on ``kb``, link ``mentions``; recall, speed and memory."""
+def measure(spec: str, kb, mentions, model: Path, cache_dir: str) -> Dict[str, Any]:
+    """Build the linker ``spec`` on ``kb``, link ``mentions``; recall, speed and memory."""
     from spacy_genbioel.evaluation.recall import recall_at_k
+    from spacy_genbioel.ty import mention_text
 
     rss, wall, cpu = _rss_mb(), time.monotonic(), time.process_time()
-    linker = _build(name, kb, model, cache_dir)
-    row: Dict[str, Any] = {"linker": name, "build_s": round(time.monotonic() - wall, 2),
+    linker = _build(spec, kb, model, cache_dir)
+    name = parse_row(spec)[0]
+    row: Dict[str, Any] = {"linker": spec, "build_s": round(time.monotonic() - wall, 2),
                            "build_cpu_s": round(time.process_time() - cpu, 2), "build_rss_mb": round(_rss_mb() - rss, 1)}
     if name == "rescnn":
         row["index_mb"] = round(linker.index_bytes / 2**20, 1)
@@ -66,6 +83,11 @@ def measure(name: str, kb, mentions, model: Path, cache_dir: str) -> Dict[str, A
     row.update({f"recall@{k}": round(v, 4) for k, v in result.recall.items()})
     row.update({"mentions": len(mentions), "link_s": round(seconds, 2), "mentions_per_s": round(len(mentions) / seconds, 1),
                 "mentions_per_cpu_s": round(len(mentions) / max(cpu_seconds, 1e-9), 1)})
+    if name in ("dense", "rescnn"):  # the encoder's share: the mentions encoded once more, alone
+        texts = [kb.normalize(mention_text(m)) for m in mentions]
+        cpu = time.process_time()
+        linker.encoder.encode(texts, batch_size=linker.batch_size, progress=False)
+        row["encode_cpu_s"] = round(time.process_time() - cpu, 2)
     print(json.dumps({"kb": kb.name, **row}), flush=True)
     return row
 
@@ -79,7 +101,8 @@ def main() -> None:
     parser.add_argument("--train", type=Path, default=None, help="training split: adds the KB + training mentions cell")
     parser.add_argument("--crosswalk", type=Path, default=None)
     parser.add_argument("--abbreviations", action="store_true", help="expand short forms first (scispacy), as `evaluate --abbreviations`")
-    parser.add_argument("--linkers", default="tfidf,dense,rescnn")
+    parser.add_argument("--linkers", default="tfidf,dense,rescnn,rescnn/sparse_weight=0",
+                        help="rows, comma-separated; a row's settings follow its name: rescnn/sparse_weight=0/index=faiss")
     parser.add_argument("--train-linkers", default=None, help="linkers of the KB + training mentions cell (default: --linkers)")
     parser.add_argument("--index-only", type=Path, action="append", default=[], help="a further KB: ResCNN index build only")
     parser.add_argument("--json", type=Path, default=None)

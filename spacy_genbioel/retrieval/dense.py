@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 
 __all__ = ["DenseEncoder", "DenseLinker", "DenseSettings", "pool", "autocast_dtype", "detect_pooling", "minilm_model_dir", "default_cache_dir",
-           "POOLINGS", "DENSE_CONFIG"]
+           "faiss_flat_index", "POOLINGS", "DENSE_CONFIG"]
 
 POOLINGS = ("cls", "mean")
 # written next to a trained encoder: {"pooling", "max_length", ...}
@@ -234,6 +234,18 @@ class DenseEncoder:
         return out
 
 
+def faiss_flat_index(matrix: torch.Tensor, dim: int):
+    """faiss's exact inner-product index over the rows of a float matrix (faiss is an optional dependency)."""
+    try:
+        import faiss
+    except ImportError as err:
+        raise ImportError("index = 'faiss' needs faiss: pip install faiss-cpu (or the package's faiss extra)") from err
+    index = faiss.IndexFlatIP(dim)
+    if matrix.shape[0]:
+        index.add(np.ascontiguousarray(matrix.numpy(), dtype=np.float32))
+    return index
+
+
 class DenseLinker:
     """Nearest KB names by cosine similarity of dense vectors.
 
@@ -335,12 +347,7 @@ class DenseLinker:
         return stored.float().to(self.encoder.device)
 
     def _faiss_index(self):
-        import faiss
-
-        index = faiss.IndexFlatIP(self.encoder.dim)
-        if len(self.kb.names):
-            index.add(np.ascontiguousarray(self.name_vectors.cpu().numpy(), dtype=np.float32))
-        return index
+        return faiss_flat_index(self.name_vectors.cpu(), self.encoder.dim)
 
     # -- linking --------------------------------------------------------------------
     def _nearest(self, queries: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -358,6 +365,10 @@ class DenseLinker:
                 all_scores.append(scores.cpu().numpy())
                 all_indices.append(indices.cpu().numpy())
         return np.concatenate(all_scores), np.concatenate(all_indices)
+
+    def _ranked_names(self, texts: Sequence[str], queries: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """(scores, name indices; -1: none) of ``k`` names per query, best first: the nearest (a subclass may re-rank)."""
+        return self._nearest(queries, k)
 
     def _group(self, ranked: List[Tuple[int, float]], top_k: int) -> List[Candidate]:
         """Concepts ranked by their best name, grouped by that name."""
@@ -383,14 +394,15 @@ class DenseLinker:
             return [[] for _ in range(n)]
         kb = self.kb
         texts = [kb.normalize(mention_text(m)) for m in mentions]
-        queries = self.encoder.encode(texts, batch_size=self.batch_size, progress=self.progress)
+        # each distinct text is encoded and searched once (dev sets repeat a mention 2.3 times on average)
+        unique = list(dict.fromkeys(t for t in texts if t))
+        if not unique:
+            return [[] for _ in range(n)]
+        queries = self.encoder.encode(unique, batch_size=self.batch_size, progress=self.progress)
         k = min(n_names, top_k * self.oversample)
-        scores, indices = self._nearest(queries, k)
-        results: List[List[Candidate]] = []
-        for row, text in enumerate(texts):
-            if not text:
-                results.append([])
-                continue
+        scores, indices = self._ranked_names(unique, queries, k)
+        found: Dict[str, List[Candidate]] = {}
+        for row, text in enumerate(unique):
             row_scores, row_idx = scores[row], indices[row]
             keep = row_idx >= 0  # faiss pads with -1
             row_scores, row_idx = row_scores[keep], row_idx[keep]
@@ -400,5 +412,5 @@ class DenseLinker:
             exact = kb.name_index(text)
             if exact is not None:
                 ranked = [(exact, 1.0)] + [(i, s) for i, s in ranked if i != exact]
-            results.append(self._group(ranked, top_k))
-        return results
+            found[text] = self._group(ranked, top_k)
+        return [list(found[text]) if text else [] for text in texts]

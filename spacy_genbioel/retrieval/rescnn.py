@@ -43,7 +43,7 @@ from torch import nn
 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
-from spacy_genbioel.retrieval.dense import DenseLinker, default_cache_dir, minilm_model_dir
+from spacy_genbioel.retrieval.dense import DenseLinker, default_cache_dir, faiss_flat_index, minilm_model_dir
 from spacy_genbioel.retrieval.settings import ResCNNSettings
 from spacy_genbioel.util import PathLike, atomic_json, fingerprint
 
@@ -86,9 +86,35 @@ class _Block(nn.Module):
         middle = (wide + arch.hidden) // 2
         self.ffnn = nn.Sequential(nn.Linear(wide, middle), nn.ReLU(), nn.Dropout(arch.dropout), nn.Linear(middle, arch.hidden))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, hidden, length)
-        features = torch.cat([torch.relu(conv(x)) for conv in self.convs], dim=1)
-        return x + self.ffnn(features.transpose(1, 2)).transpose(1, 2)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: (batch, length, hidden), zero at padded positions.
+
+        The convolutions run as one matrix product of every position with every
+        tap of every convolution (``hidden`` x sum of ``width * filters``), whose
+        slices are then shifted and added: the same sums as ``Conv1d`` with zero
+        padding (padding positions are zero), in one large GEMM instead of three
+        convolutions in the channels-first layout, which measured 1.2-1.4x faster
+        on one CPU thread. The parameters stay ``Conv1d``'s (weights, state dicts).
+        """
+        batch, length, hidden = x.shape
+        taps = torch.cat([conv.weight.permute(1, 2, 0).reshape(hidden, -1) for conv in self.convs], dim=1)
+        products = (x.reshape(-1, hidden) @ taps).view(batch, length, -1)
+        features, column = [], 0
+        for conv in self.convs:
+            width, filters = conv.kernel_size[0], conv.out_channels
+            out = conv.bias.expand(batch, length, filters)
+            for tap in range(width):
+                shift, part = tap - width // 2, products[:, :, column:column + filters]
+                column += filters
+                if shift >= length or -shift >= length:
+                    continue
+                if shift > 0:
+                    part = torch.nn.functional.pad(part[:, shift:], (0, 0, 0, shift))
+                elif shift < 0:
+                    part = torch.nn.functional.pad(part[:, :shift], (0, 0, -shift, 0))
+                out = out + part
+            features.append(torch.relu(out))
+        return x + self.ffnn(torch.cat(features, dim=-1))
 
 
 class ResCNN(nn.Module):
@@ -106,12 +132,12 @@ class ResCNN(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def forward(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        keep = mask.unsqueeze(1).to(self.wordpieces.dtype)  # (batch, 1, length)
-        x = self.project(self.wordpieces[input_ids].transpose(1, 2) * keep) * keep
+        keep = mask.unsqueeze(-1).to(self.wordpieces.dtype)  # (batch, length, 1): channels last throughout
+        x = nn.functional.linear(self.wordpieces[input_ids], self.project.weight.squeeze(-1), self.project.bias) * keep
         for block in self.blocks:
             # re-mask: padding stays zero, so a text's vector does not depend on its batch's width
             x = block(x) * keep
-        pooled = x.masked_fill(keep == 0, float("-inf")).max(dim=-1).values
+        pooled = x.masked_fill(keep == 0, float("-inf")).max(dim=1).values
         pooled = torch.where(torch.isfinite(pooled), pooled, torch.zeros_like(pooled))
         return nn.functional.normalize(pooled, dim=-1)
 
@@ -137,10 +163,12 @@ def minilm_wordpieces(path: Optional[PathLike] = None):
 class ResCNNEncoder:
     """A :class:`ResCNN` with its WordPiece tokenizer; ``source_dir`` is where it was loaded from."""
 
-    def __init__(self, model: ResCNN, tokenizer, source_dir: Optional[PathLike] = None) -> None:
+    def __init__(self, model: ResCNN, tokenizer, source_dir: Optional[PathLike] = None, sparse_ratio: float = 0.0) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.source_dir = Path(source_dir) if source_dir is not None else None
+        #: the learned weight of the TF-IDF cosine relative to the cosine's (``sparse_weight / scale``; 0 untrained)
+        self.sparse_ratio = float(sparse_ratio)
         self._fingerprint: Optional[str] = None
 
     @classmethod
@@ -168,7 +196,11 @@ class ResCNNEncoder:
         model.load_state_dict(state)
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model.to(resolve_device(device)).eval()
-        return cls(model, tokenizer, source_dir=path)
+        sparse, scale = config.get("sparse_weight", 0.0), config.get("scale", 0.0)
+        ratio = float(sparse) / float(scale) if isinstance(scale, (int, float)) and scale > 0 and isinstance(sparse, (int, float)) else 0.0
+        if not np.isfinite(ratio) or ratio < 0:
+            raise ValueError(f"{config_file}: sparse_weight / scale must be a finite number >= 0, got {sparse!r} / {scale!r}")
+        return cls(model, tokenizer, source_dir=path, sparse_ratio=ratio)
 
     def save(self, out_dir: PathLike, **meta) -> Path:
         """``rescnn.safetensors`` (network and frozen table), ``rescnn_config.json`` (shape, ``meta``), the tokenizer."""
@@ -276,6 +308,10 @@ class ResCNNLinker(DenseLinker):
         s = settings or ResCNNSettings()
         if s.index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {s.index_dtype!r}")
+        if s.index not in ("torch", "faiss"):
+            raise ValueError(f"index must be 'torch' or 'faiss', got {s.index!r}")
+        if s.sparse_weight is not None and not (np.isfinite(s.sparse_weight) and s.sparse_weight >= 0):
+            raise ValueError(f"sparse_weight must be None (learned) or a finite number >= 0, got {s.sparse_weight!r}")
         model = model if model is not None else s.model
         if model is None:
             # a missing file, so that commands report it in one line
@@ -294,7 +330,11 @@ class ResCNNLinker(DenseLinker):
         self.from_cache = False
         self.build_seconds = 0.0
         self.index = self._load_or_build(bool(s.cache))
-        self._faiss = None
+        #: the weight of TF-IDF's cosine in the hybrid score (BioSyn's), relative to the cosine's
+        self.sparse_ratio = self.encoder.sparse_ratio if s.sparse_weight is None else float(s.sparse_weight)
+        self._tfidf = None
+        self._float: Optional[torch.Tensor] = None  # the whole index in float32, when it fits one chunk
+        self._faiss = faiss_flat_index(dequantize(self.index, 0, len(kb.names)), self.encoder.dim) if s.index == "faiss" else None
 
     def cache_key(self) -> Optional[str]:
         """SHA-256 of the model's files, the storage dtype and the KB's names (None: a model built in memory)."""
@@ -341,16 +381,27 @@ class ResCNNLinker(DenseLinker):
     def index_bytes(self) -> int:
         return sum(int(a.nbytes) for a in self.index.values())
 
+    def _rows(self, start: int, stop: int) -> torch.Tensor:
+        """float32 index rows; an index of one chunk is turned to float32 once and kept."""
+        if len(self.kb.names) > self.chunk_names:
+            return dequantize(self.index, start, stop)
+        if self._float is None:
+            self._float = dequantize(self.index, 0, len(self.kb.names))
+        return self._float[start:stop]
+
     def nearest_names(self, queries: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """(scores, name indices; -1 past the KB's end) of the ``k`` nearest names per query row,
-        best first, one chunk of names at a time."""
+        best first, one chunk of names at a time (or by faiss, ``index = "faiss"``)."""
         n_names = len(self.kb.names)
+        if self._faiss is not None:
+            scores, index = self._faiss.search(np.ascontiguousarray(queries.numpy(), dtype=np.float32), k)
+            return scores, index
         step = max(1, self.max_block // max(1, min(self.chunk_names, n_names)))
         best_scores = torch.full((queries.shape[0], k), float("-inf"))
         best_index = torch.zeros((queries.shape[0], k), dtype=torch.long)
         with torch.inference_mode():
             for lo in range(0, n_names, self.chunk_names):
-                names = dequantize(self.index, lo, min(n_names, lo + self.chunk_names))
+                names = self._rows(lo, min(n_names, lo + self.chunk_names))
                 for q in range(0, queries.shape[0], step):
                     block = queries[q:q + step] @ names.T
                     scores, index = block.topk(min(k, block.shape[1]), dim=1)
@@ -360,4 +411,20 @@ class ResCNNLinker(DenseLinker):
                     best_scores[q:q + step], best_index[q:q + step] = top, merged_index.gather(1, pick)
         return best_scores.numpy(), np.where(np.isfinite(best_scores.numpy()), best_index.numpy(), -1)
 
-    _nearest = nearest_names  # what DenseLinker.link calls
+    _nearest = nearest_names
+
+    def _ranked_names(self, texts: Sequence[str], queries: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """The nearest names re-ranked by BioSyn's hybrid score, ``(cosine + w * tfidf) / (1 + w)``
+        with ``w = sparse_ratio`` (the cosine's order when ``w`` is 0)."""
+        scores, index = self.nearest_names(queries, k)
+        if self.sparse_ratio <= 0 or not len(texts):
+            return scores, index
+        if self._tfidf is None:
+            from spacy_genbioel.retrieval.tfidf import TfidfLinker
+
+            self._tfidf = TfidfLinker(self.kb)
+        sparse = self._tfidf.pair_scores(texts, index, normalize=False)
+        hybrid = np.where(index >= 0, (scores + self.sparse_ratio * sparse) / (1.0 + self.sparse_ratio), -np.inf)
+        # best first, ties in KB name order (as DenseLinker.link sorts them)
+        order = np.lexsort((np.where(index >= 0, index, np.iinfo(np.int64).max), -hybrid), axis=1) if hybrid.size else hybrid.astype(int)
+        return np.take_along_axis(hybrid, order, axis=1).astype(np.float32), np.take_along_axis(index, order, axis=1)

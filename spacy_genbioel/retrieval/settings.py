@@ -115,10 +115,16 @@ class ResCNNSettings:
     index_dir: Optional[str] = None
     #: how the name index is stored, memory-mapped and searched: ``float16`` or ``int8`` (a scale per name)
     index_dtype: str = "float16"
+    #: ``torch`` (a chunked matrix product) or ``faiss`` (its exact inner-product index, over a float32 copy)
+    index: str = "torch"
     #: names retrieved per wanted candidate before concepts are grouped
     oversample: int = 10
-    #: names turned to float32 and scored at once
-    chunk_names: int = 32768
+    #: names turned to float32 and scored at once; an index of at most this many names is turned to
+    #: float32 once and kept (MEDIC's 72k names: 70 MB), a larger one is turned a chunk at a time per search
+    chunk_names: int = 131072
+    #: BioSyn's hybrid score: the retrieved names are re-ranked by ``cosine + w * TF-IDF cosine`` over
+    #: ``1 + w``; ``None``: ``w`` is the ratio the model learned (its ``sparse_weight / scale``), 0: cosine alone
+    sparse_weight: Optional[float] = None
     #: query rows x names scored at once (memory of one block)
     max_block: int = 1 << 24
     #: show a bar while encoding (None: from 10,000 texts on, on a terminal)

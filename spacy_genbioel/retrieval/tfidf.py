@@ -99,6 +99,19 @@ class TfidfLinker:
         vectors = self.transform(mention_texts)
         return np.asarray((vectors @ self._names_t).todense(), dtype=np.float32)
 
+    def pair_scores(self, texts: Sequence[str], name_index: np.ndarray, normalize: bool = True) -> np.ndarray:
+        """Cosine of ``texts[i]`` with KB name ``name_index[i, j]`` ((len(texts), k) float32; 0 where an index is -1)."""
+        name_index = np.asarray(name_index, dtype=np.int64)
+        if name_index.ndim != 2 or name_index.shape[0] != len(texts):
+            raise ValueError(f"pair_scores: name_index must be ({len(texts)}, k), got {name_index.shape}")
+        if not name_index.size:
+            return np.zeros(name_index.shape, dtype=np.float32)
+        vectors = self.transform(texts, normalize=normalize)
+        rows = np.repeat(np.arange(len(texts)), name_index.shape[1])
+        flat = name_index.reshape(-1)
+        scores = np.asarray(vectors[rows].multiply(self._name_vectors[np.maximum(flat, 0)]).sum(axis=1), dtype=np.float32)
+        return np.where(flat >= 0, scores.reshape(-1), 0.0).reshape(name_index.shape).astype(np.float32)
+
     # -- linking ------------------------------------------------------------
     def link(self, mentions: Sequence[MentionLike], top_k: int = 5) -> List[List[Candidate]]:
         n = len(mentions)
@@ -110,12 +123,14 @@ class TfidfLinker:
         names = kb.names
         n_names = len(names)
         k = min(top_k, n_names)
-        texts = [kb.normalize(mention_text(m)) for m in mentions]
+        all_texts = [kb.normalize(mention_text(m)) for m in mentions]
+        # each distinct text is scored once
+        texts = list(dict.fromkeys(all_texts))
         exact = [kb.name_index(t) for t in texts]
         vectors = self.vectorizer.transform(texts).tocsr()
         results: List[List[Candidate]] = []
         step = self._chunk()
-        for start in range(0, n, step):
+        for start in range(0, len(texts), step):
             # sparse (chunk, n_names) cosine block; top-k on each row's non-zeros
             block = (vectors[start : start + step] @ self._names_t).tocsr()
             indptr, indices, data = block.indptr, block.indices, block.data
@@ -136,7 +151,8 @@ class TfidfLinker:
                 results.append(
                     [Candidate(tuple(kb.ids_for_name_index(i)), names[i], min(s, 1.0)) for i, s in ranked]
                 )
-        return results
+        found = dict(zip(texts, results))
+        return [list(found[text]) for text in all_texts]
 
     def similarity(
         self,

@@ -172,10 +172,7 @@ def refresh_candidates(linker: ResCNNLinker, tfidf, queries: Sequence[Query], co
                 picked.append(name)
         picked += [picked[-1] if picked else 0] * (k - len(picked))  # a tiny KB: repeat the last
         chosen[row] = picked
-    query_vectors = tfidf.transform(texts, normalize=False)
-    flat = chosen.reshape(-1)
-    rows = np.repeat(np.arange(len(queries)), k)
-    sparse_scores = np.asarray(query_vectors[rows].multiply(tfidf._name_vectors[flat]).sum(axis=1), dtype=np.float32).reshape(chosen.shape)
+    sparse_scores = tfidf.pair_scores(texts, chosen, normalize=False)
     positive = np.array([[bool(query.gold.intersection(kb.ids_for_name_index(int(i)))) for i in chosen[row]]
                          for row, query in enumerate(queries)], dtype=bool).reshape(chosen.shape)
     return chosen, sparse_scores, positive

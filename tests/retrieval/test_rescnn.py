@@ -92,6 +92,33 @@ def test_a_texts_vector_does_not_depend_on_its_batch(encoder):
     assert torch.allclose(together.norm(dim=1), torch.ones(4), atol=1e-5)
 
 
+def reference_forward(model: ResCNN, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The paper's channels-first computation with ``Conv1d`` (the network's forward runs it as one GEMM per block)."""
+    keep = mask.unsqueeze(1).float()
+    x = model.project(model.wordpieces[ids].transpose(1, 2) * keep) * keep
+    for block in model.blocks:
+        features = torch.cat([torch.relu(conv(x)) for conv in block.convs], dim=1)
+        x = (x + block.ffnn(features.transpose(1, 2)).transpose(1, 2)) * keep
+    pooled = x.masked_fill(keep == 0, float("-inf")).max(dim=-1).values
+    return torch.nn.functional.normalize(torch.where(torch.isfinite(pooled), pooled, torch.zeros_like(pooled)), dim=-1)
+
+
+@pytest.mark.parametrize("kernel_sizes", [(1, 3), (1, 3, 5), (7,)])
+def test_the_gemm_forward_equals_the_convolutions(wordpiece_dir, kernel_sizes):
+    arch = ResCNNArch(hidden=8, blocks=2, filters=4, kernel_sizes=kernel_sizes, dropout=0.0, max_length=8)
+    encoder = ResCNNEncoder.from_wordpieces(wordpiece_dir, arch, seed=3)
+    # widths 1 to 8 tokens: texts shorter than the widest kernel too
+    texts = ["heart", "breast cancer", "x", "high blood pressure renal insufficiency", "kidney", "abcdefgh"]
+    ids, mask = encoder.padded(encoder.token_ids(texts))
+    encoder.model.eval()
+    with torch.no_grad():
+        assert torch.allclose(encoder.model(ids, mask), reference_forward(encoder.model, ids, mask), atol=1e-6)
+        assert torch.allclose(encoder.model(ids[:1, :1], mask[:1, :1]), reference_forward(encoder.model, ids[:1, :1], mask[:1, :1]), atol=1e-6)
+    # the gradients reach the same parameters
+    encoder.model(ids, mask).sum().backward()
+    assert all(p.grad is not None for p in encoder.model.parameters())
+
+
 def test_frozen_table_gets_no_gradient_and_even_kernels_are_refused(encoder):
     encoder.embed(["heart attack", "lung"]).sum().backward()
     assert encoder.model.wordpieces.grad is None
@@ -167,6 +194,69 @@ def test_links_follow_the_dense_linkers_rules(model_dir, tmp_path):
         get_retriever("rescnn", kb)
     with pytest.raises(ValueError, match="index_dtype"):
         ResCNNLinker(kb, model_dir, settings(tmp_path, index_dtype="int4"))
+
+
+def test_pair_scores_are_the_tfidf_cosines_of_those_names():
+    from spacy_genbioel.retrieval.tfidf import TfidfLinker
+
+    kb = toy_kb()
+    tfidf = TfidfLinker(kb)
+    texts = ["kidney failure", "breast tumor"]
+    index = np.array([[0, 6, -1], [3, 4, 11]])
+    full = tfidf.scores(texts)
+    expected = np.where(index >= 0, np.take_along_axis(full, np.maximum(index, 0), axis=1), 0.0)
+    assert np.allclose(tfidf.pair_scores(texts, index), expected, atol=1e-6)
+    assert tfidf.pair_scores(texts, np.zeros((2, 0), dtype=int)).shape == (2, 0)
+    with pytest.raises(ValueError, match="pair_scores"):
+        tfidf.pair_scores(texts, np.zeros((3, 2), dtype=int))
+
+
+def test_the_hybrid_score_reranks_the_nearest_names(model_dir, tmp_path):
+    from spacy_genbioel.retrieval.tfidf import TfidfLinker
+
+    kb = toy_kb()
+    plain = ResCNNLinker(kb, model_dir, settings(tmp_path))
+    assert plain.sparse_ratio == 0.0  # an untrained model learned no weight: the cosine's order
+    hybrid = ResCNNLinker(kb, model_dir, settings(tmp_path, sparse_weight=2.0))
+    texts = ["kidney failures", "breast tumour", "cardiac"]
+    queries = plain.encoder.encode(texts)
+    cos, index = plain.nearest_names(queries, len(kb.names))
+    sparse = TfidfLinker(kb).pair_scores(texts, index)
+    scores, ranked = hybrid._ranked_names(texts, queries, len(kb.names))
+    for row in range(len(texts)):
+        expected = {int(i): (c + 2.0 * t) / 3.0 for i, c, t in zip(index[row], cos[row], sparse[row])}
+        assert sorted(ranked[row].tolist()) == sorted(expected)  # the same names, re-ranked
+        assert np.allclose(scores[row], [expected[int(i)] for i in ranked[row]], atol=1e-6)
+        assert (np.diff(scores[row]) <= 1e-7).all()
+    links = hybrid.link(["kidney failures", "Hypertension"], top_k=2)
+    assert links[1][0].ids == ("D4",) and links[1][0].score == 1.0  # the exact-name rule still comes first
+    with pytest.raises(ValueError, match="sparse_weight"):
+        ResCNNLinker(kb, model_dir, settings(tmp_path, sparse_weight=float("nan")))
+
+
+def test_the_learned_sparse_weight_is_read_from_the_model(encoder, tmp_path):
+    model = encoder.save(tmp_path / "trained", sparse_weight=0.5, scale=20.0)
+    kb = toy_kb()
+    assert ResCNNLinker(kb, model, settings(tmp_path)).sparse_ratio == pytest.approx(0.025)
+    assert ResCNNLinker(kb, model, settings(tmp_path, sparse_weight=0.0)).sparse_ratio == 0.0
+    bad = encoder.save(tmp_path / "bad", sparse_weight=-1.0, scale=20.0)
+    with pytest.raises(ValueError, match="sparse_weight / scale"):
+        ResCNNEncoder.load(bad)
+
+
+def test_a_one_chunk_index_is_kept_in_float32_and_faiss_agrees(model_dir, tmp_path):
+    kb = toy_kb()
+    linker = ResCNNLinker(kb, model_dir, settings(tmp_path))
+    mentions = ["heart", "kidney failure", "breast", "pressure"]
+    by_torch = linker.link(mentions, top_k=3)
+    assert linker._float is not None and linker._float.shape == (len(kb.names), linker.encoder.dim)
+    chunked = ResCNNLinker(kb, model_dir, settings(tmp_path, chunk_names=4))
+    assert chunked.link(mentions, top_k=3) == by_torch and chunked._float is None
+    with pytest.raises(ValueError, match="index"):
+        ResCNNLinker(kb, model_dir, settings(tmp_path, index="annoy"))
+    pytest.importorskip("faiss")
+    by_faiss = ResCNNLinker(kb, model_dir, settings(tmp_path, index="faiss")).link(mentions, top_k=3)
+    assert [[(c.ids, c.name) for c in r] for r in by_faiss] == [[(c.ids, c.name) for c in r] for r in by_torch]
 
 
 # -- training -------------------------------------------------------------------------------------------------
@@ -249,3 +339,25 @@ def test_the_shipped_config_loads():
 
     config, _ = load_rescnn_config(Path(__file__).resolve().parents[2] / "configs" / "rescnn.cfg", {"training.epochs": 1})
     assert config.epochs == 1
+
+
+def test_each_distinct_mention_text_is_encoded_and_searched_once(model_dir, tmp_path):
+    from spacy_genbioel.retrieval.tfidf import TfidfLinker
+
+    kb = toy_kb()
+    linker = ResCNNLinker(kb, model_dir, settings(tmp_path, sparse_weight=1.0))
+    mentions = ["kidney failure", "Kidney  Failure", "", "breast", "kidney failure", "breast"]
+    seen = []
+    encode = linker.encoder.encode
+    linker.encoder.encode = lambda texts, **kw: seen.append(list(texts)) or encode(texts, **kw)
+    together = linker.link(mentions, top_k=3)
+    assert seen == [["kidney failure", "breast"]]
+    alone = [linker.link([m], top_k=3)[0] for m in mentions]
+    assert [[(c.ids, c.name) for c in r] for r in together] == [[(c.ids, c.name) for c in r] for r in alone]
+    assert np.allclose([c.score for r in together for c in r], [c.score for r in alone for c in r], atol=1e-6)
+    assert together[2] == [] and together[0] == together[4]
+    together[0].append("changed")
+    assert together[1] != together[0]  # each mention gets its own list
+    assert linker.link(["", ""], top_k=3) == [[], []]
+    tfidf = TfidfLinker(kb)
+    assert tfidf.link(mentions, top_k=3) == [tfidf.link([m], top_k=3)[0] for m in mentions]

@@ -256,3 +256,16 @@ def test_bart_large_stops_with_a_report_when_a_set_up_step_fails(tmp_path):
     assert report["error"].startswith("kb_medic failed: exit status 1") and "'||'" in report["error"]
     assert report["runs"] == [] and "**Stopped**: kb_medic failed" in out.stdout
     assert (tmp_path / "work" / "logs" / "kb_medic.log").exists() and not (tmp_path / "work" / "model").exists()
+
+
+def test_rescnn_bench_rows_carry_their_settings():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rescnn_bench", BENCH / "rescnn.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.parse_row("rescnn") == ("rescnn", {})
+    assert module.parse_row("rescnn/sparse_weight=0/index=faiss") == ("rescnn", {"sparse_weight": 0, "index": "faiss"})
+    assert module.parse_row("dense/index=faiss/batch_size=64") == ("dense", {"index": "faiss", "batch_size": 64})
+    with pytest.raises(SystemExit, match="key=value"):
+        module.parse_row("rescnn/faiss")
