@@ -333,6 +333,10 @@ class ResCNNLinker(DenseLinker):
         #: the weight of TF-IDF's cosine in the hybrid score (BioSyn's), relative to the cosine's
         self.sparse_ratio = self.encoder.sparse_ratio if s.sparse_weight is None else float(s.sparse_weight)
         self._tfidf = None
+        if self.sparse_ratio > 0 and len(kb.names):  # fitted with the index, not at the first link
+            from spacy_genbioel.retrieval.tfidf import TfidfLinker
+
+            self._tfidf = TfidfLinker(kb)
         self._float: Optional[torch.Tensor] = None  # the whole index in float32, when it fits one chunk
         self._faiss = faiss_flat_index(dequantize(self.index, 0, len(kb.names)), self.encoder.dim) if s.index == "faiss" else None
 
@@ -417,12 +421,8 @@ class ResCNNLinker(DenseLinker):
         """The nearest names re-ranked by BioSyn's hybrid score, ``(cosine + w * tfidf) / (1 + w)``
         with ``w = sparse_ratio`` (the cosine's order when ``w`` is 0)."""
         scores, index = self.nearest_names(queries, k)
-        if self.sparse_ratio <= 0 or not len(texts):
+        if self._tfidf is None or not len(texts):
             return scores, index
-        if self._tfidf is None:
-            from spacy_genbioel.retrieval.tfidf import TfidfLinker
-
-            self._tfidf = TfidfLinker(self.kb)
         sparse = self._tfidf.pair_scores(texts, index, normalize=False)
         hybrid = np.where(index >= 0, (scores + self.sparse_ratio * sparse) / (1.0 + self.sparse_ratio), -np.inf)
         # best first, ties in KB name order (as DenseLinker.link sorts them)
