@@ -13,7 +13,7 @@
 # Environment: DATA (../shared/data), OUT (training/aap/tiny), FOLDS ("0 1 2 3 4 5 6 7 8 9"), JOBS (2 folds at a
 # time), PRETRAIN_STEPS (1500) / PRETRAIN_SECONDS (900), FINETUNE_STEPS (1500) / FINETUNE_SECONDS (1800): step
 # budgets, so that folds trained side by side get the same training whatever else runs; the seconds are a cap.
-# SEED (0). Steps whose outputs exist are skipped.
+# RESCNN_SECONDS (1200): the ResCNN retriever's training budget per fold. SEED (0). Steps whose outputs exist are skipped.
 set -euo pipefail
 STAGE=${1:?usage: bench/aap.sh prepare|folds|fusion}
 DATA=${2:-${DATA:-../shared/data}}
@@ -50,6 +50,9 @@ fold() {
       --dev "$F/corpus/dev.jsonl" --kb "$F/kb_plain.jsonl" --config configs/finetune_tiny.cfg --out "$F/finetune" --device cpu \
       --training.max_steps "${FINETUNE_STEPS:-1500}" --training.max_seconds "${FINETUNE_SECONDS:-1800}" \
       --training.seed "${SEED:-0}" --training.eval_every 100000
+  # the tiny ResCNN retriever (issue 29) on the fold's training mentions and KB synonyms
+  [ -f "$F/rescnn/result.json" ] || $G train-rescnn --kb "$F/kb_plain.jsonl" --train "$F/corpus/train.jsonl" --config configs/rescnn.cfg \
+      --out "$F/rescnn" --no-index --training.max_seconds "${RESCNN_SECONDS:-1200}" --training.seed "${SEED:-0}" --training.progress false
   for variant in plain aug; do
     local kb=$F/kb_$variant.jsonl
     [ -d "$F/pipeline_$variant" ] || $G package --model "$F/finetune/model" --kb "$kb" --config "$F/finetune/config.cfg" \
@@ -60,6 +63,7 @@ fold() {
     row exact --linker exact --kb "$kb"
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
+    row rescnn --linker rescnn --kb "$kb" --model "$F/rescnn/model"
     row genbioel --linker genbioel --pipeline "$F/pipeline_$variant" --candidates.retriever none --decoding.exact_match false
   done
 }
