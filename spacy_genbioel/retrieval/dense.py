@@ -27,12 +27,13 @@ the pooling it was trained with.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -370,7 +371,7 @@ class DenseLinker:
         """(scores, name indices; -1: none) of ``k`` names per query, best first: the nearest (a subclass may re-rank)."""
         return self._nearest(queries, k)
 
-    def _group(self, ranked: List[Tuple[int, float]], top_k: int) -> List[Candidate]:
+    def _group(self, ranked: Iterable[Tuple[int, float]], top_k: int) -> List[Candidate]:
         """Concepts ranked by their best name, grouped by that name."""
         kb, names = self.kb, self.kb.names
         seen: set = set()
@@ -408,9 +409,10 @@ class DenseLinker:
             row_scores, row_idx = row_scores[keep], row_idx[keep]
             # score descending, then KB name order (deterministic ties)
             order = np.lexsort((row_idx, -row_scores))
-            ranked = [(int(row_idx[j]), float(row_scores[j])) for j in order]
+            # lazily: grouping stops at top_k concepts, usually long before the top_k * oversample names
+            ranked: Iterable[Tuple[int, float]] = ((int(row_idx[j]), float(row_scores[j])) for j in order)
             exact = kb.name_index(text)
             if exact is not None:
-                ranked = [(exact, 1.0)] + [(i, s) for i, s in ranked if i != exact]
+                ranked = itertools.chain([(exact, 1.0)], ((i, s) for i, s in ranked if i != exact))
             found[text] = self._group(ranked, top_k)
         return [list(found[text]) if text else [] for text in texts]
