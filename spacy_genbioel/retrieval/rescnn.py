@@ -369,8 +369,7 @@ class ResCNNLinker(DenseLinker):
                 except (ValueError, KeyError) as err:  # a damaged index is rebuilt, never fatal
                     logger.warning("Ignoring unreadable ResCNN index %s (%s)", path, err)
         began = time.monotonic()
-        arrays = quantize(self.encoder.encode(self.kb.names, batch_size=self.batch_size, progress=self.progress),
-                          self.settings.index_dtype)
+        arrays = self._encode_names()
         self.build_seconds = time.monotonic() - began
         logger.info("ResCNN index of %d names built in %.1fs", len(self.kb.names), self.build_seconds)
         if key is not None and self.index_path is not None:
@@ -380,6 +379,24 @@ class ResCNNLinker(DenseLinker):
             write_arrays(self.index_path, arrays, meta)
             arrays, _ = read_arrays(self.index_path)  # the mapped copy: the built one is let go
         return arrays
+
+    def _encode_names(self) -> Dict[str, np.ndarray]:
+        """The stored index, encoded and quantized ``chunk_names`` names at a time: the float32
+        vectors of a large KB (788k names: 800 MB) never exist whole."""
+        names, dtype = self.kb.names, self.settings.index_dtype
+        out = {key: np.empty((len(names),) + value.shape[1:], dtype=value.dtype)
+               for key, value in quantize(torch.zeros((1, self.encoder.dim)), dtype).items()}
+        bar = StepProgress.start("index", len(names), unit="name",
+                                 enabled=self.progress if self.progress is not None else len(names) >= 10_000)
+        try:
+            for start in range(0, len(names), self.chunk_names):
+                chunk = names[start:start + self.chunk_names]
+                for key, value in quantize(self.encoder.encode(chunk, batch_size=self.batch_size, progress=False), dtype).items():
+                    out[key][start:start + len(chunk)] = value
+                bar.update(len(chunk))
+        finally:
+            bar.close()
+        return out
 
     @property
     def index_bytes(self) -> int:

@@ -361,3 +361,14 @@ def test_each_distinct_mention_text_is_encoded_and_searched_once(model_dir, tmp_
     assert linker.link(["", ""], top_k=3) == [[], []]
     tfidf = TfidfLinker(kb)
     assert tfidf.link(mentions, top_k=3) == [tfidf.link([m], top_k=3)[0] for m in mentions]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8"])
+def test_an_index_built_in_chunks_equals_one_built_whole(model_dir, tmp_path, dtype):
+    kb = toy_kb()
+    whole = ResCNNLinker(kb, model_dir, settings(tmp_path, cache=False, index_dtype=dtype))
+    chunked = ResCNNLinker(kb, model_dir, settings(tmp_path, cache=False, index_dtype=dtype, chunk_names=4))
+    assert whole.index.keys() == chunked.index.keys()
+    for key in whole.index:
+        assert whole.index[key].dtype == chunked.index[key].dtype and np.allclose(whole.index[key], chunked.index[key], atol=1e-6)
+    assert chunked.link(["kidney failure", "breast"], top_k=3) == whole.link(["kidney failure", "breast"], top_k=3)
