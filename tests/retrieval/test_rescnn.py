@@ -290,10 +290,43 @@ def test_refreshed_candidates_leave_out_the_querys_own_name(model_dir, tmp_path)
     assert Query("x", frozenset()).own == -1
 
 
-def test_training_runs_and_saves_a_model_that_links(encoder, tmp_path):
+def test_a_refresh_pool_searches_its_names_only_in_kb_indices(model_dir, tmp_path):
+    from spacy_genbioel.retrieval.tfidf import TfidfLinker
+    from spacy_genbioel.training.rescnn import PoolSearch
+
+    kb = toy_kb()
+    tfidf = TfidfLinker(kb)
+    linker = ResCNNLinker(kb, model_dir, settings(tmp_path, cache=False))
+    queries = [Query("kidney failure", frozenset({"D3"}), kb.name_index("kidney failure")), Query("hypertensive", frozenset({"D4"}))]
+    pool = PoolSearch(kb, linker.encoder, tfidf, queries, size=2)
+    expected = {kb.name_index(c.name) for row in tfidf.link([q.text for q in queries], top_k=2) for c in row}
+    expected |= {kb.name_index(n) for cid in ("D3", "D4") for n in kb.names_of(cid)}
+    assert set(pool.pool.tolist()) == expected and len(expected) < len(kb.names)
+    vectors = linker.encoder.encode([q.text for q in queries])
+    scores, index = pool.nearest_names(vectors, len(kb.names))
+    inside = index[:, : len(expected)]
+    assert set(inside[0].tolist()) == expected and (index[:, len(expected):] == -1).all()
+    full = (vectors @ linker.encoder.encode(kb.names).T).numpy()
+    assert np.allclose(scores[:, : len(expected)], np.take_along_axis(full, inside, axis=1), atol=1e-5)
+    assert (np.diff(scores[:, : len(expected)], axis=1) <= 0).all()
+    # a larger pool holds the smaller one (TF-IDF's names with any shared 3-gram), searched best first
+    larger = PoolSearch(kb, linker.encoder, tfidf, queries, size=len(kb.names))
+    assert set(pool.pool.tolist()) <= set(larger.pool.tolist())
+    top_scores, top_index = larger.nearest_names(vectors, len(larger.pool))
+    assert sorted(top_index[0].tolist()) == larger.pool.tolist()
+    assert np.allclose(top_scores, -np.sort(-full[:, larger.pool], axis=1), atol=1e-5)
+    config = ResCNNTrainConfig(topk=4, refresh_pool=6)
+    chosen, _, positive = refresh_candidates(pool, tfidf, queries, config)
+    assert chosen.shape == (2, 4) and positive[1].any()
+    with pytest.raises(ValueError, match="refresh_pool"):
+        ResCNNTrainConfig(topk=4, refresh_pool=3)
+
+
+@pytest.mark.parametrize("refresh_pool", [0, 6])
+def test_training_runs_and_saves_a_model_that_links(encoder, tmp_path, refresh_pool):
     kb = toy_kb()
     pairs = SynonymPairs(kb, [("heart attacks", "heart attack", ["D1"]), ("kidney insufficiency", "renal insufficiency", ["D3"])], seed=0)
-    config = ResCNNTrainConfig(epochs=2, batch_size=4, topk=4, kb_queries=8, progress=False, log_every=1)
+    config = ResCNNTrainConfig(epochs=2, batch_size=4, topk=4, kb_queries=8, progress=False, log_every=1, refresh_pool=refresh_pool)
     result = train_rescnn(encoder, kb, pairs, config, tmp_path / "run")
     assert result.epoch == 2 and result.step == 6 and all(np.isfinite(result.losses))
     assert result.trainable_parameters == encoder.model.n_trainable < 2_000
