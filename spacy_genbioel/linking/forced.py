@@ -32,7 +32,7 @@ from spacy_genbioel.linking.inputs import has_linkable_text
 from spacy_genbioel.linking.stages import encoded_blocks, mention_inputs
 from spacy_genbioel.ty import Candidate, Mention
 
-__all__ = ["NameTokens", "forced_scores", "rank_by_forced", "merge_lists"]
+__all__ = ["NameTokens", "forced_scores", "rank_by_forced", "merge_lists", "length_groups"]
 
 
 class NameTokens:
@@ -148,13 +148,20 @@ def _score_chunk(linker: Any, windows, rows: Sequence[int], prompts: Sequence[Se
         target[r, : len(s)] = torch.tensor(s, dtype=torch.long)
     logp = first.index_select(0, owner_t).gather(1, target[:, :1])  # (R, 1)
     if width > 1:
-        cache.reorder_cache(owner_t)  # each name starts from a copy of its mention's prompt cache
-        with linker._stage("decoder"):
-            out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(len(names), *windows.shape)),
-                        attention_mask=enc_mask.index_select(0, owner_t), decoder_input_ids=target[:, :-1],
-                        use_cache=True, **{arg: cache})
-        rest = torch.log_softmax(out.logits.float(), dim=-1).gather(2, target[:, 1:, None])[:, :, 0]
-        logp = torch.cat([logp, rest], dim=1)
+        logp = torch.cat([logp, torch.zeros((len(names), width - 1), dtype=logp.dtype, device=device)], dim=1)
+        # names of similar lengths run together: a group is padded to its own longest name, not the chunk's
+        for group in length_groups([len(s) for s in names]):
+            span = max(len(names[r]) for r in group)
+            if span < 2:
+                continue
+            rows_t = torch.tensor(group, dtype=torch.long, device=device)
+            owners, tokens = owner_t.index_select(0, rows_t), target.index_select(0, rows_t)[:, :span]
+            with linker._stage("decoder"):  # each name starts from its mention's prompt cache
+                out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(len(group), *windows.shape)),
+                            attention_mask=enc_mask.index_select(0, owners), decoder_input_ids=tokens[:, :-1],
+                            use_cache=True, **{arg: _rows_of(cache, owners)})
+            logp[rows_t, 1:span] = torch.log_softmax(out.logits.float(), dim=-1).gather(2, tokens[:, 1:, None])[:, :, 0]
+            del out
     valid = torch.arange(width, device=device)[None, :] < lengths[:, None]
     total = logp.masked_fill(~valid, 0.0).sum(dim=1)
     normalized = (total / lengths.float() ** linker.decoding.length_penalty).tolist()
@@ -165,6 +172,31 @@ def _score_chunk(linker: Any, windows, rows: Sequence[int], prompts: Sequence[Se
                 results[m][j] = float(normalized[cursor])
                 cursor += 1
     return results
+
+
+def _rows_of(cache: EncoderDecoderCache, rows: torch.Tensor) -> EncoderDecoderCache:
+    """A new cache of ``rows`` of ``cache``'s self- and cross-attention keys and values; ``cache`` is left as it is."""
+    def pick(part):
+        return DynamicCache([(layer.keys.index_select(0, rows), layer.values.index_select(0, rows)) for layer in part.layers])
+
+    return EncoderDecoderCache(pick(cache.self_attention_cache), pick(cache.cross_attention_cache))
+
+
+def length_groups(lengths: Sequence[int], slack: float = 1.25) -> List[List[int]]:
+    """Indices of ``lengths`` in groups of similar lengths (shortest first), each group's padded size
+    (members x its longest) at most ``slack`` times its real size: the decoder runs one pass per group
+    instead of padding every name to the longest of the chunk (NCBI's candidate names: 2.5x the tokens)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: List[List[int]] = []
+    total = 0
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[i] <= slack * (total + lengths[i]):
+            groups[-1].append(i)
+            total += lengths[i]
+        else:
+            groups.append([i])
+            total = lengths[i]
+    return groups
 
 
 def rank_by_forced(linker: Any, mentions: Sequence[Mention],

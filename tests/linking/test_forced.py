@@ -4,7 +4,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spacy_genbioel.linking.decoder import DecodingSettings, GenerativeLinker
-from spacy_genbioel.linking.forced import NameTokens, forced_scores, merge_lists, rank_by_forced
+from spacy_genbioel.linking.forced import NameTokens, forced_scores, length_groups, merge_lists, rank_by_forced
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.ty import Candidate, Mention
 
@@ -92,3 +92,14 @@ def test_rank_by_forced_and_merge(micro_model, word_tokenizer, small_kb):
     assert all(c.score <= 0 for c in ranked)
     merged = merge_lists(ranked[:3], [Candidate(("X",), ranked[0].name, ranked[0].score - 1), Candidate(("Y",), "other", 0.0)])
     assert merged[0].name == "other" and [c.name for c in merged].count(ranked[0].name) == 1
+
+
+@given(st.lists(st.integers(1, 30), max_size=60), st.sampled_from([1.0, 1.25, 2.0]))
+def test_length_groups_partition_names_with_bounded_padding(lengths, slack):
+    groups = length_groups(lengths, slack)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    flat = [lengths[i] for g in groups for i in g]
+    assert flat == sorted(lengths)  # shortest first, each group a run of the sorted lengths
+    for g in groups:
+        padded, real = len(g) * max(lengths[i] for i in g), sum(lengths[i] for i in g)
+        assert len(g) == 1 or padded <= slack * real + 1e-9
