@@ -13,7 +13,8 @@ clock starts), and the share of mentions per path (``retrieval``, ``forced``, ``
 Rows: ``generator`` (beam search, no fusion), ``fusion`` (beam search, then the fusion fitted on
 beam lists: today's default), ``forced_fusion`` (every mention: forced scores of the retrieved
 names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced)
-and ``cascade_weak_beam`` (beam search also where retrieval looks weak). ``--abstracts 1000`` also annotates that many abstracts
+and ``cascade_weak_beam`` (beam search also where retrieval looks weak); ``--variant rescnn=F,C`` adds those rows
+with other fusion files as ``fusion_rescnn``, ... ``--abstracts 1000`` also annotates that many abstracts
 through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
 """
 from __future__ import annotations
@@ -34,9 +35,11 @@ from spacy_genbioel.evaluation.recall import gold_id_set, hit_rank
 from spacy_genbioel.linking.settings import load_overrides, nested_overrides
 
 
-def rows(fusion: str, cascade: str):
+def rows(fusion: str, cascade: str, label: str = ""):
+    """The rows of one fusion file and one cascade file; ``label``: a variant (``--variant``), whose rows
+    are named ``<row>_<label>`` and leave out the generator alone."""
     off = {"reranker.fusion": None, "reranker.cascade": "off"}
-    return {
+    table = {
         "generator": off,
         "fusion": {"reranker.fusion": fusion, "reranker.cascade": "off"},
         "forced_fusion": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.settle_threshold": 2.0,
@@ -44,6 +47,18 @@ def rows(fusion: str, cascade: str):
         "cascade": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never"},
         "cascade_weak_beam": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "weak"},
     }
+    if not label:
+        return table
+    return {f"{name}_{label}": settings for name, settings in table.items() if name != "generator"}
+
+
+def variant(text: str):
+    """``LABEL=FUSION,CASCADE`` -> ``(label, fusion, cascade)``."""
+    label, sep, files = text.partition("=")
+    fusion, comma, cascade = files.partition(",")
+    if not (sep and comma and label and fusion and cascade):
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected LABEL=FUSION.json,CASCADE.json")
+    return label, fusion, cascade
 
 
 def measure(pipeline: Path, settings: dict, mentions, repeats: int) -> dict:
@@ -91,6 +106,8 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, required=True, help="gold mentions (PubTator): the dev split")
     parser.add_argument("--fusion", required=True, help="fusion fitted on beam lists (today's)")
     parser.add_argument("--cascade", required=True, help="fusion fitted on forced lists with --cascade")
+    parser.add_argument("--variant", type=variant, action="append", default=[],
+                        help="LABEL=FUSION,CASCADE: the same rows with other fusion files (other retrievers), named <row>_LABEL")
     parser.add_argument("--crosswalk", type=Path, default=None)
     parser.add_argument("--no-abbreviations", action="store_true")
     parser.add_argument("--limit", type=int, default=0, help="first N mentions (0: all)")
@@ -112,6 +129,8 @@ def main() -> None:
     if args.limit:
         mentions = mentions[: args.limit]
     table = rows(args.fusion, args.cascade)
+    for label, fusion, cascade in args.variant:
+        table.update(rows(fusion, cascade, label))
     chosen = [r for r in args.rows.split(",") if r] or list(table)
     report = {"machine": f"{platform.processor() or platform.machine()}, {args.threads} thread(s)", "date": str(date.today()),
               "pipeline": str(args.pipeline), "corpus": str(args.corpus), "mentions": len(mentions), "rows": {}}

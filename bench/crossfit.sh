@@ -19,6 +19,9 @@
 #   SECONDS_PER_FOLD  fine-tuning budget of each fold model (1200, as the final model's)
 #   OUT         output folder (training/<corpus>/<preset>/crossfit)
 #   VARIANTS    fold KBs to score and fit ("plain aug")
+#   RESCNN_SECONDS  also train a ResCNN retriever per fold for this long (0: none); fit then keeps the
+#               retrievers (tfidf+dense, tfidf+rescnn or all three) whose fusion links the held-out folds best
+#   RESCNN_MODEL    the ResCNN the fitted fusion links with (training/<corpus>/rescnn/model, train-rescnn's)
 # Steps whose outputs exist are skipped: rerun after a crash to finish.
 set -euo pipefail
 CORPUS=${1:?usage: bench/crossfit.sh ncbi|bc5cdr train|score}
@@ -31,6 +34,8 @@ CONFIG=${CONFIG:-configs/finetune_$PRESET.cfg}
 SECONDS_PER_FOLD=${5:-${SECONDS_PER_FOLD:-1200}}
 OUT=${OUT:-training/$CORPUS/$PRESET/crossfit}
 VARIANTS=${VARIANTS:-plain aug}  # the fold KBs scored and fitted: plain, aug (+ the fold's training mentions)
+RESCNN_SECONDS=${RESCNN_SECONDS:-0}
+RESCNN_MODEL=${RESCNN_MODEL:-training/$CORPUS/rescnn/model}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G="python -m spacy_genbioel"
 join() { local IFS=,; echo "$*"; }
@@ -40,11 +45,13 @@ case $CORPUS in
     DEV=corpus/ncbi/dev.jsonl
     build_kb() { $G build-kb "$DATA/vocab/medic_06Jul2012.txt" --format medic --no-dedup "$@"; }
     WALK=()
+    POOL=0
     ;;
   bc5cdr)
     TRAIN=$DATA/bc5cdr/CDR_TrainingSet.PubTator.txt
     DEV=corpus/bc5cdr/dev.jsonl
     WALK=(--crosswalk "$DATA/vocab/bc5cdr_legacy_id_crosswalk.tsv")
+    POOL=50  # train-rescnn's refresh pool on the 788k-name KB (configs/corpora/bc5cdr.vars)
     build_kb() { $G build-kb --format ctd "$DATA/vocab/CTD_diseases_2017.tsv.gz" \
         mesh-tsv:"$DATA/vocab/mesh/mesh_id_label_mappings.tsv" mesh-tsv:"$DATA/vocab/mesh/mesh_supp_id_label_mappings.tsv" \
         "${WALK[@]}" --no-dedup "$@"; }
@@ -64,7 +71,14 @@ fold_train() {
   [ -f "$OUT/models/fold-$i/result.json" ] || $G finetune --model "$PRETRAINED" --train "$F/corpus/train.jsonl" --dev "$DEV" \
       --kb "$F/kb_plain.jsonl" --config "$CONFIG" --out "$OUT/models/fold-$i" --device cpu \
       --training.max_seconds "$SECONDS_PER_FOLD" --training.seed "$i"
+  [ "$RESCNN_SECONDS" = 0 ] || [ -d "$OUT/models/fold-$i/rescnn/model" ] || $G train-rescnn --kb "$F/kb_plain.jsonl" \
+      --train "$F/corpus/train.jsonl" --config configs/rescnn.cfg --out "$OUT/models/fold-$i/rescnn" \
+      --training.max_seconds "$RESCNN_SECONDS" --training.seed "$i" --data.refresh_pool "$POOL"
 }
+
+# the retriever sets a fusion may read ("+"-joined), and the row of forced scores over each one's candidates
+retriever_sets() { echo tfidf+dense; [ "$RESCNN_SECONDS" = 0 ] || echo tfidf+rescnn tfidf+dense+rescnn; }
+forced_row() { case $1 in tfidf+dense) echo forced ;; *) echo "forced_${1//+/_}" ;; esac; }
 
 fold_score() {
   local i=$1 F=$FOLDS/fold-$1
@@ -79,25 +93,37 @@ fold_score() {
     row genbioel --linker genbioel --pipeline "$P" --device cpu --candidates.retriever none --decoding.exact_match false
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
+    local R=$OUT/models/fold-$i/rescnn/model
+    [ "$RESCNN_SECONDS" = 0 ] || row rescnn --linker rescnn --kb "$kb" --model "$R"
     # the generator's forced scores of the retrievers' candidates: what the cascade's fusion reads
-    row forced --linker genbioel --pipeline "$P" --device cpu --decoding.search forced --candidates.retriever tfidf+dense \
-        --candidates.num_candidates 5 --decoding.exact_match false
+    for set in $(retriever_sets); do
+      row "$(forced_row "$set")" --linker genbioel --pipeline "$P" --device cpu --decoding.search forced --candidates.retriever "$set" \
+          --candidates.model "rescnn=$R" --candidates.num_candidates 5 --decoding.exact_match false
+    done
   done
 }
 
 fit() {
   for variant in $VARIANTS; do
-    local gen=() tfidf=() dense=() kbs=()
+    local gen=() kbs=() retrievers=() choose=()
     for i in $(seq 0 $((K - 1))); do
-      gen+=("$OUT/fold-$i/${variant}_genbioel.jsonl"); tfidf+=("$OUT/fold-$i/${variant}_tfidf.jsonl")
-      dense+=("$OUT/fold-$i/${variant}_dense.jsonl"); kbs+=(--kb "$FOLDS/fold-$i/kb_$variant.jsonl")
+      gen+=("$OUT/fold-$i/${variant}_genbioel.jsonl"); kbs+=(--kb "$FOLDS/fold-$i/kb_$variant.jsonl")
     done
-    $G fit-fusion --source "genbioel=$(join "${gen[@]}")" --source "tfidf=$(join "${tfidf[@]}")" --source "dense=$(join "${dense[@]}")" "${kbs[@]}" \
-        --out "$OUT/fusion_$variant.json"
-    # the cascade's (reranker.cascade on): the fusion over forced scores, its retrieval-only weights and thresholds
-    local forced=("${gen[@]/_genbioel.jsonl/_forced.jsonl}")
-    $G fit-fusion --source "genbioel=$(join "${forced[@]}")" --source "tfidf=$(join "${tfidf[@]}")" --source "dense=$(join "${dense[@]}")" \
-        "${kbs[@]}" --generator forced --cascade --out "$OUT/cascade_$variant.json"
+    for name in tfidf dense $([ "$RESCNN_SECONDS" = 0 ] || echo rescnn); do
+      retrievers+=(--source "$name=$(join "${gen[@]/_genbioel.jsonl/_$name.jsonl}")")
+    done
+    if [ "$RESCNN_SECONDS" != 0 ]; then
+      retrievers+=(--retriever-model "rescnn=$RESCNN_MODEL")
+      for set in $(retriever_sets); do choose+=(--alternative "${set//+/,}"); done
+    fi
+    $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${retrievers[@]}" "${kbs[@]}" "${choose[@]}" --out "$OUT/fusion_$variant.json"
+    # the cascade's (reranker.cascade on): the fusion over forced scores of the chosen retrievers' candidates,
+    # its retrieval-only weights and thresholds
+    local set
+    set=$(python -c 'import json, sys; print("+".join(json.load(open(sys.argv[1]))["sources"][1:]))' "$OUT/fusion_$variant.json")
+    local forced=("${gen[@]/_genbioel.jsonl/_$(forced_row "$set").jsonl}")
+    $G fit-fusion --source "genbioel=$(join "${forced[@]}")" "${retrievers[@]}" "${kbs[@]}" --alternative "${set//+/,}" \
+        --generator forced --cascade --out "$OUT/cascade_$variant.json"
   done
 }
 

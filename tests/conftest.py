@@ -84,3 +84,24 @@ def mentions_for(kb, n=12):
         text = names[(i * 7) % len(names)] if i % 3 else f"{WORDS[i % len(WORDS)]} {WORDS[(i * 3) % len(WORDS)]}"
         out.append(Mention(text, left="the patient had " * (i % 4), right=" and was treated"))
     return out
+
+
+#: synonym words of the ResCNN tests (a WordPiece vocabulary of them: wordpiece_dir)
+SYNONYM_WORDS = ["heart", "attack", "myocardial", "infarction", "cardiac", "breast", "cancer", "carcinoma", "neoplasm", "tumor",
+         "renal", "kidney", "failure", "insufficiency", "high", "blood", "pressure", "hypertension", "lung", "disease"]
+
+
+@pytest.fixture(scope="session")
+def wordpiece_dir(tmp_path_factory):
+    """A BERT-like directory with a WordPiece vocabulary of the test words and a random 8-wide table."""
+    from safetensors.torch import save_file
+    from transformers import BertTokenizerFast
+
+    path = tmp_path_factory.mktemp("wordpieces")
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = list(dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *SYNONYM_WORDS, *letters, *[f"##{c}" for c in letters]]))
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf8")
+    BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(str(path))
+    generator = torch.Generator().manual_seed(0)
+    save_file({"embeddings.word_embeddings.weight": torch.randn(len(vocab), 6, generator=generator)}, str(path / "model.safetensors"))
+    return path

@@ -42,6 +42,7 @@ def fit_fusion_cmd(
     exclude: List[Path] = typer.Option([], help="Prediction files (`evaluate --predictions`) of mentions to keep out of the fit: any example with the same text and gold concepts is dropped (AskAPatient folds repeat mention/concept pairs across validation splits)"),
     retriever_model: List[str] = typer.Option([], "--retriever-model", help="NAME=DIR: the encoder a retriever source uses at linking time (dense: default all-MiniLM-L6-v2)"),
     generator: str = typer.Option("beam", help="How the genbioel files were made: beam (beam search) or forced (evaluate --decoding.search forced: forced scores of the retrievers' candidates, what the cascade reads)"),
+    alternative: List[str] = typer.Option([], "--alternative", help="NAME[,NAME...]: retriever sources the fusion may read instead of all of them (say twice or more: tfidf,dense and tfidf,rescnn); the one whose fusion, fitted on the other folds, links each held-out fold best (recall@1) is kept"),
     cascade: bool = typer.Option(False, "--cascade/--no-cascade", help="Also fit the cascade (reranker.cascade on): retrieval-only weights and its thresholds"),
     target_precision: float = typer.Option(0.95, help="Cascade: top-1 precision the mentions retrieval settles must reach on these predictions"),
     beam_reach: float = typer.Option(0.5, help="Cascade: retrieval looks weak (beam search runs too) where its candidates hold the gold concept at most this often"),
@@ -52,7 +53,7 @@ def fit_fusion_cmd(
     from spacy_genbioel.kb import KBFormatError, KnowledgeBase
     from spacy_genbioel.linking.fusion import GENERATOR
     from spacy_genbioel.training.cascade_fit import CascadeTargets, fit_cascade
-    from spacy_genbioel.training.fusion_fit import drop_examples, fit_fusion, read_fusion_examples
+    from spacy_genbioel.training.fusion_fit import choose_sources, drop_examples, fit_fusion, read_fusion_examples
 
     files = {}
     for item in source:
@@ -79,18 +80,30 @@ def fit_fusion_cmd(
         if not sep or name not in files:
             raise typer.BadParameter(f"--retriever-model {item!r}: expected NAME=DIR for a --source name")
         settings[name] = {"model": path}
+    choices = [[n for n in item.split(",") if n] for item in alternative]
+    for names in choices:
+        unknown = [n for n in names if n not in files or n == GENERATOR]
+        if unknown or not names:
+            raise typer.BadParameter(f"--alternative {','.join(names)!r}: give retriever names of --source ({', '.join(unknown)})")
     try:
         kbs = [KnowledgeBase.load(path) for path in kb]
-        examples = []
-        for i in range(n_folds):
-            examples.extend(read_fusion_examples({s: [paths[i]] for s, paths in files.items()}, kbs[min(i, len(kbs) - 1)]))
+        folds = [read_fusion_examples({s: [paths[i]] for s, paths in files.items()}, kbs[min(i, len(kbs) - 1)])
+                 for i in range(n_folds)]
         if exclude:
-            examples, dropped = drop_examples(examples, exclude)
-            msg.info(f"{dropped} examples dropped: their mention and gold concepts are in {', '.join(map(str, exclude))}")
+            kept = [drop_examples(fold, exclude) for fold in folds]
+            folds = [fold for fold, _ in kept]
+            msg.info(f"{sum(n for _, n in kept)} examples dropped: their mention and gold concepts are in {', '.join(map(str, exclude))}")
+        examples = [ex for fold in folds for ex in fold]
         sources = [GENERATOR, *(s for s in files if s != GENERATOR)]
+        choice = None
+        if choices:
+            sources, choice = choose_sources(folds, kbs[0], choices, depth=depth, l2=l2)
+            msg.info(f"Sources chosen on the held-out folds: {', '.join(sources)} ({choice})")
         model = fit_fusion(examples, kbs[0], sources, depth=depth, l2=l2,
                            retrievers={s: settings.get(s, {}) for s in sources[1:]})
         model = dataclasses.replace(model, generator=generator)
+        if choice is not None:
+            model.fit["choice"] = choice
         if cascade:
             model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_reach), l2=l2)
     except (KBFormatError, ValueError, OSError) as err:

@@ -32,7 +32,7 @@ from spacy_genbioel.ty import Candidate, Linker, Mention
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CandidateSettings", "CandidateUnion", "LazyCandidateGenerator", "make_candidate_generator", "check_candidates", "known_candidates", "NO_CANDIDATES",
+__all__ = ["CandidateSettings", "CandidateUnion", "LazyCandidateGenerator", "make_candidate_generator", "check_candidates", "known_candidates", "NO_CANDIDATES", "model_for",
            "exact_matches", "allowed_name_sets"]
 
 NO_CANDIDATES = "none"
@@ -65,7 +65,8 @@ class CandidateSettings:
 
     #: a registered retriever (short or versioned name: "tfidf", "genbioel.tfidf_retriever.v1"), or "none"
     retriever: str = NO_CANDIDATES
-    #: directory of the retriever's model, for those that need one (dense); not copied by to_disk
+    #: directory of the retriever's model, for those that need one (dense, rescnn); not copied by to_disk.
+    #: ``NAME=DIR[,NAME=DIR]`` gives each retriever of a union its own (``rescnn=training/ncbi/rescnn/model``)
     model: Optional[str] = None
     #: concepts the retriever proposes per mention (its top names' IDs)
     num_candidates: int = 20
@@ -139,8 +140,20 @@ def make_candidate_generator(name: str, kb: KnowledgeBase, model: Optional[str] 
         return None
     if "+" in name:
         return CandidateUnion([make_candidate_generator(part, kb, model) for part in name.split("+")])
+    model = model_for(name, model)
     settings = {"model": model} if model and retriever_takes(name, "model") else {}
     return LazyCandidateGenerator(name, kb, make_retriever_builder(name, **settings))
+
+
+def model_for(name: str, model: Optional[str]) -> Optional[str]:
+    """The model directory retriever ``name`` gets from ``candidates.model``: a directory goes to every
+    retriever that takes one; ``NAME=DIR`` pairs (comma-separated) each to the retriever named (None to others)."""
+    if not model:
+        return None
+    pairs = [part.partition("=") for part in model.split(",")]
+    if not all(sep and key in known_retrievers() for key, sep, _ in pairs):
+        return model
+    return next((path for key, _, path in pairs if resolve_retriever(key) == resolve_retriever(name)), None)
 
 
 def exact_matches(kb: KnowledgeBase, mentions: Sequence[Mention], which: Sequence[int]) -> Dict[int, Candidate]:

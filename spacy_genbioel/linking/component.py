@@ -383,7 +383,7 @@ class GenBioELLinker(Pipe):
             lk.trie.to_disk(path / "trie.safetensors")
             meta["kb_checksum"] = lk.kb.checksum()
         if self.fusion is not None:
-            self.fusion.save(path / "fusion.json")
+            self.fusion.bundled(path).save(path / "fusion.json")  # with its retrievers' trained models, if any
             # the configured path the copy came from: from_disk then reads the copy, not that path again
             meta["fusion_config"] = self.settings.reranker.fusion
         elif (path / "fusion.json").exists():

@@ -29,9 +29,11 @@ saved as JSON beside the pipeline (``fusion.json``) and readable as they are.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -51,6 +53,7 @@ FORMAT_VERSION = 1
 _PER_SOURCE = ("in", "score", "rr", "gap")
 _SHARED = ("exact", "log_prior")
 _MAX_NESTING = 64  # levels of JSON a fusion file may nest
+_BUNDLED = "retrievers"  # the folder beside a saved pipeline's fusion.json that holds its retrievers' models
 
 
 class FusionFormatError(ValueError):
@@ -213,6 +216,36 @@ class FusionModel:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf8")
 
+    def bundled(self, folder: PathLike) -> "FusionModel":
+        """This fusion with each retriever's model directory copied to ``folder/retrievers/<source>`` and
+        named relative to ``folder`` (:meth:`load` of ``folder/fusion.json`` resolves it): a saved pipeline
+        carries the encoders its fusion reads (a trained ResCNN or dense model), not paths of the machine
+        that made it. A retriever without a model (MiniLM as installed) is left as it is."""
+        folder = Path(folder)
+        retrievers: Dict[str, Dict[str, Any]] = {}
+        for source, settings in self.retrievers.items():
+            model = settings.get("model")
+            if isinstance(model, str) and Path(model).is_dir():
+                target = folder / _BUNDLED / source
+                if Path(model).resolve() != target.resolve():
+                    if target.exists():
+                        shutil.rmtree(target)
+                    shutil.copytree(model, target)
+                settings = {**settings, "model": f"{_BUNDLED}/{source}"}
+            retrievers[source] = settings
+        for stale in (folder / _BUNDLED).glob("*") if (folder / _BUNDLED).is_dir() else ():
+            if stale.name not in retrievers:
+                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        return dataclasses.replace(self, retrievers=retrievers)
+
+    def _resolved(self, folder: Path) -> "FusionModel":
+        """Relative model paths that name a directory beside the fusion file, made absolute."""
+        retrievers = {source: {**settings, "model": str(folder / settings["model"])}
+                      if isinstance(settings.get("model"), str) and not Path(settings["model"]).is_absolute()
+                      and (folder / settings["model"]).is_dir() else settings
+                      for source, settings in self.retrievers.items()}
+        return dataclasses.replace(self, retrievers=retrievers)
+
     @classmethod
     def from_dict(cls, data: Any, where: str = "fusion") -> "FusionModel":
         if not isinstance(data, dict):
@@ -270,7 +303,7 @@ class FusionModel:
             raise FusionFormatError(f"{path}: nested deeper than {_MAX_NESTING} levels") from None
         except (ValueError, UnicodeDecodeError) as err:  # json.JSONDecodeError is a ValueError
             raise FusionFormatError(f"{path}: not a JSON fusion file ({err})") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(data, str(path))._resolved(Path(path).parent)
 
 
 class FusionReranker:

@@ -27,7 +27,7 @@ from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FusionExample", "read_fusion_examples", "drop_examples", "fit_fusion", "score_fusion"]
+__all__ = ["FusionExample", "read_fusion_examples", "drop_examples", "fit_fusion", "score_fusion", "choose_sources"]
 
 
 @dataclass(frozen=True)
@@ -196,3 +196,40 @@ def score_fusion(model: FusionModel, examples: Sequence[FusionExample], kb: Any,
     report = {name: {f"recall@{k}": round(v / n, 4) for k, v in per_k.items()} for name, per_k in hits.items()}
     report["oracle"] = {"recall": round(oracle / n, 4)}
     return report
+
+
+def choose_sources(
+    folds: Sequence[Sequence[FusionExample]],
+    kb: Any,
+    alternatives: Sequence[Sequence[str]],
+    *,
+    depth: int = 5,
+    l2: float = 1e-3,
+) -> Tuple[List[str], Dict[str, Dict[str, float]]]:
+    """The retriever sources the fusion should read, chosen on training predictions only.
+
+    For each alternative (retriever names, e.g. ``["tfidf", "dense"]`` or ``["tfidf", "rescnn"]``), the
+    fusion is fitted on all folds but one and scored on the one left out, in turn; the alternative with
+    the best pooled held-out recall@1 wins (then recall@5; a tie goes to the one listed first, so list the
+    cheaper first). Returns ``([GENERATOR, *chosen], {label: {"recall@1": .., "recall@5": ..}})``."""
+    if len(folds) < 2:
+        raise ValueError(f"choosing sources needs at least 2 folds of predictions, got {len(folds)}")
+    if not alternatives:
+        raise ValueError("no alternative source lists to choose from")
+    report: Dict[str, Dict[str, float]] = {}
+    best: Optional[Tuple[Tuple[float, float], List[str]]] = None
+    for alternative in alternatives:
+        sources = [GENERATOR, *(s for s in alternative if s != GENERATOR)]
+        hits, n = np.zeros(2), 0
+        for k, held in enumerate(folds):
+            train = [ex for j, fold in enumerate(folds) if j != k for ex in fold]
+            recall = score_fusion(fit_fusion(train, kb, sources, depth=depth, l2=l2), held, kb)["fusion"]
+            hits += (recall["recall@1"] * len(held), recall["recall@5"] * len(held))
+            n += len(held)
+        pooled = (round(hits[0] / max(n, 1), 4), round(hits[1] / max(n, 1), 4))
+        report["+".join(sources[1:])] = {"recall@1": pooled[0], "recall@5": pooled[1]}
+        logger.info("Sources %s: held-out-fold recall@1 %.4f, @5 %.4f", sources, *pooled)
+        if best is None or pooled > best[0]:
+            best = (pooled, sources)
+    assert best is not None
+    return best[1], report

@@ -31,8 +31,6 @@ from spacy_genbioel.training.rescnn import (
 )
 from spacy_genbioel.training.sapbert import SynonymPairs
 
-WORDS = ["heart", "attack", "myocardial", "infarction", "cardiac", "breast", "cancer", "carcinoma", "neoplasm", "tumor",
-         "renal", "kidney", "failure", "insufficiency", "high", "blood", "pressure", "hypertension", "lung", "disease"]
 TINY = ResCNNArch(hidden=8, blocks=2, filters=4, kernel_sizes=(1, 3), dropout=0.0, max_length=8)
 
 
@@ -44,22 +42,6 @@ def toy_kb() -> KnowledgeBase:
         Concept("D4", ["high blood pressure", "hypertension"]),
         Concept("D5", ["lung disease"]),
     ], name="toy")
-
-
-@pytest.fixture(scope="module")
-def wordpiece_dir(tmp_path_factory):
-    """A BERT-like directory with a WordPiece vocabulary of the test words and a random 8-wide table."""
-    from safetensors.torch import save_file
-    from transformers import BertTokenizerFast
-
-    path = tmp_path_factory.mktemp("wordpieces")
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    vocab = list(dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *letters, *[f"##{c}" for c in letters]]))
-    (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf8")
-    BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(str(path))
-    generator = torch.Generator().manual_seed(0)
-    save_file({"embeddings.word_embeddings.weight": torch.randn(len(vocab), 6, generator=generator)}, str(path / "model.safetensors"))
-    return path
 
 
 @pytest.fixture()
