@@ -21,6 +21,7 @@
 #   VARIANTS    fold KBs to score and fit ("plain aug")
 #   RESCNN_SECONDS  also train a ResCNN retriever per fold for this long (0: none); fit then keeps the
 #               retrievers (tfidf+dense, tfidf+rescnn or all three) whose fusion links the held-out folds best
+#   FOLD        score: this fold only (run one per core side by side)
 #   RESCNN_MODEL    the ResCNN the fitted fusion links with (training/<corpus>/rescnn/model, train-rescnn's)
 # Steps whose outputs exist are skipped: rerun after a crash to finish.
 set -euo pipefail
@@ -131,7 +132,7 @@ case $STAGE in
   train)
     for i in $(seq 0 $((K - 1))); do fold_train "$i" > "$OUT/train-fold-$i.log" 2>&1 & done
     wait ;;
-  score) for i in $(seq 0 $((K - 1))); do fold_score "$i"; done ;;
+  score) for i in ${FOLD:-$(seq 0 $((K - 1)))}; do fold_score "$i"; done ;;  # FOLD=i: that fold only (one process per core)
   fit) fit ;;
   *) echo "unknown stage $STAGE (train | score | fit)" >&2; exit 2 ;;
 esac

@@ -269,3 +269,20 @@ def test_rescnn_bench_rows_carry_their_settings():
     assert module.parse_row("dense/index=faiss/batch_size=64") == ("dense", {"index": "faiss", "batch_size": 64})
     with pytest.raises(SystemExit, match="key=value"):
         module.parse_row("rescnn/faiss")
+
+
+def test_cascade_bench_variants_name_their_rows():
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cascade_bench", BENCH / "cascade.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.variant("rescnn=f.json,c.json") == ("rescnn", "f.json", "c.json")
+    with pytest.raises(argparse.ArgumentTypeError, match="LABEL=FUSION"):
+        module.variant("rescnn=f.json")
+    base, other = module.rows("f.json", "c.json"), module.rows("g.json", "d.json", "rescnn")
+    assert "generator" in base and "generator_rescnn" not in other
+    assert sorted(other) == sorted(f"{name}_rescnn" for name in base if name != "generator")
+    assert other["cascade_rescnn"] == {**base["cascade"], "reranker.fusion": "d.json"}
+    assert other["fusion_rescnn"]["reranker.fusion"] == "g.json"
