@@ -286,3 +286,49 @@ def test_cascade_bench_variants_name_their_rows():
     assert sorted(other) == sorted(f"{name}_rescnn" for name in base if name != "generator")
     assert other["cascade_rescnn"] == {**base["cascade"], "reranker.fusion": "d.json"}
     assert other["fusion_rescnn"]["reranker.fusion"] == "g.json"
+
+
+def test_crossfit_fit_chooses_the_retrievers_and_fits_the_cascade_on_their_forced_scores(tmp_path):
+    """``crossfit.sh fit`` with fold ResCNNs: the fusion keeps the retriever set that links the held-out folds
+    best, and the cascade is fitted on the forced scores of that set's candidates."""
+    import random
+
+    from spacy_genbioel.kb.base import Concept, KnowledgeBase
+
+    rng = random.Random(0)
+    kb = KnowledgeBase([Concept(f"C{i}", [f"concept {i} name"]) for i in range(20)])
+    out = tmp_path / "crossfit"
+    (out / "folds").mkdir(parents=True)
+    (out / "folds" / "folds.json").write_text("{}")
+
+    def cand(cid, score):
+        return [[cid], kb.preferred_name(cid), score]
+
+    for fold in range(2):
+        (out / "folds" / f"fold-{fold}").mkdir()
+        kb.to_jsonl(out / "folds" / f"fold-{fold}" / "kb_plain.jsonl")
+        rows = {name: [] for name in ("genbioel", "tfidf", "dense", "rescnn", "forced", "forced_tfidf_rescnn", "forced_tfidf_dense_rescnn")}
+        for i in range(40):
+            gold, wrong, other, far = (f"C{j}" for j in rng.sample(range(20), 4))
+            first, second = rng.sample([gold, wrong], 2)  # the generator: a coin toss between two
+            lists = {"genbioel": [cand(first, -0.2), cand(second, -0.5)],
+                     "tfidf": [cand(other, 0.9), cand(rng.choice([gold, far]), 0.6)],
+                     "dense": [cand(other, 0.8), cand(far, 0.7)],  # never the gold concept: useless
+                     "rescnn": [cand(gold, 0.9), cand(other, 0.5)] if i % 5 else [cand(other, 0.9), cand(gold, 0.5)]}
+            lists.update({name: [cand(gold, -0.3), cand(other, -0.9)] for name in rows if name.startswith("forced")})
+            for name, found in lists.items():
+                rows[name].append({"doc_id": f"d{fold}-{i}", "start": 0, "end": 4, "text": f"m {i}", "gold": [gold],
+                                   "hit_rank": None, "candidates": found})
+        (out / f"fold-{fold}").mkdir()
+        for name, records in rows.items():
+            (out / f"fold-{fold}" / f"plain_{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    env = {**os.environ, "OUT": str(out), "VARIANTS": "plain", "RESCNN_SECONDS": "60", "RESCNN_MODEL": "models/rescnn"}
+    run = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "ncbi", "fit", str(tmp_path / "data"), "tiny"],
+                         capture_output=True, text=True, env=env, cwd=BENCH.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    fusion = json.loads((out / "fusion_plain.json").read_text())
+    assert fusion["sources"] == ["genbioel", "tfidf", "rescnn"], fusion["fit"]
+    assert set(fusion["fit"]["choice"]) == {"tfidf+dense", "tfidf+rescnn", "tfidf+dense+rescnn"}
+    assert fusion["retrievers"] == {"tfidf": {}, "rescnn": {"model": "models/rescnn"}}
+    cascade = json.loads((out / "cascade_plain.json").read_text())
+    assert cascade["sources"] == fusion["sources"] and cascade["generator"] == "forced" and cascade["cascade"]
