@@ -12,8 +12,9 @@ clock starts; wall and process CPU time), and the share of mentions per path (``
 
 Rows: ``generator`` (beam search, no fusion), ``fusion`` (beam search, then the fusion fitted on
 beam lists: today's default), ``forced_fusion`` (every mention: forced scores of the retrieved
-names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced)
-and ``cascade_weak_beam`` (beam search also where retrieval looks weak); ``--variant rescnn=F,C`` adds those rows
+names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced),
+``cascade_weak_beam`` (beam search also where retrieval looks weak) and ``cascade_int8`` (the
+generator's linear layers in int8); ``--variant rescnn=F,C`` adds those rows
 with other fusion files as ``fusion_rescnn``, ... ``--abstracts 1000`` also annotates that many abstracts
 through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
 """
@@ -46,6 +47,8 @@ def rows(fusion: str, cascade: str, label: str = ""):
                           "reranker.beam": "never"},
         "cascade": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never"},
         "cascade_weak_beam": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "weak"},
+        # the cascade with the generator's linear layers in int8 (dynamic quantization, CPU)
+        "cascade_int8": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never", "dtype": "int8"},
     }
     if not label:
         return table
