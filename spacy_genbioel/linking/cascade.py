@@ -26,9 +26,15 @@ Two ways to combine the generator with retrievers, chosen by ``reranker.cascade`
   has nothing to link) is written on the span (``span._.link_path``) and
   counted in :attr:`CascadeReranker.stats`.
 
-The fusion read by the cascade must be fitted on forced lists
+The generator's lists the cascade's fusion was fitted on decide step 2
+(:class:`~.fusion.FusionModel` records it): a fusion fitted on forced lists
 (``evaluate --decoding.search forced``; ``fit-fusion --generator forced
---cascade``): :class:`~.fusion.FusionModel` records it.
+--cascade``) judges by forced scores, as above; one fitted on beam lists
+(``fit-fusion --cascade``, today's fusion with the retrieval-only weights) sends
+every mention retrieval does not settle to beam search and that fusion: the
+fused pipeline's answer, paid only where retrieval is unsure (on NCBI dev the
+trained generator's beam proposes concepts retrieval misses, which forced
+scoring of retrieved names cannot: docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -83,9 +89,6 @@ class CascadeReranker:
 
     def __init__(self, model: FusionModel, kb: Any, retrievers: Mapping[str, Any], linker: Any,
                  settings: RerankerSettings) -> None:
-        if model.generator != "forced":
-            logger.warning("The cascade reads generator lists of forced scores, but this fusion was fitted on "
-                           "%s lists: refit it (fit-fusion --generator forced --cascade)", model.generator)
         self.fusion = FusionReranker(model, kb, retrievers)
         self.settle = settle_model(model)
         self.linker = linker
@@ -104,6 +107,8 @@ class CascadeReranker:
         return self.fusion.retrievers
 
     def _needs_beam(self, probability: float) -> bool:
+        if self.model.generator == "beam":  # fitted on beam lists: the generator judges by searching
+            return True
         mode = self.settings.beam
         return mode == "always" or (mode == "weak" and probability < self.beam_threshold)
 
@@ -128,8 +133,10 @@ class CascadeReranker:
             if self._needs_beam(probability):
                 beam.append(pos)
         if judge:
-            proposals = [[c for found in lists[pos].values() for c in found] for pos in judge]
-            generated = dict(zip(judge, rank_by_forced(self.linker, [mentions[todo[pos]] for pos in judge], proposals)))
+            generated: Dict[int, List[Candidate]] = {pos: [] for pos in judge}
+            if model.generator == "forced":
+                proposals = [[c for found in lists[pos].values() for c in found] for pos in judge]
+                generated.update(zip(judge, rank_by_forced(self.linker, [mentions[todo[pos]] for pos in judge], proposals)))
             if beam:
                 beams = self.linker.link([mentions[todo[pos]] for pos in beam], self.linker.decoding.top_k)
                 for pos, found in zip(beam, beams):

@@ -127,12 +127,12 @@ class RerankerSettings:
     #: score fusion weights (a ``fit-fusion`` JSON file); a saved pipeline carries its own as fusion.json
     fusion: Optional[str] = None
     #: ``off``: the generator's beam, then the fusion; ``on``: mentions retrieval settles skip the
-    #: generator, the rest get forced scores of the retrieved names (:mod:`.cascade`; needs a fusion
-    #: fitted with ``fit-fusion --cascade``)
+    #: generator, the rest get forced scores of the retrieved names, or beam search and the fusion when
+    #: the fusion was fitted on beam lists (:mod:`.cascade`; needs ``fit-fusion --cascade``)
     cascade: str = "off"
-    #: in the cascade, where beam search also runs: ``never``, ``weak`` (retrieval looks weak: below
-    #: ``beam_threshold``) or ``always`` (never by default: the fusion is fitted on forced lists, and
-    #: merging a beam's names cost 2 points of recall@1 on NCBI dev, docs/benchmarks.md)
+    #: in a cascade fitted on forced lists, where beam search also runs: ``never``, ``weak`` (retrieval
+    #: looks weak: below ``beam_threshold``) or ``always`` (never by default: merging a beam's names into
+    #: forced lists cost 2 points of recall@1 on NCBI dev, docs/benchmarks.md)
     beam: str = "never"
     #: retrieval-only fused probability from which retrieval settles a mention (None: the fusion file's)
     settle_threshold: Optional[float] = None

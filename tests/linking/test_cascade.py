@@ -85,6 +85,24 @@ def test_beam_runs_where_retrieval_is_weak_or_always(setup):
     assert set(paths) == {"forced"}
 
 
+def test_a_cascade_fitted_on_beam_lists_gives_the_unsettled_mentions_todays_fusion(setup):
+    kb, linker, retrievers, mentions = setup
+    model = cascade_model(generator="beam")
+    reranker = CascadeReranker(model, kb, retrievers, linker, RerankerSettings(fusion="f", cascade="on", beam="never"))
+    probability = [reranker.settle.rank(m.text, {"genbioel": [], "tfidf": r}, kb, 3, {})[0].score
+                   for m, r in zip(mentions, retrievers["tfidf"].link(mentions, 3))]
+    reranker.settle_threshold = sorted(probability)[len(mentions) // 2]  # about half settle
+    results, paths = reranker.link(mentions, 3)
+    unsettled = [i for i, p in enumerate(probability) if p < reranker.settle_threshold]
+    assert unsettled and [paths[i] for i in unsettled] == ["beam"] * len(unsettled)
+    assert set(paths) == {"retrieval", "beam"} and linker.stats["mentions_scored"] == 0  # no forced scoring
+    fused = FusionReranker(model, kb, retrievers).rerank([mentions[i] for i in unsettled],
+                                                          linker.link([mentions[i] for i in unsettled], 3), 3)
+    for i, expected in zip(unsettled, fused):
+        assert [c.ids for c in results[i]] == [c.ids for c in expected]
+        assert [c.score for c in results[i]] == pytest.approx([c.score for c in expected], abs=1e-6)
+
+
 def test_empty_mentions_take_no_path_and_the_batch_does_not_matter(setup):
     from spacy_genbioel.ty import Mention
 
@@ -97,7 +115,7 @@ def test_empty_mentions_take_no_path_and_the_batch_does_not_matter(setup):
         assert path == [got_path] and [c.ids for c in found[0]] == [c.ids for c in got]
 
 
-def test_a_fusion_without_a_cascade_fit_is_refused(setup, caplog):
+def test_a_fusion_without_a_cascade_fit_is_refused(setup):
     kb, linker, retrievers, _ = setup
     plain = FusionModel(SOURCES, WEIGHTS, depth=3)
     with pytest.raises(CascadeError, match="fit-fusion --cascade"):
@@ -107,9 +125,8 @@ def test_a_fusion_without_a_cascade_fit_is_refused(setup, caplog):
     assert make_reranker(None, kb, linker, RerankerSettings(), None) is None
     factory = lambda source, model: retrievers[source]  # noqa: E731
     assert isinstance(make_reranker(plain, kb, linker, RerankerSettings(fusion="f"), factory), FusionReranker)
-    with caplog.at_level("WARNING"):
-        built = make_reranker(cascade_model(generator="beam"), kb, linker, RerankerSettings(fusion="f", cascade="on"), factory)
-    assert isinstance(built, CascadeReranker) and "refit it" in caplog.text
+    built = make_reranker(cascade_model(generator="beam"), kb, linker, RerankerSettings(fusion="f", cascade="on"), factory)
+    assert isinstance(built, CascadeReranker) and built.model.generator == "beam"
     bad = dataclasses.replace(cascade_model(), cascade={**cascade_model().cascade, "settle_threshold": "high"})
     with pytest.raises(CascadeError, match="settle_threshold"):
         CascadeReranker(bad, kb, retrievers, linker, RerankerSettings(fusion="f", cascade="on"))
