@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import typer
 from wasabi import msg
@@ -45,6 +45,7 @@ def fit_fusion_cmd(
     alternative: List[str] = typer.Option([], "--alternative", help="NAME[,NAME...]: retriever sources the fusion may read instead of all of them (say twice or more: tfidf,dense and tfidf,rescnn); the one whose fusion, fitted on the other folds, links each held-out fold best (recall@1) is kept"),
     cascade: bool = typer.Option(False, "--cascade/--no-cascade", help="Also fit the cascade (reranker.cascade on): retrieval-only weights and its thresholds"),
     target_precision: float = typer.Option(0.95, help="Cascade: top-1 precision the mentions retrieval settles must reach on these predictions"),
+    max_recall_loss: Optional[float] = typer.Option(None, help="Cascade: instead of --target-precision, settle as many mentions as keep its recall@1 on these predictions within this of the fusion's (0.002: 0.2 points)"),
     beam_reach: float = typer.Option(0.5, help="Cascade: retrieval looks weak (beam search runs too) where its candidates hold the gold concept at most this often"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -105,7 +106,7 @@ def fit_fusion_cmd(
         if choice is not None:
             model.fit["choice"] = choice
         if cascade:
-            model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_reach), l2=l2)
+            model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_reach, max_recall_loss=max_recall_loss), l2=l2)
     except (KBFormatError, ValueError, OSError) as err:
         msg.fail(f"fit-fusion: {err}")
         raise typer.Exit(1) from None

@@ -11,7 +11,9 @@ chosen on those training predictions, never on dev:
   concept from which retrieval's answers are right at least
   ``target_precision`` (0.95) of the time (the largest set of most confident
   mentions whose top-1 precision meets the target); mentions at or above it
-  skip the generator;
+  skip the generator. ``max_recall_loss`` chooses it for accuracy instead: as
+  many settled mentions as keep the cascade's recall@1 (retrieval's answer where
+  settled, the fusion's elsewhere) within that of the fusion's;
 * ``beam_threshold``: the highest probability below which the retrieved names
   hold the gold concept at most ``beam_reach`` of the time (the largest set of
   least confident mentions that weak): forced scoring reads only the retrieved
@@ -36,7 +38,7 @@ from spacy_genbioel.training.fusion_fit import FusionExample, fit_fusion
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CascadeTargets", "fit_cascade", "settle_threshold", "beam_threshold"]
+__all__ = ["CascadeTargets", "fit_cascade", "settle_threshold", "settle_for_recall", "beam_threshold"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +52,14 @@ class CascadeTargets:
     beam_reach: float = 0.5
     #: the fewest mentions a threshold may be chosen on
     min_mentions: int = 20
+    #: instead of a precision: settle as many mentions as keep the cascade's recall@1 on these predictions
+    #: (retrieval's answer where settled, the fusion's elsewhere) within this of the fusion's (0.002: 0.2 points)
+    max_recall_loss: Optional[float] = None
 
     def __post_init__(self) -> None:
-        for name in ("target_precision", "beam_reach"):
+        for name in ("target_precision", "beam_reach", "max_recall_loss"):
             value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
+            if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         if self.min_mentions < 1:
             raise ValueError("min_mentions must be at least 1")
@@ -69,6 +74,19 @@ def settle_threshold(probability: np.ndarray, correct: np.ndarray, target: float
     # a threshold must take every mention tied with the last one it takes
     last_of_tie = np.r_[p[1:] != p[:-1], True]
     ok = np.nonzero((precision >= target) & last_of_tie & (np.arange(1, len(p) + 1) >= min_mentions))[0]
+    return float(p[ok[-1]]) if len(ok) else None
+
+
+def settle_for_recall(probability: np.ndarray, correct: np.ndarray, fused_correct: np.ndarray, max_loss: float,
+                      min_mentions: int) -> Optional[float]:
+    """The lowest probability such that settling every mention at or above it (retrieval's answer, ``correct``)
+    and fusing the rest (``fused_correct``) loses at most ``max_loss`` recall@1 against fusing them all
+    (None: no set of at least ``min_mentions`` does)."""
+    order = np.argsort(-probability, kind="stable")
+    p = probability[order]
+    loss = np.cumsum(fused_correct[order].astype(np.float64) - correct[order].astype(np.float64)) / max(len(p), 1)
+    last_of_tie = np.r_[p[1:] != p[:-1], True]
+    ok = np.nonzero((loss <= max_loss + 1e-12) & last_of_tie & (np.arange(1, len(p) + 1) >= min_mentions))[0]
     return float(p[ok[-1]]) if len(ok) else None
 
 
@@ -115,12 +133,15 @@ def fit_cascade(model: FusionModel, examples: Sequence[FusionExample], kb: Any,
     settle_examples = _retrieval_only(examples)
     settle = fit_fusion(settle_examples, kb, model.sources, depth=model.depth, l2=l2, retrievers=model.retrievers)
     probability, correct = _top1(settle, settle_examples, kb)
-    settle_at = settle_threshold(probability, correct, targets.target_precision, targets.min_mentions)
+    fused_p, fused_correct = _top1(model, examples, kb)
+    if targets.max_recall_loss is not None:
+        settle_at = settle_for_recall(probability, correct, fused_correct, targets.max_recall_loss, targets.min_mentions)
+    else:
+        settle_at = settle_threshold(probability, correct, targets.target_precision, targets.min_mentions)
     reached = _reached(model, examples)
     beam_below = beam_threshold(probability, reached, targets.beam_reach, targets.min_mentions)
     settled = probability >= settle_at if settle_at is not None else np.zeros(len(probability), dtype=bool)
     beamed = (probability < beam_below) & ~settled if beam_below is not None else np.zeros(len(probability), dtype=bool)
-    fused_p, fused_correct = _top1(model, examples, kb)
     n = max(len(examples), 1)
     report = {
         "mentions": len(examples),

@@ -16,7 +16,7 @@ from spacy_genbioel.linking.decoder import DecodingSettings, GenerativeLinker
 from spacy_genbioel.linking.forced import forced_scores
 from spacy_genbioel.linking.fusion import FusionModel, FusionReranker, feature_names
 from spacy_genbioel.linking.settings import RerankerSettings
-from spacy_genbioel.training.cascade_fit import CascadeTargets, beam_threshold, fit_cascade, settle_threshold
+from spacy_genbioel.training.cascade_fit import CascadeTargets, beam_threshold, fit_cascade, settle_for_recall, settle_threshold
 from spacy_genbioel.training.fusion_fit import fit_fusion, read_fusion_examples
 
 from conftest import mentions_for, random_kb
@@ -177,6 +177,24 @@ def test_thresholds_meet_their_targets(pairs, target, min_mentions):
         assert below.sum() >= min_mentions and ok[below].mean() <= 1 - target + 1e-12
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.booleans(), st.booleans()), min_size=1, max_size=60),
+       st.sampled_from([0.0, 0.002, 0.05]), st.integers(1, 5))
+def test_settling_for_recall_loses_at_most_the_allowed_recall(rows, max_loss, min_mentions):
+    p = np.array([x for x, _, _ in rows])
+    retrieval, fusion = np.array([r for _, r, _ in rows]), np.array([f for _, _, f in rows])
+    t = settle_for_recall(p, retrieval, fusion, max_loss, min_mentions)
+    if t is None:
+        return
+    settled = p >= t
+    assert settled.sum() >= min_mentions
+    assert fusion.mean() - np.where(settled, retrieval, fusion).mean() <= max_loss + 1e-9
+    lower = p[p < t]  # settling from the next lower probability on would lose more (or take too few)
+    if len(lower):
+        more = p >= lower.max()
+        assert fusion.mean() - np.where(more, retrieval, fusion).mean() > max_loss + 1e-12 or more.sum() < min_mentions
+
+
 def test_fit_cascade_and_the_command(tmp_path):
     from test_fusion import fit_args, synthetic, write_jsonl
 
@@ -199,6 +217,10 @@ def test_fit_cascade_and_the_command(tmp_path):
     assert result.exit_code == 0, result.output
     saved = FusionModel.load(tmp_path / "out" / "fusion.json")
     assert saved.generator == "forced" and "settle_threshold" in saved.cascade and "cascade:" in result.output
+    result = CliRunner().invoke(app, fit_args(tmp_path, paths, "--cascade", "--max-recall-loss", "0.01"))
+    assert result.exit_code == 0, result.output
+    saved = FusionModel.load(tmp_path / "out" / "fusion.json")
+    assert saved.generator == "beam" and saved.cascade["targets"]["max_recall_loss"] == 0.01
     result = CliRunner().invoke(app, fit_args(tmp_path, paths, "--generator", "sampled"))
     assert result.exit_code == 1 and "generator" in result.output
 
