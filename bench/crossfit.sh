@@ -6,7 +6,7 @@
 # held-out fold. `fit-fusion` then fits the fusion on those predictions, never
 # on dev.
 #
-#   bash bench/crossfit.sh ncbi train [DATA] [PRESET] [SECONDS]   # fold models (one process per fold, in parallel)
+#   bash bench/crossfit.sh ncbi train [DATA] [PRESET] [SECONDS] [RESCNN_SECONDS]   # fold models (one process per fold, in parallel)
 #   bash bench/crossfit.sh ncbi score [DATA] [PRESET]   # held-out predictions: genbioel, tfidf, dense, plain and + train KBs
 #   bash bench/crossfit.sh ncbi fit [DATA] [PRESET]     # fit-fusion on them: OUT/fusion_{plain,aug}.json, OUT/cascade_{plain,aug}.json
 #
@@ -19,8 +19,9 @@
 #   SECONDS_PER_FOLD  fine-tuning budget of each fold model (1200, as the final model's)
 #   OUT         output folder (training/<corpus>/<preset>/crossfit)
 #   VARIANTS    fold KBs to score and fit ("plain aug")
-#   RESCNN_SECONDS  also train a ResCNN retriever per fold for this long (0: none); fit then keeps the
-#               retrievers (tfidf+dense, tfidf+rescnn or all three) whose fusion links the held-out folds best
+#   RESCNN_SECONDS  also train a ResCNN retriever per fold for this long (0: none); score and fit then use the
+#               fold ResCNNs (found by themselves once trained), and fit keeps the retrievers (tfidf+dense,
+#               tfidf+rescnn or all three) whose fusion links the held-out folds best
 #   FOLD        score: this fold only (run one per core side by side)
 #   RESCNN_MODEL    the ResCNN the fitted fusion links with (training/<corpus>/rescnn/model, train-rescnn's)
 # Steps whose outputs exist are skipped: rerun after a crash to finish.
@@ -35,7 +36,7 @@ CONFIG=${CONFIG:-configs/finetune_$PRESET.cfg}
 SECONDS_PER_FOLD=${5:-${SECONDS_PER_FOLD:-1200}}
 OUT=${OUT:-training/$CORPUS/$PRESET/crossfit}
 VARIANTS=${VARIANTS:-plain aug}  # the fold KBs scored and fitted: plain, aug (+ the fold's training mentions)
-RESCNN_SECONDS=${RESCNN_SECONDS:-0}
+RESCNN_SECONDS=${6:-${RESCNN_SECONDS:-0}}
 RESCNN_MODEL=${RESCNN_MODEL:-training/$CORPUS/rescnn/model}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G="python -m spacy_genbioel"
@@ -61,6 +62,8 @@ case $CORPUS in
 esac
 FOLDS=$OUT/folds
 mkdir -p "$OUT"
+# the ResCNN is a source: fold ResCNNs are being trained, or were
+rescnn_on() { [ "$RESCNN_SECONDS" != 0 ] || [ -d "$OUT/models/fold-0/rescnn/model" ]; }
 [ -f "$FOLDS/folds.json" ] || $G folds "$TRAIN" --out "$FOLDS" --k "$K"
 
 fold_train() {
@@ -78,7 +81,7 @@ fold_train() {
 }
 
 # the retriever sets a fusion may read ("+"-joined), and the row of forced scores over each one's candidates
-retriever_sets() { echo tfidf+dense; [ "$RESCNN_SECONDS" = 0 ] || echo tfidf+rescnn tfidf+dense+rescnn; }
+retriever_sets() { echo tfidf+dense; ! rescnn_on || echo tfidf+rescnn tfidf+dense+rescnn; }
 forced_row() { case $1 in tfidf+dense) echo forced ;; *) echo "forced_${1//+/_}" ;; esac; }
 
 fold_score() {
@@ -95,7 +98,7 @@ fold_score() {
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
     local R=$OUT/models/fold-$i/rescnn/model
-    [ "$RESCNN_SECONDS" = 0 ] || row rescnn --linker rescnn --kb "$kb" --model "$R"
+    ! rescnn_on || row rescnn --linker rescnn --kb "$kb" --model "$R"
     # the generator's forced scores of the retrievers' candidates: what the cascade's fusion reads
     for set in $(retriever_sets); do
       row "$(forced_row "$set")" --linker genbioel --pipeline "$P" --device cpu --decoding.search forced --candidates.retriever "$set" \
@@ -110,16 +113,17 @@ fit() {
     for i in $(seq 0 $((K - 1))); do
       gen+=("$OUT/fold-$i/${variant}_genbioel.jsonl"); kbs+=(--kb "$FOLDS/fold-$i/kb_$variant.jsonl")
     done
-    for name in tfidf dense $([ "$RESCNN_SECONDS" = 0 ] || echo rescnn); do
+    for name in tfidf dense $(! rescnn_on || echo rescnn); do
       retrievers+=(--source "$name=$(join "${gen[@]/_genbioel.jsonl/_$name.jsonl}")")
     done
-    if [ "$RESCNN_SECONDS" != 0 ]; then
+    if rescnn_on; then
       retrievers+=(--retriever-model "rescnn=$RESCNN_MODEL")
       for set in $(retriever_sets); do choose+=(--alternative "${set//+/,}"); done
     fi
-    $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${retrievers[@]}" "${kbs[@]}" "${choose[@]}" --out "$OUT/fusion_$variant.json"
-    # the cascade's (reranker.cascade on): the fusion over forced scores of the chosen retrievers' candidates,
-    # its retrieval-only weights and thresholds
+    # the packages' fusion, with the cascade's retrieval-only weights and thresholds (reranker.cascade on: mentions
+    # retrieval settles skip the generator, the rest get beam search and this fusion)
+    $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${retrievers[@]}" "${kbs[@]}" "${choose[@]}" --cascade --out "$OUT/fusion_$variant.json"
+    # the cascade judged by forced scores: the fusion over forced scores of the chosen retrievers' candidates
     local set
     set=$(python -c 'import json, sys; print("+".join(json.load(open(sys.argv[1]))["sources"][1:]))' "$OUT/fusion_$variant.json")
     local forced=("${gen[@]/_genbioel.jsonl/_$(forced_row "$set").jsonl}")

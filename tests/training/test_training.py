@@ -539,7 +539,7 @@ def test_project_steps_end_to_end(tmp_path):
 #: the corpora that bring their inputs as a var file (NCBI-disease's are project.yml's defaults)
 CORPUS_VARS = sorted((ROOT / "configs" / "corpora").glob("*.vars"))
 #: one command per step, each for every corpus (the chain `all` runs them in this order)
-CHAIN = ["build-kb", "corpus", "tokenizer", "init-model", "pretrain", "finetune", "angel", "crossfit", "package", "evaluate",
+CHAIN = ["build-kb", "corpus", "tokenizer", "init-model", "pretrain", "finetune", "angel", "train-rescnn", "crossfit", "package", "evaluate",
          "evaluate-peers", "calibration", "ner-corpus", "ner-train", "ner-evaluate", "package-ner", "package-wheel", "evaluate-e2e"]
 STEPS = {*CHAIN, "demo-pipeline", "train-dense", "evaluate-dense", "aap-prepare", "aap-folds", "aap-fusion", "aap-report",
          "published-build-kb", "published-corpus", "published-finetune", "published-package", "published-evaluate", "test-peers",
@@ -579,7 +579,7 @@ def test_project_file_validates_and_is_readable():
     assert project["vars"]["data_dir"] == "../shared/data" and project["vars"]["corpus"] == "ncbi"
     assert {c["name"] for c in project["commands"]} == STEPS
     assert project["workflows"]["all"] == CHAIN  # the default: NCBI-disease end to end
-    assert project["workflows"]["all-no-fusion"] == [step for step in CHAIN if step != "crossfit"]
+    assert project["workflows"]["all-no-fusion"] == [step for step in CHAIN if step not in ("train-rescnn", "crossfit")]
     assert {"demo", "dense", "published", "released", "aap"} <= set(project["workflows"])
     assert all(asset["url"].startswith("https://") for asset in project["assets"])
     scripts = " ".join(line for c in project["commands"] for line in c["script"])

@@ -330,5 +330,6 @@ def test_crossfit_fit_chooses_the_retrievers_and_fits_the_cascade_on_their_force
     assert fusion["sources"] == ["genbioel", "tfidf", "rescnn"], fusion["fit"]
     assert set(fusion["fit"]["choice"]) == {"tfidf+dense", "tfidf+rescnn", "tfidf+dense+rescnn"}
     assert fusion["retrievers"] == {"tfidf": {}, "rescnn": {"model": "models/rescnn"}}
+    assert fusion["generator"] == "beam" and fusion["cascade"]["settle_weights"]  # the packages' cascade (beam-judged)
     cascade = json.loads((out / "cascade_plain.json").read_text())
     assert cascade["sources"] == fusion["sources"] and cascade["generator"] == "forced" and cascade["cascade"]
