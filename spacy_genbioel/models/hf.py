@@ -29,10 +29,10 @@ import contextlib
 import hashlib
 import json
 import logging
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional, Tuple, Union
 
+from spacy_genbioel.models.quantize import quantized_api_quiet
 from spacy_genbioel.util import PathLike, resolve_device, resolve_dtype, share_files
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -218,9 +218,7 @@ def quantize_int8(model):
     output = model.get_output_embeddings()
     spec = {name: torch.ao.quantization.default_dynamic_qconfig for name, module in model.named_modules()
             if isinstance(module, torch.nn.Linear) and module is not output}
-    with warnings.catch_warnings():  # torch >= 2.10 deprecates the quantized tensor API it uses; we chose it knowingly
-        warnings.filterwarnings("ignore", category=UserWarning, message=r".*quantize_per_tensor.*")
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
+    with quantized_api_quiet():
         quantized = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=False)
     object.__setattr__(quantized, "_genbioel_float_model", model)
     return quantized.eval()

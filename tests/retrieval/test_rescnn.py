@@ -387,3 +387,56 @@ def test_an_index_built_in_chunks_equals_one_built_whole(model_dir, tmp_path, dt
     for key in whole.index:
         assert whole.index[key].dtype == chunked.index[key].dtype and np.allclose(whole.index[key], chunked.index[key], atol=1e-6)
     assert chunked.link(["kidney failure", "breast"], top_k=3) == whole.link(["kidney failure", "breast"], top_k=3)
+
+
+# -- the int8 encoder -------------------------------------------------------------------------------
+def test_int8_linear_is_close_to_the_float_product_and_quiet():
+    import warnings
+
+    from spacy_genbioel.models.quantize import Int8Linear
+
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(40, 24), torch.randn(40), torch.randn(3, 5, 24)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's deprecation of the quantized API stays out of users' logs
+        layer = Int8Linear(weight, bias)
+        out = layer(x)
+    exact = x @ weight.T + bias
+    assert out.shape == exact.shape and ((out - exact).norm() / exact.norm()).item() < 0.05
+
+
+def test_the_int8_copy_gives_nearly_the_same_vectors_and_leaves_the_float_network(encoder):
+    texts = ["heart attack", "breast carcinoma", "high blood pressure renal insufficiency", "kidney"]
+    before = encoder.encode(texts)
+    copy = encoder.int8()
+    assert (copy.dtype, encoder.dtype) == ("int8", "float32")
+    assert copy.model.wordpieces.data_ptr() == encoder.model.wordpieces.data_ptr()  # the frozen table is shared
+    vectors = copy.encode(texts)
+    assert torch.allclose(vectors.norm(dim=1), torch.ones(len(texts)), atol=1e-5)
+    assert (vectors * before).sum(dim=1).min().item() > 0.98
+    assert torch.equal(encoder.encode(texts), before)  # the float network is untouched
+
+
+def test_an_int8_encoder_gets_its_own_index_and_links_alike(model_dir, tmp_path):
+    kb = toy_kb()
+    plain = ResCNNLinker(kb, model_dir, settings(tmp_path))
+    int8 = ResCNNLinker(kb, model_dir, settings(tmp_path, encoder_dtype="int8"))
+    assert int8.encoder.dtype == "int8" and not int8.from_cache  # never the float encoder's index
+    assert int8.cache_key() != plain.cache_key() and int8.index_path != plain.index_path
+    assert ResCNNLinker(kb, model_dir, settings(tmp_path, encoder_dtype="int8")).from_cache
+    exact = ["heart attack", "kidney failure", "hypertension"]
+    assert [c[0].ids for c in int8.link(exact, top_k=1)] == [("D1",), ("D3",), ("D4",)]
+    # elsewhere the same concepts, scored within the int8 error (an untrained network's near-ties may swap)
+    for mine, theirs in zip(int8.link(["kidney insufficiency", "carcinoma of the breast"], top_k=5),
+                            plain.link(["kidney insufficiency", "carcinoma of the breast"], top_k=5)):
+        ours = {c.ids: c.score for c in theirs}
+        assert {c.ids for c in mine} == set(ours) and all(abs(c.score - ours[c.ids]) < 0.02 for c in mine)
+    with pytest.raises(ValueError, match="encoder_dtype"):
+        ResCNNLinker(kb, model_dir, settings(tmp_path, encoder_dtype="float16"))
+
+
+def test_token_ids_are_the_tokenizers_own(encoder):
+    texts = ["Chromosome 10, Partial Deletion (short arm)", "", "a " * 40, "naïve T-cell lymphoma", "EGFR-TKI"]
+    want = encoder.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=TINY.max_length)["input_ids"]
+    assert encoder.token_ids(texts) == want and max(len(ids) for ids in want) == TINY.max_length
+    assert encoder.tokenizer("a " * 40, add_special_tokens=False)["input_ids"].__len__() == 40  # the tokenizer is not changed
