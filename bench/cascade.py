@@ -15,7 +15,8 @@ beam lists: today's default), ``forced_fusion`` (every mention: forced scores of
 names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced),
 ``cascade_weak_beam`` (beam search also where retrieval looks weak) and ``cascade_int8`` (the
 generator's linear layers in int8); ``--variant rescnn=F,C`` adds those rows
-with other fusion files as ``fusion_rescnn``, ... ``--abstracts 1000`` also annotates that many abstracts
+with other fusion files as ``fusion_rescnn``, ... (``--variant b2=F,C,2``: at 2 beams, for files fitted on
+2-beam lists) ``--abstracts 1000`` also annotates that many abstracts
 through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
 """
 from __future__ import annotations
@@ -36,9 +37,10 @@ from spacy_genbioel.evaluation.recall import gold_id_set, hit_rank
 from spacy_genbioel.linking.settings import load_overrides, nested_overrides
 
 
-def rows(fusion: str, cascade: str, label: str = ""):
+def rows(fusion: str, cascade: str, label: str = "", beams: int = 0):
     """The rows of one fusion file and one cascade file; ``label``: a variant (``--variant``), whose rows
-    are named ``<row>_<label>`` and leave out the generator alone."""
+    are named ``<row>_<label>`` and leave out the generator alone; ``beams``: its beam width (and top-k;
+    0: the pipeline's), for fusion files fitted on lists of that width."""
     off = {"reranker.fusion": None, "reranker.cascade": "off"}
     table = {
         "generator": off,
@@ -50,18 +52,21 @@ def rows(fusion: str, cascade: str, label: str = ""):
         # the cascade with the generator's linear layers in int8 (dynamic quantization, CPU)
         "cascade_int8": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never", "dtype": "int8"},
     }
+    if beams:
+        table = {name: {**settings, "num_beams": beams, "top_k": beams} for name, settings in table.items()}
     if not label:
         return table
     return {f"{name}_{label}": settings for name, settings in table.items() if name != "generator"}
 
 
 def variant(text: str):
-    """``LABEL=FUSION,CASCADE`` -> ``(label, fusion, cascade)``."""
+    """``LABEL=FUSION,CASCADE[,BEAMS]`` -> ``(label, fusion, cascade, beams)`` (beams 0: the pipeline's)."""
     label, sep, files = text.partition("=")
-    fusion, comma, cascade = files.partition(",")
-    if not (sep and comma and label and fusion and cascade):
-        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected LABEL=FUSION.json,CASCADE.json")
-    return label, fusion, cascade
+    fusion, comma, rest = files.partition(",")
+    cascade, _, beams = rest.partition(",")
+    if not (sep and comma and label and fusion and cascade) or (beams and not beams.isdigit()):
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected LABEL=FUSION.json,CASCADE.json[,BEAMS]")
+    return label, fusion, cascade, int(beams or 0)
 
 
 def measure(pipeline: Path, settings: dict, mentions, repeats: int) -> dict:
@@ -111,7 +116,8 @@ def main() -> None:
     parser.add_argument("--fusion", required=True, help="fusion fitted on beam lists (today's)")
     parser.add_argument("--cascade", required=True, help="fusion fitted on forced lists with --cascade")
     parser.add_argument("--variant", type=variant, action="append", default=[],
-                        help="LABEL=FUSION,CASCADE: the same rows with other fusion files (other retrievers), named <row>_LABEL")
+                        help="LABEL=FUSION,CASCADE[,BEAMS]: the same rows with other fusion files (other retrievers, "
+                             "lists of another beam width), named <row>_LABEL")
     parser.add_argument("--crosswalk", type=Path, default=None)
     parser.add_argument("--no-abbreviations", action="store_true")
     parser.add_argument("--limit", type=int, default=0, help="first N mentions (0: all)")
@@ -133,8 +139,8 @@ def main() -> None:
     if args.limit:
         mentions = mentions[: args.limit]
     table = rows(args.fusion, args.cascade)
-    for label, fusion, cascade in args.variant:
-        table.update(rows(fusion, cascade, label))
+    for label, fusion, cascade, beams in args.variant:
+        table.update(rows(fusion, cascade, label, beams))
     chosen = [r for r in args.rows.split(",") if r] or list(table)
     report = {"machine": f"{platform.processor() or platform.machine()}, {args.threads} thread(s)", "date": str(date.today()),
               "pipeline": str(args.pipeline), "corpus": str(args.corpus), "mentions": len(mentions), "rows": {}}

@@ -24,6 +24,8 @@
 #               tfidf+rescnn or all three) whose fusion links the held-out folds best
 #   FOLD        score: this fold only (run one per core side by side)
 #   RESCNN_MODEL    the ResCNN the fitted fusion links with (training/<corpus>/rescnn/model, train-rescnn's)
+#   BEAMS       the fold generators' beam width and top-k (5); the package must link at the same width, since
+#               the fusion reads the generator's lists as they were made (held-out files *_genbioel_b<N>.jsonl)
 # Steps whose outputs exist are skipped: rerun after a crash to finish.
 set -euo pipefail
 CORPUS=${1:?usage: bench/crossfit.sh ncbi|bc5cdr train|score}
@@ -38,6 +40,8 @@ OUT=${OUT:-training/$CORPUS/$PRESET/crossfit}
 VARIANTS=${VARIANTS:-plain aug}  # the fold KBs scored and fitted: plain, aug (+ the fold's training mentions)
 RESCNN_SECONDS=${6:-${RESCNN_SECONDS:-0}}
 RESCNN_MODEL=${RESCNN_MODEL:-training/$CORPUS/rescnn/model}
+BEAMS=${BEAMS:-5}
+GEN=genbioel; [ "$BEAMS" = 5 ] || GEN=genbioel_b$BEAMS  # the generator's held-out files at this width
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G="python -m spacy_genbioel"
 join() { local IFS=,; echo "$*"; }
@@ -94,7 +98,8 @@ fold_score() {
     E=($G evaluate --corpus "$F/heldout.txt" "${WALK[@]}" --abbreviations)
     row() { local name=$1; shift; [ -f "$D/${variant}_$name.jsonl" ] || "${E[@]}" "$@" \
         --json "$D/${variant}_$name.json" --predictions "$D/${variant}_$name.jsonl"; }
-    row genbioel --linker genbioel --pipeline "$P" --device cpu --candidates.retriever none --decoding.exact_match false
+    row $GEN --linker genbioel --pipeline "$P" --device cpu --candidates.retriever none --decoding.exact_match false \
+        --decoding.num_beams "$BEAMS" --decoding.top_k "$BEAMS"
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
     local R=$OUT/models/fold-$i/rescnn/model
@@ -111,10 +116,10 @@ fit() {
   for variant in $VARIANTS; do
     local gen=() kbs=() retrievers=() choose=()
     for i in $(seq 0 $((K - 1))); do
-      gen+=("$OUT/fold-$i/${variant}_genbioel.jsonl"); kbs+=(--kb "$FOLDS/fold-$i/kb_$variant.jsonl")
+      gen+=("$OUT/fold-$i/${variant}_$GEN.jsonl"); kbs+=(--kb "$FOLDS/fold-$i/kb_$variant.jsonl")
     done
     for name in tfidf dense $(! rescnn_on || echo rescnn); do
-      retrievers+=(--source "$name=$(join "${gen[@]/_genbioel.jsonl/_$name.jsonl}")")
+      retrievers+=(--source "$name=$(join "${gen[@]/_$GEN.jsonl/_$name.jsonl}")")
     done
     if rescnn_on; then
       retrievers+=(--retriever-model "rescnn=$RESCNN_MODEL")
@@ -126,7 +131,7 @@ fit() {
     # the cascade judged by forced scores: the fusion over forced scores of the chosen retrievers' candidates
     local set
     set=$(python -c 'import json, sys; print("+".join(json.load(open(sys.argv[1]))["sources"][1:]))' "$OUT/fusion_$variant.json")
-    local forced=("${gen[@]/_genbioel.jsonl/_$(forced_row "$set").jsonl}")
+    local forced=("${gen[@]/_$GEN.jsonl/_$(forced_row "$set").jsonl}")
     $G fit-fusion --source "genbioel=$(join "${forced[@]}")" "${retrievers[@]}" "${kbs[@]}" --alternative "${set//+/,}" \
         --generator forced --cascade --out "$OUT/cascade_$variant.json"
   done

@@ -248,6 +248,11 @@ class GenBioELLinker(Pipe):
                                         or self.candidates.enabled) and self.settings.reranker.cascade == "off":
             logger.warning("The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
                            "candidates change the generator's lists it reads", self.name)
+        width = (self.fusion.fit.get("generator_width") or 0) if self.fusion is not None and self.fusion.generator == "beam" else 0
+        if width and min(self.decoding.top_k, self.fusion.depth) != min(width, self.fusion.depth):
+            logger.warning("The '%s' fusion was fitted on the generator's top %d; it now reads its top %d "
+                           "(decoding.num_beams and top_k: set them as the fusion's fold predictions were made)",
+                           self.name, width, self.decoding.top_k)
         return make_reranker(self.fusion, kb, linker, self.settings.reranker,
                              lambda source, model: make_candidate_generator(source, kb, model=model))
 

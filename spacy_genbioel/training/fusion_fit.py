@@ -173,6 +173,9 @@ def fit_fusion(
         "converged": bool(result.success), "loss": round(float(result.fun), 6),
         "standardized_weights": dict(zip(model.features, (round(float(w), 4) for w in result.x))),
         "recall": score_fusion(model, examples, kb),
+        # candidates per mention in the generator's lists it was fitted on (beam search: its top_k); the
+        # component warns when it links with other lists (linking.component)
+        "generator_width": max((len(ex.lists.get(GENERATOR, ())) for ex in examples), default=0),
     }
     logger.info("Fusion fitted on %d mentions (%d reachable): %s", len(examples), n, model.fit["recall"])
     return model

@@ -317,7 +317,9 @@ def test_fit_fusion_beats_both_sources(tmp_path):
     assert all(math.isfinite(w) for w in model.weights)
     w, fit = dict(zip(model.features, model.weights)), model.fit
     assert w["log_prior"] == 0.0 and w["exact"] > 0  # no priors in this KB: a constant feature
-    assert set(fit) == {"mentions", "reachable", "unreachable", "l2", "converged", "loss", "standardized_weights", "recall"}
+    assert set(fit) == {"mentions", "reachable", "unreachable", "l2", "converged", "loss", "standardized_weights", "recall",
+                        "generator_width"}
+    assert fit["generator_width"] == max(len(r["candidates"]) for r in gen)
     assert (fit["mentions"], fit["reachable"], fit["unreachable"]) == (41, 40, 1)
     assert fit["converged"] and fit["standardized_weights"]["log_prior"] == 0.0
     recall = score_fusion(model, examples, kb)
@@ -490,6 +492,24 @@ def test_fusion_factory_setting(parts, caplog):
     other.save(tmp_path / "other.json")
     override = spacy.load(tmp_path / "saved", config={"components": {"genbioel": {"fusion": str(tmp_path / "other.json")}}})
     assert override.get_pipe("genbioel").fusion == other
+
+
+def test_a_fusion_fitted_on_other_beam_lists_is_named(parts, caplog):
+    kb, tmp_path, fusion, text = parts
+    narrow = FusionModel(SOURCES, fusion.weights, depth=3, retrievers={"tfidf": {}}, fit={"generator_width": 2})
+    narrow.save(tmp_path / "narrow.json")
+
+    def link(top_k):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
+                                          "decoding": {"num_beams": 3, "top_k": top_k}, "fusion": str(tmp_path / "narrow.json")})
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="spacy_genbioel"):
+            nlp.get_pipe("genbioel").link([Mention(kb.names[0])])
+        return caplog.text
+
+    assert "fitted on the generator's top 2; it now reads its top 3" in link(3)
+    assert "fitted on the generator's top" not in link(2)
 
 
 def test_evaluate_refuses_a_missing_fusion_override(tmp_path):

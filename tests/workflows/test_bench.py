@@ -278,9 +278,13 @@ def test_cascade_bench_variants_name_their_rows():
     spec = importlib.util.spec_from_file_location("cascade_bench", BENCH / "cascade.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.variant("rescnn=f.json,c.json") == ("rescnn", "f.json", "c.json")
-    with pytest.raises(argparse.ArgumentTypeError, match="LABEL=FUSION"):
-        module.variant("rescnn=f.json")
+    assert module.variant("rescnn=f.json,c.json") == ("rescnn", "f.json", "c.json", 0)
+    assert module.variant("b2=f.json,c.json,2") == ("b2", "f.json", "c.json", 2)
+    for bad in ("rescnn=f.json", "b2=f.json,c.json,two"):
+        with pytest.raises(argparse.ArgumentTypeError, match="LABEL=FUSION"):
+            module.variant(bad)
+    narrow = module.rows("f.json", "c.json", "b2", 2)
+    assert narrow["cascade_b2"]["num_beams"] == narrow["fusion_b2"]["top_k"] == 2
     base, other = module.rows("f.json", "c.json"), module.rows("g.json", "d.json", "rescnn")
     assert "generator" in base and "generator_rescnn" not in other
     assert sorted(other) == sorted(f"{name}_rescnn" for name in base if name != "generator")
