@@ -39,8 +39,8 @@ from spacy_genbioel.linking.settings import load_overrides, nested_overrides
 
 def rows(fusion: str, cascade: str, label: str = "", beams: int = 0):
     """The rows of one fusion file and one cascade file; ``label``: a variant (``--variant``), whose rows
-    are named ``<row>_<label>`` and leave out the generator alone; ``beams``: its beam width (and top-k;
-    0: the pipeline's), for fusion files fitted on lists of that width."""
+    are named ``<row>_<label>`` and leave out the generator alone; ``beams``: the generator's beam width
+    under the fusion (``reranker.generator_beams``; 0: the pipeline's), for files fitted on lists of that width."""
     off = {"reranker.fusion": None, "reranker.cascade": "off"}
     table = {
         "generator": off,
@@ -53,7 +53,7 @@ def rows(fusion: str, cascade: str, label: str = "", beams: int = 0):
         "cascade_int8": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never", "dtype": "int8"},
     }
     if beams:
-        table = {name: {**settings, "num_beams": beams, "top_k": beams} for name, settings in table.items()}
+        table = {name: {**settings, "reranker.generator_beams": beams} for name, settings in table.items()}
     if not label:
         return table
     return {f"{name}_{label}": settings for name, settings in table.items() if name != "generator"}

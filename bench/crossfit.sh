@@ -7,8 +7,8 @@
 # on dev.
 #
 #   bash bench/crossfit.sh ncbi train [DATA] [PRESET] [SECONDS] [RESCNN_SECONDS]   # fold models (one process per fold, in parallel)
-#   bash bench/crossfit.sh ncbi score [DATA] [PRESET]   # held-out predictions: genbioel, tfidf, dense, plain and + train KBs
-#   bash bench/crossfit.sh ncbi fit [DATA] [PRESET]     # fit-fusion on them: OUT/fusion_{plain,aug}.json, OUT/cascade_{plain,aug}.json
+#   bash bench/crossfit.sh ncbi score [DATA] [PRESET] [- - BEAMS]   # held-out predictions: genbioel, tfidf, dense, plain and + train KBs
+#   bash bench/crossfit.sh ncbi fit [DATA] [PRESET] [- - BEAMS]     # fit-fusion on them: OUT/fusion_{plain,aug}.json, OUT/cascade_{plain,aug}.json
 #
 # Arguments / environment:
 #   DATA        shared data folder (../shared/data)
@@ -24,8 +24,9 @@
 #               tfidf+rescnn or all three) whose fusion links the held-out folds best
 #   FOLD        score: this fold only (run one per core side by side)
 #   RESCNN_MODEL    the ResCNN the fitted fusion links with (training/<corpus>/rescnn/model, train-rescnn's)
-#   BEAMS       the fold generators' beam width and top-k (5); the package must link at the same width, since
-#               the fusion reads the generator's lists as they were made (held-out files *_genbioel_b<N>.jsonl)
+#   BEAMS       (7th argument) the fold generators' beam width and top-k (null: the model config's); the fusion
+#               file records it and pipelines linking with it search at that width, since the fusion reads the
+#               generator's lists as they were made (held-out files *_genbioel_b<N>.jsonl)
 # Steps whose outputs exist are skipped: rerun after a crash to finish.
 set -euo pipefail
 CORPUS=${1:?usage: bench/crossfit.sh ncbi|bc5cdr train|score}
@@ -35,13 +36,15 @@ PRESET=${4:-${PRESET:-tiny}}
 K=${K:-2}
 PRETRAINED=${PRETRAINED:-training/$CORPUS/$PRESET/pretrain/model}
 CONFIG=${CONFIG:-configs/finetune_$PRESET.cfg}
-SECONDS_PER_FOLD=${5:-${SECONDS_PER_FOLD:-1200}}
+SECONDS_PER_FOLD=${5:-${SECONDS_PER_FOLD:-1200}}; [ "$SECONDS_PER_FOLD" != - ] || SECONDS_PER_FOLD=1200
 OUT=${OUT:-training/$CORPUS/$PRESET/crossfit}
 VARIANTS=${VARIANTS:-plain aug}  # the fold KBs scored and fitted: plain, aug (+ the fold's training mentions)
-RESCNN_SECONDS=${6:-${RESCNN_SECONDS:-0}}
+RESCNN_SECONDS=${6:-${RESCNN_SECONDS:-0}}; [ "$RESCNN_SECONDS" != - ] || RESCNN_SECONDS=0
 RESCNN_MODEL=${RESCNN_MODEL:-training/$CORPUS/rescnn/model}
-BEAMS=${BEAMS:-5}
-GEN=genbioel; [ "$BEAMS" = 5 ] || GEN=genbioel_b$BEAMS  # the generator's held-out files at this width
+BEAMS=${7:-${BEAMS:-null}}
+GEN=genbioel WIDTH=()  # the generator's held-out files, and their width when BEAMS sets one
+FIT_WIDTH=()  # recorded in the fusion file: pipelines linking with it search at that width
+[ "$BEAMS" = null ] || { GEN=genbioel_b$BEAMS; WIDTH=(--decoding.num_beams "$BEAMS" --decoding.top_k "$BEAMS"); FIT_WIDTH=(--generator-beams "$BEAMS"); }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G="python -m spacy_genbioel"
 join() { local IFS=,; echo "$*"; }
@@ -98,8 +101,7 @@ fold_score() {
     E=($G evaluate --corpus "$F/heldout.txt" "${WALK[@]}" --abbreviations)
     row() { local name=$1; shift; [ -f "$D/${variant}_$name.jsonl" ] || "${E[@]}" "$@" \
         --json "$D/${variant}_$name.json" --predictions "$D/${variant}_$name.jsonl"; }
-    row $GEN --linker genbioel --pipeline "$P" --device cpu --candidates.retriever none --decoding.exact_match false \
-        --decoding.num_beams "$BEAMS" --decoding.top_k "$BEAMS"
+    row $GEN --linker genbioel --pipeline "$P" --device cpu --candidates.retriever none --decoding.exact_match false "${WIDTH[@]}"
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
     local R=$OUT/models/fold-$i/rescnn/model
@@ -127,7 +129,7 @@ fit() {
     fi
     # the packages' fusion, with the cascade's retrieval-only weights and thresholds (reranker.cascade on: mentions
     # retrieval settles skip the generator, the rest get beam search and this fusion)
-    $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${retrievers[@]}" "${kbs[@]}" "${choose[@]}" --cascade --out "$OUT/fusion_$variant.json"
+    $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${retrievers[@]}" "${kbs[@]}" "${choose[@]}" "${FIT_WIDTH[@]}" --cascade --out "$OUT/fusion_$variant.json"
     # the cascade judged by forced scores: the fusion over forced scores of the chosen retrievers' candidates
     local set
     set=$(python -c 'import json, sys; print("+".join(json.load(open(sys.argv[1]))["sources"][1:]))' "$OUT/fusion_$variant.json")

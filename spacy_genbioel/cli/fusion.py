@@ -43,6 +43,7 @@ def fit_fusion_cmd(
     retriever_model: List[str] = typer.Option([], "--retriever-model", help="NAME=DIR: the encoder a retriever source uses at linking time (dense: default all-MiniLM-L6-v2)"),
     generator: str = typer.Option("beam", help="How the genbioel files were made: beam (beam search) or forced (evaluate --decoding.search forced: forced scores of the retrievers' candidates, what the cascade reads)"),
     alternative: List[str] = typer.Option([], "--alternative", help="NAME[,NAME...]: retriever sources the fusion may read instead of all of them (say twice or more: tfidf,dense and tfidf,rescnn); the one whose fusion, fitted on the other folds, links each held-out fold best (recall@1) is kept"),
+    generator_beams: Optional[int] = typer.Option(None, min=1, help="The beam width the genbioel files were made with (evaluate --decoding.num_beams), when not the model config's: recorded in the file, and pipelines linking with it search at that width (reranker.generator_beams)"),
     cascade: bool = typer.Option(False, "--cascade/--no-cascade", help="Also fit the cascade (reranker.cascade on): retrieval-only weights and its thresholds"),
     target_precision: float = typer.Option(0.95, help="Cascade: top-1 precision the mentions retrieval settles must reach on these predictions"),
     max_recall_loss: Optional[float] = typer.Option(None, help="Cascade: instead of --target-precision, settle as many mentions as keep its recall@1 on these predictions within this of the fusion's (0.002: 0.2 points)"),
@@ -105,6 +106,8 @@ def fit_fusion_cmd(
         model = dataclasses.replace(model, generator=generator)
         if choice is not None:
             model.fit["choice"] = choice
+        if generator_beams is not None:
+            model.fit["generator_beams"] = generator_beams
         if cascade:
             model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_reach, max_recall_loss=max_recall_loss), l2=l2)
     except (KBFormatError, ValueError, OSError) as err:

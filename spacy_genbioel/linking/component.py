@@ -229,7 +229,10 @@ class GenBioELLinker(Pipe):
         warn_on_input_style(self.name, model, self.inputs)
         candidates = self.candidates
         retriever = make_candidate_generator(candidates.retriever, kb, model=candidates.model)
-        parts = dict(inputs=self.inputs, decoding=self.decoding, candidates=candidates, retriever=retriever)
+        # with a fusion, the generator searches at the width its fold predictions were made with
+        beams = (self.settings.reranker.generator_beams or self.fusion.fit.get("generator_beams")) if self.fusion is not None else None
+        decoding = dataclasses.replace(self.decoding, num_beams=beams, top_k=min(self.decoding.top_k, beams)) if beams else self.decoding
+        parts = dict(inputs=self.inputs, decoding=decoding, candidates=candidates, retriever=retriever)
         try:
             linker = GenerativeLinker(model, tokenizer, kb, trie, **parts)
         except TrieMismatchError as err:
@@ -249,10 +252,10 @@ class GenBioELLinker(Pipe):
             logger.warning("The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
                            "candidates change the generator's lists it reads", self.name)
         width = (self.fusion.fit.get("generator_width") or 0) if self.fusion is not None and self.fusion.generator == "beam" else 0
-        if width and min(self.decoding.top_k, self.fusion.depth) != min(width, self.fusion.depth):
+        if width and min(linker.decoding.top_k, self.fusion.depth) != min(width, self.fusion.depth):
             logger.warning("The '%s' fusion was fitted on the generator's top %d; it now reads its top %d "
-                           "(decoding.num_beams and top_k: set them as the fusion's fold predictions were made)",
-                           self.name, width, self.decoding.top_k)
+                           "(reranker.generator_beams: the beam width its fold predictions were made with)",
+                           self.name, width, linker.decoding.top_k)
         return make_reranker(self.fusion, kb, linker, self.settings.reranker,
                              lambda source, model: make_candidate_generator(source, kb, model=model))
 

@@ -138,8 +138,15 @@ class RerankerSettings:
     settle_threshold: Optional[float] = None
     #: retrieval-only fused probability below which the cascade also runs beam search (None: the fusion file's)
     beam_threshold: Optional[float] = None
+    #: with a fusion: the generator's beam width and list length, as the fusion's fold predictions were made
+    #: (None: the fusion file's ``fit-fusion --generator-beams``, else ``decoding.num_beams``); ``decoding.top_k``
+    #: fused candidates are written whatever the width
+    generator_beams: Optional[int] = None
 
     def __post_init__(self) -> None:
+        beams = self.generator_beams
+        if beams is not None and (isinstance(beams, bool) or not isinstance(beams, int) or beams < 1):
+            raise ValueError(f"reranker.generator_beams must be a whole number of at least 1 or None, got {beams!r}")
         if self.cascade not in ("off", "on"):
             raise ValueError(f"reranker.cascade must be 'off' or 'on', got {self.cascade!r}")
         if self.beam not in ("weak", "never", "always"):

@@ -377,6 +377,9 @@ def test_fit_fusion_command(fold_files):
     assert f"{n_dropped} examples dropped" in result.output
     again = FusionModel.load(tmp_path / "out" / "fusion.json")
     assert again.fit["mentions"] == 40 - n_dropped and again.retrievers == {"tfidf": {}}
+    assert "generator_beams" not in again.fit
+    assert runner.invoke(app, fit_args(tmp_path, paths, "--generator-beams", "2")).exit_code == 0
+    assert FusionModel.load(tmp_path / "out" / "fusion.json").fit["generator_beams"] == 2
 
 
 @pytest.mark.parametrize("args", [["--source", "genbioel"], ["--source", "=a.jsonl"],
@@ -494,22 +497,34 @@ def test_fusion_factory_setting(parts, caplog):
     assert override.get_pipe("genbioel").fusion == other
 
 
-def test_a_fusion_fitted_on_other_beam_lists_is_named(parts, caplog):
+def test_a_fusion_reads_the_generators_lists_at_the_width_it_was_fitted_on(parts, caplog):
     kb, tmp_path, fusion, text = parts
     narrow = FusionModel(SOURCES, fusion.weights, depth=3, retrievers={"tfidf": {}}, fit={"generator_width": 2})
     narrow.save(tmp_path / "narrow.json")
 
-    def link(top_k):
+    def component(**reranker):
         nlp = spacy.blank("en")
         nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
-                                          "decoding": {"num_beams": 3, "top_k": top_k}, "fusion": str(tmp_path / "narrow.json")})
+                                          "decoding": {"num_beams": 3, "top_k": 3}, "fusion": str(tmp_path / "narrow.json"),
+                                          "reranker": {"@misc": "genbioel.reranker.v1", **reranker}})
         caplog.clear()
         with caplog.at_level("WARNING", logger="spacy_genbioel"):
-            nlp.get_pipe("genbioel").link([Mention(kb.names[0])])
-        return caplog.text
+            found = nlp.get_pipe("genbioel").link([Mention(kb.names[0]), Mention(kb.names[7])])
+        return nlp.get_pipe("genbioel"), found, caplog.text
 
-    assert "fitted on the generator's top 2; it now reads its top 3" in link(3)
-    assert "fitted on the generator's top" not in link(2)
+    _, _, log = component()  # fitted on 2-beam lists, read at 3
+    assert "fitted on the generator's top 2; it now reads its top 3" in log
+    two, found, log = component(generator_beams=2)
+    assert "fitted on the generator's top" not in log
+    assert (two.linker.decoding.num_beams, two.linker.decoding.top_k, two.decoding.num_beams) == (2, 2, 3)
+    assert max(len(c) for c in found) == 3  # decoding.top_k fused candidates, from a 2-beam search and TF-IDF's list
+    with pytest.raises(ValueError, match="generator_beams"):
+        component(generator_beams=0)
+    # a file that records its fold predictions' width (fit-fusion --generator-beams) is searched at it
+    FusionModel(SOURCES, fusion.weights, depth=3, retrievers={"tfidf": {}},
+                fit={"generator_width": 2, "generator_beams": 2}).save(tmp_path / "narrow.json")
+    recorded, _, log = component()
+    assert recorded.linker.decoding.num_beams == 2 and "fitted on the generator's top" not in log
 
 
 def test_evaluate_refuses_a_missing_fusion_override(tmp_path):

@@ -284,7 +284,7 @@ def test_cascade_bench_variants_name_their_rows():
         with pytest.raises(argparse.ArgumentTypeError, match="LABEL=FUSION"):
             module.variant(bad)
     narrow = module.rows("f.json", "c.json", "b2", 2)
-    assert narrow["cascade_b2"]["num_beams"] == narrow["fusion_b2"]["top_k"] == 2
+    assert narrow["cascade_b2"]["reranker.generator_beams"] == narrow["fusion_b2"]["reranker.generator_beams"] == 2
     base, other = module.rows("f.json", "c.json"), module.rows("g.json", "d.json", "rescnn")
     assert "generator" in base and "generator_rescnn" not in other
     assert sorted(other) == sorted(f"{name}_rescnn" for name in base if name != "generator")
@@ -337,3 +337,11 @@ def test_crossfit_fit_chooses_the_retrievers_and_fits_the_cascade_on_their_force
     assert fusion["generator"] == "beam" and fusion["cascade"]["settle_weights"]  # the packages' cascade (beam-judged)
     cascade = json.loads((out / "cascade_plain.json").read_text())
     assert cascade["sources"] == fusion["sources"] and cascade["generator"] == "forced" and cascade["cascade"]
+    assert "generator_beams" not in fusion["fit"] and fusion["fit"]["generator_width"] == 2
+    # BEAMS (the 7th argument): the fold generators' files at that width, recorded in the fusion file
+    for fold in range(2):
+        (out / f"fold-{fold}" / "plain_genbioel.jsonl").rename(out / f"fold-{fold}" / "plain_genbioel_b2.jsonl")
+    run = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "ncbi", "fit", str(tmp_path / "data"), "tiny", "-", "-", "2"],
+                         capture_output=True, text=True, env=env, cwd=BENCH.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads((out / "fusion_plain.json").read_text())["fit"]["generator_beams"] == 2
