@@ -48,6 +48,7 @@ def fit_fusion_cmd(
     target_precision: float = typer.Option(0.95, help="Cascade: top-1 precision the mentions retrieval settles must reach on these predictions"),
     max_recall_loss: Optional[float] = typer.Option(None, help="Cascade: instead of --target-precision, settle as many mentions as keep its recall@1 on these predictions within this of the fusion's (0.002: 0.2 points)"),
     beam_reach: float = typer.Option(0.5, help="Cascade: retrieval looks weak (beam search runs too) where its candidates hold the gold concept at most this often"),
+    defer: List[str] = typer.Option([], "--defer", help="Cascade: a costly retriever (dense) that runs only for mentions the fusion's other retrievers do not settle (an early step with its own threshold, chosen the same way; reranker.early_threshold)"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Fit score fusion on cross-fitted training predictions (bench/crossfit.sh), never on dev."""
@@ -83,6 +84,11 @@ def fit_fusion_cmd(
             raise typer.BadParameter(f"--retriever-model {item!r}: expected NAME=DIR for a --source name")
         settings[name] = {"model": path}
     choices = [[n for n in item.split(",") if n] for item in alternative]
+    if defer and not cascade:
+        raise typer.BadParameter("--defer is a step of the cascade: add --cascade")
+    for name in defer:
+        if name not in files or name == GENERATOR:
+            raise typer.BadParameter(f"--defer {name!r}: give a retriever name of --source")
     for names in choices:
         unknown = [n for n in names if n not in files or n == GENERATOR]
         if unknown or not names:
@@ -109,7 +115,8 @@ def fit_fusion_cmd(
         if generator_beams is not None:
             model.fit["generator_beams"] = generator_beams
         if cascade:
-            model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_reach, max_recall_loss=max_recall_loss), l2=l2)
+            model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_reach, max_recall_loss=max_recall_loss),
+                                l2=l2, defer=defer)
     except (KBFormatError, ValueError, OSError) as err:
         msg.fail(f"fit-fusion: {err}")
         raise typer.Exit(1) from None
@@ -127,3 +134,5 @@ def fit_fusion_cmd(
     if model.cascade:
         c = model.cascade
         msg.text(f"  cascade: settle at p >= {c['settle_threshold']}, beam below p < {c['beam_threshold']}; {c['report']}")
+        if "early" in c:
+            msg.text(f"  early step: {', '.join(c['early']['defer'])} deferred, settle at p >= {c['early']['threshold']}")

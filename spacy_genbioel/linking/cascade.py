@@ -22,7 +22,12 @@ Two ways to combine the generator with retrievers, chosen by ``reranker.cascade`
      beam search runs too and its names join the forced ones (one scale: the
      same mean log-probability).
 
-  Each mention's path (``retrieval``, ``forced``, ``beam``; ``none`` when it
+  0. *early* (fusions fitted with ``fit-fusion --defer``): costly retrievers
+     (MiniLM) wait; a retrieval-only fusion of the others settles the mentions
+     it is sure of (``early_threshold``, chosen like ``settle_threshold``), and
+     only the rest get every retriever and the steps above.
+
+  Each mention's path (``early``, ``retrieval``, ``forced``, ``beam``; ``none`` when it
   has nothing to link) is written on the span (``span._.link_path``) and
   counted in :attr:`CascadeReranker.stats`.
 
@@ -53,7 +58,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["PATHS", "CascadeReranker", "LinkPaths", "settle_model", "link_with_paths"]
 
 #: the ways a mention can be linked, cheapest first
-PATHS = ("none", "retrieval", "forced", "beam")
+PATHS = ("none", "early", "retrieval", "forced", "beam")
 
 LinkPaths = Tuple[List[List[Candidate]], List[str]]
 
@@ -62,16 +67,34 @@ class CascadeError(ValueError):
     """A cascade that cannot run with this fusion (names the file and what to do)."""
 
 
-def settle_model(model: FusionModel) -> FusionModel:
-    """The retrieval-only fusion stored in ``model.cascade`` (the generator's weights are 0)."""
-    weights = model.cascade.get("settle_weights")
+def _weighted(model: FusionModel, weights: Any, what: str) -> FusionModel:
     if not isinstance(weights, dict) or sorted(weights) != sorted(model.features):
-        raise CascadeError("the fusion was not fitted for the cascade (fit-fusion --cascade): no retrieval-only weights")
+        raise CascadeError(f"the fusion's {what} must give a weight for each of its features")
     try:
         values = [float(weights[f]) for f in model.features]
     except (TypeError, ValueError):
-        raise CascadeError("the cascade's retrieval-only weights must be numbers") from None
+        raise CascadeError(f"the fusion's {what} must be numbers") from None
     return FusionModel(list(model.sources), values, depth=model.depth, retrievers=model.retrievers)
+
+
+def settle_model(model: FusionModel) -> FusionModel:
+    """The retrieval-only fusion stored in ``model.cascade`` (the generator's weights are 0)."""
+    if not isinstance(model.cascade.get("settle_weights"), dict):
+        raise CascadeError("the fusion was not fitted for the cascade (fit-fusion --cascade): no retrieval-only weights")
+    return _weighted(model, model.cascade["settle_weights"], "cascade's retrieval-only weights")
+
+
+def early_model(model: FusionModel) -> Optional[Tuple[FusionModel, List[str], Any]]:
+    """The early step stored in ``model.cascade["early"]`` (``fit-fusion --defer``): the fusion of the
+    retrievers that run first, the deferred retrievers, and the fitted threshold; None without one."""
+    early = model.cascade.get("early")
+    if early is None:
+        return None
+    deferred = early.get("defer") if isinstance(early, dict) else None
+    if not isinstance(deferred, list) or not deferred or not set(deferred) < set(model.retriever_sources):
+        raise CascadeError(f"the cascade's early step must defer some, not all, of the retrievers {model.retriever_sources}; "
+                           f"got {deferred!r}")
+    return _weighted(model, early.get("weights"), "early step's weights"), list(deferred), early.get("threshold")
 
 
 def _threshold(setting: Optional[float], fitted: Any, name: str) -> float:
@@ -95,6 +118,13 @@ class CascadeReranker:
         self.settings = settings
         self.settle_threshold = _threshold(settings.settle_threshold, model.cascade.get("settle_threshold"), "settle")
         self.beam_threshold = _threshold(settings.beam_threshold, model.cascade.get("beam_threshold"), "beam")
+        early = early_model(model)
+        self.early: Optional[FusionModel] = None
+        self.deferred: List[str] = []
+        self.early_threshold = float("inf")
+        if early is not None:
+            self.early, self.deferred, fitted = early
+            self.early_threshold = _threshold(settings.early_threshold, fitted, "settle")
         #: mentions per path since creation (or the last ``stats.clear()``)
         self.stats: Counter = Counter()
 
@@ -105,6 +135,14 @@ class CascadeReranker:
     @property
     def retrievers(self) -> Dict[str, Any]:
         return self.fusion.retrievers
+
+    def _retrieve(self, mentions: Sequence[Mention], positions: Sequence[int], sources: Sequence[str]
+                  ) -> List[Dict[str, List[Candidate]]]:
+        """Each of ``sources``' top ``depth`` candidates for the mentions at ``positions``."""
+        if not positions:
+            return []
+        found = {s: self.fusion.retrievers[s].link([mentions[i] for i in positions], self.model.depth) for s in sources}
+        return [{s: found[s][n] for s in sources} for n in range(len(positions))]
 
     def _needs_beam(self, probability: float) -> bool:
         if self.model.generator == "beam":  # fitted on beam lists: the generator judges by searching
@@ -118,12 +156,24 @@ class CascadeReranker:
         results: List[List[Candidate]] = [[] for _ in mentions]
         paths = ["none"] * len(mentions)
         todo = [i for i, m in enumerate(mentions) if has_linkable_text(m.text, kb.normalize)]
-        retrieved: Dict[str, List[List[Candidate]]] = {
-            s: self.fusion.retrievers[s].link([mentions[i] for i in todo], model.depth) for s in model.retriever_sources}
-        lists = [{s: retrieved[s][pos] for s in retrieved} for pos in range(len(todo))]
+        lists = self._retrieve(mentions, todo, [s for s in model.retriever_sources if s not in self.deferred])
+        rest = list(range(len(todo)))
+        if self.early is not None:  # the mentions the first retrievers settle; the deferred ones run for the rest
+            rest = []
+            left_out = {s: [] for s in (GENERATOR, *self.deferred)}
+            for pos, i in enumerate(todo):
+                settled = self.early.rank(mentions[i].text, {**left_out, **lists[pos]}, kb, top_k, priors)
+                if settled and settled[0].score >= self.early_threshold:
+                    results[i], paths[i] = settled, "early"
+                else:
+                    rest.append(pos)
+            late = self._retrieve(mentions, [todo[pos] for pos in rest], self.deferred)
+            for pos, found in zip(rest, late):  # in the fusion's order of sources, as without the early step
+                lists[pos] = {s: {**lists[pos], **found}[s] for s in model.retriever_sources}
         judge: List[int] = []
         beam: List[int] = []
-        for pos, i in enumerate(todo):
+        for pos in rest:
+            i = todo[pos]
             settled = self.settle.rank(mentions[i].text, {GENERATOR: [], **lists[pos]}, kb, top_k, priors)
             probability = settled[0].score if settled else 0.0
             if settled and probability >= self.settle_threshold:

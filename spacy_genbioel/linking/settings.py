@@ -138,6 +138,9 @@ class RerankerSettings:
     settle_threshold: Optional[float] = None
     #: retrieval-only fused probability below which the cascade also runs beam search (None: the fusion file's)
     beam_threshold: Optional[float] = None
+    #: in a cascade fitted with ``fit-fusion --defer``: the probability (of a fusion without the deferred
+    #: retrievers) from which a mention is linked before they run (None: the fusion file's; above 1: never)
+    early_threshold: Optional[float] = None
     #: with a fusion: the generator's beam width and list length, as the fusion's fold predictions were made
     #: (None: the fusion file's ``fit-fusion --generator-beams``, else ``decoding.num_beams``); ``decoding.top_k``
     #: fused candidates are written whatever the width

@@ -24,6 +24,13 @@ chosen on those training predictions, never on dev:
 A threshold whose target no set of at least ``min_mentions`` mentions meets is
 None (that step never triggers). The report gives the shares and precision on
 the fit data.
+
+``defer`` names costly retrievers (MiniLM: about 2.4 ms of every mention on one
+CPU thread, more than TF-IDF and ResCNN together) that need not run where the
+others are sure: a second retrieval-only fusion, with the deferred lists left
+empty too, and its own threshold chosen the same way (``cascade["early"]``).
+Mentions at or above it are linked before the deferred retrievers run; the rest
+get every retriever and the steps above.
 """
 from __future__ import annotations
 
@@ -105,8 +112,9 @@ def beam_threshold(probability: np.ndarray, reached: np.ndarray, at_most: float,
     return float(p[k + 1]) if k + 1 < len(p) else float(np.nextafter(p[k], np.inf))
 
 
-def _retrieval_only(examples: Sequence[FusionExample]) -> List[FusionExample]:
-    return [dataclasses.replace(ex, lists={**ex.lists, GENERATOR: []}) for ex in examples]
+def _without(examples: Sequence[FusionExample], sources: Sequence[str]) -> List[FusionExample]:
+    """``examples`` with the lists of ``sources`` left empty (as if they had not run)."""
+    return [dataclasses.replace(ex, lists={**ex.lists, **{s: [] for s in sources}}) for ex in examples]
 
 
 def _reached(model: FusionModel, examples: Sequence[FusionExample]) -> np.ndarray:
@@ -127,17 +135,30 @@ def _top1(model: FusionModel, examples: Sequence[FusionExample], kb: Any) -> Tup
     return np.asarray(probability, dtype=np.float64), np.asarray(correct, dtype=bool)
 
 
-def fit_cascade(model: FusionModel, examples: Sequence[FusionExample], kb: Any,
-                targets: CascadeTargets = CascadeTargets(), *, l2: float = 1e-3) -> FusionModel:
-    """``model`` with its ``cascade`` fitted on ``examples`` (those ``model`` was fitted on)."""
-    settle_examples = _retrieval_only(examples)
-    settle = fit_fusion(settle_examples, kb, model.sources, depth=model.depth, l2=l2, retrievers=model.retrievers)
-    probability, correct = _top1(settle, settle_examples, kb)
-    fused_p, fused_correct = _top1(model, examples, kb)
+def _settle_fit(model: FusionModel, examples: Sequence[FusionExample], kb: Any, targets: CascadeTargets,
+                fused_correct: np.ndarray, l2: float, left_out: Sequence[str]):
+    """A fusion without the lists of ``left_out`` fitted on ``examples``, its top-1 probability and
+    correctness per example, and the threshold from which it settles a mention (``targets``)."""
+    partial = _without(examples, left_out)
+    settle = fit_fusion(partial, kb, model.sources, depth=model.depth, l2=l2, retrievers=model.retrievers)
+    probability, correct = _top1(settle, partial, kb)
     if targets.max_recall_loss is not None:
         settle_at = settle_for_recall(probability, correct, fused_correct, targets.max_recall_loss, targets.min_mentions)
     else:
         settle_at = settle_threshold(probability, correct, targets.target_precision, targets.min_mentions)
+    return settle, probability, correct, settle_at
+
+
+def _weights(model: FusionModel) -> Dict[str, float]:
+    return dict(zip(model.features, (round(float(w), 8) for w in model.weights)))
+
+
+def fit_cascade(model: FusionModel, examples: Sequence[FusionExample], kb: Any,
+                targets: CascadeTargets = CascadeTargets(), *, l2: float = 1e-3, defer: Sequence[str] = ()) -> FusionModel:
+    """``model`` with its ``cascade`` fitted on ``examples`` (those ``model`` was fitted on); ``defer``:
+    retrievers that run only for mentions the others do not settle (none of ``model``'s: no early step)."""
+    fused_p, fused_correct = _top1(model, examples, kb)
+    settle, probability, correct, settle_at = _settle_fit(model, examples, kb, targets, fused_correct, l2, [GENERATOR])
     reached = _reached(model, examples)
     beam_below = beam_threshold(probability, reached, targets.beam_reach, targets.min_mentions)
     settled = probability >= settle_at if settle_at is not None else np.zeros(len(probability), dtype=bool)
@@ -155,10 +176,19 @@ def fit_cascade(model: FusionModel, examples: Sequence[FusionExample], kb: Any,
         "fusion_recall@1": round(float(fused_correct.mean()) if len(fused_correct) else 0.0, 4),
         "cascade_recall@1_without_beam": round(float(np.where(settled, correct, fused_correct).mean()) if n else 0.0, 4),
     }
-    out = dataclasses.replace(model, cascade={
-        "settle_weights": dict(zip(settle.features, (round(float(w), 8) for w in settle.weights))),
-        "settle_threshold": settle_at, "beam_threshold": beam_below,
+    cascade: Dict[str, Any] = {
+        "settle_weights": _weights(settle), "settle_threshold": settle_at, "beam_threshold": beam_below,
         "targets": dataclasses.asdict(targets), "report": report,
-    })
+    }
+    deferred = [s for s in model.retriever_sources if s in set(defer)]
+    if deferred and len(deferred) < len(model.retriever_sources):
+        early, early_p, early_correct, early_at = _settle_fit(model, examples, kb, targets, fused_correct, l2,
+                                                              [GENERATOR, *deferred])
+        first = early_p >= early_at if early_at is not None else np.zeros(len(early_p), dtype=bool)
+        report["early_share"] = round(float(first.mean()) if len(first) else 0.0, 4)
+        report["early_precision"] = round(float(early_correct[first].mean()), 4) if first.any() else None
+        report["settled_share_with_early"] = round(float((first | settled).mean()) if len(first) else 0.0, 4)
+        cascade["early"] = {"defer": deferred, "weights": _weights(early), "threshold": early_at}
+    out = dataclasses.replace(model, cascade=cascade)
     logger.info("Cascade fitted on %d mentions: %s", len(examples), report)
     return out
