@@ -8,20 +8,26 @@
 #   bash bench/aap.sh fusion    # per fold: score fusion fitted on the *other* folds' validation predictions (cross-fitting:
 #                               # each made by a model that never saw them), minus any mention/concept pair of this
 #                               # fold's validation split, then evaluated on this fold through the component
+#   bash bench/aap.sh cascade   # per fold: the cascade (issue 28) with the workflow's settings: a fusion over the
+#                               # generator's 2-beam lists and the retrievers the other folds prefer (tfidf with dense,
+#                               # rescnn or both), cross-fitted like `fusion`; then bench/cascade.py on the fold: the
+#                               # generator, `fusion`'s fusion and the cascade side by side (metrics/cascade_aap_fold<k>_<kb>.json)
 #   python bench/folds_report.py training/aap/tiny/folds   # mean and spread per linker and KB
 #
 # Environment: DATA (../shared/data), OUT (training/aap/tiny), FOLDS ("0 1 2 3 4 5 6 7 8 9"), JOBS (2 folds at a
 # time), PRETRAIN_STEPS (1500) / PRETRAIN_SECONDS (900), FINETUNE_STEPS (1500) / FINETUNE_SECONDS (1800): step
 # budgets, so that folds trained side by side get the same training whatever else runs; the seconds are a cap.
-# RESCNN_SECONDS (1200): the ResCNN retriever's training budget per fold. SEED (0). Steps whose outputs exist are skipped.
+# RESCNN_SECONDS (1200): the ResCNN retriever's training budget per fold. SEED (0). METRICS (metrics): where `cascade`
+# writes. Steps whose outputs exist are skipped.
 set -euo pipefail
-STAGE=${1:?usage: bench/aap.sh prepare|folds|fusion}
+STAGE=${1:?usage: bench/aap.sh prepare|folds|fusion|cascade}
 DATA=${2:-${DATA:-../shared/data}}
 AAP=$DATA/askapatient
 OUT=${OUT:-training/aap/tiny}
 FOLDS=${FOLDS:-0 1 2 3 4 5 6 7 8 9}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-G="python -m spacy_genbioel"
+G=${G:-python -m spacy_genbioel}  # the CLI (a test puts a recorder here)
+METRICS=${METRICS:-metrics}  # where `cascade` writes its tables
 join() { local IFS=,; echo "$*"; }
 KB=$OUT/kb.jsonl
 
@@ -57,14 +63,17 @@ fold() {
     local kb=$F/kb_$variant.jsonl
     [ -d "$F/pipeline_$variant" ] || $G package --model "$F/finetune/model" --kb "$kb" --config "$F/finetune/config.cfg" \
         --out "$F/pipeline_$variant" --no-entity-ruler --no-abbreviations
-    E=($G evaluate --corpus "$valid" --format askapatient --device cpu)
+    E=($G evaluate --corpus "$valid" --format askapatient)
     row() { local name=$1; shift; [ -f "$F/${variant}_$name.json" ] || "${E[@]}" "$@" \
         --json "$F/${variant}_$name.json" --predictions "$F/${variant}_$name.jsonl"; }
     row exact --linker exact --kb "$kb"
     row tfidf --linker tfidf --kb "$kb"
     row dense --linker dense --kb "$kb"
     row rescnn --linker rescnn --kb "$kb" --model "$F/rescnn/model"
-    row genbioel --linker genbioel --pipeline "$F/pipeline_$variant" --candidates.retriever none --decoding.exact_match false
+    row genbioel --linker genbioel --pipeline "$F/pipeline_$variant" --device cpu --candidates.retriever none --decoding.exact_match false
+    # the 2-beam lists the cascade's fusion is fitted on (bench/crossfit.sh's BEAMS)
+    row genbioel_b2 --linker genbioel --pipeline "$F/pipeline_$variant" --device cpu --candidates.retriever none --decoding.exact_match false \
+        --decoding.num_beams 2 --decoding.top_k 2
   done
 }
 
@@ -86,9 +95,32 @@ fusion() {
   done
 }
 
+cascade() {
+  local i=$1 F=$OUT/folds/fold-$1
+  for variant in plain aug; do
+    local gen=() kbs=() sources=()
+    for j in $FOLDS_FIT; do
+      [ "$j" = "$i" ] && continue
+      gen+=("$OUT/folds/fold-$j/${variant}_genbioel_b2.jsonl"); kbs+=(--kb "$OUT/folds/fold-$j/kb_$variant.jsonl")
+    done
+    for name in tfidf dense rescnn; do sources+=(--source "$name=$(join "${gen[@]/_genbioel_b2.jsonl/_$name.jsonl}")"); done
+    [ -f "$F/beamcascade_b2_$variant.json" ] || $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${sources[@]}" "${kbs[@]}" \
+        --retriever-model "rescnn=$F/rescnn/model" --alternative tfidf,dense --alternative tfidf,rescnn \
+        --alternative tfidf,dense,rescnn --generator-beams 2 --cascade --defer dense --exclude "$F/${variant}_genbioel.jsonl" \
+        --out "$F/beamcascade_b2_$variant.json"
+    local cascade=$F/beamcascade_b2_$variant.json
+    [ -f "$METRICS/cascade_aap_fold${i}_$variant.json" ] || python bench/cascade.py --pipeline "$F/pipeline_$variant" \
+        --corpus "$AAP/AskAPatient.fold-$i.validation.txt" --format askapatient --no-abbreviations \
+        --fusion "$F/fusion_$variant.json" --cascade "$cascade" --variant "b2=$cascade,$cascade,2" \
+        --rows generator,fusion,fusion_b2,cascade_b2,cascade_int8_b2 --out "$METRICS/cascade_aap_fold${i}_$variant.json"
+  done
+}
+
 case $STAGE in
   prepare) prepare ;;
   folds) export -f fold; export OUT AAP G KB; printf '%s\n' $FOLDS | xargs -P "${JOBS:-2}" -I{} bash -c 'set -euo pipefail; fold {}' ;;
   fusion) for i in $FOLDS; do fusion "$i"; done ;;
-  *) echo "unknown stage $STAGE (prepare | folds | fusion)" >&2; exit 2 ;;
+  # FOLDS_FIT: the folds whose predictions fit each fold's cascade (default: every fold; FOLDS picks those benchmarked)
+  cascade) FOLDS_FIT=${FOLDS_FIT:-0 1 2 3 4 5 6 7 8 9}; for i in $FOLDS; do cascade "$i"; done ;;
+  *) echo "unknown stage $STAGE (prepare | folds | fusion | cascade)" >&2; exit 2 ;;
 esac

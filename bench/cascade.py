@@ -112,7 +112,8 @@ def annotate_rows(pipeline: Path, table: dict, names, texts) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", type=Path, required=True)
-    parser.add_argument("--corpus", type=Path, required=True, help="gold mentions (PubTator): the dev split")
+    parser.add_argument("--corpus", type=Path, required=True, help="gold mentions: the dev split")
+    parser.add_argument("--format", default="pubtator", help="the corpus format (pubtator, askapatient, ...: load_corpus's)")
     parser.add_argument("--fusion", required=True, help="fusion fitted on beam lists (today's)")
     parser.add_argument("--cascade", required=True, help="fusion fitted on forced lists with --cascade")
     parser.add_argument("--variant", type=variant, action="append", default=[],
@@ -131,7 +132,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    mentions, texts = load_corpus(args.corpus, "pubtator", args.crosswalk)
+    mentions, texts = load_corpus(args.corpus, args.format, args.crosswalk)
     if not args.no_abbreviations:
         from spacy_genbioel.linking.abbreviations import AbbreviationExpander
 

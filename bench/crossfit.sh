@@ -128,14 +128,16 @@ fit() {
       for set in $(retriever_sets); do choose+=(--alternative "${set//+/,}"); done
     fi
     # the packages' fusion, with the cascade's retrieval-only weights and thresholds (reranker.cascade on: mentions
-    # retrieval settles skip the generator, the rest get beam search and this fusion)
-    $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${retrievers[@]}" "${kbs[@]}" "${choose[@]}" "${FIT_WIDTH[@]}" --cascade --out "$OUT/fusion_$variant.json"
+    # retrieval settles skip the generator, the rest get beam search and this fusion); MiniLM, the costly
+    # retriever, runs only where the others do not settle (--defer dense: the early step)
+    $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${retrievers[@]}" "${kbs[@]}" "${choose[@]}" "${FIT_WIDTH[@]}" --cascade \
+        --defer dense --out "$OUT/fusion_$variant.json"
     # the cascade judged by forced scores: the fusion over forced scores of the chosen retrievers' candidates
     local set
     set=$(python -c 'import json, sys; print("+".join(json.load(open(sys.argv[1]))["sources"][1:]))' "$OUT/fusion_$variant.json")
     local forced=("${gen[@]/_$GEN.jsonl/_$(forced_row "$set").jsonl}")
     $G fit-fusion --source "genbioel=$(join "${forced[@]}")" "${retrievers[@]}" "${kbs[@]}" --alternative "${set//+/,}" \
-        --generator forced --cascade --out "$OUT/cascade_$variant.json"
+        --generator forced --cascade --defer dense --out "$OUT/cascade_$variant.json"
   done
 }
 

@@ -96,6 +96,57 @@ def test_crossfit_and_aap_scripts_reject_unknown_stages(tmp_path):
     assert bad.returncode == 2 and "unknown stage" in bad.stderr
 
 
+def _aap_calls(tmp_path, stage: str, **env) -> list:
+    """The CLI calls ``bench/aap.sh STAGE`` makes, recorded instead of run (the script's ``G``), one list of words each."""
+    log = tmp_path / "calls.log"
+    recorder = tmp_path / "record.sh"
+    recorder.write_text('printf "%s\\n" "$*" >> "$CALLS"\n')
+    run = subprocess.run(["bash", str(BENCH / "aap.sh"), stage, str(tmp_path / "data")], capture_output=True, text=True,
+                         cwd=BENCH.parent, env={**os.environ, "G": f"bash {recorder}", "CALLS": str(log),
+                                                "OUT": str(tmp_path / "aap"), "JOBS": "1", **env})
+    assert run.returncode == 0, run.stdout + run.stderr
+    return [line.split() for line in log.read_text().splitlines()]
+
+
+def test_aap_folds_give_the_device_to_the_generator_rows_only(tmp_path):
+    """``evaluate`` refuses component settings (``--device``) for a retriever: the fold rows must not pass it."""
+    calls = _aap_calls(tmp_path, "folds", FOLDS="3")
+    rows = {c[c.index("--json") + 1].rsplit("/", 1)[1]: c for c in calls if c[0] == "evaluate"}
+    assert sorted(rows) == sorted(f"{kb}_{name}.json" for kb in ("plain", "aug")
+                                  for name in ("exact", "tfidf", "dense", "rescnn", "genbioel", "genbioel_b2"))
+    for name, call in rows.items():
+        assert ("--device" in call) == ("genbioel" in name), call
+        assert "AskAPatient.fold-3.validation.txt" in call[call.index("--corpus") + 1]
+    b2 = rows["plain_genbioel_b2.json"]
+    assert b2[b2.index("--decoding.num_beams") + 1] == b2[b2.index("--decoding.top_k") + 1] == "2"
+    assert "--decoding.num_beams" not in rows["plain_genbioel.json"]
+
+
+def test_aap_cascade_is_fitted_on_the_other_folds_at_two_beams(tmp_path):
+    """``aap.sh cascade``: each fold's cascade fusion reads the other folds' held-out lists (the generator's at 2
+    beams), leaves out the fold's own mention/concept pairs, and may choose among the retriever sets."""
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    for kb in ("plain", "aug"):  # the benchmark tables exist: only the fits run
+        (metrics / f"cascade_aap_fold1_{kb}.json").write_text("{}")
+    calls = _aap_calls(tmp_path, "cascade", FOLDS="1", FOLDS_FIT="0 1 2", METRICS=str(metrics))
+    assert [c[0] for c in calls] == ["fit-fusion", "fit-fusion"]
+    fit = calls[0]
+    options = {fit[i]: fit[i + 1] for i in range(1, len(fit) - 1) if fit[i].startswith("--")}
+    folds = tmp_path / "aap" / "folds"
+    assert options["--source"].startswith("rescnn=")  # the last of each repeated option
+    sources = [fit[i + 1] for i in range(len(fit) - 1) if fit[i] == "--source"]
+    assert sources[0] == f"genbioel={folds}/fold-0/plain_genbioel_b2.jsonl,{folds}/fold-2/plain_genbioel_b2.jsonl"
+    assert sources[1:] == [f"{name}={folds}/fold-0/plain_{name}.jsonl,{folds}/fold-2/plain_{name}.jsonl"
+                           for name in ("tfidf", "dense", "rescnn")]
+    assert [fit[i + 1] for i in range(len(fit) - 1) if fit[i] == "--alternative"] == [
+        "tfidf,dense", "tfidf,rescnn", "tfidf,dense,rescnn"]
+    assert options["--exclude"] == f"{folds}/fold-1/plain_genbioel.jsonl" and options["--generator-beams"] == "2"
+    assert "--cascade" in fit and options["--out"] == f"{folds}/fold-1/beamcascade_b2_plain.json"
+    assert options["--defer"] == "dense"  # MiniLM runs only where TF-IDF and ResCNN do not settle
+    assert calls[1][calls[1].index("--out") + 1] == f"{folds}/fold-1/beamcascade_b2_aug.json"
+
+
 def test_folds_report_gives_mean_and_spread_per_kb_and_linker(tmp_path, capsys):
     import importlib.util
 
@@ -335,6 +386,7 @@ def test_crossfit_fit_chooses_the_retrievers_and_fits_the_cascade_on_their_force
     assert set(fusion["fit"]["choice"]) == {"tfidf+dense", "tfidf+rescnn", "tfidf+dense+rescnn"}
     assert fusion["retrievers"] == {"tfidf": {}, "rescnn": {"model": "models/rescnn"}}
     assert fusion["generator"] == "beam" and fusion["cascade"]["settle_weights"]  # the packages' cascade (beam-judged)
+    assert "early" not in fusion["cascade"]  # dense is deferred (--defer dense), but this fusion does not read it
     cascade = json.loads((out / "cascade_plain.json").read_text())
     assert cascade["sources"] == fusion["sources"] and cascade["generator"] == "forced" and cascade["cascade"]
     assert "generator_beams" not in fusion["fit"] and fusion["fit"]["generator_width"] == 2
