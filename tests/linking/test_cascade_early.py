@@ -160,3 +160,41 @@ def test_fit_fusion_defer_option(tmp_path):
     assert result.exit_code != 0 and "--cascade" in result.output
     result = CliRunner().invoke(app, [*base, "--cascade", "--defer", "rescnn"])
     assert result.exit_code != 0 and "rescnn" in result.output
+
+
+def test_the_component_takes_the_early_step_and_keeps_it_through_spacy_load(tmp_path, micro_model, word_tokenizer):
+    import spacy
+
+    from spacy_genbioel.models import save_model
+
+    kb = random_kb(2, n_concepts=30)
+    save_model(micro_model, word_tokenizer, tmp_path / "model")
+    kb.to_jsonl(tmp_path / "kb.jsonl")
+    sources = ["genbioel", "tfidf", "exact"]  # exact match stands in for the costly retriever
+    features = feature_names(sources)
+    weights = [0.5 + 0.25 * (i % 5) for i in range(len(features))]
+    model = FusionModel(sources, weights, depth=3, retrievers={"tfidf": {}, "exact": {}}, generator="beam", cascade={
+        "settle_weights": {f: (0.0 if f.startswith("genbioel") else w) for f, w in zip(features, weights)},
+        "settle_threshold": 0.99, "beam_threshold": None,
+        "early": {"defer": ["exact"], "threshold": 0.5,
+                  "weights": {f: (0.0 if f.startswith(("genbioel", "exact")) else w) for f, w in zip(features, weights)}}})
+    model.save(tmp_path / "fusion.json")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": n} for n in kb.names[:8]])
+    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
+                                      "decoding": {"num_beams": 3, "top_k": 3},
+                                      "reranker": {"fusion": str(tmp_path / "fusion.json"), "cascade": "on"}})
+    texts = [f"We saw {kb.names[i]} and {kb.names[i + 1]} today ." for i in range(0, 8, 2)]
+    docs = list(nlp.pipe(texts, batch_size=2))
+    paths = [ent._.link_path for doc in docs for ent in doc.ents]
+    assert "early" in paths and set(paths) <= {"early", "retrieval", "beam"}
+    assert nlp.get_pipe("genbioel").stats["early"] == paths.count("early")
+    nlp.to_disk(tmp_path / "pipeline")
+    (tmp_path / "fusion.json").unlink()
+    loaded = spacy.load(tmp_path / "pipeline")
+    again = list(loaded.pipe(texts))
+    for a, b in zip(docs, again):
+        assert [(e._.kb_id, e._.link_path, e._.kb_candidates) for e in a.ents] == [
+            (e._.kb_id, e._.link_path, e._.kb_candidates) for e in b.ents]
+    off = spacy.load(tmp_path / "pipeline", config={"components": {"genbioel": {"reranker": {"early_threshold": 2.0}}}})
+    assert "early" not in [e._.link_path for doc in off.pipe(texts) for e in doc.ents]
