@@ -150,7 +150,7 @@ class GenBioELLinker(Pipe):
         register_extensions(self.output)
         self._linker: Optional[GenerativeLinker] = None
         self._reranker: Optional[Any] = None
-        #: mentions linked per path (:data:`~.cascade.PATHS`: ``retrieval``, ``forced``, ``beam``, ``none``)
+        #: mentions linked per path (:data:`~.cascade.PATHS`: ``early``, ``retrieval``, ``forced``, ``beam``, ``none``)
         self.stats: Counter = Counter()
         self._kb_view: Optional[LinkerKB] = None
 
