@@ -81,7 +81,7 @@ fusion() {
   local i=$1 F=$OUT/folds/fold-$1
   for variant in plain aug; do
     local gen=() tfidf=() dense=() kbs=()
-    for j in $FOLDS; do
+    for j in $FOLDS_FIT; do
       [ "$j" = "$i" ] && continue
       local O=$OUT/folds/fold-$j
       gen+=("$O/${variant}_genbioel.jsonl"); tfidf+=("$O/${variant}_tfidf.jsonl"); dense+=("$O/${variant}_dense.jsonl")
@@ -119,8 +119,9 @@ cascade() {
 case $STAGE in
   prepare) prepare ;;
   folds) export -f fold; export OUT AAP G KB; printf '%s\n' $FOLDS | xargs -P "${JOBS:-2}" -I{} bash -c 'set -euo pipefail; fold {}' ;;
-  fusion) for i in $FOLDS; do fusion "$i"; done ;;
-  # FOLDS_FIT: the folds whose predictions fit each fold's cascade (default: every fold; FOLDS picks those benchmarked)
+  # FOLDS_FIT: the folds whose predictions fit each fold's fusion or cascade (default: every fold; FOLDS picks the
+  # folds fitted and scored, so that two processes can share the folds: FOLDS="0 2 4 6 8" and FOLDS="1 3 5 7 9")
+  fusion) FOLDS_FIT=${FOLDS_FIT:-0 1 2 3 4 5 6 7 8 9}; for i in $FOLDS; do fusion "$i"; done ;;
   cascade) FOLDS_FIT=${FOLDS_FIT:-0 1 2 3 4 5 6 7 8 9}; for i in $FOLDS; do cascade "$i"; done ;;
   *) echo "unknown stage $STAGE (prepare | folds | fusion | cascade)" >&2; exit 2 ;;
 esac

@@ -147,6 +147,16 @@ def test_aap_cascade_is_fitted_on_the_other_folds_at_two_beams(tmp_path):
     assert calls[1][calls[1].index("--out") + 1] == f"{folds}/fold-1/beamcascade_b2_aug.json"
 
 
+def test_aap_fusion_of_a_fold_reads_every_other_fold_whichever_folds_this_process_takes(tmp_path):
+    calls = _aap_calls(tmp_path, "fusion", FOLDS="1", FOLDS_FIT="0 1 2")
+    fits = [c for c in calls if c[0] == "fit-fusion"]
+    folds = tmp_path / "aap" / "folds"
+    assert len(fits) == 2 and [c[0] for c in calls].count("evaluate") == 2
+    sources = [fits[0][i + 1] for i in range(len(fits[0]) - 1) if fits[0][i] == "--source"]
+    assert sources[0] == f"genbioel={folds}/fold-0/plain_genbioel.jsonl,{folds}/fold-2/plain_genbioel.jsonl"
+    assert fits[0][fits[0].index("--exclude") + 1] == f"{folds}/fold-1/plain_genbioel.jsonl"
+
+
 def test_folds_report_gives_mean_and_spread_per_kb_and_linker(tmp_path, capsys):
     import importlib.util
 
