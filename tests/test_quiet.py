@@ -92,7 +92,7 @@ def test_share_files_and_atomic_write_honour_the_umask(tmp_path, umask):
 def test_the_demo_leaves_no_untrained_model_beside_its_pipeline(tmp_path, monkeypatch):
     from spacy_genbioel.workflows import demo
 
-    monkeypatch.setattr(demo, "train_seq2seq", lambda model, tokenizer, examples, config: [0.0])  # no training here
+    monkeypatch.setattr(demo, "train_seq2seq", lambda model, tokenizer, examples, config, **kw: [0.0])  # no training here
     out = tmp_path / "demo_pipeline"
     assert demo.build_demo_pipeline(out, train_seconds=0) == (out, 1)
     assert sorted(tmp_path.iterdir()) == [out]  # once demo_pipeline_model/ was left here
@@ -128,7 +128,28 @@ def test_the_demo_spinner_asks_whether_bars_are_wanted(monkeypatch, tmp_path, en
 def test_the_demo_writes_a_nested_out_folder(tmp_path, monkeypatch):
     from spacy_genbioel.workflows import demo
 
-    monkeypatch.setattr(demo, "train_seq2seq", lambda model, tokenizer, examples, config: [0.0])  # no training here
+    monkeypatch.setattr(demo, "train_seq2seq", lambda model, tokenizer, examples, config, **kw: [0.0])  # no training here
     out = tmp_path / "training" / "demo" / "pipeline"  # the project's demo-pipeline step writes here
     assert demo.build_demo_pipeline(out, train_seconds=0) == (out, 1)
     assert (out / "genbioel" / "cfg.json").exists()
+
+
+def test_the_demo_trains_a_number_of_steps_whatever_the_machine_is_doing(tmp_path, monkeypatch):
+    """A CPU-time budget trained 233 steps instead of 406 on a busy machine (OpenMP threads spinning for a
+    core), and the demo linked 0.61 instead of 0.94: steps decide, seconds only cap."""
+    from spacy_genbioel.cli import app
+    from spacy_genbioel.workflows import demo
+
+    configs = []
+    monkeypatch.setattr(demo, "train_seq2seq",
+                        lambda model, tokenizer, examples, config, **kw: configs.append((config, kw)) or [0.0])
+    demo.build_demo_pipeline(tmp_path / "a")
+    config, kw = configs[-1]
+    assert kw["stop_after"] == demo.DEMO_STEPS == 400 and config.budget_clock == "cpu"
+    assert config.max_steps >= 100_000  # the schedule: flat after the warm-up, as the demo always trained
+    assert config.max_seconds >= demo.DEMO_SECONDS  # the cap: CPU seconds of every thread
+    seen = {}
+    monkeypatch.setattr(demo, "run_demo", lambda out, **kw: seen.update(kw) or demo.DemoResult(out, [], 1.0, 0, 0.0, 0))
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "d"), "--train-steps", "50"])
+    assert result.exit_code == 0, result.output
+    assert seen["train_steps"] == 50 and seen["train_seconds"] == demo.DEMO_SECONDS

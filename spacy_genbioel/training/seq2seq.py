@@ -101,10 +101,12 @@ def train_seq2seq(
     config: TrainConfig,
     inputs: Optional[InputBuilder] = None,
     device: Optional[torch.device] = None,
+    stop_after: Optional[int] = None,
 ) -> List[float]:
     """Train in place on shuffled epochs of ``examples`` (fp32, warm-up then a
     cosine decay clipped at 5 % of the peak, until ``max_steps`` or
-    ``max_seconds``); returns the loss of every step."""
+    ``max_seconds``); returns the loss of every step. ``stop_after``: stop after
+    that many steps, the schedule still shaped by ``max_steps``."""
     if not examples:
         raise ValueError("No training examples")
     set_seed(config.seed)
@@ -120,7 +122,7 @@ def train_seq2seq(
     losses: List[float] = []
     clock = budget_clock(config.budget_clock)
     began = clock()
-    for step in range(config.max_steps):
+    for step in range(min(config.max_steps, stop_after if stop_after is not None else config.max_steps)):
         batch = [next(stream) for _ in range(config.batch_size)]
         loss, _ = train_step(model, optimizer, scheduler, lambda: batch_loss(batch), max_grad_norm=config.max_grad_norm)
         losses.append(loss)
