@@ -23,6 +23,8 @@
 #               fold ResCNNs (found by themselves once trained), and fit keeps the retrievers (tfidf+dense,
 #               tfidf+rescnn or all three) whose fusion links the held-out folds best
 #   FOLD        score: this fold only (run one per core side by side)
+#   FORCED      0: no forced-score rows and no forced-score cascade (cascade_<variant>.json); the packages' cascade
+#               (fusion_<variant>.json, fitted on beam lists) needs only the beam lists (1)
 #   RESCNN_MODEL    the ResCNN the fitted fusion links with (training/<corpus>/rescnn/model, train-rescnn's)
 #   BEAMS       (7th argument) the fold generators' beam width and top-k (null: the model config's); the fusion
 #               file records it and pipelines linking with it search at that width, since the fusion reads the
@@ -42,6 +44,7 @@ VARIANTS=${VARIANTS:-plain aug}  # the fold KBs scored and fitted: plain, aug (+
 RESCNN_SECONDS=${6:-${RESCNN_SECONDS:-0}}; [ "$RESCNN_SECONDS" != - ] || RESCNN_SECONDS=0
 RESCNN_MODEL=${RESCNN_MODEL:-training/$CORPUS/rescnn/model}
 BEAMS=${7:-${BEAMS:-null}}
+FORCED=${FORCED:-1}
 GEN=genbioel WIDTH=()  # the generator's held-out files, and their width when BEAMS sets one
 FIT_WIDTH=()  # recorded in the fusion file: pipelines linking with it search at that width
 [ "$BEAMS" = null ] || { GEN=genbioel_b$BEAMS; WIDTH=(--decoding.num_beams "$BEAMS" --decoding.top_k "$BEAMS"); FIT_WIDTH=(--generator-beams "$BEAMS"); }
@@ -107,7 +110,7 @@ fold_score() {
     local R=$OUT/models/fold-$i/rescnn/model
     ! rescnn_on || row rescnn --linker rescnn --kb "$kb" --model "$R"
     # the generator's forced scores of the retrievers' candidates: what the cascade's fusion reads
-    for set in $(retriever_sets); do
+    [ "$FORCED" = 0 ] || for set in $(retriever_sets); do
       row "$(forced_row "$set")" --linker genbioel --pipeline "$P" --device cpu --decoding.search forced --candidates.retriever "$set" \
           --candidates.model "rescnn=$R" --candidates.num_candidates 5 --decoding.exact_match false
     done
@@ -133,6 +136,7 @@ fit() {
     $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${retrievers[@]}" "${kbs[@]}" "${choose[@]}" "${FIT_WIDTH[@]}" --cascade \
         --defer dense --out "$OUT/fusion_$variant.json"
     # the cascade judged by forced scores: the fusion over forced scores of the chosen retrievers' candidates
+    [ "$FORCED" != 0 ] || continue
     local set
     set=$(python -c 'import json, sys; print("+".join(json.load(open(sys.argv[1]))["sources"][1:]))' "$OUT/fusion_$variant.json")
     local forced=("${gen[@]/_$GEN.jsonl/_$(forced_row "$set").jsonl}")

@@ -407,3 +407,13 @@ def test_crossfit_fit_chooses_the_retrievers_and_fits_the_cascade_on_their_force
                          capture_output=True, text=True, env=env, cwd=BENCH.parent)
     assert run.returncode == 0, run.stdout + run.stderr
     assert json.loads((out / "fusion_plain.json").read_text())["fit"]["generator_beams"] == 2
+    # FORCED=0: without the forced-score rows, the packages' (beam-judged) cascade is still fitted
+    (out / "cascade_plain.json").unlink()
+    for fold in range(2):
+        for forced in (out / f"fold-{fold}").glob("plain_forced*.jsonl"):
+            forced.unlink()
+    run = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "ncbi", "fit", str(tmp_path / "data"), "tiny", "-", "-", "2"],
+                         capture_output=True, text=True, env={**env, "FORCED": "0"}, cwd=BENCH.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads((out / "fusion_plain.json").read_text())["cascade"]["settle_weights"]
+    assert not (out / "cascade_plain.json").exists()
