@@ -46,7 +46,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -64,6 +64,7 @@ FORMAT = "genbioel.kb"
 FORMAT_VERSION = "1"
 # the string tables: <prefix>_bytes and <prefix>_offsets each
 _STRINGS = ("name", "concept", "raw", "type", "definition")
+_MEMO = 1 << 16  # answers CompactKB remembers (name lookups, a name's concepts, a concept's names)
 #: the metadata key of :func:`content_digest`
 CONTENT_KEY = "content_sha256"
 
@@ -129,6 +130,7 @@ class CompactKB(KnowledgeBase):
         self.name = name or self.metadata.get("name", "kb")
         drops = json.loads(self.metadata.get("drops", "{}"))
         self.drops = KBDrops(**{k: drops[k] for k in ("names", "concepts", "nameless", "examples") if k in drops})
+        self._memo: Dict[Tuple[str, object], Any] = {}  # recent lookups: linking asks about the same names again and again
         self._check()
 
     # -- construction --------------------------------------------------------------------------------------------
@@ -272,14 +274,28 @@ class CompactKB(KnowledgeBase):
         return len(self.arrays["name_offsets"]) - 1
 
     def name_index(self, name: str) -> Optional[int]:
-        return self.lookup("name", name)
+        return self._memoized("name", name, lambda: self.lookup("name", name))
 
     def ids_for_name_index(self, index: int) -> Tuple[str, ...]:
-        return tuple(self.string("concept", c) for c in self._slice("name_concepts", index, len(self)))
+        return self._memoized("ids", index, lambda: tuple(self.string("concept", c) for c in self._slice("name_concepts", index, len(self))))
 
     def names_of(self, concept_id: str) -> List[str]:
-        index = self.lookup("concept", concept_id)
-        return [] if index is None else [self.string("name", n) for n in self._slice("concept_names", index, self.n_names)]
+        def read() -> Tuple[str, ...]:
+            index = self.lookup("concept", concept_id)
+            return () if index is None else tuple(self.string("name", n) for n in self._slice("concept_names", index, self.n_names))
+
+        return list(self._memoized("names_of", concept_id, read))
+
+    def _memoized(self, kind: str, key: object, read: Callable[[], Any]) -> Any:
+        """``read()``, remembered for the next ``(kind, key)`` (at most :data:`_MEMO` answers, then forgotten at once)."""
+        try:
+            return self._memo[kind, key]
+        except KeyError:
+            pass
+        if len(self._memo) >= _MEMO:
+            self._memo.clear()
+        value = self._memo[kind, key] = read()
+        return value
 
     def preferred_name(self, concept_id: str) -> str:
         index = self.lookup("concept", concept_id)

@@ -51,7 +51,7 @@ from spacy_genbioel.models import check_vocabulary, special_ids
 from spacy_genbioel.linking.candidates import CandidateSettings, allowed_name_sets, exact_matches
 from spacy_genbioel.linking.forced import merge_lists, rank_by_forced
 from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text, model_max_positions
-from spacy_genbioel.linking.stages import EncodedWindows, StageClock, distinct_searches, encoded_blocks, mention_inputs
+from spacy_genbioel.linking.stages import EncodedWindows, StageClock, distinct_searches, encoded_blocks, length_chunks, mention_inputs
 from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError, TrieRestriction
 
 logger = logging.getLogger(__name__)
@@ -301,18 +301,35 @@ class GenerativeLinker:
     def encode_windows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> "EncodedWindows":
         """Encode distinct encoder inputs once: their attention mask and the
         decoder's cross-attention keys and values, which every mention reading
-        them shares (a one-token decoder pass computes them, whatever the model)."""
+        them shares (a one-token decoder pass computes them, whatever the model).
+        On CPU a right-padded batch is encoded in chunks of similar length
+        (:func:`~.stages.length_chunks`), the keys and values padded back to the
+        batch's width: the same states without the padding's cost."""
         device = self.device
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         with self._stage("encoder"):
-            encoder_outputs = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
-            start = torch.full((input_ids.shape[0], 1), self.prompt_tokens.decoder_start_token_id, dtype=torch.long, device=device)
-            out = self.model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=start,
-                             use_cache=True)
-            cross = getattr(out, self._cache_arg).cross_attention_cache
-            kv = [(layer.keys, layer.values) for layer in cross.layers]
-        hidden = encoder_outputs.last_hidden_state
-        return EncodedWindows(kv, attention_mask, tuple(hidden.shape[1:]), hidden.dtype)
+            chunks = length_chunks(attention_mask) if device.type == "cpu" else None
+            if chunks is None:
+                kv, hidden = self._cross_kv(input_ids, attention_mask)
+                return EncodedWindows(kv, attention_mask, tuple(hidden.shape[1:]), hidden.dtype)
+            width = attention_mask.shape[1]
+            kv = []
+            for rows, length in chunks:
+                part, hidden = self._cross_kv(input_ids[rows, :length], attention_mask[rows, :length])
+                if not kv:
+                    kv = [tuple(t.new_zeros((len(input_ids), t.shape[1], width, *t.shape[3:])) for t in pair) for pair in part]
+                for whole, piece in zip(kv, part):
+                    for full, chunk in zip(whole, piece):
+                        full[rows, :, :length] = chunk
+        return EncodedWindows(kv, attention_mask, (width, *hidden.shape[2:]), hidden.dtype)
+
+    def _cross_kv(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        """The encoder's states and, per decoder layer, the cross-attention keys and values."""
+        encoder_outputs = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        start = torch.full((input_ids.shape[0], 1), self.prompt_tokens.decoder_start_token_id, dtype=torch.long, device=input_ids.device)
+        out = self.model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=start, use_cache=True)
+        cross = getattr(out, self._cache_arg).cross_attention_cache
+        return [(layer.keys, layer.values) for layer in cross.layers], encoder_outputs.last_hidden_state
 
     @torch.inference_mode()
     def beam_search(

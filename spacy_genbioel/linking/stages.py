@@ -84,6 +84,29 @@ def encoded_blocks(linker: Any, sources: List[List[int]], prompts: List[List[int
         yield windows, dict(zip(block, rows)), dict(sorted(groups.items()))
 
 
+def length_chunks(mask: torch.Tensor, rows: int = 16) -> Optional[List[Tuple[torch.Tensor, int]]]:
+    """Rows of a right-padded batch in chunks of about ``rows`` inputs of similar
+    length, each with its own width: ``[(row indices, width), ...]``, or ``None``
+    when chunking would not pay (a small batch, little padding, or left padding,
+    where BART's absolute positions would change with the width).
+
+    A block's inputs run from the shortest mention context to the longest, so one
+    batch pads a third of its tokens (NCBI-disease dev); the encoder's cost is
+    per token, padded or not, and chunks pad little."""
+    n, width = mask.shape
+    if n <= rows:
+        return None
+    lengths = mask.sum(dim=1)
+    prefix = torch.arange(width, device=mask.device)[None, :] < lengths[:, None]
+    if not bool((prefix == mask.bool()).all()):
+        return None
+    order = torch.argsort(lengths, stable=True)
+    chunks = [(order[s : s + rows], int(lengths[order[s : s + rows]].max())) for s in range(0, n, rows)]
+    if sum(len(r) * w for r, w in chunks) > 0.9 * n * width:
+        return None
+    return chunks
+
+
 @dataclass
 class EncodedWindows:
     """Distinct encoder inputs, encoded once: per decoder layer the

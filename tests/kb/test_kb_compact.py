@@ -313,3 +313,21 @@ def test_a_saved_pipeline_maps_its_kb_and_links_as_before(tmp_path, micro_model,
     (tmp_path / "old" / "genbioel" / "kb.safetensors").unlink()  # as a pipeline saved before kb.safetensors
     old = spacy.load(tmp_path / "old")
     assert type(old.get_pipe("genbioel").linker.kb) is KnowledgeBase and links(old) == expected
+
+
+def test_remembered_lookups_stay_right_and_bounded(monkeypatch):
+    """Linking asks about the same names again and again: CompactKB remembers recent answers,
+    at most ``_MEMO`` of them, and gives what it gave before it remembered."""
+    import spacy_genbioel.kb.compact as compact
+
+    items = [Concept(f"D{i}", [f"name {i}", f"other {i}", "shared"]) for i in range(30)]
+    kb, fast = KnowledgeBase(items), CompactKB.build(items)
+    monkeypatch.setattr(compact, "_MEMO", 8)
+    for _ in range(2):
+        for i in range(30):
+            assert fast.ids_for_name(f"Name {i}") == kb.ids_for_name(f"Name {i}")
+            assert fast.names_of(f"D{i}") == kb.names_of(f"D{i}")
+            assert fast.ids_for_name("shared") == kb.ids_for_name("shared") and fast.ids_for_name("absent") == ()
+            assert len(fast._memo) <= 8
+    fast.names_of("D1").append("changed")  # a caller's list is its own
+    assert fast.names_of("D1") == kb.names_of("D1")

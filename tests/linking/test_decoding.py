@@ -11,7 +11,7 @@ from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.linking.reference import ReferenceLinker
 
-from conftest import mentions_for, random_kb
+from conftest import assert_same_links, mentions_for, random_kb
 
 
 def test_input_builder_marks_mention_and_cuts_context():
@@ -247,3 +247,55 @@ def test_block_batches_is_a_config_setting():
     assert pipe.decoding.block_batches == 2
     with pytest.raises(ValueError, match="block_batches"):
         DecodingSettings(block_batches=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=60), rows=st.integers(1, 20))
+def test_length_chunks_cover_every_row_once_at_its_own_width(lengths, rows):
+    from spacy_genbioel.linking.stages import length_chunks
+
+    width = max(lengths)
+    mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+    chunks = length_chunks(mask, rows)
+    order = sorted(lengths)
+    padded = sum(len(order[s : s + rows]) * max(order[s : s + rows]) for s in range(0, len(order), rows))
+    if chunks is None:  # a small batch, or chunks that would save little: one batch pays as well
+        assert len(lengths) <= rows or padded > 0.9 * len(lengths) * width
+        return
+    assert sum(len(r) * w for r, w in chunks) == padded
+    covered = torch.cat([r for r, _ in chunks]).tolist()
+    assert sorted(covered) == list(range(len(lengths)))
+    assert all(len(r) <= rows and w == max(lengths[i] for i in r.tolist()) for r, w in chunks)
+    assert sum(len(r) * w for r, w in chunks) <= 0.9 * len(lengths) * width
+
+
+def test_length_chunks_leave_left_padding_alone():
+    from spacy_genbioel.linking.stages import length_chunks
+
+    right = torch.tensor([[1] * n + [0] * (30 - n) for n in [2, 30] * 20])
+    assert length_chunks(right, 4) is not None
+    assert length_chunks(right.flip(1), 4) is None  # BART's positions would move with the width
+    assert length_chunks(right[:4], 4) is None
+
+
+def test_chunked_encoding_links_as_one_batch(micro_model, word_tokenizer, small_kb, monkeypatch):
+    """Contexts of very different lengths in one block: the encoder runs in chunks of similar length
+    and pads the cross-attention keys and values back, with the same links as one padded batch."""
+    import spacy_genbioel.linking.decoder as decoder
+
+    names = small_kb.names
+    mentions = [Mention(names[(i * 5) % len(names)], left="the patient had " * (i % 9), right=" and was treated" * (i % 4))
+                for i in range(40)]
+
+    def linker():
+        return GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=3, top_k=3, block_batches=4))
+
+    chunked = linker()
+    widths = []
+    real = decoder.length_chunks
+    monkeypatch.setattr(decoder, "length_chunks", lambda mask: widths.append(real(mask)) or widths[-1])
+    links = chunked.link(mentions)
+    assert any(w is not None and len(w) > 1 for w in widths)  # the chunked path ran
+    monkeypatch.setattr(decoder, "length_chunks", lambda mask: None)
+    assert_same_links([[(c.ids, c.name, c.score) for c in r] for r in links],
+                      [[(c.ids, c.name, c.score) for c in r] for r in linker().link(mentions)], tol=1e-5)
