@@ -100,7 +100,8 @@ fold_score() {
   for variant in $VARIANTS; do
     local kb=$F/kb_$variant.jsonl P=$OUT/models/fold-$i/pipeline_$variant D=$OUT/fold-$i
     mkdir -p "$D"
-    [ -d "$P" ] || $G package --model "$OUT/models/fold-$i/model" --kb "$kb" --config "$OUT/models/fold-$i/config.cfg" --out "$P"
+    [ -d "$P" ] || $G package --model "$OUT/models/fold-$i/model" --kb "$kb" --config "$OUT/models/fold-$i/config.cfg" --out "$P" \
+        --no-entity-ruler  # scored on gold mentions: no NER, and no ruler over 788k names to build
     E=($G evaluate --corpus "$F/heldout.txt" "${WALK[@]}" --abbreviations)
     row() { local name=$1; shift; [ -f "$D/${variant}_$name.jsonl" ] || "${E[@]}" "$@" \
         --json "$D/${variant}_$name.json" --predictions "$D/${variant}_$name.jsonl"; }
