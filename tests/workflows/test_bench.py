@@ -417,3 +417,23 @@ def test_crossfit_fit_chooses_the_retrievers_and_fits_the_cascade_on_their_force
     assert run.returncode == 0, run.stdout + run.stderr
     assert json.loads((out / "fusion_plain.json").read_text())["cascade"]["settle_weights"]
     assert not (out / "cascade_plain.json").exists()
+
+
+def test_name_cache_bench_encodes_only_the_names_the_derived_kb_adds(tmp_path):
+    import importlib.util
+
+    from spacy_genbioel.kb.base import Concept, KnowledgeBase
+
+    spec = importlib.util.spec_from_file_location("name_cache_bench", BENCH / "name_cache.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    base = KnowledgeBase([Concept("D1", ["heart attack", "myocardial infarction"]), Concept("D2", ["renal failure"])])
+    derived = KnowledgeBase([*base, Concept("D3", ["lung disease"])])
+    base.to_jsonl(tmp_path / "base.jsonl")
+    derived.to_jsonl(tmp_path / "derived.jsonl")
+    result = module.main(["--base", str(tmp_path / "base.jsonl"), "--derived", str(tmp_path / "derived.jsonl"), "--full",
+                          "--out", str(tmp_path / "out.json")])  # MiniLM as installed, offline
+    rows = result["rows"]["dense"]
+    assert (rows["base"]["rows_encoded"], rows["derived"]["rows_reused"], rows["derived"]["rows_encoded"]) == (3, 3, 1)
+    assert rows["derived_full"]["rows_encoded"] == 4 and result["shared_names"] == 3
+    assert json.loads((tmp_path / "out.json").read_text())["rows"] == result["rows"]
