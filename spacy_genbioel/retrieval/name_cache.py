@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -51,6 +53,17 @@ def name_hashes(names: Sequence[str]) -> np.ndarray:
     for i, name in enumerate(names):
         out[i] = int.from_bytes(hashlib.blake2b(name.encode("utf8"), digest_size=8).digest(), "little")
     return out
+
+
+def _write_entry(path: Path, arrays: Arrays, meta: Dict[str, str]) -> None:
+    """``write_arrays`` through a name of this process's own, then one rename: processes that build the
+    same entry at once (cross-fitting folds whose KBs share every name) never write into one file."""
+    private = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
+    try:
+        write_arrays(private, arrays, meta)
+        os.replace(private, path)
+    finally:
+        private.unlink(missing_ok=True)
 
 
 def safe_stem(kb_name: str) -> str:
@@ -121,7 +134,7 @@ class NameCache:
         """Give an entry written before the hashes its ``name_hashes`` and ``spec``, so it can lend rows."""
         rows = {k: v for k, v in arrays.items() if k != HASHES}
         try:
-            write_arrays(path, {**rows, HASHES: self.hashes}, {**meta, "spec": self.spec_digest})
+            _write_entry(path, {**rows, HASHES: self.hashes}, {**meta, "spec": self.spec_digest})
             logger.info("Name cache %s: name hashes added, so KBs sharing its names can reuse its rows", path)
             return read_arrays(path)[0]
         except OSError as err:
@@ -178,5 +191,5 @@ class NameCache:
         """Store ``arrays`` (with the names' hashes) as this entry; the memory-mapped copy."""
         self.folder.mkdir(parents=True, exist_ok=True)
         entry = {"key": self.key, "spec": self.spec_digest, "kb": self.kb_name, "n_names": str(len(self.names)), **meta}
-        write_arrays(self.path, {**arrays, HASHES: self.hashes}, entry)
+        _write_entry(self.path, {**arrays, HASHES: self.hashes}, entry)
         return {k: v for k, v in read_arrays(self.path)[0].items() if k != HASHES}

@@ -158,3 +158,19 @@ def test_dense_linker_encodes_only_the_names_a_kb_adds(tiny_bert_dir, tmp_path, 
     third = DenseLinker(bigger, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path))
     assert third.from_cache and torch.equal(third.name_vectors, second.name_vectors)
 
+
+
+def test_writers_of_one_entry_at_once_leave_one_whole_file(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"name {i}" for i in range(200)]
+    arrays = Encoder(names)(np.arange(len(names)))
+
+    def write(_):
+        return entry(tmp_path, names).write(arrays, {})
+
+    with ThreadPoolExecutor(4) as pool:  # as cross-fitting folds whose KBs share every name
+        written = list(pool.map(write, range(8)))
+    assert all(np.array_equal(w["rows"], arrays["rows"]) for w in written)
+    assert [p.name for p in tmp_path.iterdir()] == [entry(tmp_path, names).path.name]  # no partial files left
+    assert np.array_equal(entry(tmp_path, names).read(lambda a: True)["scales"], arrays["scales"])
