@@ -13,8 +13,9 @@ clock starts; wall and process CPU time), and the share of mentions per path (``
 Rows: ``generator`` (beam search, no fusion), ``fusion`` (beam search, then the fusion fitted on
 beam lists: today's default), ``forced_fusion`` (every mention: forced scores of the retrieved
 names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced),
-``cascade_weak_beam`` (beam search also where retrieval looks weak) and ``cascade_int8`` (the
-generator's linear layers in int8); ``--variant rescnn=F,C`` adds those rows
+``cascade_weak_beam`` (beam search also where retrieval looks weak), ``retrieval_only`` (every
+mention settled by retrieval: the cascade's floor, what the retrievers and the fusion cost without the
+generator) and ``cascade_int8`` (the generator's linear layers in int8); ``--variant rescnn=F,C`` adds those rows
 with other fusion files as ``fusion_rescnn``, ... (``--variant b2=F,C,2``: at 2 beams, for files fitted on
 2-beam lists) ``--abstracts 1000`` also annotates that many abstracts
 through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
@@ -49,6 +50,10 @@ def rows(fusion: str, cascade: str, label: str = "", beams: int = 0):
                           "reranker.beam": "never"},
         "cascade": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never"},
         "cascade_weak_beam": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "weak"},
+        # the floor of the cascade's cost: every mention settled by the first retrievers' fusion, the generator
+        # (and any deferred retriever) never run: what retrieval and the fusion cost on their own
+        "retrieval_only": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never",
+                           "reranker.settle_threshold": 0.0, "reranker.early_threshold": 0.0},
         # the cascade with the generator's linear layers in int8 (dynamic quantization, CPU)
         "cascade_int8": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never", "dtype": "int8"},
     }
