@@ -18,7 +18,9 @@
 # time), PRETRAIN_STEPS (1500) / PRETRAIN_SECONDS (900), FINETUNE_STEPS (1500) / FINETUNE_SECONDS (1800): step
 # budgets, so that folds trained side by side get the same training whatever else runs; the seconds are a cap.
 # RESCNN_SECONDS (1200): the ResCNN retriever's training budget per fold. SEED (0). METRICS (metrics): where `cascade`
-# writes. Steps whose outputs exist are skipped.
+# writes. MAX_RECALL_LOSS (unset): `cascade` also fits thresholds for that recall budget (fit-fusion --max-recall-loss;
+# 0.002: 0.2 points) and benches them beside the precision-targeted cascade (metrics/cascade_aap_fold<k>_<kb>_loss.json).
+# Steps whose outputs exist are skipped.
 set -euo pipefail
 STAGE=${1:?usage: bench/aap.sh prepare|folds|fusion|cascade}
 DATA=${2:-${DATA:-../shared/data}}
@@ -28,6 +30,7 @@ FOLDS=${FOLDS:-0 1 2 3 4 5 6 7 8 9}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G=${G:-python -m spacy_genbioel}  # the CLI (a test puts a recorder here)
 METRICS=${METRICS:-metrics}  # where `cascade` writes its tables
+MAX_RECALL_LOSS=${MAX_RECALL_LOSS:-}
 join() { local IFS=,; echo "$*"; }
 KB=$OUT/kb.jsonl
 
@@ -104,15 +107,24 @@ cascade() {
       gen+=("$OUT/folds/fold-$j/${variant}_genbioel_b2.jsonl"); kbs+=(--kb "$OUT/folds/fold-$j/kb_$variant.jsonl")
     done
     for name in tfidf dense rescnn; do sources+=(--source "$name=$(join "${gen[@]/_genbioel_b2.jsonl/_$name.jsonl}")"); done
-    [ -f "$F/beamcascade_b2_$variant.json" ] || $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${sources[@]}" "${kbs[@]}" \
+    fit() { local out=$1; shift; [ -f "$out" ] || $G fit-fusion --source "genbioel=$(join "${gen[@]}")" "${sources[@]}" "${kbs[@]}" \
         --retriever-model "rescnn=$F/rescnn/model" --alternative tfidf,dense --alternative tfidf,rescnn \
         --alternative tfidf,dense,rescnn --generator-beams 2 --cascade --defer dense --exclude "$F/${variant}_genbioel.jsonl" \
-        --out "$F/beamcascade_b2_$variant.json"
+        "$@" --out "$out"; }
     local cascade=$F/beamcascade_b2_$variant.json
-    [ -f "$METRICS/cascade_aap_fold${i}_$variant.json" ] || python bench/cascade.py --pipeline "$F/pipeline_$variant" \
-        --corpus "$AAP/AskAPatient.fold-$i.validation.txt" --format askapatient --no-abbreviations \
-        --fusion "$F/fusion_$variant.json" --cascade "$cascade" --variant "b2=$cascade,$cascade,2" \
-        --rows generator,fusion,fusion_b2,cascade_b2,cascade_int8_b2 --out "$METRICS/cascade_aap_fold${i}_$variant.json"
+    fit "$cascade"
+    local E=(python bench/cascade.py --pipeline "$F/pipeline_$variant" --corpus "$AAP/AskAPatient.fold-$i.validation.txt"
+       --format askapatient --no-abbreviations --fusion "$F/fusion_$variant.json" --cascade "$cascade" --variant "b2=$cascade,$cascade,2")
+    if [ -z "$MAX_RECALL_LOSS" ]; then
+      [ -f "$METRICS/cascade_aap_fold${i}_$variant.json" ] || "${E[@]}" \
+          --rows generator,fusion,fusion_b2,cascade_b2,cascade_int8_b2 --out "$METRICS/cascade_aap_fold${i}_$variant.json"
+      continue
+    fi
+    # thresholds for a recall budget: as many settled mentions as keep the cross-fitted recall@1 within it
+    local budget=$F/beamcascade_b2_${variant}_loss.json
+    fit "$budget" --max-recall-loss "$MAX_RECALL_LOSS"
+    [ -f "$METRICS/cascade_aap_fold${i}_${variant}_loss.json" ] || "${E[@]}" --variant "loss=$budget,$budget,2" \
+        --rows generator,fusion,cascade_b2,cascade_loss,cascade_int8_loss --out "$METRICS/cascade_aap_fold${i}_${variant}_loss.json"
   done
 }
 

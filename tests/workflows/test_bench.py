@@ -147,6 +147,21 @@ def test_aap_cascade_is_fitted_on_the_other_folds_at_two_beams(tmp_path):
     assert calls[1][calls[1].index("--out") + 1] == f"{folds}/fold-1/beamcascade_b2_aug.json"
 
 
+def test_aap_cascade_with_a_recall_budget_fits_both_cascades(tmp_path):
+    """``MAX_RECALL_LOSS``: each KB's precision-targeted cascade, then one fitted for the recall budget."""
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    for kb in ("plain", "aug"):
+        (metrics / f"cascade_aap_fold1_{kb}_loss.json").write_text("{}")
+    calls = _aap_calls(tmp_path, "cascade", FOLDS="1", FOLDS_FIT="0 1 2", METRICS=str(metrics), MAX_RECALL_LOSS="0.002")
+    folds = tmp_path / "aap" / "folds"
+    outs = [c[c.index("--out") + 1] for c in calls]
+    assert [c[0] for c in calls] == ["fit-fusion"] * 4
+    assert outs == [f"{folds}/fold-1/beamcascade_b2_{kb}{tag}.json" for kb in ("plain", "aug") for tag in ("", "_loss")]
+    budget = [c[c.index("--max-recall-loss") + 1] if "--max-recall-loss" in c else None for c in calls]
+    assert budget == [None, "0.002", None, "0.002"]
+
+
 def test_aap_fusion_of_a_fold_reads_every_other_fold_whichever_folds_this_process_takes(tmp_path):
     calls = _aap_calls(tmp_path, "fusion", FOLDS="1", FOLDS_FIT="0 1 2")
     fits = [c for c in calls if c[0] == "fit-fusion"]
