@@ -20,6 +20,7 @@
 # RESCNN_SECONDS (1200): the ResCNN retriever's training budget per fold. SEED (0). METRICS (metrics): where `cascade`
 # writes. MAX_RECALL_LOSS (unset): `cascade` also fits thresholds for that recall budget (fit-fusion --max-recall-loss;
 # 0.002: 0.2 points) and benches them beside the precision-targeted cascade (metrics/cascade_aap_fold<k>_<kb>_loss.json).
+# EXTRA_ROWS (unset): more bench/cascade.py rows for `cascade`'s benches, after a comma (",cascade_grouped_loss").
 # Steps whose outputs exist are skipped.
 set -euo pipefail
 STAGE=${1:?usage: bench/aap.sh prepare|folds|fusion|cascade}
@@ -30,6 +31,7 @@ FOLDS=${FOLDS:-0 1 2 3 4 5 6 7 8 9}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 G=${G:-python -m spacy_genbioel}  # the CLI (a test puts a recorder here)
 METRICS=${METRICS:-metrics}  # where `cascade` writes its tables
+EXTRA_ROWS=${EXTRA_ROWS:-}
 MAX_RECALL_LOSS=${MAX_RECALL_LOSS:-}
 join() { local IFS=,; echo "$*"; }
 KB=$OUT/kb.jsonl
@@ -117,14 +119,14 @@ cascade() {
        --format askapatient --no-abbreviations --fusion "$F/fusion_$variant.json" --cascade "$cascade" --variant "b2=$cascade,$cascade,2")
     if [ -z "$MAX_RECALL_LOSS" ]; then
       [ -f "$METRICS/cascade_aap_fold${i}_$variant.json" ] || "${E[@]}" \
-          --rows generator,fusion,fusion_b2,cascade_b2,cascade_int8_b2 --out "$METRICS/cascade_aap_fold${i}_$variant.json"
+          --rows generator,fusion,fusion_b2,cascade_b2,cascade_int8_b2$EXTRA_ROWS --out "$METRICS/cascade_aap_fold${i}_$variant.json"
       continue
     fi
     # thresholds for a recall budget: as many settled mentions as keep the cross-fitted recall@1 within it
     local budget=$F/beamcascade_b2_${variant}_loss.json
     fit "$budget" --max-recall-loss "$MAX_RECALL_LOSS"
     [ -f "$METRICS/cascade_aap_fold${i}_${variant}_loss.json" ] || "${E[@]}" --variant "loss=$budget,$budget,2" \
-        --rows generator,fusion,cascade_b2,cascade_loss,cascade_int8_loss --out "$METRICS/cascade_aap_fold${i}_${variant}_loss.json"
+        --rows generator,fusion,cascade_b2,cascade_loss,cascade_int8_loss$EXTRA_ROWS --out "$METRICS/cascade_aap_fold${i}_${variant}_loss.json"
   done
 }
 

@@ -17,7 +17,8 @@ names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default
 mention settled by retrieval: the cascade's floor, what the retrievers and the fusion cost without the
 generator) and ``cascade_int8`` (the generator's linear layers in int8); ``--variant rescnn=F,C`` adds those rows
 with other fusion files as ``fusion_rescnn``, ... (``--variant b2=F,C,2``: at 2 beams, for files fitted on
-2-beam lists) ``--abstracts 1000`` also annotates that many abstracts
+2-beam lists); ``<row>_grouped`` (generator, fusion, cascade, cascade_weak_beam): the row with a decoder batch per
+prompt length (``decoding.mixed_prompts = false``), as before mixed prompt batches. ``--abstracts 1000`` also annotates that many abstracts
 through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
 """
 from __future__ import annotations
@@ -57,6 +58,9 @@ def rows(fusion: str, cascade: str, label: str = "", beams: int = 0):
         # the cascade with the generator's linear layers in int8 (dynamic quantization, CPU)
         "cascade_int8": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never", "dtype": "int8"},
     }
+    # the same with one decoder batch per prompt length (before mixed prompt batches, linking/prompt_batch.py)
+    table.update({f"{name}_grouped": {**table[name], "decoding.mixed_prompts": False}
+                  for name in ("generator", "fusion", "cascade", "cascade_weak_beam")})
     if beams:
         table = {name: {**settings, "reranker.generator_beams": beams} for name, settings in table.items()}
     if not label:

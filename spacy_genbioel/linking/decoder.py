@@ -18,10 +18,10 @@ fast:
 * mentions whose search is over leave the batch, so long names do not keep
   short ones busy.
 
-BART positions are absolute, so left-padded prompts of different lengths would
-change results: mentions are grouped by prompt length and each group decodes
-without decoder padding. Batched output therefore equals one-at-a-time output
-(tests check it).
+BART positions are absolute: left-padded prompts of different lengths share a
+batch with each row's positions shifted back (:mod:`.prompt_batch`), and other
+decoders group mentions by prompt length. Batched output equals one-at-a-time
+output to float rounding (tests check it).
 
 Retrieve, then generate: ``link(mentions, allowed=...)`` (or a ``retriever``
 proposing ``num_candidates`` concepts per mention) limits each beam search to
@@ -50,8 +50,10 @@ from spacy_genbioel.ty import Candidate, Linker, Mention
 from spacy_genbioel.models import check_vocabulary, special_ids
 from spacy_genbioel.linking.candidates import CandidateSettings, allowed_name_sets, exact_matches
 from spacy_genbioel.linking.forced import merge_lists, rank_by_forced
+from spacy_genbioel.linking.prompt_batch import decoder_inputs, padded_prompts, prompt_batches, shiftable
 from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text, model_max_positions
-from spacy_genbioel.linking.stages import EncodedWindows, StageClock, distinct_searches, encoded_blocks, length_chunks, mention_inputs
+from spacy_genbioel.linking.stages import (EncodedWindows, StageClock, distinct_searches, encoded_blocks, finished_hypotheses,
+                                           length_chunks, mention_inputs, reorder_self_attention)
 from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError, TrieRestriction
 
 logger = logging.getLogger(__name__)
@@ -81,6 +83,9 @@ class DecodingSettings:
     #: ``beam``: trie-constrained beam search; ``forced``: rank the retriever's candidates
     #: (``candidates.retriever``) by the generator's forced scores (:mod:`.forced`), no search
     search: str = "beam"
+    #: mentions of every prompt length share a batch (BART-like decoders, :mod:`.prompt_batch`); False: a batch
+    #: per prompt length, as before (fewer mentions per batch: slower where few reach the generator)
+    mixed_prompts: bool = True
 
     def __post_init__(self) -> None:
         if self.search not in ("beam", "forced"):
@@ -279,7 +284,7 @@ class GenerativeLinker:
         return self.sources.ids(mentions, self.inputs, self.max_source_tokens)
 
     def _decode(self, sources: List[List[int]], prompts: List[List[int]], name_sets: Optional[List[Optional[np.ndarray]]] = None):
-        """Yield (positions, hypotheses) per batch; batches share a prompt length.
+        """Yield (positions, hypotheses) per batch (of mixed prompt lengths where :attr:`mixes_prompts`).
         ``sources``: encoder token ids; ``name_sets`` (parallel to ``sources``)
         restricts mentions to those names.
 
@@ -288,14 +293,20 @@ class GenerativeLinker:
         once, and every mention reading it is decoded from those states."""
         bs = self.decoding.batch_size
         for windows, row_of, groups in encoded_blocks(self, sources, prompts):
-            for members in groups.values():
+            for members in prompt_batches(groups, self.mixes_prompts):
                 for start in range(0, len(members), bs):
                     chunk = members[start : start + bs]
-                    prompt_ids = torch.tensor([prompts[i] for i in chunk], dtype=torch.long)
                     restriction = self.trie.restrict([name_sets[i] for i in chunk], self.device) if name_sets else None
                     with self._stage("beam"):
-                        hyps = self._search(windows, [row_of[i] for i in chunk], prompt_ids, restriction=restriction)
+                        hyps = self._search(windows, [row_of[i] for i in chunk], [prompts[i] for i in chunk],
+                                            restriction=restriction)
                     yield chunk, hyps
+
+    @property
+    def mixes_prompts(self) -> bool:
+        """Whether mentions of different prompt lengths share a decoder batch (``decoding.mixed_prompts``
+        and a decoder whose positions can be shifted back, :func:`.prompt_batch.shiftable`)."""
+        return self.decoding.mixed_prompts and shiftable(self.model)
 
     @torch.inference_mode()
     def encode_windows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> "EncodedWindows":
@@ -340,27 +351,26 @@ class GenerativeLinker:
         *,
         restriction: Optional[TrieRestriction] = None,
     ) -> List[List[Tuple[float, int]]]:
-        """Constrained beam search for mentions whose prompts have one length,
-        each with its own encoder input (row ``i`` of ``input_ids`` for mention ``i``).
+        """Constrained beam search, each mention with its own encoder input (row ``i`` of ``input_ids`` for mention ``i``).
 
         Returns per mention the finished hypotheses as (score, terminal trie
         node), best first, with Hugging Face's junk placeholders removed.
         ``restriction`` (rows = mentions of this batch) narrows the trie per mention.
         """
         windows = self.encode_windows(input_ids, attention_mask)
-        return self._search(windows, list(range(input_ids.shape[0])), prompt_ids, restriction=restriction)
+        return self._search(windows, list(range(input_ids.shape[0])), prompt_ids.tolist(), restriction=restriction)
 
     @torch.inference_mode()
     def _search(
         self,
         windows: "EncodedWindows",
         rows: Sequence[int],
-        prompt_ids: torch.Tensor,
+        prompts: Sequence[Sequence[int]],
         *,
         restriction: Optional[TrieRestriction] = None,
     ) -> List[List[Tuple[float, int]]]:
-        """Beam search for mentions whose prompts have one length; mention ``i``
-        reads encoded window ``rows[i]``."""
+        """Beam search; mention ``i`` reads encoded window ``rows[i]`` and is prompted with ``prompts[i]``
+        (of one length, or of several for a decoder whose positions shift back)."""
         device = self.device
         model = self.model
         trie = self.trie.on_device(device)
@@ -368,7 +378,7 @@ class GenerativeLinker:
         lp = self.decoding.length_penalty
         V = self.vocab_size
         n = len(rows)
-        prompt_ids = prompt_ids.to(device)
+        prompt_ids, pads = padded_prompts(prompts, self.pad_token_id, device)
         index = torch.tensor(rows, dtype=torch.long, device=device)
         # each mention's copy of its window's cross-attention keys and values
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache([(k.index_select(0, index), v.index_select(0, index))
@@ -379,12 +389,15 @@ class GenerativeLinker:
         placeholder = torch.zeros((), dtype=windows.dtype, device=device)
         with self._stage("decoder"):
             out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(n, *windows.shape)),
-                        attention_mask=enc_mask, decoder_input_ids=prompt_ids, use_cache=True, **{self._cache_arg: cache})
+                        attention_mask=enc_mask, use_cache=True, **decoder_inputs(model, prompt_ids, pads, 0),
+                        **{self._cache_arg: cache})
         cache = getattr(out, self._cache_arg)
         # the prompt is read once per mention; beams start from copies of its cache
         cache.batch_repeat_interleave(K)
         logits = out.logits[:, -1, :].float().repeat_interleave(K, dim=0)
         enc_mask = enc_mask.repeat_interleave(K, dim=0)
+        pads = pads.repeat_interleave(K) if pads is not None else None
+        past = prompt_ids.shape[1]
         del out
 
         max_new = self.trie.max_depth
@@ -447,7 +460,7 @@ class GenerativeLinker:
             finished = ~improvable
             if bool(finished.any()):
                 for row in torch.nonzero(finished).view(-1).tolist():
-                    results[int(active[row])] = self._collect(fin_scores[row], fin_nodes[row], fin_done[row])
+                    results[int(active[row])] = finished_hypotheses(fin_scores[row], fin_nodes[row], fin_done[row])
                 if bool(finished.all()):
                     break
                 live = torch.nonzero(improvable).view(-1)
@@ -458,28 +471,18 @@ class GenerativeLinker:
                 fin_scores, fin_nodes, fin_done = fin_scores[live], fin_nodes[live], fin_done[live]
                 nodes = nodes.view(-1, K)[live].view(-1)
                 enc_mask = enc_mask[live_beams]
+                pads = pads[live_beams] if pads is not None else None
                 cache.reorder_cache(keep_rows.view(-1))
             else:
-                self._reorder_self_attention(cache, keep_rows.view(-1))
+                reorder_self_attention(cache, keep_rows.view(-1))
             with self._stage("decoder"):
                 out = model(
                     encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(enc_mask.shape[0], *windows.shape)),
-                    attention_mask=enc_mask,
-                    decoder_input_ids=next_tokens.reshape(-1, 1), use_cache=True, **{self._cache_arg: cache},
+                    attention_mask=enc_mask, use_cache=True, **decoder_inputs(model, next_tokens.reshape(-1, 1), pads, past),
+                    **{self._cache_arg: cache},
                 )
+            past += 1
             cache = getattr(out, self._cache_arg)
             logits = out.logits[:, -1, :].float()
             del out
         return results
-
-    @staticmethod
-    def _reorder_self_attention(cache, beam_idx: torch.Tensor) -> None:
-        # Beams of one mention share their cross-attention keys and values, so a
-        # reorder within mentions only needs to touch the self-attention cache.
-        self_cache = getattr(cache, "self_attention_cache", None)
-        (self_cache if self_cache is not None else cache).reorder_cache(beam_idx)
-
-    @staticmethod
-    def _collect(scores: torch.Tensor, nodes: torch.Tensor, done: torch.Tensor) -> List[Tuple[float, int]]:
-        keep = done
-        return [(float(s), int(n)) for s, n in zip(scores[keep].tolist(), nodes[keep].tolist())]

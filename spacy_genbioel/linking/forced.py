@@ -14,8 +14,9 @@ input is encoded once with its cross-attention keys and values
 and its self-attention cache copied to its candidates; then all candidate names
 of a batch of mentions go through the decoder in one parallel pass (names
 right-padded: the decoder is causal, padding after a name changes nothing
-before it). Mentions are grouped by prompt length, as in beam search (BART's
-positions are absolute), so the result does not depend on the batch.
+before it). Mentions of different prompt lengths share a batch as in beam
+search (:mod:`.prompt_batch`), so the result depends on the batch only to
+float rounding.
 
 A name outside the trie (longer than the trie's limit, say) cannot be scored:
 its score is None.
@@ -29,6 +30,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from spacy_genbioel.linking.inputs import has_linkable_text
+from spacy_genbioel.linking.prompt_batch import decoder_inputs, padded_prompts, prompt_batches
 from spacy_genbioel.linking.stages import encoded_blocks, mention_inputs
 from spacy_genbioel.ty import Candidate, Mention
 
@@ -86,7 +88,7 @@ def forced_scores(linker: Any, mentions: Sequence[Mention],
     linker.stats["mentions_scored"] += len(todo)
     max_rows = linker.decoding.batch_size * linker.decoding.num_beams
     for windows, row_of, groups in encoded_blocks(linker, sources, prompts):
-        for members in groups.values():
+        for members in prompt_batches(groups, linker.mixes_prompts):
             sizes = [sum(s is not None for s in seqs[todo[p]]) for p in members]
             for chunk in _chunks(members, sizes, linker.decoding.batch_size, max_rows):
                 scores = _score_chunk(linker, windows, [row_of[p] for p in chunk], [prompts[p] for p in chunk],
@@ -114,7 +116,7 @@ def _chunks(members: List[int], sizes: List[int], max_mentions: int, max_rows: i
 @torch.inference_mode()
 def _score_chunk(linker: Any, windows, rows: Sequence[int], prompts: Sequence[Sequence[int]],
                  seqs: Sequence[Sequence[Optional[Tuple[int, ...]]]]) -> List[List[Optional[float]]]:
-    """Forced scores of the names of mentions whose prompts have one length."""
+    """Forced scores of the names of a batch of mentions (prompts of one length, or left-padded, :mod:`.prompt_batch`)."""
     model, device = linker.model, linker.device
     n = len(rows)
     index = torch.tensor(list(rows), dtype=torch.long, device=device)
@@ -123,10 +125,10 @@ def _score_chunk(linker: Any, windows, rows: Sequence[int], prompts: Sequence[Se
     enc_mask = windows.mask.index_select(0, index)
     placeholder = torch.zeros((), dtype=windows.dtype, device=device)
     arg = linker._cache_arg
+    prompt_ids, pads = padded_prompts(prompts, linker.pad_token_id, device)
     with linker._stage("decoder"):
         out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(n, *windows.shape)),
-                    attention_mask=enc_mask, decoder_input_ids=torch.tensor([list(p) for p in prompts], device=device),
-                    use_cache=True, **{arg: cache})
+                    attention_mask=enc_mask, use_cache=True, **decoder_inputs(model, prompt_ids, pads, 0), **{arg: cache})
     first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)  # (n, V): each name's first token
     cache = getattr(out, arg)
     del out
@@ -158,8 +160,10 @@ def _score_chunk(linker: Any, windows, rows: Sequence[int], prompts: Sequence[Se
             owners, tokens = owner_t.index_select(0, rows_t), target.index_select(0, rows_t)[:, :span]
             with linker._stage("decoder"):  # each name starts from its mention's prompt cache
                 out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(len(group), *windows.shape)),
-                            attention_mask=enc_mask.index_select(0, owners), decoder_input_ids=tokens[:, :-1],
-                            use_cache=True, **{arg: _rows_of(cache, owners)})
+                            attention_mask=enc_mask.index_select(0, owners), use_cache=True,
+                            **decoder_inputs(model, tokens[:, :-1], pads.index_select(0, owners) if pads is not None else None,
+                                             prompt_ids.shape[1]),
+                            **{arg: _rows_of(cache, owners)})
             logp[rows_t, 1:span] = torch.log_softmax(out.logits.float(), dim=-1).gather(2, tokens[:, 1:, None])[:, :, 0]
             del out
     valid = torch.arange(width, device=device)[None, :] < lengths[:, None]
