@@ -65,7 +65,7 @@ def rows(fusion: str, cascade: str, label: str = "", beams: int = 0):
         table = {name: {**settings, "reranker.generator_beams": beams} for name, settings in table.items()}
     if not label:
         return table
-    return {f"{name}_{label}": settings for name, settings in table.items() if name != "generator"}
+    return {f"{name}_{label}": settings for name, settings in table.items() if not name.startswith("generator")}
 
 
 def variant(text: str):

@@ -129,7 +129,7 @@ def test_aap_cascade_is_fitted_on_the_other_folds_at_two_beams(tmp_path):
     metrics.mkdir()
     for kb in ("plain", "aug"):  # the benchmark tables exist: only the fits run
         (metrics / f"cascade_aap_fold1_{kb}.json").write_text("{}")
-    calls = _aap_calls(tmp_path, "cascade", FOLDS="1", FOLDS_FIT="0 1 2", METRICS=str(metrics))
+    calls = _aap_calls(tmp_path, "cascade", FOLDS="1", FOLDS_FIT="0 1 2", METRICS=str(metrics), MAX_RECALL_LOSS="")
     assert [c[0] for c in calls] == ["fit-fusion", "fit-fusion"]
     fit = calls[0]
     options = {fit[i]: fit[i + 1] for i in range(1, len(fit) - 1) if fit[i].startswith("--")}
@@ -153,7 +153,7 @@ def test_aap_cascade_with_a_recall_budget_fits_both_cascades(tmp_path):
     metrics.mkdir()
     for kb in ("plain", "aug"):
         (metrics / f"cascade_aap_fold1_{kb}_loss.json").write_text("{}")
-    calls = _aap_calls(tmp_path, "cascade", FOLDS="1", FOLDS_FIT="0 1 2", METRICS=str(metrics), MAX_RECALL_LOSS="0.002")
+    calls = _aap_calls(tmp_path, "cascade", FOLDS="1", FOLDS_FIT="0 1 2", METRICS=str(metrics))  # the default budget
     folds = tmp_path / "aap" / "folds"
     outs = [c[c.index("--out") + 1] for c in calls]
     assert [c[0] for c in calls] == ["fit-fusion"] * 4
@@ -194,6 +194,39 @@ def test_folds_report_gives_mean_and_spread_per_kb_and_linker(tmp_path, capsys):
     assert summary["aug"]["fusion"]["folds"] == 1
     assert "1 of 3" in capsys.readouterr().out  # a linker missing on some folds says so
 
+
+
+def test_cascade_folds_sums_up_the_cascade_against_the_fusion_per_fold(tmp_path, capsys):
+    """``bench/cascade_folds.py``: per KB and row, recall and speed over the folds, ratios taken per fold."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cascade_folds", BENCH / "cascade_folds.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def row(r1, speed, **paths):
+        return {"recall@1": r1, "recall@5": r1 + 0.05, "mentions_per_cpu_second": speed, "paths": paths}
+
+    folds = {0: (0.80, 0.81, 100, 600), 1: (0.84, 0.837, 200, 800), 10: (0.82, 0.815, 100, 300)}
+    for k, (fusion, cascade, slow, fast) in folds.items():
+        rows = {"generator": row(0.7, slow * 1.5, beam=1.0), "fusion": row(fusion, slow, beam=1.0),
+                "cascade_loss": row(cascade, fast, early=0.9, beam=0.1)}
+        (tmp_path / f"cascade_aap_fold{k}_plain_loss.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "cascade_aap_fold2_plain.json").write_text("{}")  # another run's report: not read
+    module.main([str(tmp_path), "--json", str(tmp_path / "summary.json")])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary) == {"plain"}
+    cascade = summary["plain"]["cascade_loss"]
+    assert cascade["folds"] == 3 and cascade["recall@1"] == pytest.approx((0.81 + 0.837 + 0.815) / 3)
+    assert cascade["x_fusion"] == pytest.approx({"mean": (6 + 4 + 3) / 3, "min": 3, "max": 6})
+    assert cascade["folds_at_speed_goal"] == 1  # only fold 0 reaches 5x
+    gap = cascade["points_vs_fusion"]
+    assert gap["mean"] == pytest.approx((1 - 0.3 - 0.5) / 3) and gap["folds_within"] == 1
+    assert cascade["x_generator"]["mean"] == pytest.approx((4 + 8 / 3 + 2) / 3)
+    assert cascade["paths"] == pytest.approx({"beam": 0.1, "early": 0.9})
+    assert "| plain | cascade_loss | 0.8207" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no cascade_aap_fold"):
+        module.main([str(tmp_path / "empty")])
 
 # -- bench/bart_large.py: a BART-large linker measured (issue 27, item 4) ---------------------------------------------
 def _bart_large():
@@ -363,8 +396,12 @@ def test_cascade_bench_variants_name_their_rows():
     assert narrow["cascade_b2"]["reranker.generator_beams"] == narrow["fusion_b2"]["reranker.generator_beams"] == 2
     base, other = module.rows("f.json", "c.json"), module.rows("g.json", "d.json", "rescnn")
     assert "generator" in base and "generator_rescnn" not in other
-    assert sorted(other) == sorted(f"{name}_rescnn" for name in base if name != "generator")
+    assert sorted(other) == sorted(f"{name}_rescnn" for name in base if not name.startswith("generator"))
     assert other["cascade_rescnn"] == {**base["cascade"], "reranker.fusion": "d.json"}
+    # the rows as before mixed prompt batches: the same settings, a decoder batch per prompt length
+    assert base["cascade_grouped"] == {**base["cascade"], "decoding.mixed_prompts": False}
+    assert other["cascade_grouped_rescnn"] == {**other["cascade_rescnn"], "decoding.mixed_prompts": False}
+    assert "generator_grouped" in base and "generator_grouped_rescnn" not in other
     assert other["fusion_rescnn"]["reranker.fusion"] == "g.json"
 
 
