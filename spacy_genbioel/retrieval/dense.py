@@ -10,7 +10,8 @@
   :class:`~spacy_genbioel.ty.Linker` protocol, registered in :mod:`~spacy_genbioel.retrieval.registry`):
   every KB name (``kb.names``, already normalized) is encoded once, mentions
   are normalized with ``kb.normalize`` and encoded the same way, and names are
-  ranked by cosine similarity (a chunked matrix product and ``topk``; faiss's
+  ranked by cosine similarity (a matrix product and ``topk`` a chunk of names at a time,
+  :mod:`.search`; faiss's
   exact inner-product index when asked for and installed). Concepts are
   ranked by their best name and grouped by name, as scispacy ranks them: a
   candidate is a name with the concepts whose best name it is, so a name
@@ -40,6 +41,7 @@ import torch
 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
+from spacy_genbioel.retrieval.search import nearest_rows
 from spacy_genbioel.retrieval.settings import DenseSettings
 from spacy_genbioel.ty import Candidate, MentionLike, mention_text
 from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint
@@ -354,15 +356,7 @@ class DenseLinker:
             scores, indices = self._faiss.search(np.ascontiguousarray(queries.numpy(), dtype=np.float32), k)
             return scores, indices
         names = self.name_vectors
-        step = max(1, self.max_block // max(1, names.shape[0]))
-        all_scores, all_indices = [], []
-        with torch.no_grad():
-            for start in range(0, queries.shape[0], step):
-                block = queries[start:start + step].to(names.device) @ names.T
-                scores, indices = block.topk(k, dim=1)
-                all_scores.append(scores.cpu().numpy())
-                all_indices.append(indices.cpu().numpy())
-        return np.concatenate(all_scores), np.concatenate(all_indices)
+        return nearest_rows(queries, lambda start, stop: names[start:stop], names.shape[0], k, max_block=self.max_block)
 
     def _ranked_names(self, texts: Sequence[str], queries: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """(scores, name indices; -1: none) of ``k`` names per query, best first: the nearest (a subclass may re-rank)."""

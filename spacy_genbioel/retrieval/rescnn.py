@@ -45,6 +45,7 @@ from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.dense import DenseLinker, default_cache_dir, faiss_flat_index, minilm_model_dir
 from spacy_genbioel.retrieval.name_cache import NameCache
+from spacy_genbioel.retrieval.search import nearest_rows
 from spacy_genbioel.retrieval.settings import ResCNNSettings
 from spacy_genbioel.models.quantize import Int8Linear
 from spacy_genbioel.util import PathLike, atomic_json, fingerprint
@@ -454,24 +455,10 @@ class ResCNNLinker(DenseLinker):
     def nearest_names(self, queries: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """(scores, name indices; -1 past the KB's end) of the ``k`` nearest names per query row,
         best first, one chunk of names at a time (or by faiss, ``index = "faiss"``)."""
-        n_names = len(self.kb.names)
         if self._faiss is not None:
             scores, index = self._faiss.search(np.ascontiguousarray(queries.numpy(), dtype=np.float32), k)
             return scores, index
-        step = max(1, self.max_block // max(1, min(self.chunk_names, n_names)))
-        best_scores = torch.full((queries.shape[0], k), float("-inf"))
-        best_index = torch.zeros((queries.shape[0], k), dtype=torch.long)
-        with torch.inference_mode():
-            for lo in range(0, n_names, self.chunk_names):
-                names = self._rows(lo, min(n_names, lo + self.chunk_names))
-                for q in range(0, queries.shape[0], step):
-                    block = queries[q:q + step] @ names.T
-                    scores, index = block.topk(min(k, block.shape[1]), dim=1)
-                    merged = torch.cat([best_scores[q:q + step], scores], dim=1)
-                    merged_index = torch.cat([best_index[q:q + step], index + lo], dim=1)
-                    top, pick = merged.topk(k, dim=1)
-                    best_scores[q:q + step], best_index[q:q + step] = top, merged_index.gather(1, pick)
-        return best_scores.numpy(), np.where(np.isfinite(best_scores.numpy()), best_index.numpy(), -1)
+        return nearest_rows(queries, self._rows, len(self.kb.names), k, self.chunk_names, self.max_block)
 
     _nearest = nearest_names
 
