@@ -64,8 +64,8 @@ def encoded_blocks(linker: Any, sources: List[List[int]], prompts: List[List[int
                    ) -> Iterator[Tuple["EncodedWindows", Dict[int, int], Dict[int, List[int]]]]:
     """Per block of whole encoder inputs (:func:`blocks_of_inputs`; a document window is never
     split): the block's distinct inputs encoded once (:meth:`GenerativeLinker.encode_windows`), the
-    window row of each position, and the positions grouped by prompt length (BART's positions are
-    absolute: a batch shares one)."""
+    window row of each position, and the positions grouped by prompt length (shortest first; BART's
+    positions are absolute: :func:`.prompt_batch.prompt_batches` merges the groups where they can be shifted)."""
     window_of: Dict[Tuple[int, ...], int] = {}
     keys = [window_of.setdefault(tuple(src), len(window_of)) for src in sources]
     for block in blocks_of_inputs(sources, keys, linker.decoding.block_batches * linker.decoding.batch_size):
