@@ -97,11 +97,21 @@ def test_mixed_batches_link_as_batches_per_prompt_length(micro_model, word_token
 
 
 def test_a_decoder_without_a_position_table_keeps_a_batch_per_prompt_length(micro_model, word_tokenizer, small_kb, monkeypatch):
-    linker = _linker(micro_model, word_tokenizer, small_kb)
+    from types import SimpleNamespace
+
+    import spacy_genbioel.linking.decoder as decoder_module
+
     assert shiftable(micro_model)
-    monkeypatch.setattr(micro_model.get_decoder(), "embed_positions", torch.nn.Embedding(4, 2))
-    assert not shiftable(micro_model) and not linker.mixes_prompts
-    assert not shiftable(object()) and not shiftable(torch.nn.Linear(2, 2))
+    # a decoder whose positions are not a learned table (the shared micro model is left alone)
+    other = SimpleNamespace(get_decoder=lambda: SimpleNamespace(embed_positions=torch.nn.Embedding(4, 2),
+                                                                embed_tokens=torch.nn.Embedding(4, 2)))
+    assert not shiftable(other) and not shiftable(object()) and not shiftable(torch.nn.Linear(2, 2))
+    monkeypatch.setattr(decoder_module, "shiftable", lambda model: False)
+    linker = _linker(micro_model, word_tokenizer, small_kb)
+    assert not linker.mixes_prompts
+    grouped = _linker(micro_model, word_tokenizer, small_kb, mixed_prompts=False)
+    mentions = _varied(small_kb)
+    assert [[c.name for c in r] for r in linker.link(mentions)] == [[c.name for c in r] for r in grouped.link(mentions)]
 
 
 def test_mixed_prompts_is_a_config_setting():
