@@ -1,9 +1,10 @@
-"""``folds`` and ``fit-fusion``: cross-fitted score fusion (:mod:`spacy_genbioel.linking.fusion`)."""
+"""``folds``, ``fit-fusion`` and ``fit-retrieval``: cross-fitted score fusion (:mod:`spacy_genbioel.linking.fusion`)."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 from wasabi import msg
@@ -136,3 +137,81 @@ def fit_fusion_cmd(
         msg.text(f"  cascade: settle at p >= {c['settle_threshold']}, beam below p < {c['beam_threshold']}; {c['report']}")
         if "early" in c:
             msg.text(f"  early step: {', '.join(c['early']['defer'])} deferred, settle at p >= {c['early']['threshold']}")
+
+
+def _named(items: List[str], option: str) -> Dict[str, List[str]]:
+    """``NAME=VALUE`` options (repeatable) grouped by name."""
+    out: Dict[str, List[str]] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise typer.BadParameter(f"{option} {item!r}: expected NAME=VALUE")
+        out.setdefault(name, []).append(value)
+    return out
+
+
+@app.command("fit-retrieval")
+def fit_retrieval_cmd(
+    train: List[str] = typer.Option(..., "--train", help="NAME=FILE: a training split (one per corpus; never dev or test)"),
+    kb: List[str] = typer.Option(..., "--kb", help="NAME=KB: the vocabulary's KB (build-kb, no training names or priors) the split links into"),
+    fmt: List[str] = typer.Option([], "--format", help="NAME=FORMAT of a split: pubtator (default), bioc, jsonl, askapatient"),
+    crosswalk: List[str] = typer.Option([], "--crosswalk", help="NAME=TSV: old -> new IDs of the split's gold (BC5CDR's)"),
+    exclude: List[str] = typer.Option([], "--exclude", help="NAME=FILE (repeatable): a corpus file, in the split's format, whose (mention, gold) pairs are kept out of the fit (AskAPatient's validation folds)"),
+    out: Path = typer.Option(..., help="Retrieval-only fusion JSON to write (package/add_pipe without a model: reranker.fusion)"),
+    sources: str = typer.Option("tfidf,dense", help="Retrievers to fuse, comma-separated (the exact-match feature is always there)"),
+    defer: str = typer.Option("dense", help="Retrievers that run only where the others are unsure (comma-separated; empty: none)"),
+    max_recall_loss: float = typer.Option(0.002, help="The early step settles as many mentions as keep recall@1 on the fit data within this of the full fusion's"),
+    k: int = typer.Option(2, "--k", help="Folds of each split for the KB + training mentions variant"),
+    abbreviations: bool = typer.Option(True, help="Expand short forms with scispacy first (as evaluate --abbreviations)"),
+    seed: int = typer.Option(0),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Fit the retrieval-only fusion a pipeline without a model links with, on cross-fitted predictions over
+    training splits (spacy_genbioel.training.retrieval_fit): the package's default was made by this command."""
+    setup_logging(verbose)
+    import platform
+    from datetime import date
+
+    from spacy_genbioel.training.cascade_fit import CascadeTargets
+    from spacy_genbioel.training.retrieval_fit import crossfit_retrieval, fit_retrieval_fusion, read_fit_corpus
+
+    trains, kbs = _named(train, "--train"), _named(kb, "--kb")
+    fmts, walks, excluded = _named(fmt, "--format"), _named(crosswalk, "--crosswalk"), _named(exclude, "--exclude")
+    if sorted(trains) != sorted(kbs) or any(len(v) != 1 for v in (*trains.values(), *kbs.values())):
+        raise typer.BadParameter("give one --train and one --kb per corpus name")
+    names = [s for s in sources.split(",") if s]
+    deferred = [s for s in defer.split(",") if s]
+    retrievers: Dict[Any, Any] = {}
+
+    def retrieve(source: str, knowledge_base: Any) -> Any:
+        from spacy_genbioel.retrieval.registry import get_retriever
+
+        key = (source, id(knowledge_base))
+        if key not in retrievers:
+            retrievers.clear()  # one KB's retrievers at a time: BC5CDR's MiniLM matrix alone is 600 MB
+            retrievers[key] = get_retriever(source, knowledge_base)
+        return retrievers[key]
+
+    groups = {}
+    for name in trains:
+        corpus = read_fit_corpus(name, kbs[name][0], trains[name][0], (fmts.get(name) or ["pubtator"])[0],
+                                 crosswalk=(walks.get(name) or [None])[0], exclude=excluded.get(name, ()),
+                                 abbreviations=abbreviations)
+        msg.info(f"{name}: {len(corpus.mentions)} training mentions, {len(corpus.exclude)} pairs excluded, "
+                 f"{corpus.kb.n_names} KB names")
+        for variant, examples in crossfit_retrieval(corpus, names, retrieve, k=k, seed=seed).items():
+            groups[f"{name}/{variant}"] = examples
+    provenance = {"command": "python -m spacy_genbioel fit-retrieval " + " ".join(sys.argv[2:]), "date": date.today().isoformat(),
+                  "machine": platform.platform(), "splits": {n: trains[n][0] for n in trains},
+                  "excluded": {n: excluded.get(n, []) for n in trains}, "k": k, "seed": seed, "abbreviations": abbreviations}
+    model = fit_retrieval_fusion(groups, names, defer=deferred, targets=CascadeTargets(max_recall_loss=max_recall_loss),
+                                 provenance=provenance)
+    model.save(out)
+    msg.good(f"Retrieval fusion of {', '.join(names)} fitted on {model.fit['mentions']} mentions -> {out}")
+    for group, report in model.fit["groups"].items():
+        msg.text(f"  {group:18s} " + "  ".join(f"{s} {r['recall@1']:.4f}/{r['recall@5']:.4f}"
+                                               for s, r in report.items() if isinstance(r, dict) and "recall@1" in r))
+    if "early" in model.cascade:
+        c = model.cascade
+        msg.text(f"  early step: {', '.join(c['early']['defer'])} deferred, settle at p >= {c['early']['threshold']} "
+                 f"({c['report'].get('early_share')} of the fit mentions)")

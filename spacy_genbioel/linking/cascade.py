@@ -78,7 +78,10 @@ def _weighted(model: FusionModel, weights: Any, what: str) -> FusionModel:
 
 
 def settle_model(model: FusionModel) -> FusionModel:
-    """The retrieval-only fusion stored in ``model.cascade`` (the generator's weights are 0)."""
+    """The retrieval-only fusion stored in ``model.cascade`` (the generator's weights are 0); a
+    retrieval-only ``model`` (``generator = "none"``) is its own."""
+    if model.retrieval_only and not model.cascade.get("settle_weights"):
+        return model
     if not isinstance(model.cascade.get("settle_weights"), dict):
         raise CascadeError("the fusion was not fitted for the cascade (fit-fusion --cascade): no retrieval-only weights")
     return _weighted(model, model.cascade["settle_weights"], "cascade's retrieval-only weights")
@@ -112,11 +115,17 @@ class CascadeReranker:
 
     def __init__(self, model: FusionModel, kb: Any, retrievers: Mapping[str, Any], linker: Any,
                  settings: RerankerSettings) -> None:
+        """``linker``: the generator; None with a retrieval-only ``model`` (a pipeline with no model)."""
+        if linker is None and not model.retrieval_only:
+            raise CascadeError("a fusion fitted with a generator needs one: give the component a model, or a "
+                               "retrieval-only fusion (fit-fusion without genbioel predictions)")
         self.fusion = FusionReranker(model, kb, retrievers)
         self.settle = settle_model(model)
         self.linker = linker
         self.settings = settings
-        self.settle_threshold = _threshold(settings.settle_threshold, model.cascade.get("settle_threshold"), "settle")
+        # retrieval only (no generator to ask): retrieval settles every mention it finds candidates for
+        self.settle_threshold = (float("-inf") if model.retrieval_only else
+                                 _threshold(settings.settle_threshold, model.cascade.get("settle_threshold"), "settle"))
         self.beam_threshold = _threshold(settings.beam_threshold, model.cascade.get("beam_threshold"), "beam")
         early = early_model(model)
         self.early: Optional[FusionModel] = None
@@ -178,6 +187,8 @@ class CascadeReranker:
             probability = settled[0].score if settled else 0.0
             if settled and probability >= self.settle_threshold:
                 results[i], paths[i] = settled, "retrieval"
+                continue
+            if self.linker is None:  # retrieval only, and it found nothing: no candidates
                 continue
             judge.append(pos)
             if self._needs_beam(probability):

@@ -49,6 +49,8 @@ __all__ = ["GENERATOR", "FusionFormatError", "FusionModel", "FusionReranker", "f
 
 #: the source name of the generative linker's own candidates
 GENERATOR = "genbioel"
+#: how a fusion's generator lists were made (``FusionModel.generator``); ``none``: retrieval only
+GENERATOR_LISTS = ("beam", "forced", "none")
 FORMAT_VERSION = 1
 _PER_SOURCE = ("in", "score", "rr", "gap")
 _SHARED = ("exact", "log_prior")
@@ -141,7 +143,8 @@ class FusionModel:
     retrievers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     fit: Dict[str, Any] = field(default_factory=dict)
     #: how the generator's lists it was fitted on were made: ``beam`` (beam search) or ``forced``
-    #: (forced scores of the retrievers' candidates, ``decoding.search = "forced"``)
+    #: (forced scores of the retrievers' candidates, ``decoding.search = "forced"``); ``none``: fitted
+    #: without a generator (its lists empty, its weights 0), a retrieval-only fusion that links with no model
     generator: str = "beam"
     #: the cascade's fit (:mod:`.cascade`): ``settle_weights`` (retrieval features only),
     #: ``settle_threshold``, ``beam_threshold`` and their report; empty: not fitted for it
@@ -168,14 +171,28 @@ class FusionModel:
                 resolve_retriever(source)
             except ValueError:
                 raise ValueError(f"unknown retriever source {source!r}; known: {', '.join(known_retrievers())}") from None
-        if self.generator not in ("beam", "forced"):
-            raise ValueError(f"generator must be 'beam' or 'forced', got {self.generator!r}")
+        if self.generator not in GENERATOR_LISTS:
+            raise ValueError(f"generator must be one of {', '.join(GENERATOR_LISTS)}, got {self.generator!r}")
         if not isinstance(self.cascade, dict):
             raise ValueError("cascade must be an object")
 
     @property
     def retriever_sources(self) -> List[str]:
         return self.sources[1:]
+
+    @property
+    def retrieval_only(self) -> bool:
+        """Fitted without a generator: links with the retrievers alone (a pipeline with no model)."""
+        return self.generator == "none"
+
+    def without(self, sources: Sequence[str], weights: Mapping[str, float]) -> "FusionModel":
+        """A fusion over this one's sources minus ``sources``, with ``weights`` (a weight per feature of
+        this model, as :mod:`.cascade` stores them) for the features that remain: the early step of a
+        retrieval-only fusion, where a deferred retriever is not installed, say."""
+        kept = [s for s in self.sources if s not in set(sources)]
+        return FusionModel(kept, [float(weights[f]) for f in feature_names(kept)], depth=self.depth,
+                           retrievers={s: v for s, v in self.retrievers.items() if s in kept}, fit=self.fit,
+                           generator=self.generator)
 
     @property
     def features(self) -> List[str]:

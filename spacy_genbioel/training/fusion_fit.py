@@ -93,15 +93,15 @@ def read_fusion_examples(files: Mapping[str, Sequence[PathLike]], kb: Any = None
     return examples
 
 
-def _pair(text: str, gold: Sequence[str]) -> Tuple[str, FrozenSet[str]]:
+def mention_pair(text: str, gold: Sequence[str]) -> Tuple[str, FrozenSet[str]]:
     return " ".join(text.lower().split()), frozenset(g.strip() for g in gold if g.strip() not in NO_GOLD_IDS)
 
 
 def drop_examples(examples: Sequence[FusionExample], prediction_files: Sequence[PathLike]) -> Tuple[List[FusionExample], int]:
     """``examples`` minus those whose (case- and space-folded text, gold concepts) pair is a mention of
     ``prediction_files`` (the evaluation set a fusion will be reported on); also the number dropped."""
-    held = {_pair(record["text"], record["gold"]) for path in prediction_files for _, record in _records(Path(path))}
-    kept = [ex for ex in examples if _pair(ex.text, sorted(ex.gold)) not in held]
+    held = {mention_pair(record["text"], record["gold"]) for path in prediction_files for _, record in _records(Path(path))}
+    kept = [ex for ex in examples if mention_pair(ex.text, sorted(ex.gold)) not in held]
     return kept, len(examples) - len(kept)
 
 

@@ -1,0 +1,145 @@
+"""Fit a retrieval-only fusion (:mod:`spacy_genbioel.linking.retrieval_only`) on cross-fitted predictions.
+
+What a pipeline with no model links with: exact match, TF-IDF and MiniLM fused
+by a conditional logit (:func:`~.fusion_fit.fit_fusion`), with MiniLM deferred
+to the mentions the cheap retrievers are unsure of (:func:`~.cascade_fit.fit_cascade`'s
+early step, its threshold chosen for a recall budget). The predictions come from
+training splits only, each scored as a user's KB would score it:
+
+* ``plain``: the vocabulary as it is (no training names, no priors), every
+  training mention scored once: the retrievers learn nothing from them;
+* ``aug``: the training split cut into ``k`` folds of whole documents; each
+  fold is scored against the vocabulary plus the other folds' mentions as names
+  and their gold IDs as priors (``build-kb --augment-pubtator --prior-pubtator``),
+  so a mention never finds itself in the dictionary.
+
+Examples of every corpus and both variants are pooled into one fit, so the
+weights are one set for any biomedical vocabulary. ``exclude`` drops the
+(mention, gold) pairs of evaluation files (AskAPatient's folds share pairs
+across training and validation splits).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from spacy_genbioel.corpus.folds import assign_folds
+from spacy_genbioel.evaluation.recall import NO_GOLD_IDS
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.kb.build import augment_kb
+from spacy_genbioel.linking.fusion import GENERATOR, FusionModel
+from spacy_genbioel.training.cascade_fit import CascadeTargets, fit_cascade
+from spacy_genbioel.training.fusion_fit import FusionExample, fit_fusion, mention_pair, score_fusion
+from spacy_genbioel.ty import Mention
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FitCorpus", "VARIANTS", "crossfit_retrieval", "fit_retrieval_fusion", "fold_of_mentions"]
+
+#: the dictionaries a training split is scored against
+VARIANTS = ("plain", "aug")
+
+Retrieve = Callable[[str, KnowledgeBase], Any]
+
+
+@dataclass
+class FitCorpus:
+    """One training split, read: its name, the vocabulary's KB and the gold mentions."""
+
+    name: str
+    kb: KnowledgeBase
+    mentions: List[Mention]
+    #: (case- and space-folded text, gold IDs) pairs kept out of the fit (:func:`~.fusion_fit.mention_pair`)
+    exclude: FrozenSet[Tuple[str, FrozenSet[str]]] = field(default_factory=frozenset)
+
+
+def _gold(mention: Mention) -> FrozenSet[str]:
+    return frozenset(i.strip() for i in mention.ids if i.strip() and i.strip() not in NO_GOLD_IDS)
+
+
+def fold_of_mentions(mentions: Sequence[Mention], k: int, seed: int = 0) -> List[int]:
+    """The fold of each mention: its document's (:func:`~spacy_genbioel.corpus.folds.assign_folds`),
+    or, for corpora of phrases without documents (AskAPatient), its text's, so a phrase is never on
+    both sides of a fold."""
+    keys = [m.doc_id or f"text:{' '.join(m.text.lower().split())}" for m in mentions]
+    folds = assign_folds(sorted(set(keys)), k, seed)
+    return [folds[key] for key in keys]
+
+
+def read_fit_corpus(name: str, kb: Any, train: Any, fmt: str = "pubtator", *, crosswalk: Any = None,
+                    exclude: Sequence[Any] = (), abbreviations: bool = True) -> FitCorpus:
+    """A training split and its vocabulary, read as ``evaluate`` reads them (short forms expanded with
+    scispacy when ``abbreviations`` and it is installed); ``exclude``: corpus files of the same format whose
+    (mention, gold) pairs stay out of the fit."""
+    from spacy_genbioel.corpus.load import load_corpus
+
+    mentions, texts = load_corpus(train, fmt, crosswalk)
+    if abbreviations and texts:
+        from spacy_genbioel.linking.abbreviations import AbbreviationExpander, abbreviation_detector_available
+
+        if abbreviation_detector_available():
+            mentions, _ = AbbreviationExpander().expand(mentions, texts)
+        else:
+            logger.warning("scispacy is not installed: %s's short forms are left as they are", name)
+    held = frozenset(mention_pair(m.text, m.ids) for path in exclude for m in load_corpus(path, fmt, crosswalk)[0])
+    return FitCorpus(name, KnowledgeBase.load(kb), list(mentions), held)
+
+
+def _score(mentions: Sequence[Mention], kb: KnowledgeBase, sources: Sequence[str], retrieve: Retrieve,
+           depth: int) -> List[FusionExample]:
+    lists = {source: retrieve(source, kb).link(list(mentions), depth) for source in sources}
+    return [FusionExample(m.text, _gold(m), {GENERATOR: [], **{s: lists[s][n] for s in sources}}, kb)
+            for n, m in enumerate(mentions)]
+
+
+def crossfit_retrieval(corpus: FitCorpus, sources: Sequence[str], retrieve: Retrieve, *, variants: Sequence[str] = VARIANTS,
+                       k: int = 2, seed: int = 0, depth: int = 5) -> Dict[str, List[FusionExample]]:
+    """Held-out predictions of ``sources`` over ``corpus``'s mentions, per variant (:data:`VARIANTS`);
+    ``retrieve(source, kb)`` builds a retriever. Mentions without a gold ID, or excluded, are left out
+    of the examples (an excluded mention still names its concept in the other folds' dictionaries)."""
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}: use {', '.join(VARIANTS)}")
+    kept = [m for m in corpus.mentions if _gold(m) and mention_pair(m.text, m.ids) not in corpus.exclude]
+    out: Dict[str, List[FusionExample]] = {}
+    for variant in variants:
+        if variant == "plain":
+            out[variant] = _score(kept, corpus.kb, sources, retrieve, depth)
+            continue
+        folds = fold_of_mentions(corpus.mentions, k, seed)
+        fold_of = {id(m): f for m, f in zip(corpus.mentions, folds)}
+        examples: List[FusionExample] = []
+        for fold in range(k):
+            others = [m for m in corpus.mentions if fold_of[id(m)] != fold]
+            held = [m for m in kept if fold_of[id(m)] == fold]
+            kb, _ = augment_kb(corpus.kb, augment_mentions=others, prior_mentions=others)
+            logger.info("%s %s fold %d: %d held-out mentions, %d names", corpus.name, variant, fold, len(held), kb.n_names)
+            examples.extend(_score(held, kb, sources, retrieve, depth))
+        out[variant] = examples
+    return out
+
+
+def fit_retrieval_fusion(groups: Dict[str, List[FusionExample]], sources: Sequence[str], *, defer: Sequence[str] = ("dense",),
+                         targets: CascadeTargets = CascadeTargets(max_recall_loss=0.002), depth: int = 5,
+                         l2: float = 1e-3, provenance: Optional[Dict[str, Any]] = None) -> FusionModel:
+    """A retrieval-only fusion (``generator = "none"``) fitted on every group's examples pooled
+    (``{"ncbi/plain": [...], ...}``), with the early step that defers ``defer`` (its threshold chosen for
+    ``targets``); the fit report gives each group's recall@1/@5 per source and fused, on the fit data."""
+    examples = [ex for group in groups.values() for ex in group]
+    if not examples:
+        raise ValueError("no training examples to fit the retrieval fusion on")
+    model = fit_fusion(examples, None, [GENERATOR, *sources], depth=depth, l2=l2)
+    model = dataclasses.replace(model, generator="none")
+    deferred = [s for s in defer if s in sources]
+    if deferred:
+        model = fit_cascade(model, examples, None, targets, l2=l2, defer=deferred)
+    model.fit["groups"] = {name: {"mentions": len(group), **score_fusion(model, group, None)}
+                           for name, group in groups.items()}
+    for name in model.fit["groups"]:
+        model.fit["groups"][name].pop(GENERATOR, None)
+    model.fit["recall"].pop(GENERATOR, None)
+    if provenance:
+        model.fit["provenance"] = provenance
+    return model
