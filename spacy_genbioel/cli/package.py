@@ -15,7 +15,7 @@ from spacy_genbioel.cli._util import OVERRIDES, app, component_settings, setup_l
 @app.command("package", context_settings=OVERRIDES)
 def package_cmd(
     ctx: typer.Context,
-    model: Path = typer.Option(..., help="Trained model directory"),
+    model: Optional[Path] = typer.Option(None, help="Trained model directory (none: the retrievers link, fused by the package's default weights or --fusion)"),
     kb: Path = typer.Option(..., help="KB the model decodes into"),
     out: Path = typer.Option(..., help="Output spaCy pipeline directory"),
     config: Optional[Path] = typer.Option(None, help="The fine-tuning config (encoder-input settings)"),
@@ -35,7 +35,9 @@ def package_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """A spaCy pipeline directory (abbreviation detector, entity ruler or trained NER, genbioel) for spacy.load /
-    spacy package. Any genbioel setting follows as --block.setting VALUE: --decoding.num_beams 10,
+    spacy package; without --model it links with exact match, TF-IDF and MiniLM fused (no training needed). Any
+    genbioel setting follows as --block.setting VALUE: --inputs.style genbioel-released-ncbi.v1 (a released
+    checkpoint's inputs; recorded by import-checkpoint and applied by default), --decoding.num_beams 10,
     --decoding.exact_match true, --candidates.retriever tfidf, --candidates.shortcut_threshold 0.9 (docs/training.md)."""
     setup_logging(verbose)
     from spacy_genbioel.kb import KBFormatError

@@ -53,6 +53,7 @@ from spacy_genbioel.linking.scorer import ASSIGNS, REQUIRES, SCORE_WEIGHTS, SCOR
 from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel
 from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.retrieval_only import DEFAULT_RETRIEVAL_FUSION, RetrievalOnly, default_retrieval_fusion, retrieval_reranker
 from spacy_genbioel.linking.settings import (
     DEFAULT_CONFIG,
     CandidateSettings,
@@ -211,12 +212,15 @@ class GenBioELLinker(Pipe):
         res = self.settings.resources
         model_path = model or res.model
         kb_path = kb or res.kb
-        if not model_path or not kb_path:
+        if not kb_path:
             raise ValueError(
-                f"The '{self.name}' component has no model or KB: set config 'model' and 'kb' "
-                "(paths), or load a saved pipeline with spacy.load"
+                f"The '{self.name}' component has no KB: set config 'kb' (a path; 'model' too for the "
+                "generator, without it the retrievers link), or load a saved pipeline with spacy.load"
             )
         kb_obj = KnowledgeBase.load(kb_path, normalizer=res.kb_normalizer, dedup=res.kb_dedup)
+        if not model_path:
+            self.set_kb(kb_obj)
+            return
         hf_model, tokenizer = load_model(model_path, res.tokenizer, device=resolve_device(res.device), dtype=res.dtype)
         self.set_model(hf_model, tokenizer, kb_obj)
 
@@ -239,6 +243,25 @@ class GenBioELLinker(Pipe):
             logger.warning("%s; rebuilding it from the KB with this tokenizer", err)
             linker = GenerativeLinker(model, tokenizer, kb, None, **parts)
         self._linker, self._reranker = linker, self._make_reranker(kb, linker)
+
+    def set_kb(self, kb: KnowledgeBase) -> None:
+        """Link with no generator: the retrievers over ``kb``, fused by ``reranker.fusion`` (a
+        retrieval-only one) or the package's default (:mod:`.retrieval_only`), which a saved
+        pipeline then carries as its own fusion.json."""
+        if self._fusion_missing is not None:
+            raise self._fusion_missing
+        if self.fusion is None:
+            self.fusion = default_retrieval_fusion()
+            logger.info("The '%s' component has no model: linking with the retrievers, fused by %s",
+                        self.name, DEFAULT_RETRIEVAL_FUSION)
+        reranker = retrieval_reranker(self.fusion, kb, lambda source, model: make_candidate_generator(source, kb, model=model),
+                                      self.settings.reranker, self.name)
+        self._linker, self._reranker = RetrievalOnly(kb), reranker  # type: ignore[assignment]
+
+    @property
+    def has_model(self) -> bool:
+        """Whether a generator links (False: the retrievers alone, :meth:`set_kb`)."""
+        return not isinstance(self.linker, RetrievalOnly)
 
     def set_linker(self, linker: Linker) -> None:
         """Link with ``linker`` as it is: any :class:`~spacy_genbioel.ty.Linker` (a retriever, for
@@ -379,16 +402,18 @@ class GenBioELLinker(Pipe):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         res = self.settings.resources
-        if self._linker is None and res.model and res.kb:
+        if self._linker is None and res.kb:
             self.initialize()
         meta = {"kb_normalizer": res.kb_normalizer, "kb_dedup": res.kb_dedup, "has_linker": self._linker is not None}
         if self._linker is not None:
             lk = self._linker
-            save_model(lk.model, lk.tokenizer, path / "model")
+            meta["has_model"] = not isinstance(lk, RetrievalOnly)
+            if meta["has_model"]:
+                save_model(lk.model, lk.tokenizer, path / "model")
+                lk.trie.to_disk(path / "trie.safetensors")
             lk.kb.to_jsonl(path / "kb.jsonl")
             # the same KB as arrays, which from_disk maps instead of parsing kb.jsonl
             CompactKB.from_kb(lk.kb).save(path / "kb.safetensors", jsonl=path / "kb.jsonl")
-            lk.trie.to_disk(path / "trie.safetensors")
             meta["kb_checksum"] = lk.kb.checksum()
         if self.fusion is not None:
             self.fusion.bundled(path).save(path / "fusion.json")  # with its retrievers' trained models, if any
@@ -427,7 +452,8 @@ class GenBioELLinker(Pipe):
         res = dataclasses.replace(self.settings.resources, kb_normalizer=meta["kb_normalizer"], kb_dedup=meta["kb_dedup"])
         self.settings = self.settings.replace(resources=res)
         kb_file = "kb.jsonl" if not (path / "kb.safetensors").exists() else "kb.safetensors"
-        for name in (kb_file, "model"):
+        has_model = meta.get("has_model", True)
+        for name in (kb_file, "model") if has_model else (kb_file,):
             if not (path / name).exists():
                 raise ModelFileNotFoundError(f"{path / name} not found: the saved component is incomplete")
         configured = self.settings.reranker.fusion
@@ -438,6 +464,9 @@ class GenBioELLinker(Pipe):
             self.fusion = FusionModel.load(path / "fusion.json")
             self._fusion_missing = None
         kb = self._saved_kb(path)
+        if not has_model:
+            self.set_kb(kb)
+            return self
         trie: Optional[NameTrie] = None
         if not (path / "trie.safetensors").exists():
             logger.warning("%s not found; building the trie from the KB", path / "trie.safetensors")
@@ -479,6 +508,8 @@ def read_component_cfg(path: Path) -> Dict[str, Any]:
     if meta["has_linker"]:
         if not isinstance(meta.get("kb_normalizer"), str) or not isinstance(meta.get("kb_dedup"), bool):
             raise ModelFormatError(f"{path}: expected kb_normalizer (a name) and kb_dedup (true or false)")
+        if not isinstance(meta.get("has_model", True), bool):
+            raise ModelFormatError(f"{path}: has_model must be true or false")
         if not isinstance(meta.get("kb_checksum", ""), str):
             raise ModelFormatError(f"{path}: kb_checksum must be a string")
         if not isinstance(meta.get("fusion_config", ""), (str, type(None))):
