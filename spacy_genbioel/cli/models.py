@@ -68,17 +68,22 @@ def import_checkpoint_cmd(
     no_tokenizer: bool = typer.Option(False, "--no-tokenizer", help="Import the weights without a tokenizer"),
     replace: bool = typer.Option(False, "--replace", help="Replace an earlier import in --out (a folder with its import.json) once the new one is verified"),
     config: Optional[Path] = typer.Option(None, help="The model's config.json, when it is not beside the weights"),
+    inputs_style: Optional[str] = typer.Option(None, "--inputs.style", help="The released input style the weights were trained on "
+                                               "(genbioel-released-ncbi.v1 | genbioel-released-bc5cdr.v1), recorded for `package` "
+                                               "to apply (default: read from the source folder's name, ANGEL_ncbi)"),
     probes: int = typer.Option(4, min=1, help="Probe inputs whose logits the written model must reproduce"),
     verbose: bool = VERBOSE,
 ) -> None:
     """Import a pickled GenBioEL/ANGEL checkpoint once, safely: refuse any pickle global that is not a tensor,
     storage or plain container (nothing in the file runs) and any config.json with custom code; write
     model.safetensors, config.json, the tokenizer and import.json (SHA-256 of the sources, key mapping, versions);
-    check the written model's logits against the source weights'."""
+    check the written model's logits against the source weights'. The tokenizer folder must load with a padding token
+    (facebook/bart-large's needs its config.json); the input style the weights were trained on is recorded for `package`."""
     setup_logging(verbose)
     from spacy_genbioel.models import ImportOptions, ModelFormatError, import_checkpoint
 
-    options = ImportOptions(tokenizer=tokenizer, no_tokenizer=no_tokenizer, config=config, probes=probes, replace=replace)
+    options = ImportOptions(tokenizer=tokenizer, no_tokenizer=no_tokenizer, config=config, probes=probes, replace=replace,
+                            inputs_style=inputs_style)
     try:
         record = import_checkpoint(src, out, options)
     except (ModelFormatError, OSError) as err:
@@ -94,6 +99,12 @@ def import_checkpoint_cmd(
         f"{len(mapping['unexpected'])} ignored" if mapping["unexpected"] else "") if part)
     msg.good(f"Imported {src} into {out} (keys: {renamed or 'as they were'}; "
              f"max |logit diff| {record['verification']['max_abs_diff']:.2g}); record in {out / 'import.json'}")
+    style = record["inputs_style"]
+    if style["style"]:
+        msg.info(f"inputs.style {style['style']} ({style['from']}): `package` applies it")
+    else:
+        msg.warn("No input style recorded (the corpus the weights were trained on is not known): import again with "
+                 "--inputs.style genbioel-released-<corpus>.v1, or give it to `package`")
     if record["tokenizer"] is None:
         msg.warn(f"No tokenizer in {out}: copy facebook/bart-large's tokenizer files into it, "
                  "or give the tokenizer folder whenever the model is loaded")

@@ -39,18 +39,27 @@ How the mention is written differs per corpus:
 from __future__ import annotations
 
 import html
+import json
+import os
 import re
 import string
-from typing import Dict, List, Mapping, Sequence, Tuple
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
-    "RELEASED_STYLES", "RELEASED_MAX_WORDS", "BIOSYN_NCBI_SPELLING", "MentionRules", "released_mention",
-    "biosyn_clean", "expand_short_forms", "split_composite", "split_bc5cdr_composite", "cut_context",
-    "document_words", "released_parts",
+    "RELEASED_STYLES", "RELEASED_MAX_WORDS", "RELEASED_MAX_SOURCE_TOKENS", "BIOSYN_NCBI_SPELLING", "MentionRules",
+    "released_mention", "biosyn_clean", "expand_short_forms", "split_composite", "split_bc5cdr_composite", "cut_context",
+    "document_words", "released_parts", "recorded_input_style", "recorded_max_source_tokens", "style_named_in",
 ]
 
 #: GenBioEL's ``create_input(max_length=384)``: words of a document kept around a mention
 RELEASED_MAX_WORDS = 384
+#: ``decoding.max_source_tokens`` of a released style: GenBioEL cut documents at 384 words, never
+#: at tokens, so the encoder reads them whole (BART-large's 1024 positions, or fewer if the model has fewer)
+RELEASED_MAX_SOURCE_TOKENS = 1024
+#: the model config's record of the inputs it was trained on (``import-checkpoint`` writes it): a
+#: released style's name, or ``genbioel-released`` when the corpus was not known
+RECORD_KEY = "genbioel_inputs"
 
 #: BioSyn's ``preprocess/resources/ncbi-spell-check.txt`` (MIT licence, (c) DMIS Lab,
 #: Korea University), the spelling corrections its NCBI-disease queries went through,
@@ -238,3 +247,43 @@ def released_parts(
     entity never spans a space, so unescaping piece by piece is unescaping the line."""
     kept_left, kept_right = cut_context(left.lower(), right.lower(), n_words)
     return html.unescape(kept_left), markers[0], html.unescape(mention), markers[1], html.unescape(kept_right)
+
+
+def style_named_in(name: str) -> Optional[str]:
+    """The released style whose corpus (``ncbi``, ``bc5cdr``) is a word of ``name`` (a
+    checkpoint folder's name: ``ANGEL_ncbi``), when exactly one is; else None."""
+    words = set(re.split(r"[^a-z0-9]+", name.lower()))
+    found = [style for style in RELEASED_STYLES if style[len("genbioel-released-"):].split(".")[0] in words]
+    return found[0] if len(found) == 1 else None
+
+
+def _config_value(model_or_config: Any, key: str) -> Any:
+    """``key`` of a model's config: the model, its config, the config as a mapping, or the path
+    of a model folder or its ``config.json`` (an unreadable file gives None: loading it says why)."""
+    config = getattr(model_or_config, "config", model_or_config)
+    if isinstance(config, (str, os.PathLike)):
+        path = Path(config)
+        try:
+            config = json.loads((path / "config.json" if path.is_dir() else path).read_text(encoding="utf8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+    return config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
+
+
+def recorded_input_style(model_or_config: Any) -> Optional[str]:
+    """The released input style a model records it was trained on (``config.genbioel_inputs``,
+    written by ``import-checkpoint``), as ``inputs.style`` takes it; None for a model trained
+    here, or imported without knowing its corpus (``genbioel-released``). ``model_or_config``:
+    the model, its config, the config as a mapping, or a model folder or its ``config.json``."""
+    style = _config_value(model_or_config, RECORD_KEY)
+    return style if isinstance(style, str) and style in RELEASED_STYLES else None
+
+
+def recorded_max_source_tokens(model_or_config: Any) -> Optional[int]:
+    """The ``decoding.max_source_tokens`` a model with a recorded released style needs
+    (:func:`recorded_input_style`): its whole input, at most :data:`RELEASED_MAX_SOURCE_TOKENS`
+    (its ``max_position_embeddings`` if fewer); None without a recorded style."""
+    if recorded_input_style(model_or_config) is None:
+        return None
+    positions = _config_value(model_or_config, "max_position_embeddings")
+    return min(RELEASED_MAX_SOURCE_TOKENS, positions) if isinstance(positions, int) and positions > 0 else RELEASED_MAX_SOURCE_TOKENS

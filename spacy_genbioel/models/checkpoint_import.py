@@ -13,6 +13,12 @@ mapped onto ``BartForConditionalGeneration`` (wrapper prefixes such as
 source files' SHA-256 and sizes, the key mapping, versions); and the written
 directory, loaded by :func:`~spacy_genbioel.models.hf.load_model`, must give the
 source weights' logits on probe inputs, or nothing is left at ``out``.
+
+The tokenizer folder must load with a padding token (facebook/bart-large's
+needs its ``config.json`` for that), or the import stops before reading the
+weights. The released input style the weights were trained on (given, or read
+from the source folder's name: ``ANGEL_ncbi``) is recorded in the model's
+``config.genbioel_inputs``, and ``package`` applies it.
 """
 from __future__ import annotations
 
@@ -28,8 +34,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from spacy_genbioel.linking.released_style import RECORD_KEY, RELEASED_STYLES, style_named_in
 from spacy_genbioel.models.checkpoint_pickle import CheckpointError, load_checkpoint_file, tensor_entries
-from spacy_genbioel.models.hf import check_vocabulary, load_model, load_tokenizer, tokenizer_fingerprint
+from spacy_genbioel.models.hf import (
+    ModelFormatError, check_padding, check_vocabulary, load_model, load_tokenizer, tokenizer_fingerprint,
+)
 from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
@@ -40,15 +49,16 @@ __all__ = ["CheckpointError", "ImportOptions", "KeyMapping", "SourceCheckpoint",
 INDEX_NAME = "pytorch_model.bin.index.json"
 WEIGHTS_NAME = "pytorch_model.bin"
 RECORD_NAME = "import.json"
-#: ``config.genbioel_inputs`` of an imported released model: trained on GenBioEL's own inputs
-#: (``inputs.style`` ``genbioel-released-<corpus>.v1``), not this package's
+#: ``config.genbioel_inputs`` of an imported released model whose corpus is not known: trained on
+#: GenBioEL's own inputs, not this package's (with its corpus known: the style, ``genbioel-released-<corpus>.v1``)
 RELEASED_INPUTS = "genbioel-released"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 ARCHITECTURES = ("BartForConditionalGeneration", "BartModel")
 TOKENIZER_HINT = (
     "The released GenBioEL/ANGEL checkpoints ship without a tokenizer: they use facebook/bart-large's. "
-    "Download its tokenizer files (vocab.json, merges.txt, tokenizer.json, tokenizer_config.json from "
-    "https://huggingface.co/facebook/bart-large) into a local folder and pass it as --tokenizer DIR, or pass "
+    "Download its tokenizer files (tokenizer.json, vocab.json, merges.txt and config.json, without which the "
+    "tokenizer has no padding token, from https://huggingface.co/facebook/bart-large) into a local folder and "
+    "pass it as --tokenizer DIR, or pass "
     "--no-tokenizer to import the weights alone (then copy the tokenizer files into the output folder, or give "
     "the tokenizer folder whenever the model is loaded)"
 )
@@ -68,6 +78,9 @@ class ImportOptions:
     probes: int = 4
     #: replace an earlier import in ``out`` (a folder with its import.json), once the new one is verified
     replace: bool = False
+    #: the released input style the weights were trained on (``genbioel-released-<corpus>.v1``), recorded in
+    #: ``config.genbioel_inputs`` for ``package`` to apply; None: read from the source folder's name (``ANGEL_ncbi``)
+    inputs_style: Optional[str] = None
     #: tolerance of that comparison (``torch.allclose``)
     atol: float = 1e-4
     rtol: float = 1e-4
@@ -329,6 +342,31 @@ def _check_out(out: Path, replace: bool = False) -> None:
                               "remove it or choose another --out")
 
 
+def _import_tokenizer(path: PathLike):
+    """The tokenizer folder given with the checkpoint, refused (naming the missing file) unless it
+    loads with a padding token: facebook/bart-large's without its config.json loads without one."""
+    try:
+        tokenizer = load_tokenizer(path)
+        check_padding(tokenizer, path)
+    except CheckpointError:
+        raise
+    except ModelFormatError as err:
+        raise CheckpointError(str(err)) from err
+    return tokenizer
+
+
+def _input_style(src: PathLike, options: ImportOptions) -> Tuple[Optional[str], Optional[str]]:
+    """``(style, where it came from)``: the released input style recorded with the weights."""
+    if options.inputs_style is not None:
+        if options.inputs_style not in RELEASED_STYLES:
+            raise CheckpointError(f"inputs style {options.inputs_style!r}: the released styles are {', '.join(RELEASED_STYLES)}")
+        return options.inputs_style, "given"
+    folder = Path(src).resolve()
+    folder = folder if folder.is_dir() else folder.parent
+    style = style_named_in(folder.name)
+    return style, (f"the source folder's name, {folder.name}" if style else None)
+
+
 def _tokenizer_checks(model, tokenizer, where: str) -> List[str]:
     check_vocabulary(model, tokenizer, where)
     notes = []
@@ -365,9 +403,10 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
     _check_out(out, options.replace)
     source = find_source(src, options.config)
     config_data = read_config(source.config)
+    style, style_source = _input_style(src, options)
     if options.tokenizer is None and not options.no_tokenizer:
         raise CheckpointError(f"{src}: no tokenizer given. {TOKENIZER_HINT}")
-    tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer is not None else None
+    tokenizer = _import_tokenizer(options.tokenizer) if options.tokenizer is not None else None
     state, container, files = read_state_dict(source)
     try:
         model = BartForConditionalGeneration(BartConfig.from_dict(config_data)).eval()
@@ -377,8 +416,8 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
     mapping.container = container
     model.load_state_dict(mapped, strict=True)
     del state, mapped
-    # what inputs the weights were trained on travels with them: the component warns on another style
-    model.config.genbioel_inputs = RELEASED_INPUTS
+    # what inputs the weights were trained on travels with them: package applies the style, the component warns on another
+    setattr(model.config, RECORD_KEY, style or RELEASED_INPUTS)
     notes = _tokenizer_checks(model, tokenizer, f"The tokenizer in {options.tokenizer}") if tokenizer is not None else []
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.importing-"))
@@ -398,6 +437,7 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
                 "config_keys_not_kept": sorted(set(config_data) - set(written)),
             },
             "key_mapping": asdict(mapping),
+            "inputs_style": {"style": style, "from": style_source},
             "tokenizer": None if tokenizer is None else {
                 "path": str(Path(options.tokenizer).resolve()), "fingerprint": tokenizer_fingerprint(tokenizer),
                 "notes": notes},

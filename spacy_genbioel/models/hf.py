@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 MARKERS = ("START", "END")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
 WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")
+#: facebook/bart-large's config.json: its tokenizer folder needs it to load with its special tokens
+BART_LARGE_CONFIG_URL = "https://huggingface.co/facebook/bart-large/resolve/main/config.json"
 #: the model config's record of its tokenizer's :func:`tokenizer_fingerprint` (written by :func:`save_model`)
 TOKENIZER_KEY = "genbioel_tokenizer_fingerprint"
 # texts whose token ids join the vocabulary in a tokenizer's fingerprint: case,
@@ -86,10 +88,34 @@ def load_tokenizer(path: PathLike):
             f"No tokenizer in {path} (looked for {', '.join(TOKENIZER_FILES)}); "
             "checkpoints such as dmis-lab/ANGEL_* ship without one: pass the tokenizer directory separately"
         )
+    if not (path / "tokenizer.json").exists() and (path / "vocab.json").exists() and not (path / "merges.txt").exists():
+        raise ModelFileNotFoundError(f"{path / 'merges.txt'}: not found: a BPE tokenizer's vocab.json needs its merges.txt "
+                                     f"beside it (or a tokenizer.json) in {path}")
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as err:  # tokenizers and transformers raise many kinds for a damaged file
         raise ModelFormatError(f"{found[0]}: cannot load the tokenizer in {path} ({type(err).__name__}: {err})") from err
+
+
+def check_padding(tokenizer, path: PathLike) -> None:
+    """Refuse a tokenizer without a padding token, which could not batch two inputs of
+    different lengths (the first document would fail), naming the file that would give it
+    one. A tokenizer folder with neither ``tokenizer_config.json`` nor ``config.json`` (as
+    facebook/bart-large's is without its ``config.json``) loads as a bare tokenizer with
+    no special tokens at all."""
+    if tokenizer.pad_token_id is not None:
+        return
+    path = Path(path)
+    if not (path / "tokenizer_config.json").exists() and not (path / "config.json").exists():
+        raise ModelFileNotFoundError(
+            f"{path / 'config.json'}: not found, and without it (or a tokenizer_config.json) the tokenizer in {path} "
+            f"loads as a bare {type(tokenizer).__name__} with no padding token. Copy the config.json of the model the "
+            f"tokenizer belongs to beside tokenizer.json (facebook/bart-large's for the released GenBioEL/ANGEL models: "
+            f"{BART_LARGE_CONFIG_URL})")
+    raise ModelFormatError(
+        f"{path}: the tokenizer loaded from this folder ({type(tokenizer).__name__}) has no padding token; set pad_token "
+        f"in {path / 'tokenizer_config.json'}, or import the model again with a tokenizer folder that has one "
+        f"(facebook/bart-large's needs its config.json: {BART_LARGE_CONFIG_URL})")
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -165,7 +191,8 @@ def load_model(
 ):
     """Load ``(model, tokenizer)`` from local directories, in eval mode on ``device``.
 
-    The tokenizer is checked against the model: one with more tokens than the
+    A tokenizer without a padding token is refused (:func:`check_padding`). The
+    tokenizer is checked against the model: one with more tokens than the
     model's embeddings is refused, and so is one other than the tokenizer whose
     fingerprint the model's ``config.json`` records (:func:`check_tokenizer`); for a
     model without that record, a tokenizer from another directory unlike the one
@@ -182,6 +209,7 @@ def load_model(
     except Exception as err:  # JSON, type and value errors of many kinds
         raise ModelFormatError(f"{config_file}: not a Hugging Face model config ({type(err).__name__}: {err})") from err
     tokenizer = load_tokenizer(tokenizer_path or path)
+    check_padding(tokenizer, tokenizer_path or path)
     _check_weights(path)
     if dtype == "int8" and dev.type != "cpu":
         raise ValueError(f"dtype 'int8' (dynamic quantization) runs on CPU only, not on {dev}; use bf16 on a GPU")

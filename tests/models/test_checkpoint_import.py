@@ -324,3 +324,86 @@ def test_an_imported_model_warns_when_fed_another_input_style(tmp_path, micro_mo
         spacy.blank("en").add_pipe("genbioel", config={"inputs": {"style": "genbioel-released-ncbi.v1"}}).set_model(
             micro_model, tokenizer, small_kb)  # a model trained here, fed the released inputs
     assert caplog.text.count("inputs.style") == 1 and "this package's" in caplog.text
+
+
+# -- the tokenizer folder and the input style ---------------------------------------------------------------------------
+def bare_tokenizer_folder(tmp_path, tokenizer_dir, name="bart-large"):
+    """facebook/bart-large's tokenizer folder as people download it without its config.json:
+    tokenizer.json alone (bart-large has no tokenizer_config.json)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
+    return folder
+
+
+def test_a_tokenizer_folder_without_config_json_is_refused_naming_it(tmp_path, micro_model, tokenizer_dir):
+    src = write_released(tmp_path / "ANGEL_ncbi", micro_model)
+    bare = bare_tokenizer_folder(tmp_path, tokenizer_dir)
+    with pytest.raises(CheckpointError, match="no padding token") as err:
+        import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=bare))
+    assert str(bare / "config.json") in str(err.value) and "facebook/bart-large" in str(err.value)
+    assert not (tmp_path / "out").exists()
+    refused = runner.invoke(app, ["import-checkpoint", str(src), "--out", str(tmp_path / "out"), "--tokenizer", str(bare)])
+    assert refused.exit_code == 1 and "config.json" in refused.output and "Traceback" not in refused.output
+    # with bart-large's config.json beside it, the tokenizer knows its class and pads
+    (bare / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=bare))
+    _, tokenizer = load_model(tmp_path / "out")
+    assert tokenizer.pad_token == "<pad>" and tokenizer(["renal", "renal failure"], padding=True)["input_ids"]
+
+
+def test_a_tokenizer_that_cannot_pad_or_lacks_merges_is_refused(tmp_path, micro_model, tokenizer_dir):
+    src = write_released(tmp_path / "ANGEL_ncbi", micro_model)
+    no_pad = bare_tokenizer_folder(tmp_path, tokenizer_dir, "no-pad")
+    (no_pad / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "TokenizersBackend"}))
+    with pytest.raises(CheckpointError, match="has no padding token") as err:
+        import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=no_pad))
+    assert str(no_pad / "tokenizer_config.json") in str(err.value)
+    vocab_only = tmp_path / "vocab-only"
+    vocab_only.mkdir()
+    (vocab_only / "vocab.json").write_text(json.dumps({"<pad>": 0, "a": 1}))
+    with pytest.raises(CheckpointError, match="merges.txt") as err:
+        import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=vocab_only))
+    assert str(vocab_only / "merges.txt") in str(err.value)
+
+
+def test_a_model_whose_tokenizer_cannot_pad_is_refused_at_load_and_package(tmp_path, micro_model, tokenizer_dir, small_kb):
+    """A model imported before the check, with bart-large's tokenizer saved without its padding token."""
+    from spacy_genbioel.models import ModelFormatError, load_tokenizer
+    from spacy_genbioel.training.package import package
+
+    import_checkpoint(write_released(tmp_path / "ANGEL_ncbi", micro_model), tmp_path / "model", ImportOptions(no_tokenizer=True))
+    load_tokenizer(bare_tokenizer_folder(tmp_path, tokenizer_dir)).save_pretrained(tmp_path / "model")
+    with pytest.raises(ModelFormatError, match="no padding token") as err:
+        load_model(tmp_path / "model")
+    assert str(tmp_path / "model") in str(err.value)
+    small_kb.to_jsonl(tmp_path / "kb.jsonl")
+    with pytest.raises(ModelFormatError, match="no padding token"):
+        package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg")
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_the_input_style_is_recorded_from_the_folder_name_or_as_given(tmp_path, micro_model, tokenizer_dir):
+    from spacy_genbioel.linking.released_style import recorded_input_style, recorded_max_source_tokens
+
+    record = import_checkpoint(write_released(tmp_path / "ANGEL_ncbi", micro_model), tmp_path / "ncbi",
+                               ImportOptions(tokenizer=tokenizer_dir))
+    assert record["inputs_style"] == {"style": "genbioel-released-ncbi.v1", "from": "the source folder's name, ANGEL_ncbi"}
+    model, _ = load_model(tmp_path / "ncbi")
+    config = json.loads((tmp_path / "ncbi" / "config.json").read_text())
+    for where in (model, model.config, config, tmp_path / "ncbi", str(tmp_path / "ncbi" / "config.json")):
+        assert recorded_input_style(where) == "genbioel-released-ncbi.v1"
+        assert recorded_max_source_tokens(where) == micro_model.config.max_position_embeddings  # 128: fewer than 1024
+    given = import_checkpoint(tmp_path / "ANGEL_ncbi", tmp_path / "bc5cdr",
+                              ImportOptions(tokenizer=tokenizer_dir, inputs_style="genbioel-released-bc5cdr.v1"))
+    assert given["inputs_style"]["style"] == recorded_input_style(tmp_path / "bc5cdr") == "genbioel-released-bc5cdr.v1"
+    unknown = import_checkpoint(write_released(tmp_path / "ANGEL_pretrained", micro_model), tmp_path / "pretrained",
+                                ImportOptions(tokenizer=tokenizer_dir))
+    assert unknown["inputs_style"]["style"] is None and recorded_input_style(tmp_path / "pretrained") is None
+    assert recorded_input_style(micro_model) is None and recorded_input_style(tmp_path / "nowhere") is None
+    with pytest.raises(CheckpointError, match="the released styles are"):
+        import_checkpoint(tmp_path / "ANGEL_ncbi", tmp_path / "x", ImportOptions(tokenizer=tokenizer_dir, inputs_style="genbioel.v1"))
+    cli = runner.invoke(app, ["import-checkpoint", str(tmp_path / "ANGEL_pretrained"), "--out", str(tmp_path / "cli"),
+                              "--tokenizer", str(tokenizer_dir), "--inputs.style", "genbioel-released-bc5cdr.v1"])
+    assert cli.exit_code == 0 and "genbioel-released-bc5cdr.v1" in cli.output, cli.output
+    assert recorded_input_style(tmp_path / "cli") == "genbioel-released-bc5cdr.v1"
