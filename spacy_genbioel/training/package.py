@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import spacy
 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
 from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.released_style import recorded_input_style, recorded_max_source_tokens
 from spacy_genbioel.linking.settings import nested_overrides
 from spacy_genbioel.models import load_model
 from spacy_genbioel.ner import add_kb_entity_ruler, ner_extras, source_ner
@@ -99,7 +100,10 @@ def package(
     the model was trained with; ``settings`` are the component's other settings
     (``{"decoding.num_beams": 10, "candidates.retriever": "tfidf",
     "output.threshold": -1.2, "reranker.fusion": "fusion.json"}``: a retriever is
-    rebuilt from the KB on first use; a fusion file travels as ``genbioel/fusion.json``)."""
+    rebuilt from the KB on first use; a fusion file travels as ``genbioel/fusion.json``).
+    Without ``config_path``, a model that records the released input style it was trained
+    on (``import-checkpoint``) is packaged with that style and the ``decoding.max_source_tokens``
+    it needs, unless ``settings`` give ``inputs.style`` (and ``decoding.max_source_tokens``)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise PackageError(f"{out}: a file, not a folder: the pipeline is written as a folder (give another path)")
@@ -109,6 +113,8 @@ def package(
     if config_path:
         stage = load_stage_config(config_path)
         inputs, max_source_tokens = stage.inputs, stage.training.max_source_tokens
+    else:
+        inputs, max_source_tokens = _recorded_inputs(model_dir, inputs, max_source_tokens, settings)
     config = component_config(inputs, max_source_tokens, settings)
     if (Path(model_dir) / "import.json").is_file() and config["inputs"].get("style") == InputBuilder().style:
         logger.warning("%s was imported from a released checkpoint, which was trained on GenBioEL's own inputs: package it "
@@ -154,6 +160,21 @@ def package(
         shutil.rmtree(out)
     nlp.to_disk(out)
     return out
+
+
+def _recorded_inputs(model_dir: PathLike, inputs: InputBuilder, max_source_tokens: int,
+                     settings: Optional[Mapping[str, Any]]) -> Tuple[InputBuilder, int]:
+    """The released input style the model records it was trained on (``import-checkpoint`` writes
+    it), and the ``max_source_tokens`` it needs, unless ``settings`` give them."""
+    style = recorded_input_style(model_dir)
+    given = nested_overrides(settings or {})
+    if style is None or "style" in given.get("inputs", {}):
+        return inputs, max_source_tokens
+    logger.info("inputs.style %s: recorded by the model in %s (override with --inputs.style)", style, model_dir)
+    if "max_source_tokens" not in given.get("decoding", {}):
+        max_source_tokens = recorded_max_source_tokens(model_dir) or max_source_tokens
+        logger.info("decoding.max_source_tokens %d: the released inputs are never cut at tokens", max_source_tokens)
+    return replace(inputs, style=style), max_source_tokens
 
 
 def requirements(extras: Sequence[str] = ()) -> List[str]:
