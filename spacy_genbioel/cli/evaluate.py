@@ -39,6 +39,8 @@ def evaluate_cmd(
     end_to_end: bool = typer.Option(False, "--end-to-end", help="Score the pipeline's own entities: NER + linking P/R/F1, strict and partial (a peer --linker links the pipeline's NER entities)"),
     label_map: Optional[str] = typer.Option(None, help="--end-to-end: gold labels -> NER labels: ncbi or FROM=TO,FROM=TO"),
     single_label: Optional[str] = typer.Option(None, help="--end-to-end: every gold label becomes this one"),
+    skip_missing: bool = typer.Option(False, "--skip-missing", help="A --corpus that does not exist scores nothing and exits 0 "
+                                      "with a message, instead of failing (a test split that is not there yet)"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Recall@1/@5 with GenBioEL's rules, KB coverage, sub-populations and similarity bins
@@ -46,6 +48,10 @@ def evaluate_cmd(
     setting follows as --block.setting VALUE (default: the pipeline's): --candidates.retriever tfidf,
     --candidates.num_candidates 10, --candidates.shortcut_threshold 0.9, --decoding.exact_match true."""
     setup_logging(verbose)
+    if skip_missing and not corpus_path.exists():
+        written = f" {json_path} not written." if json_path else ""
+        msg.warn(f"No corpus at {corpus_path}: nothing scored (--skip-missing).{written}")
+        return
     from spacy_genbioel.corpus import CorpusFormatError
     from spacy_genbioel.corpus.load import UnknownFormatError
     from spacy_genbioel.kb import KBFormatError
