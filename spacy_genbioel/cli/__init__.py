@@ -25,6 +25,8 @@ from spacy_genbioel.cli import export  # noqa: E402,F401  (export-sources)
 
 from spacy_genbioel.cli import rescnn  # noqa: E402,F401  (train-rescnn)
 
+from spacy_genbioel.cli import crossfit  # noqa: E402,F401  (crossfit, crossfit-folds, folds-report, cascade-folds-report)
+
 __all__ = ["app", "main", "setup_logging"]
 
 
