@@ -88,145 +88,69 @@ def test_annotate_scale_reads_bc5cdr_in_order_and_projects_linearly(tmp_path):
         annotate_scale.data_dir(str(tmp_path / "nowhere"))
 
 
-def test_crossfit_and_aap_scripts_reject_unknown_stages(tmp_path):
-    bad = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "medmentions", "train"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "unknown corpus" in bad.stderr
-    bad = subprocess.run(["bash", str(BENCH / "aap.sh"), "nonsense"], capture_output=True, text=True,
-                         env={**os.environ, "OUT": str(tmp_path)})
-    assert bad.returncode == 2 and "unknown stage" in bad.stderr
-
-
-def _aap_calls(tmp_path, stage: str, **env) -> list:
-    """The CLI calls ``bench/aap.sh STAGE`` makes, recorded instead of run (the script's ``G``), one list of words each."""
+# -- bench/crossfit.sh, bench/aap.sh, bench/folds_report.py, bench/cascade_folds.py: wrappers of the package's commands
+# (crossfit, crossfit-folds, folds-report, cascade-folds-report; tests/training/test_crossfit.py tests what they run)
+def _wrapper_call(tmp_path, script: str, *args: str, **env) -> list:
+    """The one CLI call ``bench/SCRIPT ARGS`` makes, recorded instead of run (the script's ``G``), as a list of words."""
     log = tmp_path / "calls.log"
     recorder = tmp_path / "record.sh"
-    recorder.write_text('printf "%s\\n" "$*" >> "$CALLS"\n')
-    run = subprocess.run(["bash", str(BENCH / "aap.sh"), stage, str(tmp_path / "data")], capture_output=True, text=True,
-                         cwd=BENCH.parent, env={**os.environ, "G": f"bash {recorder}", "CALLS": str(log),
-                                                "OUT": str(tmp_path / "aap"), "JOBS": "1", **env})
+    recorder.write_text('for word in "$@"; do printf "%s\\n" "$word"; done > "$CALLS"\n')
+    clean = {k: v for k, v in os.environ.items() if k not in ("DATA", "OUT", "K", "FOLD", "FOLDS", "BEAMS", "SEED", "JOBS")}
+    run = subprocess.run(["bash", str(BENCH / script), *args], capture_output=True, text=True, cwd=BENCH.parent,
+                         env={**clean, "G": f"bash {recorder}", "CALLS": str(log), **env})
     assert run.returncode == 0, run.stdout + run.stderr
-    return [line.split() for line in log.read_text().splitlines()]
+    return log.read_text().splitlines()
 
 
-def test_aap_folds_give_the_device_to_the_generator_rows_only(tmp_path):
-    """``evaluate`` refuses component settings (``--device``) for a retriever: the fold rows must not pass it."""
-    calls = _aap_calls(tmp_path, "folds", FOLDS="3")
-    rows = {c[c.index("--json") + 1].rsplit("/", 1)[1]: c for c in calls if c[0] == "evaluate"}
-    assert sorted(rows) == sorted(f"{kb}_{name}.json" for kb in ("plain", "aug")
-                                  for name in ("exact", "tfidf", "dense", "rescnn", "genbioel", "genbioel_b2"))
-    for name, call in rows.items():
-        assert ("--device" in call) == ("genbioel" in name), call
-        assert "AskAPatient.fold-3.validation.txt" in call[call.index("--corpus") + 1]
-    b2 = rows["plain_genbioel_b2.json"]
-    assert b2[b2.index("--decoding.num_beams") + 1] == b2[b2.index("--decoding.top_k") + 1] == "2"
-    assert "--decoding.num_beams" not in rows["plain_genbioel.json"]
+def _parses(words: list) -> None:
+    """The words are a call the package's command line takes (parsed, not run)."""
+    import typer.main
+
+    from spacy_genbioel.cli import app
+
+    command = typer.main.get_command(app).commands[words[0]]
+    command.make_context(words[0], list(words[1:]))
 
 
-def test_aap_cascade_is_fitted_on_the_other_folds_at_two_beams(tmp_path):
-    """``aap.sh cascade``: each fold's cascade fusion reads the other folds' held-out lists (the generator's at 2
-    beams), leaves out the fold's own mention/concept pairs, and may choose among the retriever sets."""
-    metrics = tmp_path / "metrics"
-    metrics.mkdir()
-    for kb in ("plain", "aug"):  # the benchmark tables exist: only the fits run
-        (metrics / f"cascade_aap_fold1_{kb}.json").write_text("{}")
-    calls = _aap_calls(tmp_path, "cascade", FOLDS="1", FOLDS_FIT="0 1 2", METRICS=str(metrics), MAX_RECALL_LOSS="")
-    assert [c[0] for c in calls] == ["fit-fusion", "fit-fusion"]
-    fit = calls[0]
-    options = {fit[i]: fit[i + 1] for i in range(1, len(fit) - 1) if fit[i].startswith("--")}
-    folds = tmp_path / "aap" / "folds"
-    assert options["--source"].startswith("rescnn=")  # the last of each repeated option
-    sources = [fit[i + 1] for i in range(len(fit) - 1) if fit[i] == "--source"]
-    assert sources[0] == f"genbioel={folds}/fold-0/plain_genbioel_b2.jsonl,{folds}/fold-2/plain_genbioel_b2.jsonl"
-    assert sources[1:] == [f"{name}={folds}/fold-0/plain_{name}.jsonl,{folds}/fold-2/plain_{name}.jsonl"
-                           for name in ("tfidf", "dense", "rescnn")]
-    assert [fit[i + 1] for i in range(len(fit) - 1) if fit[i] == "--alternative"] == [
-        "tfidf,dense", "tfidf,rescnn", "tfidf,dense,rescnn"]
-    assert options["--exclude"] == f"{folds}/fold-1/plain_genbioel.jsonl" and options["--generator-beams"] == "2"
-    assert "--cascade" in fit and options["--out"] == f"{folds}/fold-1/beamcascade_b2_plain.json"
-    assert options["--defer"] == "dense"  # MiniLM runs only where TF-IDF and ResCNN do not settle
-    assert calls[1][calls[1].index("--out") + 1] == f"{folds}/fold-1/beamcascade_b2_aug.json"
+def test_crossfit_wrapper_passes_the_scripts_arguments_and_environment(tmp_path):
+    call = _wrapper_call(tmp_path, "crossfit.sh", "bc5cdr", "score", "D", "-", "-", "-", "2",
+                         K="3", VARIANTS="plain", FORCED="0", FOLD="0 1", OUT="o")
+    assert call == ["crossfit", "score", "--corpus", "bc5cdr", "--data-dir", "D", "--beams", "2", "--k", "3", "--out", "o",
+                    "--variants", "plain", "--fold", "0", "--fold", "1", "--no-forced"]
+    _parses(call)
+    call = _wrapper_call(tmp_path, "crossfit.sh", "ncbi", "train", "../shared/data", "tiny", "1200", "600")
+    assert call == ["crossfit", "train", "--corpus", "ncbi", "--data-dir", "../shared/data", "--preset", "tiny",
+                    "--seconds", "1200", "--rescnn-seconds", "600"]
+    _parses(call)
+    usage = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "ncbi"], capture_output=True, text=True)
+    assert usage.returncode != 0 and "usage" in usage.stderr
 
 
-def test_aap_cascade_with_a_recall_budget_fits_both_cascades(tmp_path):
-    """``MAX_RECALL_LOSS``: each KB's precision-targeted cascade, then one fitted for the recall budget."""
-    metrics = tmp_path / "metrics"
-    metrics.mkdir()
-    for kb in ("plain", "aug"):
-        (metrics / f"cascade_aap_fold1_{kb}_loss.json").write_text("{}")
-    calls = _aap_calls(tmp_path, "cascade", FOLDS="1", FOLDS_FIT="0 1 2", METRICS=str(metrics))  # the default budget
-    folds = tmp_path / "aap" / "folds"
-    outs = [c[c.index("--out") + 1] for c in calls]
-    assert [c[0] for c in calls] == ["fit-fusion"] * 4
-    assert outs == [f"{folds}/fold-1/beamcascade_b2_{kb}{tag}.json" for kb in ("plain", "aug") for tag in ("", "_loss")]
-    budget = [c[c.index("--max-recall-loss") + 1] if "--max-recall-loss" in c else None for c in calls]
-    assert budget == [None, "0.002", None, "0.002"]
+def test_aap_wrapper_passes_the_scripts_environment(tmp_path):
+    call = _wrapper_call(tmp_path, "aap.sh", "cascade", "D", FOLDS="1 3", FOLDS_FIT="0 1 2 3", METRICS="m", EXTRA_ROWS=",x_loss",
+                         FINETUNE_STEPS="300", JOBS="1")
+    assert call == ["crossfit-folds", "cascade", "--data-dir", "D", "--folds", "1 3", "--folds-fit", "0 1 2 3", "--jobs", "1",
+                    "--finetune-steps", "300", "--metrics", "m", "--extra-rows", ",x_loss"]
+    _parses(call)
+    # MAX_RECALL_LOSS set but empty: the precision-targeted cascade alone
+    call = _wrapper_call(tmp_path, "aap.sh", "cascade", MAX_RECALL_LOSS="")
+    assert call == ["crossfit-folds", "cascade", "--max-recall-loss", "none"]
+    _parses(call)
 
 
-def test_aap_fusion_of_a_fold_reads_every_other_fold_whichever_folds_this_process_takes(tmp_path):
-    calls = _aap_calls(tmp_path, "fusion", FOLDS="1", FOLDS_FIT="0 1 2")
-    fits = [c for c in calls if c[0] == "fit-fusion"]
-    folds = tmp_path / "aap" / "folds"
-    assert len(fits) == 2 and [c[0] for c in calls].count("evaluate") == 2
-    sources = [fits[0][i + 1] for i in range(len(fits[0]) - 1) if fits[0][i] == "--source"]
-    assert sources[0] == f"genbioel={folds}/fold-0/plain_genbioel.jsonl,{folds}/fold-2/plain_genbioel.jsonl"
-    assert fits[0][fits[0].index("--exclude") + 1] == f"{folds}/fold-1/plain_genbioel.jsonl"
-
-
-def test_folds_report_gives_mean_and_spread_per_kb_and_linker(tmp_path, capsys):
+@pytest.mark.parametrize("script, command", [("folds_report.py", "folds-report"), ("cascade_folds.py", "cascade-folds-report")])
+def test_report_wrappers_run_the_package_commands(monkeypatch, script, command):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("folds_report", BENCH / "folds_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    values = {"fold-0": (0.80, 0.90), "fold-1": (0.84, 0.94), "fold-10": (0.82, 0.92)}
-    for fold, (r1, r5) in values.items():
-        (tmp_path / fold).mkdir()
-        (tmp_path / fold / "plain_tfidf.json").write_text(json.dumps({"recall": {"recall": {"recall@1": r1, "recall@5": r5}}}))
-        # fitted fusion weights sit beside the reports and are not one
-        (tmp_path / fold / "fusion_plain.json").write_text(json.dumps({"version": 1, "weights": {}}))
-    (tmp_path / "fold-0" / "aug_fusion.json").write_text(json.dumps({"recall": {"recall": {"recall@1": 0.9, "recall@5": 0.95}}}))
-    report.main([str(tmp_path), "--json", str(tmp_path / "summary.json")])
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    tfidf = summary["plain"]["tfidf"]
-    assert tfidf["folds"] == 3 and set(summary) == {"plain", "aug"}
-    assert tfidf["recall@1"]["mean"] == pytest.approx(0.82) and tfidf["recall@1"]["sd"] == pytest.approx(0.02)
-    assert (tfidf["recall@1"]["min"], tfidf["recall@1"]["max"]) == (0.80, 0.84)
-    assert summary["aug"]["fusion"]["folds"] == 1
-    assert "1 of 3" in capsys.readouterr().out  # a linker missing on some folds says so
-
-
-
-def test_cascade_folds_sums_up_the_cascade_against_the_fusion_per_fold(tmp_path, capsys):
-    """``bench/cascade_folds.py``: per KB and row, recall and speed over the folds, ratios taken per fold."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("cascade_folds", BENCH / "cascade_folds.py")
+    spec = importlib.util.spec_from_file_location(script[:-3], BENCH / script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    calls = []
+    monkeypatch.setattr(module, "app", lambda args, prog_name: calls.append(args))
+    module.main(["metrics", "--json", "x.json"])
+    assert calls == [[command, "metrics", "--json", "x.json"]]
+    _parses(calls[0])
 
-    def row(r1, speed, **paths):
-        return {"recall@1": r1, "recall@5": r1 + 0.05, "mentions_per_cpu_second": speed, "paths": paths}
-
-    folds = {0: (0.80, 0.81, 100, 600), 1: (0.84, 0.837, 200, 800), 10: (0.82, 0.815, 100, 300)}
-    for k, (fusion, cascade, slow, fast) in folds.items():
-        rows = {"generator": row(0.7, slow * 1.5, beam=1.0), "fusion": row(fusion, slow, beam=1.0),
-                "cascade_loss": row(cascade, fast, early=0.9, beam=0.1)}
-        (tmp_path / f"cascade_aap_fold{k}_plain_loss.json").write_text(json.dumps({"rows": rows}))
-    (tmp_path / "cascade_aap_fold2_plain.json").write_text("{}")  # another run's report: not read
-    module.main([str(tmp_path), "--json", str(tmp_path / "summary.json")])
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert set(summary) == {"plain"}
-    cascade = summary["plain"]["cascade_loss"]
-    assert cascade["folds"] == 3 and cascade["recall@1"] == pytest.approx((0.81 + 0.837 + 0.815) / 3)
-    assert cascade["x_fusion"] == pytest.approx({"mean": (6 + 4 + 3) / 3, "min": 3, "max": 6})
-    assert cascade["folds_at_speed_goal"] == 1  # only fold 0 reaches 5x
-    gap = cascade["points_vs_fusion"]
-    assert gap["mean"] == pytest.approx((1 - 0.3 - 0.5) / 3) and gap["folds_within"] == 1
-    assert cascade["x_generator"]["mean"] == pytest.approx((4 + 8 / 3 + 2) / 3)
-    assert cascade["paths"] == pytest.approx({"beam": 0.1, "early": 0.9})
-    assert "| plain | cascade_loss | 0.8207" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="no cascade_aap_fold"):
-        module.main([str(tmp_path / "empty")])
 
 # -- bench/bart_large.py: a BART-large linker measured (issue 27, item 4) ---------------------------------------------
 def _bart_large():
@@ -403,72 +327,6 @@ def test_cascade_bench_variants_name_their_rows():
     assert other["cascade_grouped_rescnn"] == {**other["cascade_rescnn"], "decoding.mixed_prompts": False}
     assert "generator_grouped" in base and "generator_grouped_rescnn" not in other
     assert other["fusion_rescnn"]["reranker.fusion"] == "g.json"
-
-
-def test_crossfit_fit_chooses_the_retrievers_and_fits_the_cascade_on_their_forced_scores(tmp_path):
-    """``crossfit.sh fit`` with fold ResCNNs: the fusion keeps the retriever set that links the held-out folds
-    best, and the cascade is fitted on the forced scores of that set's candidates."""
-    import random
-
-    from spacy_genbioel.kb.base import Concept, KnowledgeBase
-
-    rng = random.Random(0)
-    kb = KnowledgeBase([Concept(f"C{i}", [f"concept {i} name"]) for i in range(20)])
-    out = tmp_path / "crossfit"
-    (out / "folds").mkdir(parents=True)
-    (out / "folds" / "folds.json").write_text("{}")
-
-    def cand(cid, score):
-        return [[cid], kb.preferred_name(cid), score]
-
-    for fold in range(2):
-        (out / "folds" / f"fold-{fold}").mkdir()
-        kb.to_jsonl(out / "folds" / f"fold-{fold}" / "kb_plain.jsonl")
-        rows = {name: [] for name in ("genbioel", "tfidf", "dense", "rescnn", "forced", "forced_tfidf_rescnn", "forced_tfidf_dense_rescnn")}
-        for i in range(40):
-            gold, wrong, other, far = (f"C{j}" for j in rng.sample(range(20), 4))
-            first, second = rng.sample([gold, wrong], 2)  # the generator: a coin toss between two
-            lists = {"genbioel": [cand(first, -0.2), cand(second, -0.5)],
-                     "tfidf": [cand(other, 0.9), cand(rng.choice([gold, far]), 0.6)],
-                     "dense": [cand(other, 0.8), cand(far, 0.7)],  # never the gold concept: useless
-                     "rescnn": [cand(gold, 0.9), cand(other, 0.5)] if i % 5 else [cand(other, 0.9), cand(gold, 0.5)]}
-            lists.update({name: [cand(gold, -0.3), cand(other, -0.9)] for name in rows if name.startswith("forced")})
-            for name, found in lists.items():
-                rows[name].append({"doc_id": f"d{fold}-{i}", "start": 0, "end": 4, "text": f"m {i}", "gold": [gold],
-                                   "hit_rank": None, "candidates": found})
-        (out / f"fold-{fold}").mkdir()
-        for name, records in rows.items():
-            (out / f"fold-{fold}" / f"plain_{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    env = {**os.environ, "OUT": str(out), "VARIANTS": "plain", "RESCNN_SECONDS": "60", "RESCNN_MODEL": "models/rescnn"}
-    run = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "ncbi", "fit", str(tmp_path / "data"), "tiny"],
-                         capture_output=True, text=True, env=env, cwd=BENCH.parent)
-    assert run.returncode == 0, run.stdout + run.stderr
-    fusion = json.loads((out / "fusion_plain.json").read_text())
-    assert fusion["sources"] == ["genbioel", "tfidf", "rescnn"], fusion["fit"]
-    assert set(fusion["fit"]["choice"]) == {"tfidf+dense", "tfidf+rescnn", "tfidf+dense+rescnn"}
-    assert fusion["retrievers"] == {"tfidf": {}, "rescnn": {"model": "models/rescnn"}}
-    assert fusion["generator"] == "beam" and fusion["cascade"]["settle_weights"]  # the packages' cascade (beam-judged)
-    assert "early" not in fusion["cascade"]  # dense is deferred (--defer dense), but this fusion does not read it
-    cascade = json.loads((out / "cascade_plain.json").read_text())
-    assert cascade["sources"] == fusion["sources"] and cascade["generator"] == "forced" and cascade["cascade"]
-    assert "generator_beams" not in fusion["fit"] and fusion["fit"]["generator_width"] == 2
-    # BEAMS (the 7th argument): the fold generators' files at that width, recorded in the fusion file
-    for fold in range(2):
-        (out / f"fold-{fold}" / "plain_genbioel.jsonl").rename(out / f"fold-{fold}" / "plain_genbioel_b2.jsonl")
-    run = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "ncbi", "fit", str(tmp_path / "data"), "tiny", "-", "-", "2"],
-                         capture_output=True, text=True, env=env, cwd=BENCH.parent)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert json.loads((out / "fusion_plain.json").read_text())["fit"]["generator_beams"] == 2
-    # FORCED=0: without the forced-score rows, the packages' (beam-judged) cascade is still fitted
-    (out / "cascade_plain.json").unlink()
-    for fold in range(2):
-        for forced in (out / f"fold-{fold}").glob("plain_forced*.jsonl"):
-            forced.unlink()
-    run = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "ncbi", "fit", str(tmp_path / "data"), "tiny", "-", "-", "2"],
-                         capture_output=True, text=True, env={**env, "FORCED": "0"}, cwd=BENCH.parent)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert json.loads((out / "fusion_plain.json").read_text())["cascade"]["settle_weights"]
-    assert not (out / "cascade_plain.json").exists()
 
 
 def test_name_cache_bench_encodes_only_the_names_the_derived_kb_adds(tmp_path):
