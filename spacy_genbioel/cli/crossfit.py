@@ -13,7 +13,7 @@ import typer
 from wasabi import msg
 
 from spacy_genbioel.cli._util import VERBOSE, app, fail, setup_logging
-from spacy_genbioel.training.crossfit import Step, StepError, run_subprocess
+from spacy_genbioel.training.crossfit import CROSSFIT_STAGES, FOLDS_STAGES, Step, StepError, run_subprocess
 
 
 def run_here(job: Step, log: Optional[Path] = None) -> None:
@@ -57,17 +57,25 @@ def _threads() -> None:
         torch.set_num_threads(1)
 
 
-def _run(stage_fn, settings, stage: str) -> None:
+def _stages(stages: List[str], known: Tuple[str, ...]) -> List[str]:
+    unknown = [stage for stage in stages if stage not in (*known, "all")]
+    if unknown:
+        raise ValueError(f"unknown stage {unknown[0]!r} ({' | '.join(known)} | all)")
+    return stages
+
+
+def _run(stage_fn, settings, stages: List[str]) -> None:
     _threads()
     try:
-        stage_fn(settings, stage, runner=run_here)
+        for stage in stages:
+            stage_fn(settings, stage, runner=run_here)
     except StepError as err:
         fail(err)
 
 
 @app.command("crossfit")
 def crossfit_cmd(
-    stage: str = typer.Argument(..., help="train (fold models, side by side) | score (held-out predictions) | fit (fusion files) | all"),
+    stages: List[str] = typer.Argument(..., help="train (fold models, side by side) | score (held-out predictions) | fit (fusion files) | all; several run in order"),
     corpus: str = typer.Option("ncbi", help="Names the outputs; ncbi and bc5cdr know their inputs under --data-dir, another corpus gives --train, --kb-sources and --kb-format"),
     data_dir: Path = typer.Option(Path("../shared/data"), help="Shared data folder (the known corpora's inputs)"),
     preset: str = typer.Option("tiny", help="Model preset: names the outputs, the checkpoint and the fine-tuning config"),
@@ -107,18 +115,17 @@ def crossfit_cmd(
             config=config, rescnn_config=rescnn_config, rescnn_model=rescnn_model, train=train, dev=dev,
             kb_sources=_words(kb_sources or ""), kb_format=kb_format, crosswalk=crosswalk, refresh_pool=refresh_pool,
             abbreviations=abbreviations, folds=tuple(fold), jobs=jobs, device=device)
-        if stage not in ("train", "score", "fit", "all"):
-            raise ValueError(f"unknown stage {stage!r} (train | score | fit | all)")
+        _stages(stages, CROSSFIT_STAGES)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
-    _run(crossfit_stage, settings, stage)
-    if stage in ("fit", "all"):
+    _run(crossfit_stage, settings, stages)
+    if {"fit", "all"} & set(stages):
         msg.good(f"Fusion files -> {settings.out}")
 
 
 @app.command("crossfit-folds")
 def crossfit_folds_cmd(
-    stage: str = typer.Argument(..., help="prepare | folds | fusion | cascade | all"),
+    stages: List[str] = typer.Argument(..., help="prepare | folds | fusion | cascade | all; several run in order"),
     data_dir: Path = typer.Option(Path("../shared/data"), help="Shared data folder ({data} in --kb-source and --splits)"),
     out: Path = typer.Option(Path("training/aap/tiny"), help="Output folder: kb.jsonl, pretrain/, folds/fold-<k>/"),
     folds: str = typer.Option("0 1 2 3 4 5 6 7 8 9", help="The folds this run trains, fits and scores (two processes can share them: '0 2 4 6 8' and '1 3 5 7 9')"),
@@ -158,11 +165,10 @@ def crossfit_folds_cmd(
             kb_format=kb_format, splits=splits, corpus_format=corpus_format, metrics=metrics, report_prefix=report_prefix,
             max_recall_loss=_optional(max_recall_loss, float, "--max-recall-loss"), extra_rows=_words(extra_rows),
             cascade_bench=cascade_bench, device=device)
-        if stage not in ("prepare", "folds", "fusion", "cascade", "all"):
-            raise ValueError(f"unknown stage {stage!r} (prepare | folds | fusion | cascade | all)")
+        _stages(stages, FOLDS_STAGES)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
-    _run(given_folds_stage, settings, stage)
+    _run(given_folds_stage, settings, stages)
 
 
 def _write_json(path: Optional[Path], summary: dict) -> None:

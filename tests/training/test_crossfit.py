@@ -95,7 +95,8 @@ def test_commands_refuse_unknown_stages_corpora_and_values(tmp_path):
     for argv, message in ((["crossfit", "nonsense"], "unknown stage"), (["crossfit", "train", "--corpus", "medmentions"], "unknown corpus"),
                           (["crossfit", "fit", "--beams", "two"], "--beams 'two'"), (["crossfit-folds", "nonsense"], "unknown stage"),
                           (["crossfit-folds", "fusion", "--max-recall-loss", "lots"], "--max-recall-loss"),
-                          (["crossfit-folds", "fusion", "--folds-fit", "3"], "two folds")):
+                          (["crossfit-folds", "fusion", "--folds-fit", "3"], "two folds"),
+                          (["crossfit-folds", "fusion", "cascade", "report"], "unknown stage 'report'")):
         result = runner.invoke(app, [*argv, "--out", str(tmp_path / "out")])
         assert result.exit_code == 2 and message in result.output, (argv, result.output)
     assert not (tmp_path / "out").exists()
@@ -362,6 +363,29 @@ def test_cascade_with_a_recall_budget_fits_both_cascades(tmp_path):
     with pytest.raises(FileNotFoundError, match="bench/cascade.py"):  # outside a checkout the bench is not there
         given_folds_stage(FoldsSettings(out=tmp_path / "x", metrics=tmp_path / "m", cascade_bench=tmp_path / "none.py"),
                           "cascade", runner=Recorder())
+
+
+def test_commands_run_their_stages_in_order_with_the_options_given(tmp_path, monkeypatch):
+    import spacy_genbioel.cli.crossfit as command
+
+    record = Recorder()
+    monkeypatch.setattr(command, "run_here", record)
+    result = runner.invoke(app, ["crossfit-folds", "fusion", "cascade", "--out", str(tmp_path / "aap"), "--folds", "1,3",
+                                 "--folds-fit", "0 1 3", "--max-recall-loss", "none", "--metrics", str(tmp_path / "m"),
+                                 "--cascade-bench", str(ROOT / "bench" / "cascade.py")])
+    assert result.exit_code == 0, result.output
+    outs = [Path(option(c, "--out" if "--out" in c else "--json")).name for c in record.commands()]
+    assert outs[:4] == ["fusion_plain.json", "plain_fusion.json", "fusion_aug.json", "aug_fusion.json"]  # fold 1's fusion
+    assert outs[8:11] == ["beamcascade_b2_plain.json", "cascade_aap_fold1_plain.json", "beamcascade_b2_aug.json"]
+    assert len(outs) == 16 and "--max-recall-loss" not in " ".join(" ".join(c) for c in record.commands())
+    result = runner.invoke(app, ["crossfit", "train", "--corpus", "bc5cdr", "--out", str(tmp_path / "cf"), "--fold", "1",
+                                 "--kb-sources", "a.tsv mesh-tsv:b.tsv", "--kb-format", "ctd", "--refresh-pool", "0",
+                                 "--rescnn-seconds", "5", "--no-abbreviations", "--beams", "null"])
+    assert result.exit_code == 0, result.output
+    kb, corpus, _, rescnn = [c for c in record.commands() if "fold-1" in " ".join(c) and c[0] != "fit-fusion"][-4:]
+    assert kb[1:3] == ["a.tsv", "mesh-tsv:b.tsv"] and "--no-abbreviations" in corpus
+    assert option(corpus, "--crosswalk") == "../shared/data/vocab/bc5cdr_legacy_id_crosswalk.tsv"
+    assert option(rescnn, "--data.refresh_pool") == "0"
 
 
 # -- the fold reports --------------------------------------------------------------------------------------------------
