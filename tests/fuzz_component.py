@@ -140,7 +140,7 @@ class FolderCase:
     """A corruption of a saved pipeline folder. ``expect``: "link" (must link as
     before), "link_warned" (link with a warning, or be refused naming ``names``),
     "refuse" (refused with a project error naming one of ``names``), "no_model"
-    (the clear "no model or KB" error)."""
+    (the clear "has no KB" error)."""
 
     name: str
     corrupt: Callable[[Path, "Resources"], None]
@@ -515,7 +515,7 @@ def run_folder(res: Resources, case: FolderCase) -> Outcome:
             ids = [s._.kb_id for s in doc.spans["mentions"]]
         except Exception as err:  # noqa: BLE001
             message = str(err)
-            if case.expect == "no_model" and isinstance(err, ValueError) and "no model or KB" in message:
+            if case.expect == "no_model" and isinstance(err, ValueError) and "has no KB" in message:
                 return Outcome(case.name, "ok", message[:120])
             if not is_project_error(err):
                 return Outcome(case.name, "crash", f"{type(err).__name__}: {message[:200]}")

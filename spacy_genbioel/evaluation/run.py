@@ -20,6 +20,7 @@ from spacy_genbioel.evaluation.calibration import DEFAULT_TARGET_PRECISION, Cali
 from spacy_genbioel.evaluation.plots import plot_calibration, plot_similarity_bins
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.linking.fusion import FusionFormatError, resolve_fusion_path
 from spacy_genbioel.linking.settings import NO_RETRIEVER, UnknownSettingError, load_overrides, nested_overrides
 from spacy_genbioel.ty import Linker
 from spacy_genbioel.util import PathLike, resolve_device
@@ -78,7 +79,11 @@ def check_component_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
     if candidates.get("retriever") == NO_RETRIEVER and candidates.get("shortcut_threshold") is not None:
         raise EvaluationSetupError("candidates.shortcut_threshold needs a retriever: candidates.retriever tfidf | dense")
     fusion = nested.get("reranker", {}).get("fusion")
-    if fusion is not None and not Path(fusion).is_file():  # else a pipeline's own fusion.json would stand in for it
+    try:
+        fusion_file = resolve_fusion_path(fusion) if fusion is not None else None
+    except FusionFormatError as err:
+        raise EvaluationSetupError(str(err)) from None
+    if fusion_file is not None and not fusion_file.is_file():  # else a pipeline's own fusion.json would stand in for it
         raise EvaluationSetupError(f"reranker.fusion {fusion}: " + ("a folder, not a fusion file" if Path(fusion).is_dir()
                                                                     else "fusion file not found"))
     device = nested.get("device")

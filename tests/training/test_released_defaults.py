@@ -91,3 +91,36 @@ def test_released_workflow_runs_to_its_end_without_a_test_split(tmp_path, micro_
     assert config["components"]["genbioel"]["inputs"]["style"] == "genbioel-released-ncbi.v1"
     assert " ".join(done.stdout.split()).count(f"No corpus at {data / 'test.txt'}") == 3  # released-evaluate, test-peers' two
     assert not (project / "metrics").exists() or not any((project / "metrics").iterdir())
+
+
+def test_add_pipe_feeds_a_model_its_recorded_style_unless_told_otherwise(recorded, micro_model, caplog):
+    import spacy
+
+    def component(**config):
+        nlp = spacy.blank("en")
+        linker = nlp.add_pipe("genbioel", config={"model": str(recorded / "model"), "kb": str(recorded / "kb.jsonl"), **config})
+        linker.initialize()
+        return linker
+
+    with caplog.at_level(logging.INFO, logger="spacy_genbioel"):
+        linker = component()
+    assert linker.inputs.style == "genbioel-released-ncbi.v1"
+    assert linker.decoding.max_source_tokens == micro_model.config.max_position_embeddings
+    assert "feeds its model the inputs.style it records, genbioel-released-ncbi.v1" in caplog.text
+    assert component(recorded_inputs=False).inputs.style == "genbioel.v1"
+    assert component(inputs={"style": "genbioel-released-bc5cdr.v1"}).inputs.style == "genbioel-released-bc5cdr.v1"
+    assert component(decoding={"max_source_tokens": 64}).decoding.max_source_tokens == 64
+
+
+def test_a_package_told_the_default_style_keeps_it_when_loaded(recorded):
+    import spacy
+
+    out = package(recorded / "model", recorded / "kb.jsonl", recorded / "pkg", settings={"inputs.style": "genbioel.v1", "num_beams": 2,
+                                                                                         "top_k": 2}, entities=EntitySource(abbreviations=False))
+    assert spacy.load(out).get_pipe("genbioel").inputs.style == "genbioel.v1"
+    assert spacy.load(_packaged_path(recorded)).get_pipe("genbioel").inputs.style == "genbioel-released-ncbi.v1"
+
+
+def _packaged_path(folder):
+    return package(folder / "model", folder / "kb.jsonl", folder / "pkg_recorded", settings={"num_beams": 2, "top_k": 2},
+                   entities=EntitySource(abbreviations=False))
