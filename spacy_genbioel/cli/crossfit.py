@@ -22,7 +22,7 @@ def run_here(job: Step, log: Optional[Path] = None) -> None:
     if log is not None or job.script:
         run_subprocess(job, log)
         return
-    msg.info(str(job))
+    typer.secho(f"$ {job}", fg="blue")  # whole, unwrapped: a line to copy
     try:
         code = app(args=list(job.argv), prog_name="python -m spacy_genbioel", standalone_mode=False)
     except SystemExit as exit:

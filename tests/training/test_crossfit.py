@@ -388,6 +388,35 @@ def test_commands_run_their_stages_in_order_with_the_options_given(tmp_path, mon
     assert option(rescnn, "--data.refresh_pool") == "0"
 
 
+def test_every_planned_step_is_a_call_the_command_line_takes(tmp_path):
+    """Each step's options are the command's, and its dotted settings are the component's or the config's."""
+    import typer.main
+
+    from spacy_genbioel.cli._util import component_settings, parse_overrides
+    from spacy_genbioel.training.rescnn import load_rescnn_config
+    from spacy_genbioel.training.settings import load_stage_config
+
+    record = Recorder()
+    crossfit_stage(CrossfitSettings(corpus="bc5cdr", out=tmp_path / "cf", rescnn_seconds=5, beams=2), "all", runner=record)
+    given_folds_stage(FoldsSettings(out=tmp_path / "aap", metrics=tmp_path / "m", cascade_bench=ROOT / "bench" / "cascade.py"),
+                      "all", runner=record)
+    commands = typer.main.get_command(app).commands
+    seen = set()
+    for step in record.steps:
+        if step.script:
+            continue
+        ctx = commands[step.argv[0]].make_context(step.argv[0], list(step.argv[1:]))
+        seen.add(step.argv[0])
+        if step.argv[0] in ("evaluate", "package"):
+            component_settings(ctx.args)
+        elif ctx.args:
+            config = ROOT / option(list(step.argv), "--config")
+            load = load_rescnn_config if step.argv[0] == "train-rescnn" else load_stage_config
+            load(config, parse_overrides(ctx.args))
+    assert seen == {"folds", "build-kb", "corpus", "finetune", "train-rescnn", "package", "evaluate", "fit-fusion", "tokenizer",
+                    "init-model", "pretrain"}
+
+
 # -- the fold reports --------------------------------------------------------------------------------------------------
 def test_folds_report_gives_mean_and_spread_per_kb_and_linker(tmp_path):
     values = {"fold-0": (0.80, 0.90), "fold-1": (0.84, 0.94), "fold-10": (0.82, 0.92)}
