@@ -152,8 +152,10 @@ def _named(items: List[str], option: str) -> Dict[str, List[str]]:
 
 @app.command("fit-retrieval")
 def fit_retrieval_cmd(
-    train: List[str] = typer.Option(..., "--train", help="NAME=FILE: a training split (one per corpus; never dev or test)"),
-    kb: List[str] = typer.Option(..., "--kb", help="NAME=KB: the vocabulary's KB (build-kb, no training names or priors) the split links into"),
+    splits: Optional[Path] = typer.Option(None, "--splits", help="A config of [splits.<name>] blocks (train, format, kb or kb_sources + kb_format, crosswalk, exclude): configs/retrieval/default.cfg made the package's default"),
+    data_dir: Optional[Path] = typer.Option(None, help="With --splits: the data folder its ${paths.data} names"),
+    train: List[str] = typer.Option([], "--train", help="NAME=FILE: a training split (one per corpus; never dev or test); instead of --splits"),
+    kb: List[str] = typer.Option([], "--kb", help="NAME=KB: the vocabulary's KB (build-kb, no training names or priors) the split links into"),
     fmt: List[str] = typer.Option([], "--format", help="NAME=FORMAT of a split: pubtator (default), bioc, jsonl, askapatient"),
     crosswalk: List[str] = typer.Option([], "--crosswalk", help="NAME=TSV: old -> new IDs of the split's gold (BC5CDR's)"),
     exclude: List[str] = typer.Option([], "--exclude", help="NAME=FILE (repeatable): a corpus file, in the split's format, whose (mention, gold) pairs are kept out of the fit (AskAPatient's validation folds)"),
@@ -173,12 +175,19 @@ def fit_retrieval_cmd(
     from datetime import date
 
     from spacy_genbioel.training.cascade_fit import CascadeTargets
-    from spacy_genbioel.training.retrieval_fit import crossfit_retrieval, fit_retrieval_fusion, read_fit_corpus
+    from spacy_genbioel.training.retrieval_fit import SplitSpec, crossfit_retrieval, fit_retrieval_fusion, read_fit_corpus, read_splits
 
-    trains, kbs = _named(train, "--train"), _named(kb, "--kb")
-    fmts, walks, excluded = _named(fmt, "--format"), _named(crosswalk, "--crosswalk"), _named(exclude, "--exclude")
-    if sorted(trains) != sorted(kbs) or any(len(v) != 1 for v in (*trains.values(), *kbs.values())):
-        raise typer.BadParameter("give one --train and one --kb per corpus name")
+    if (splits is None) == (not train):
+        raise typer.BadParameter("give --splits FILE, or --train and --kb per corpus")
+    if splits is not None:
+        specs = read_splits(splits, data_dir)
+    else:
+        trains, kbs = _named(train, "--train"), _named(kb, "--kb")
+        fmts, walks, excluded = _named(fmt, "--format"), _named(crosswalk, "--crosswalk"), _named(exclude, "--exclude")
+        if sorted(trains) != sorted(kbs) or any(len(v) != 1 for v in (*trains.values(), *kbs.values())):
+            raise typer.BadParameter("give one --train and one --kb per corpus name")
+        specs = [SplitSpec(name, trains[name][0], (fmts.get(name) or ["pubtator"])[0], kb=kbs[name][0],
+                           crosswalk=(walks.get(name) or [None])[0], exclude=tuple(excluded.get(name, ()))) for name in trains]
     names = [s for s in sources.split(",") if s]
     deferred = [s for s in defer.split(",") if s]
     retrievers: Dict[Any, Any] = {}
@@ -188,22 +197,21 @@ def fit_retrieval_cmd(
 
         key = (source, id(knowledge_base))
         if key not in retrievers:
-            retrievers.clear()  # one KB's retrievers at a time: BC5CDR's MiniLM matrix alone is 600 MB
+            if any(other != id(knowledge_base) for _, other in retrievers):
+                retrievers.clear()  # one KB's retrievers at a time: BC5CDR's MiniLM matrix alone is 600 MB
             retrievers[key] = get_retriever(source, knowledge_base)
         return retrievers[key]
 
     groups = {}
-    for name in trains:
-        corpus = read_fit_corpus(name, kbs[name][0], trains[name][0], (fmts.get(name) or ["pubtator"])[0],
-                                 crosswalk=(walks.get(name) or [None])[0], exclude=excluded.get(name, ()),
-                                 abbreviations=abbreviations)
-        msg.info(f"{name}: {len(corpus.mentions)} training mentions, {len(corpus.exclude)} pairs excluded, "
+    for spec in specs:
+        corpus = read_fit_corpus(spec, abbreviations=abbreviations)
+        msg.info(f"{spec.name}: {len(corpus.mentions)} training mentions, {len(corpus.exclude)} pairs excluded, "
                  f"{corpus.kb.n_names} KB names")
         for variant, examples in crossfit_retrieval(corpus, names, retrieve, k=k, seed=seed).items():
-            groups[f"{name}/{variant}"] = examples
+            groups[f"{spec.name}/{variant}"] = examples
     provenance = {"command": "python -m spacy_genbioel fit-retrieval " + " ".join(sys.argv[2:]), "date": date.today().isoformat(),
-                  "machine": platform.platform(), "splits": {n: trains[n][0] for n in trains},
-                  "excluded": {n: excluded.get(n, []) for n in trains}, "k": k, "seed": seed, "abbreviations": abbreviations}
+                  "machine": platform.platform(), "splits": {spec.name: spec.train for spec in specs},
+                  "excluded": {spec.name: list(spec.exclude) for spec in specs}, "k": k, "seed": seed, "abbreviations": abbreviations}
     model = fit_retrieval_fusion(groups, names, defer=deferred, targets=CascadeTargets(max_recall_loss=max_recall_loss),
                                  provenance=provenance)
     model.save(out)

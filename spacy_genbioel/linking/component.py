@@ -42,12 +42,13 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
 from spacy_genbioel.linking.abbreviations import doc_long_forms
-from spacy_genbioel.linking.released_style import expand_short_forms, recorded_input_style, recorded_max_source_tokens
+from spacy_genbioel.linking.model_inputs import recorded_inputs, warn_on_input_style
+from spacy_genbioel.linking.released_style import expand_short_forms
 from spacy_genbioel.linking.short_forms import find_short_forms
 from spacy_genbioel.linking.candidates import make_candidate_generator
 from spacy_genbioel.linking.cascade import LinkPaths, link_with_paths, make_reranker
 from spacy_genbioel.linking.span_outputs import LongForms, concept_scores, register_extensions
-from spacy_genbioel.linking.paths import check_resource_paths
+from spacy_genbioel.linking.paths import check_resource_paths, read_component_cfg
 from spacy_genbioel.linking.scispacy_compat import warn_on_scispacy_habits, written_candidates
 from spacy_genbioel.linking.scorer import ASSIGNS, REQUIRES, SCORE_WEIGHTS, SCORER_CONFIG, bind_scorer
 from spacy_genbioel.linking.decoder import GenerativeLinker
@@ -67,9 +68,8 @@ from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.linking.kb_view import LinkerKB
 from spacy_genbioel.ty import Candidate, Linker, Mention
-from spacy_genbioel.kb.normalizers import get_normalizer
-from spacy_genbioel.models import ModelFileNotFoundError, ModelFormatError, load_model, save_model
-from spacy_genbioel.util import parse_json, read_text, resolve_device
+from spacy_genbioel.models import ModelFileNotFoundError, load_model, save_model
+from spacy_genbioel.util import resolve_device
 from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError
 
 logger = logging.getLogger(__name__)
@@ -93,16 +93,6 @@ def make_genbioel(nlp: Language, name: str, scorer: Optional[Callable] = None, *
     component = GenBioELLinker(nlp.vocab, name, settings)
     component.scorer = bind_scorer(scorer, settings.output, settings.resources.spans_key)  # nlp.evaluate (.scorer)
     return component
-
-
-def warn_on_input_style(name: str, model: Any, inputs: InputBuilder) -> None:
-    """Warn when a model imported from a released checkpoint (``config.genbioel_inputs``, written
-    by ``import-checkpoint``) is fed this package's inputs, or a model trained here the released ones."""
-    trained_on = getattr(getattr(model, "config", None), "genbioel_inputs", None)
-    if (trained_on is not None) != (inputs.released is not None):
-        expected = "GenBioEL's own (inputs.style genbioel-released-<corpus>.v1)" if trained_on else "this package's (genbioel.v1)"
-        logger.warning("The '%s' model was trained on %s inputs, but the component writes inputs.style %r: its links "
-                       "will be worse than they should (docs/published.md)", name, expected, inputs.style)
 
 
 def warn_on_shared_outputs(nlp: Language, name: str, output: OutputSettings) -> None:
@@ -230,7 +220,7 @@ class GenBioELLinker(Pipe):
         that no longer fits them is rebuilt from the KB with a warning saying why."""
         if self._fusion_missing is not None:
             raise self._fusion_missing
-        self._apply_recorded_style(model)
+        self.settings = recorded_inputs(self.name, model, self.settings)
         warn_on_input_style(self.name, model, self.inputs)
         candidates = self.candidates
         retriever = make_candidate_generator(candidates.retriever, kb, model=candidates.model)
@@ -244,26 +234,6 @@ class GenBioELLinker(Pipe):
             logger.warning("%s; rebuilding it from the KB with this tokenizer", err)
             linker = GenerativeLinker(model, tokenizer, kb, None, **parts)
         self._linker, self._reranker = linker, self._make_reranker(kb, linker)
-
-    def _apply_recorded_style(self, model: Any) -> None:
-        """Feed a model imported from a released checkpoint the inputs it records it was trained on
-        (``import-checkpoint``), unless the component was given a released style of its own: the style,
-        and its whole input as ``decoding.max_source_tokens`` where that setting is left at its default."""
-        style = recorded_input_style(model)
-        if style is None or not self.settings.resources.recorded_inputs or self.inputs.style != InputBuilder().style:
-            return
-        try:
-            inputs = dataclasses.replace(self.inputs, style=style)
-        except ValueError as err:  # document input mode, say: the released styles write one input per mention
-            logger.warning("The '%s' model records inputs.style %s, which these inputs cannot take (%s)", self.name, style, err)
-            return
-        decoding = self.decoding
-        tokens = recorded_max_source_tokens(model)
-        if tokens and decoding.max_source_tokens == DecodingSettings().max_source_tokens:
-            decoding = dataclasses.replace(decoding, max_source_tokens=tokens)
-        self.settings = self.settings.replace(inputs=inputs, decoding=decoding)
-        logger.info("The '%s' component feeds its model the inputs.style it records, %s (decoding.max_source_tokens %d; "
-                    "recorded_inputs = false or another inputs.style overrides it)", self.name, style, decoding.max_source_tokens)
 
     def set_kb(self, kb: KnowledgeBase) -> None:
         """Link with no generator: the retrievers over ``kb``, fused by ``reranker.fusion`` (a
@@ -516,27 +486,3 @@ class GenBioELLinker(Pipe):
                 return kb
             logger.warning("%s changed since %s was written; reading %s", jsonl, compact, jsonl)
         return KnowledgeBase.load(jsonl, **kwargs)
-
-
-def read_component_cfg(path: Path) -> Dict[str, Any]:
-    """The component's ``cfg.json``, checked: a missing, unreadable or malformed
-    file raises :class:`~spacy_genbioel.models.hf.ModelFormatError` naming it."""
-    if not path.exists():
-        raise ModelFileNotFoundError(f"{path} not found: not a saved genbioel component")
-    meta = parse_json(read_text(path, ModelFormatError), path, ModelFormatError)
-    if not isinstance(meta, dict) or not isinstance(meta.get("has_linker"), bool):
-        raise ModelFormatError(f"{path}: expected a JSON object with has_linker true or false")
-    if meta["has_linker"]:
-        if not isinstance(meta.get("kb_normalizer"), str) or not isinstance(meta.get("kb_dedup"), bool):
-            raise ModelFormatError(f"{path}: expected kb_normalizer (a name) and kb_dedup (true or false)")
-        if not isinstance(meta.get("has_model", True), bool):
-            raise ModelFormatError(f"{path}: has_model must be true or false")
-        if not isinstance(meta.get("kb_checksum", ""), str):
-            raise ModelFormatError(f"{path}: kb_checksum must be a string")
-        if not isinstance(meta.get("fusion_config", ""), (str, type(None))):
-            raise ModelFormatError(f"{path}: fusion_config must be a path or null")
-        try:
-            get_normalizer(meta["kb_normalizer"])
-        except ValueError as err:
-            raise ModelFormatError(f"{path}: {err}") from err
-    return meta

@@ -36,7 +36,8 @@ from spacy_genbioel.ty import Mention
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FitCorpus", "VARIANTS", "crossfit_retrieval", "fit_retrieval_fusion", "fold_of_mentions"]
+__all__ = ["FitCorpus", "SplitSpec", "VARIANTS", "crossfit_retrieval", "fit_retrieval_fusion", "fold_of_mentions", "read_fit_corpus",
+           "read_splits"]
 
 #: the dictionaries a training split is scored against
 VARIANTS = ("plain", "aug")
@@ -68,12 +69,64 @@ def fold_of_mentions(mentions: Sequence[Mention], k: int, seed: int = 0) -> List
     return [folds[key] for key in keys]
 
 
-def read_fit_corpus(name: str, kb: Any, train: Any, fmt: str = "pubtator", *, crosswalk: Any = None,
-                    exclude: Sequence[Any] = (), abbreviations: bool = True) -> FitCorpus:
+@dataclass(frozen=True)
+class SplitSpec:
+    """Where one corpus's training split and vocabulary are: a KB file (``kb``), or the sources
+    ``build-kb`` reads (``kb_sources`` in ``kb_format``, ``FORMAT:PATH`` for another format)."""
+
+    name: str
+    train: str
+    format: str = "pubtator"
+    kb: Optional[str] = None
+    kb_format: Optional[str] = None
+    kb_sources: Tuple[str, ...] = ()
+    crosswalk: Optional[str] = None
+    exclude: Tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.kb is None) == (not self.kb_sources):
+            raise ValueError(f"split {self.name!r}: give a kb file or kb_sources (with kb_format), not both")
+        if self.kb_sources and not self.kb_format:
+            raise ValueError(f"split {self.name!r}: kb_sources needs kb_format")
+
+    def load_kb(self) -> KnowledgeBase:
+        """The vocabulary as a user has it: no training names, no priors."""
+        if self.kb is not None:
+            return KnowledgeBase.load(self.kb)
+        from spacy_genbioel.kb.build import build_kb, parse_source
+
+        return build_kb(self.kb_format, [parse_source(s) for s in self.kb_sources], crosswalk=self.crosswalk, name=self.name)
+
+
+def read_splits(path: Any, data_dir: Optional[Any] = None) -> List[SplitSpec]:
+    """The ``[splits.<name>]`` blocks of a config file (``configs/retrieval/default.cfg``), ``${paths.data}``
+    set to ``data_dir`` when given; an unknown key or a missing ``train`` raises a ``ValueError`` naming the block."""
+    from confection import Config
+
+    overrides = {"paths.data": str(data_dir)} if data_dir is not None else {}
+    config = Config().from_disk(path, overrides=overrides)
+    blocks = config.get("splits")
+    if not isinstance(blocks, dict) or not blocks:
+        raise ValueError(f"{path}: no [splits.<name>] blocks")
+    known = {f.name for f in dataclasses.fields(SplitSpec)} - {"name"}
+    out = []
+    for name, block in blocks.items():
+        unknown = sorted(set(block) - known)
+        if unknown or "train" not in block:
+            raise ValueError(f"{path}: [splits.{name}] " + (f"has unknown keys {unknown} (known: {sorted(known)})" if unknown
+                                                             else "needs a train file"))
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in block.items()}
+        out.append(SplitSpec(name=name, **values))
+    return out
+
+
+def read_fit_corpus(spec: SplitSpec, *, abbreviations: bool = True) -> FitCorpus:
     """A training split and its vocabulary, read as ``evaluate`` reads them (short forms expanded with
-    scispacy when ``abbreviations`` and it is installed); ``exclude``: corpus files of the same format whose
-    (mention, gold) pairs stay out of the fit."""
+    scispacy when ``abbreviations`` and it is installed); the ``exclude`` files' (mention, gold) pairs,
+    in the split's format, stay out of the fit."""
     from spacy_genbioel.corpus.load import load_corpus
+
+    name, train, fmt, crosswalk, exclude = spec.name, spec.train, spec.format, spec.crosswalk, spec.exclude
 
     mentions, texts = load_corpus(train, fmt, crosswalk)
     if abbreviations and texts:
@@ -84,7 +137,7 @@ def read_fit_corpus(name: str, kb: Any, train: Any, fmt: str = "pubtator", *, cr
         else:
             logger.warning("scispacy is not installed: %s's short forms are left as they are", name)
     held = frozenset(mention_pair(m.text, m.ids) for path in exclude for m in load_corpus(path, fmt, crosswalk)[0])
-    return FitCorpus(name, KnowledgeBase.load(kb), list(mentions), held)
+    return FitCorpus(name, spec.load_kb(), list(mentions), held)
 
 
 def _score(mentions: Sequence[Mention], kb: KnowledgeBase, sources: Sequence[str], retrieve: Retrieve,

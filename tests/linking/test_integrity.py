@@ -199,7 +199,7 @@ def test_a_registered_normalizer_that_does_not_make_one_is_refused(test_normaliz
 
 
 def test_cfg_json_naming_another_registered_function_is_refused(tmp_path):
-    from spacy_genbioel.linking.component import read_component_cfg
+    from spacy_genbioel.linking.paths import read_component_cfg
 
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({"has_linker": True, "kb_normalizer": "spacy.first_longest_spans_filter.v1", "kb_dedup": False}))

@@ -3,6 +3,8 @@ predictions never see their own mention in the dictionary, the fit is retrieval-
 the command writes a file the component links with."""
 import json
 
+import pytest
+
 import spacy
 from hypothesis import given, settings, strategies as st
 from typer.testing import CliRunner
@@ -125,3 +127,32 @@ def test_fit_retrieval_command_writes_a_fusion_the_component_links_with(tmp_path
 def test_fit_retrieval_refuses_a_split_without_its_kb(tmp_path):
     result = CliRunner().invoke(app, ["fit-retrieval", "--train", "a=x.txt", "--kb", "b=kb.jsonl", "--out", str(tmp_path / "f.json")])
     assert result.exit_code != 0 and "one --train and one --kb per corpus" in result.output
+
+
+def test_read_splits_sets_the_data_folder_and_names_a_bad_block(tmp_path):
+    from spacy_genbioel.training.retrieval_fit import SplitSpec, read_splits
+
+    (tmp_path / "ok.cfg").write_text('[paths]\ndata = "nowhere"\n\n[splits]\n\n[splits.toy]\ntrain = "${paths.data}/train.txt"\n'
+                                     'format = "askapatient"\nkb_format = "jsonl"\nkb_sources = ["${paths.data}/kb.jsonl"]\n'
+                                     'exclude = ["${paths.data}/valid.txt"]\n')
+    [spec] = read_splits(tmp_path / "ok.cfg", data_dir=tmp_path)
+    assert spec == SplitSpec("toy", f"{tmp_path}/train.txt", "askapatient", kb_format="jsonl", kb_sources=(f"{tmp_path}/kb.jsonl",),
+                             exclude=(f"{tmp_path}/valid.txt",))
+    (tmp_path / "bad.cfg").write_text('[splits]\n\n[splits.toy]\ntrain = "t.txt"\nkb = "kb.jsonl"\ncorpus = "x"\n')
+    with pytest.raises(ValueError, match=r"\[splits.toy\] has unknown keys \['corpus'\]"):
+        read_splits(tmp_path / "bad.cfg")
+    with pytest.raises(ValueError, match="give a kb file or kb_sources"):
+        SplitSpec("toy", "t.txt")
+    with pytest.raises(ValueError, match="kb_sources needs kb_format"):
+        SplitSpec("toy", "t.txt", kb_sources=("a",))
+
+
+def test_the_shipped_split_configs_name_training_splits_only():
+    from pathlib import Path
+
+    from spacy_genbioel.training.retrieval_fit import read_splits
+
+    for path in sorted((Path(__file__).resolve().parents[2] / "configs" / "retrieval").glob("*.cfg")):
+        for spec in read_splits(path, data_dir="/data"):
+            assert "dev" not in spec.train.lower() and "test" not in spec.train.lower() and "validation" not in spec.train.lower()
+            assert spec.kb_sources and spec.kb_format
