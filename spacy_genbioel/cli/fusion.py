@@ -1,7 +1,6 @@
 """``folds``, ``fit-fusion`` and ``fit-retrieval``: cross-fitted score fusion (:mod:`spacy_genbioel.linking.fusion`)."""
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -35,16 +34,25 @@ def folds_cmd(
 
 @app.command("fit-fusion")
 def fit_fusion_cmd(
-    source: List[str] = typer.Option(..., "--source", help="NAME=FILE[,FILE...]: `evaluate --predictions` files of a source over held-out folds, fold i's file i-th (genbioel, tfidf, dense, ...)"),
-    kb: List[Path] = typer.Option(..., "--kb", help="The KB each fold was scored with, in fold order (one for all folds, or one per fold)"),
+    source: List[str] = typer.Option([], "--source", help="NAME=FILE[,FILE...]: `evaluate --predictions` files of a source over held-out folds, fold i's file i-th (genbioel, tfidf, dense, ...)"),
+    model: Optional[Path] = typer.Option(None, "--model", help="Instead of --source: a model not trained here (a model folder: import-checkpoint output; or a pipeline `package` wrote without --fusion), scored with the retrievers on --corpus, a labelled split it was not trained on (docs/published.md)"),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="--model: the labelled split to score (never one the model was trained on, never test)"),
+    fmt: str = typer.Option("pubtator", "--format", help="--model: the corpus format: pubtator | bioc | jsonl | askapatient"),
+    crosswalk: Optional[Path] = typer.Option(None, help="--model: old -> new ID TSV applied to the corpus's gold IDs"),
+    abbreviations: bool = typer.Option(False, help="--model: expand short forms with scispacy before linking (as evaluate --abbreviations)"),
+    retrievers: str = typer.Option("tfidf,dense", "--retrievers", help="--model: the retrievers scored and fused with the model (comma-separated)"),
+    config: Optional[Path] = typer.Option(None, help="--model with a model folder trained here: its fine-tuning config (encoder-input settings, as package --config)"),
+    predictions: Optional[Path] = typer.Option(None, "--predictions", help="--model: keep the scoring pipeline and the predictions in this folder (a rerun reuses the sources scored already); default: a temporary folder"),
+    device: str = typer.Option("cpu", help="--model: the device the model scores on (auto | cpu | cuda | cuda:N)"),
+    kb: List[Path] = typer.Option([], "--kb", help="--source: the KB each fold was scored with, in fold order (one for all folds, or one per fold); --model: the KB a model folder links into (a pipeline's own by default)"),
     out: Path = typer.Option(..., help="Fusion JSON to write (package --fusion, evaluate --fusion)"),
     depth: int = typer.Option(5, help="Candidates read from each source (the predictions' top-k)"),
     l2: float = typer.Option(1e-3, help="L2 penalty on the standardized weights"),
     exclude: List[Path] = typer.Option([], help="Prediction files (`evaluate --predictions`) of mentions to keep out of the fit: any example with the same text and gold concepts is dropped (AskAPatient folds repeat mention/concept pairs across validation splits)"),
     retriever_model: List[str] = typer.Option([], "--retriever-model", help="NAME=DIR: the encoder a retriever source uses at linking time (dense: default all-MiniLM-L6-v2)"),
-    generator: str = typer.Option("beam", help="How the genbioel files were made: beam (beam search) or forced (evaluate --decoding.search forced: forced scores of the retrievers' candidates, what the cascade reads)"),
+    generator: str = typer.Option("beam", help="How the genbioel lists are made: beam (beam search) or forced (evaluate --decoding.search forced: forced scores of the retrievers' candidates, what the cascade reads); --model makes them so"),
     alternative: List[str] = typer.Option([], "--alternative", help="NAME[,NAME...]: retriever sources the fusion may read instead of all of them (say twice or more: tfidf,dense and tfidf,rescnn); the one whose fusion, fitted on the other folds, links each held-out fold best (recall@1) is kept"),
-    generator_beams: Optional[int] = typer.Option(None, min=1, help="The beam width the genbioel files were made with (evaluate --decoding.num_beams), when not the model config's: recorded in the file, and pipelines linking with it search at that width (reranker.generator_beams)"),
+    generator_beams: Optional[int] = typer.Option(None, min=1, help="The beam width the genbioel files were made with (evaluate --decoding.num_beams; --model: scores at it), when not the model config's: recorded in the file, and pipelines linking with it search at that width (reranker.generator_beams)"),
     cascade: bool = typer.Option(False, "--cascade/--no-cascade", help="Also fit the cascade (reranker.cascade on): retrieval-only weights and its thresholds"),
     target_precision: float = typer.Option(0.95, help="Cascade: top-1 precision the mentions retrieval settles must reach on these predictions"),
     max_recall_loss: Optional[float] = typer.Option(None, help="Cascade: instead of --target-precision, settle as many mentions as keep its recall@1 on these predictions within this of the fusion's (0.002: 0.2 points)"),
@@ -52,13 +60,16 @@ def fit_fusion_cmd(
     defer: List[str] = typer.Option([], "--defer", help="Cascade: a costly retriever (dense) that runs only for mentions the fusion's other retrievers do not settle (an early step with its own threshold, chosen the same way; reranker.early_threshold)"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Fit score fusion on cross-fitted training predictions (bench/crossfit.sh), never on dev."""
+    """Fit score fusion on cross-fitted training predictions (--source: the crossfit command's), never on dev; or,
+    for a model not trained here (--model: a released checkpoint), on its own predictions over a labelled split it
+    was not trained on."""
     setup_logging(verbose)
-    from spacy_genbioel.kb import KBFormatError, KnowledgeBase
     from spacy_genbioel.linking.fusion import GENERATOR
-    from spacy_genbioel.training.cascade_fit import CascadeTargets, fit_cascade
-    from spacy_genbioel.training.fusion_fit import choose_sources, drop_examples, fit_fusion, read_fusion_examples
+    from spacy_genbioel.training.cascade_fit import CascadeTargets
+    from spacy_genbioel.training.model_fit import FitOptions, HeldOutSplit, fit_model_fusion, fit_predictions
 
+    if bool(source) == (model is not None):
+        raise typer.BadParameter("give --source files (cross-fitted predictions) or --model with --corpus, not both")
     files = {}
     for item in source:
         name, sep, paths = item.partition("=")
@@ -67,73 +78,78 @@ def fit_fusion_cmd(
         files[name] = [Path(p) for p in paths.split(",") if p]
     from spacy_genbioel.retrieval.registry import resolve_retriever
 
-    for name in (n for n in files if n != GENERATOR):
+    names = [n for n in files if n != GENERATOR] if files else [n for n in retrievers.split(",") if n]
+    option = "--source" if files else "--retrievers"
+    for name in names:
         try:
             resolve_retriever(name)
         except ValueError as err:
-            raise typer.BadParameter(f"--source {name}=...: not a retriever ({err})") from None
-    folds = {len(paths) for paths in files.values()}
-    if len(folds) != 1:
-        raise typer.BadParameter(f"every --source needs one file per fold; got {sorted(folds)} files")
-    n_folds = folds.pop()
-    if len(kb) not in (1, n_folds):
-        raise typer.BadParameter(f"--kb: give one KB, or one per fold ({n_folds}); got {len(kb)}")
+            raise typer.BadParameter(f"{option} {name}{'=...' if files else ''}: not a retriever ({err})") from None
+    if files:
+        folds = {len(paths) for paths in files.values()}
+        if len(folds) != 1:
+            raise typer.BadParameter(f"every --source needs one file per fold; got {sorted(folds)} files")
+        n_folds = folds.pop()
+        if len(kb) not in (1, n_folds):
+            raise typer.BadParameter(f"--kb: give one KB, or one per fold ({n_folds}); got {len(kb)}")
+        if corpus is not None or config is not None or predictions is not None:
+            raise typer.BadParameter("--corpus, --config and --predictions score a --model: not with --source")
+    else:
+        if corpus is None:
+            raise typer.BadParameter("--model needs --corpus: a labelled split the model was not trained on")
+        if len(kb) > 1:
+            raise typer.BadParameter(f"--model: give one --kb, got {len(kb)}")
+        if alternative:
+            raise typer.BadParameter("--alternative chooses on folds of --source predictions; with --model name the retrievers (--retrievers)")
     settings = {}
     for item in retriever_model:
         name, sep, path = item.partition("=")
-        if not sep or name not in files:
-            raise typer.BadParameter(f"--retriever-model {item!r}: expected NAME=DIR for a --source name")
+        if not sep or name not in names:
+            raise typer.BadParameter(f"--retriever-model {item!r}: expected NAME=DIR for a {option} name")
         settings[name] = {"model": path}
     choices = [[n for n in item.split(",") if n] for item in alternative]
     if defer and not cascade:
         raise typer.BadParameter("--defer is a step of the cascade: add --cascade")
     for name in defer:
-        if name not in files or name == GENERATOR:
-            raise typer.BadParameter(f"--defer {name!r}: give a retriever name of --source")
-    for names in choices:
-        unknown = [n for n in names if n not in files or n == GENERATOR]
-        if unknown or not names:
-            raise typer.BadParameter(f"--alternative {','.join(names)!r}: give retriever names of --source ({', '.join(unknown)})")
+        if name not in names:
+            raise typer.BadParameter(f"--defer {name!r}: give a retriever name of {option}")
+    for choice in choices:
+        unknown = [n for n in choice if n not in names]
+        if unknown or not choice:
+            raise typer.BadParameter(f"--alternative {','.join(choice)!r}: give retriever names of --source ({', '.join(unknown)})")
     try:
-        kbs = [KnowledgeBase.load(path) for path in kb]
-        folds = [read_fusion_examples({s: [paths[i]] for s, paths in files.items()}, kbs[min(i, len(kbs) - 1)])
-                 for i in range(n_folds)]
-        if exclude:
-            kept = [drop_examples(fold, exclude) for fold in folds]
-            folds = [fold for fold, _ in kept]
-            msg.info(f"{sum(n for _, n in kept)} examples dropped: their mention and gold concepts are in {', '.join(map(str, exclude))}")
-        examples = [ex for fold in folds for ex in fold]
-        sources = [GENERATOR, *(s for s in files if s != GENERATOR)]
-        choice = None
-        if choices:
-            sources, choice = choose_sources(folds, kbs[0], choices, depth=depth, l2=l2)
-            msg.info(f"Sources chosen on the held-out folds: {', '.join(sources)} ({choice})")
-        model = fit_fusion(examples, kbs[0], sources, depth=depth, l2=l2,
-                           retrievers={s: settings.get(s, {}) for s in sources[1:]})
-        model = dataclasses.replace(model, generator=generator)
-        if choice is not None:
-            model.fit["choice"] = choice
-        if generator_beams is not None:
-            model.fit["generator_beams"] = generator_beams
-        if cascade:
-            model = fit_cascade(model, examples, kbs[0], CascadeTargets(target_precision, beam_reach, max_recall_loss=max_recall_loss),
-                                l2=l2, defer=defer)
-    except (KBFormatError, ValueError, OSError) as err:
+        options = FitOptions(depth=depth, l2=l2, generator=generator, generator_beams=generator_beams, cascade=cascade,
+                             targets=CascadeTargets(target_precision, beam_reach, max_recall_loss=max_recall_loss),
+                             defer=tuple(defer), retrievers=settings)
+        if files:
+            from spacy_genbioel.kb import KnowledgeBase
+
+            fitted = fit_predictions(files, [KnowledgeBase.load(path) for path in kb], options, exclude=exclude,
+                                     alternatives=choices)
+        else:
+            split = HeldOutSplit(corpus, fmt, crosswalk, abbreviations)
+            fitted = fit_model_fusion(model, split, kb=kb[0] if kb else None, retrievers=names, options=options,
+                                      exclude=exclude, config=config, work=predictions, device=device)
+    except (ValueError, OSError) as err:  # a bad KB, corpus, model or prediction file: the message names it
         msg.fail(f"fit-fusion: {err}")
         raise typer.Exit(1) from None
+    if exclude:
+        msg.info(f"{fitted.dropped} examples dropped: their mention and gold concepts are in {', '.join(map(str, exclude))}")
+    if "choice" in fitted.model.fit:
+        msg.info(f"Sources chosen on the held-out folds: {', '.join(fitted.sources)} ({fitted.model.fit['choice']})")
     try:
-        model.save(out)
+        fitted.model.save(out)
     except OSError as err:
         msg.fail(f"fit-fusion: {out}: cannot write the fusion file ({err.strerror or err})")
         raise typer.Exit(1) from None
-    fit = model.fit
-    msg.good(f"Fusion of {', '.join(sources)} fitted on {fit['reachable']} of {fit['mentions']} mentions -> {out}")
+    fusion, fit = fitted.model, fitted.model.fit
+    msg.good(f"Fusion of {', '.join(fitted.sources)} fitted on {fit['reachable']} of {fit['mentions']} mentions -> {out}")
     for name, recall in fit["recall"].items():
         msg.text(f"  {name:10s} {recall}")
     for name, weight in fit["standardized_weights"].items():
         msg.text(f"  weight {name:18s} {weight:+.3f} (standardized)")
-    if model.cascade:
-        c = model.cascade
+    if fusion.cascade:
+        c = fusion.cascade
         msg.text(f"  cascade: settle at p >= {c['settle_threshold']}, beam below p < {c['beam_threshold']}; {c['report']}")
         if "early" in c:
             msg.text(f"  early step: {', '.join(c['early']['defer'])} deferred, settle at p >= {c['early']['threshold']}")

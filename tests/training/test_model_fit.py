@@ -1,0 +1,134 @@
+"""``fit-fusion --model``: a model not trained here scored on a labelled split, the fusion and the cascade fitted
+on its own predictions, and the pipeline packaged with that fusion linking through the cascade."""
+import json
+import random
+
+import pytest
+import spacy
+from typer.testing import CliRunner
+
+from spacy_genbioel.cli import app
+from spacy_genbioel.linking.cascade import CascadeReranker
+from spacy_genbioel.linking.fusion import FusionModel
+from spacy_genbioel.models import save_model
+from spacy_genbioel.training.model_fit import FitOptions, HeldOutSplit, ModelFitError, fit_model_fusion
+from spacy_genbioel.training.package import EntitySource, package
+from spacy_genbioel.ty import Mention
+
+from conftest import WORDS, random_kb
+
+runner = CliRunner()
+
+
+def write_corpus(path, kb, n_docs=12, seed=0):
+    """A PubTator corpus whose mentions are KB names (some with a word dropped or swapped), gold their concept."""
+    rng = random.Random(seed)
+    lines = []
+    for d in range(n_docs):
+        title, mentions, text = f"Case {d} .", [], f"Case {d} ."
+        for _ in range(4):
+            cid = rng.choice(kb.concept_ids)
+            name = rng.choice(kb.names_of(cid))
+            if rng.random() < 0.3:
+                words = name.split()
+                name = " ".join(words[:-1] + [rng.choice(WORDS)]) if len(words) > 1 else f"{name} {rng.choice(WORDS)}"
+            text += " The patient had "
+            start = len(text)
+            text += name
+            mentions.append(f"{1000 + d}\t{start}\t{start + len(name)}\t{name}\tDisease\t{cid}")
+            text += " ."
+        abstract = text[len(title) + 1:]
+        lines += [f"{1000 + d}|t|{title}", f"{1000 + d}|a|{abstract}", *mentions, ""]
+    path.write_text("\n".join(lines) + "\n", encoding="utf8")
+    return path
+
+
+@pytest.fixture()
+def released(tmp_path, micro_model, word_tokenizer):
+    """A model folder (as import-checkpoint writes one), its KB and a labelled split it was not trained on."""
+    kb = random_kb(3, n_concepts=40)
+    save_model(micro_model, word_tokenizer, tmp_path / "model")
+    kb.to_jsonl(tmp_path / "kb.jsonl")
+    return tmp_path / "model", tmp_path / "kb.jsonl", write_corpus(tmp_path / "heldout.txt", kb)
+
+
+def fit_args(model, corpus, out, *words):
+    return ["fit-fusion", "--model", str(model), "--corpus", str(corpus), "--retrievers", "tfidf", "--out", str(out), *words]
+
+
+def test_the_command_fits_fusion_and_cascade_on_the_models_own_predictions(tmp_path, released):
+    model, kb, corpus = released
+    out, work = tmp_path / "fusion.json", tmp_path / "work"
+    result = runner.invoke(app, fit_args(model, corpus, out, "--kb", str(kb), "--generator", "forced", "--cascade",
+                                         "--target-precision", "0.9", "--predictions", str(work)))
+    assert result.exit_code == 0, result.output
+    fusion = FusionModel.load(out)
+    assert fusion.sources == ["genbioel", "tfidf"] and fusion.generator == "forced"
+    assert {"settle_weights", "settle_threshold", "beam_threshold"} <= set(fusion.cascade)
+    assert fusion.cascade["report"]["mentions"] == fusion.fit["mentions"] == 48
+    assert fusion.fit["scored"]["corpus"] == str(corpus) and fusion.fit["scored"]["generator"] == "forced"
+    assert "cascade:" in result.output
+    # the generator's rows were forced scores of tfidf's top candidates: every name it scored is one tfidf listed
+    rows = {source: (work / "predictions" / f"{source}.jsonl").read_text(encoding="utf8").splitlines() for source in ("genbioel", "tfidf")}
+    assert len(rows["genbioel"]) == len(rows["tfidf"]) == 48
+    for generated, retrieved in zip(rows["genbioel"], rows["tfidf"]):
+        names = [{c[1] for c in json.loads(line)["candidates"]} for line in (generated, retrieved)]
+        assert names[0] and names[0] <= names[1]
+    # a rerun reuses the predictions scored already (the pipeline is not needed again)
+    (work / "predictions" / "genbioel.jsonl").write_text("\n".join(rows["genbioel"][:10]) + "\n", encoding="utf8")
+    result = runner.invoke(app, fit_args(model, corpus, out, "--kb", str(kb), "--generator", "forced", "--predictions", str(work)))
+    assert result.exit_code == 0, result.output
+    assert FusionModel.load(out).fit["mentions"] == 10 and not FusionModel.load(out).cascade
+
+
+@pytest.mark.parametrize("words, message", [
+    (["--source", "genbioel=a.jsonl"], "not both"),
+    ([], "--corpus"),
+    (["--corpus", "x.txt", "--alternative", "tfidf"], "--alternative"),
+    (["--corpus", "x.txt", "--defer", "tfidf"], "--cascade"),
+    (["--corpus", "x.txt", "--retrievers", "nope"], "not a retriever"),
+])
+def test_the_model_mode_refuses_what_it_cannot_do(tmp_path, words, message):
+    result = runner.invoke(app, ["fit-fusion", "--model", str(tmp_path), "--out", str(tmp_path / "f.json"), *words])
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / "f.json").exists()
+
+
+def test_neither_source_nor_model_is_refused(tmp_path):
+    result = runner.invoke(app, ["fit-fusion", "--kb", "kb.jsonl", "--out", str(tmp_path / "f.json")])
+    assert result.exit_code == 2 and "--source" in result.output and "--model" in result.output
+
+
+def test_the_packaged_pipeline_links_through_the_cascade_with_that_fusion(tmp_path, released):
+    model, kb, corpus = released
+    fitted = fit_model_fusion(model, HeldOutSplit(corpus), kb=kb, retrievers=["tfidf"],
+                              options=FitOptions(generator="forced", cascade=True))
+    c = fitted.model.cascade
+    assert c["settle_threshold"] is not None and c["report"]["settled_share"] > 0  # tfidf is sure of exact KB names
+    fitted.model.save(tmp_path / "fusion.json")
+    # as `package --model DIR --kb KB --fusion FILE --reranker.cascade on`
+    package(model, kb, tmp_path / "pipeline", settings={"reranker.fusion": str(tmp_path / "fusion.json"), "reranker.cascade": "on",
+                                                       "device": "cpu"}, entities=EntitySource(entity_ruler=False, abbreviations=False))
+    nlp = spacy.load(tmp_path / "pipeline")
+    component = nlp.get_pipe("genbioel")
+    assert isinstance(component.reranker, CascadeReranker)
+    names = random_kb(3, n_concepts=40).names[:30] + ["renal acute cancer syndrome", "lung liver pain"]
+    results, paths = component.link_paths([Mention(n, left="the patient had ", right=" .") for n in names])
+    assert "retrieval" in paths and "forced" in paths and all(results)
+
+
+def test_a_pipeline_is_scored_as_it_is_over_its_own_kb(tmp_path, released):
+    model, kb, corpus = released
+    quiet = EntitySource(entity_ruler=False, abbreviations=False)
+    package(model, kb, tmp_path / "plain", settings={"device": "cpu"}, entities=quiet)
+    fitted = fit_model_fusion(tmp_path / "plain", HeldOutSplit(corpus), retrievers=["tfidf"])
+    assert fitted.model.fit["mentions"] == 48 and fitted.model.fit["scored"]["kb"].endswith("kb.jsonl")
+    random_kb(4, n_concepts=40).to_jsonl(tmp_path / "other.jsonl")
+    with pytest.raises(ModelFitError, match="not the KB the pipeline"):
+        fit_model_fusion(tmp_path / "plain", HeldOutSplit(corpus), kb=tmp_path / "other.jsonl", retrievers=["tfidf"])
+    fitted.model.save(tmp_path / "fusion.json")
+    package(model, kb, tmp_path / "fused", settings={"device": "cpu", "reranker.fusion": str(tmp_path / "fusion.json")}, entities=quiet)
+    with pytest.raises(ModelFitError, match="its own fusion"):
+        fit_model_fusion(tmp_path / "fused", HeldOutSplit(corpus), retrievers=["tfidf"])
+    with pytest.raises(ModelFitError, match="needs the KB"):
+        fit_model_fusion(model, HeldOutSplit(corpus), retrievers=["tfidf"])
