@@ -40,6 +40,7 @@ def fit_fusion_cmd(
     fmt: str = typer.Option("pubtator", "--format", help="--model: the corpus format: pubtator | bioc | jsonl | askapatient"),
     crosswalk: Optional[Path] = typer.Option(None, help="--model: old -> new ID TSV applied to the corpus's gold IDs"),
     abbreviations: bool = typer.Option(False, help="--model: expand short forms with scispacy before linking (as evaluate --abbreviations)"),
+    labels: List[str] = typer.Option([], help="--model: only gold mentions with these labels (BC5CDR's Disease for a model of diseases)"),
     retrievers: str = typer.Option("tfidf,dense", "--retrievers", help="--model: the retrievers scored and fused with the model (comma-separated)"),
     config: Optional[Path] = typer.Option(None, help="--model with a model folder trained here: its fine-tuning config (encoder-input settings, as package --config)"),
     predictions: Optional[Path] = typer.Option(None, "--predictions", help="--model: keep the scoring pipeline and the predictions in this folder (a rerun reuses the sources scored already); default: a temporary folder"),
@@ -92,8 +93,8 @@ def fit_fusion_cmd(
         n_folds = folds.pop()
         if len(kb) not in (1, n_folds):
             raise typer.BadParameter(f"--kb: give one KB, or one per fold ({n_folds}); got {len(kb)}")
-        if corpus is not None or config is not None or predictions is not None:
-            raise typer.BadParameter("--corpus, --config and --predictions score a --model: not with --source")
+        if corpus is not None or config is not None or predictions is not None or labels:
+            raise typer.BadParameter("--corpus, --labels, --config and --predictions score a --model: not with --source")
     else:
         if corpus is None:
             raise typer.BadParameter("--model needs --corpus: a labelled split the model was not trained on")
@@ -127,7 +128,7 @@ def fit_fusion_cmd(
             fitted = fit_predictions(files, [KnowledgeBase.load(path) for path in kb], options, exclude=exclude,
                                      alternatives=choices)
         else:
-            split = HeldOutSplit(corpus, fmt, crosswalk, abbreviations)
+            split = HeldOutSplit(corpus, fmt, crosswalk, abbreviations, tuple(labels))
             fitted = fit_model_fusion(model, split, kb=kb[0] if kb else None, retrievers=names, options=options,
                                       exclude=exclude, config=config, work=predictions, device=device)
     except (ValueError, OSError) as err:  # a bad KB, corpus, model or prediction file: the message names it

@@ -28,7 +28,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.linking.fusion import GENERATOR, FusionModel
@@ -39,7 +39,7 @@ from spacy_genbioel.util import PathLike
 logger = logging.getLogger(__name__)
 
 __all__ = ["FitOptions", "FittedFusion", "HeldOutSplit", "ModelFitError", "fit_model_fusion", "fit_predictions",
-           "score_model", "scoring_pipeline"]
+           "generator_row", "model_kb", "score_model", "scoring_pipeline"]
 
 #: how the generator's lists are made: beam search, or forced scores of the retrievers' candidates
 GENERATOR_LISTS = ("beam", "forced")
@@ -129,20 +129,19 @@ class HeldOutSplit:
     crosswalk: Optional[PathLike] = None
     #: expand short forms with scispacy first (as the packaged pipeline's abbreviation detector does)
     abbreviations: bool = False
+    #: only gold mentions with these labels (BC5CDR's ``Disease`` for a model of diseases; empty: all)
+    labels: Tuple[str, ...] = ()
 
 
 def _is_pipeline(path: Path) -> bool:
     return (path / "config.cfg").is_file() and (path / "genbioel" / "cfg.json").is_file()
 
 
-def scoring_pipeline(model: PathLike, kb: Optional[PathLike], folder: PathLike, *,
-                     config: Optional[PathLike] = None, settings: Optional[Mapping[str, Any]] = None) -> Tuple[Path, Path]:
-    """The pipeline the generator is scored with and the KB file every source links into.
-
-    A pipeline ``package`` wrote is used as it is, over its own KB (``kb``, if given, must hold the same
-    names and IDs); a model folder is packaged into ``folder/pipeline`` with ``kb`` (required), ``config``
-    (the fine-tuning config, for a model trained here) and ``settings`` (``inputs.style``...), as ``package``
-    would, but with no entity ruler nor abbreviation detector: gold mentions are scored."""
+def model_kb(model: PathLike, kb: Optional[PathLike], *, config: Optional[PathLike] = None,
+             settings: Optional[Mapping[str, Any]] = None) -> Path:
+    """The KB file every source links into, once ``model`` is checked: a pipeline ``package`` wrote without a
+    fusion links into its own KB (``kb``, if given, must hold the same names and IDs) with its own settings; a
+    model folder into ``kb`` (required)."""
     model = Path(model)
     if not model.is_dir():
         raise ModelFitError(f"{model}: model directory not found")
@@ -160,63 +159,77 @@ def scoring_pipeline(model: PathLike, kb: Optional[PathLike], folder: PathLike, 
         if config is not None or settings:
             raise ModelFitError(f"{model}: a packaged pipeline keeps its own settings: --config and component settings "
                                 "are for a model folder")
-        own = component / "kb.jsonl"
         if kb is not None and KnowledgeBase.load(kb).checksum() != meta.get("kb_checksum"):
             raise ModelFitError(f"{kb}: not the KB the pipeline {model} links into: package the model with this KB, or "
                                 "leave out --kb")
-        return model, Path(kb) if kb is not None else own
+        return Path(kb) if kb is not None else component / "kb.jsonl"
     if not (model / "config.json").is_file():
         raise ModelFitError(f"{model}: neither a model folder (config.json) nor a pipeline package wrote (config.cfg, genbioel/)")
     if kb is None:
         raise ModelFitError(f"{model}: a model folder needs the KB it links into (--kb)")
+    return Path(kb)
+
+
+def scoring_pipeline(model: PathLike, kb: Optional[PathLike], folder: PathLike, *,
+                     config: Optional[PathLike] = None, settings: Optional[Mapping[str, Any]] = None) -> Path:
+    """The pipeline the generator is scored with: a pipeline ``package`` wrote, as it is (:func:`model_kb`); a
+    model folder packaged into ``folder/pipeline`` with ``kb``, ``config`` (the fine-tuning config, for a model
+    trained here) and ``settings`` (``inputs.style``...), as ``package`` would, but with no entity ruler nor
+    abbreviation detector: gold mentions are scored."""
+    kb_file = model_kb(model, kb, config=config, settings=settings)
+    if _is_pipeline(Path(model)):
+        return Path(model)
     from spacy_genbioel.training.package import EntitySource, package
 
-    out = Path(folder) / "pipeline"
-    package(model, kb, out, config_path=config, settings=settings,
-            entities=EntitySource(entity_ruler=False, abbreviations=False))
-    return out, Path(kb)
+    return package(model, kb_file, Path(folder) / "pipeline", config_path=config, settings=settings,
+                   entities=EntitySource(entity_ruler=False, abbreviations=False))
 
 
-def generator_settings(options: FitOptions, retrievers: Sequence[str], device: str) -> Dict[str, Any]:
-    """The component settings of the generator's row: beam search alone (as ``crossfit``'s), or forced scores of
-    each retriever's top ``depth`` candidates (what the cascade's forced step scores)."""
+def generator_row(options: FitOptions, retrievers: Sequence[str], device: str) -> Tuple[str, Dict[str, Any]]:
+    """The name and component settings of the generator's row: beam search alone (``genbioel_beam[N]``, as
+    ``crossfit``'s), or forced scores of each retriever's top ``depth`` candidates (``genbioel_forced_<retrievers>_<depth>``,
+    what the cascade's forced step scores)."""
     settings: Dict[str, Any] = {"device": device, "decoding.exact_match": False}
     if options.generator == "forced":
         models = ",".join(f"{s}={v['model']}" for s, v in options.retrievers.items() if v.get("model") and s in retrievers)
         settings.update({"decoding.search": "forced", "candidates.retriever": "+".join(retrievers),
                          "candidates.num_candidates": options.depth, "candidates.model": models or None})
-    else:
-        settings["candidates.retriever"] = "none"
-        if options.generator_beams is not None:
-            settings.update({"decoding.num_beams": options.generator_beams, "decoding.top_k": options.generator_beams})
-    return settings
+        return f"genbioel_forced_{'+'.join(retrievers)}_{options.depth}", settings
+    settings["candidates.retriever"] = "none"
+    if options.generator_beams is not None:
+        settings.update({"decoding.num_beams": options.generator_beams, "decoding.top_k": options.generator_beams})
+    return f"genbioel_beam{options.generator_beams or ''}", settings
 
 
-def score_model(pipeline: PathLike, kb: PathLike, split: HeldOutSplit, retrievers: Sequence[str], folder: PathLike,
-                options: FitOptions = FitOptions(), device: str = "cpu") -> Dict[str, Path]:
-    """``evaluate --predictions`` files of the generator (``genbioel``, as ``options.generator`` says) and of each
-    retriever over ``split``, written to ``folder/<source>.jsonl`` (with the report beside, ``.json``); a source
-    whose two files are there already is not scored again (rerun after a crash to finish)."""
+def score_model(pipeline: Union[PathLike, Callable[[], PathLike]], kb: PathLike, split: HeldOutSplit,
+                retrievers: Sequence[str], folder: PathLike, options: FitOptions = FitOptions(),
+                device: str = "cpu") -> Dict[str, Path]:
+    """``evaluate --predictions`` files of the generator (as ``options.generator`` says, :func:`generator_row`) and
+    of each retriever over ``split``, by source; written to ``folder/<row>.jsonl`` (the report beside, ``.json``).
+    A row whose two files are there already is not scored again (rerun after a crash to finish; a folder per
+    model, KB and split). ``pipeline``: the generator's, or a function that makes it (called only if needed)."""
     from spacy_genbioel.evaluation.run import GoldOptions, ReportOutputs, run_evaluation
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    gold = GoldOptions(fmt=split.fmt, crosswalk=split.crosswalk, abbreviations=split.abbreviations)
-    rows = {GENERATOR: ("genbioel", generator_settings(options, retrievers, device)),
-            **{s: (s, dict(options.retrievers.get(s, {}))) for s in retrievers}}
+    gold = GoldOptions(fmt=split.fmt, labels=tuple(split.labels), crosswalk=split.crosswalk, abbreviations=split.abbreviations)
+    rows = {GENERATOR: ("genbioel", *generator_row(options, retrievers, device)),
+            **{s: (s, s, dict(options.retrievers.get(s, {}))) for s in retrievers}}
     files = {}
-    for source, (linker, settings) in rows.items():
-        predictions, report = folder / f"{source}.jsonl", folder / f"{source}.json"
+    for source, (linker, row, settings) in rows.items():
+        predictions, report = folder / f"{row}.jsonl", folder / f"{row}.json"
         files[source] = predictions
         if predictions.is_file() and report.is_file():
-            logger.info("%s: scored already (%s)", source, predictions)
+            logger.info("%s: scored already (%s)", row, predictions)
             continue
-        partial = folder / f".{source}.jsonl"  # renamed into place once whole: a crash leaves no half file to reuse
+        if linker == "genbioel" and callable(pipeline):
+            pipeline = pipeline()
+        partial = folder / f".{row}.jsonl"  # renamed into place once whole: a crash leaves no half file to reuse
         result = run_evaluation(split.corpus, linker=linker, pipeline=pipeline if linker == "genbioel" else None,
                                 kb=None if linker == "genbioel" else kb, settings=settings, gold=gold,
                                 outputs=ReportOutputs(json_path=report, predictions=partial))
         partial.replace(predictions)
-        logger.info("%s on %s: recall@1 %s over %d mentions", source, split.corpus, result.recall.recall.get(1),
+        logger.info("%s on %s: recall@1 %s over %d mentions", row, split.corpus, result.recall.recall.get(1),
                     result.n_mentions)
     return files
 
@@ -256,10 +269,12 @@ def fit_model_fusion(model: PathLike, split: HeldOutSplit, *, kb: Optional[PathL
     if unknown:
         raise ModelFitError(f"{', '.join(unknown)}: not among the retrievers scored ({', '.join(retrievers)})")
     with _work_folder(work) as folder:
-        pipeline, kb_file = scoring_pipeline(model, kb, folder, config=config, settings=settings)
+        kb_file = model_kb(model, kb, config=config, settings=settings)
+        pipeline = Path(model) if _is_pipeline(Path(model)) else (
+            lambda: scoring_pipeline(model, kb_file, folder, config=config, settings=settings))
         files = score_model(pipeline, kb_file, split, retrievers, folder / "predictions", options, device)
         fitted = fit_predictions({s: [path] for s, path in files.items()}, [KnowledgeBase.load(kb_file)], options,
                                  exclude=exclude)
     fitted.model.fit["scored"] = {"model": str(model), "corpus": str(split.corpus), "format": split.fmt,
-                                  "abbreviations": split.abbreviations, "kb": str(kb_file), "generator": options.generator}
+                                  "abbreviations": split.abbreviations, "labels": list(split.labels), "kb": str(kb_file), "generator": options.generator}
     return fitted

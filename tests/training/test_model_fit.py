@@ -21,12 +21,13 @@ runner = CliRunner()
 
 
 def write_corpus(path, kb, n_docs=12, seed=0):
-    """A PubTator corpus whose mentions are KB names (some with a word dropped or swapped), gold their concept."""
+    """A PubTator corpus whose mentions are KB names (some with a word swapped or added), gold their concept; one
+    mention in four is labelled Chemical, the others Disease."""
     rng = random.Random(seed)
     lines = []
     for d in range(n_docs):
         title, mentions, text = f"Case {d} .", [], f"Case {d} ."
-        for _ in range(4):
+        for k in range(4):
             cid = rng.choice(kb.concept_ids)
             name = rng.choice(kb.names_of(cid))
             if rng.random() < 0.3:
@@ -35,7 +36,8 @@ def write_corpus(path, kb, n_docs=12, seed=0):
             text += " The patient had "
             start = len(text)
             text += name
-            mentions.append(f"{1000 + d}\t{start}\t{start + len(name)}\t{name}\tDisease\t{cid}")
+            label = "Chemical" if k == 3 else "Disease"
+            mentions.append(f"{1000 + d}\t{start}\t{start + len(name)}\t{name}\t{label}\t{cid}")
             text += " ."
         abstract = text[len(title) + 1:]
         lines += [f"{1000 + d}|t|{title}", f"{1000 + d}|a|{abstract}", *mentions, ""]
@@ -69,16 +71,22 @@ def test_the_command_fits_fusion_and_cascade_on_the_models_own_predictions(tmp_p
     assert fusion.fit["scored"]["corpus"] == str(corpus) and fusion.fit["scored"]["generator"] == "forced"
     assert "cascade:" in result.output
     # the generator's rows were forced scores of tfidf's top candidates: every name it scored is one tfidf listed
-    rows = {source: (work / "predictions" / f"{source}.jsonl").read_text(encoding="utf8").splitlines() for source in ("genbioel", "tfidf")}
+    files = {"genbioel": work / "predictions" / "genbioel_forced_tfidf_5.jsonl", "tfidf": work / "predictions" / "tfidf.jsonl"}
+    rows = {source: path.read_text(encoding="utf8").splitlines() for source, path in files.items()}
     assert len(rows["genbioel"]) == len(rows["tfidf"]) == 48
     for generated, retrieved in zip(rows["genbioel"], rows["tfidf"]):
         names = [{c[1] for c in json.loads(line)["candidates"]} for line in (generated, retrieved)]
         assert names[0] and names[0] <= names[1]
     # a rerun reuses the predictions scored already (the pipeline is not needed again)
-    (work / "predictions" / "genbioel.jsonl").write_text("\n".join(rows["genbioel"][:10]) + "\n", encoding="utf8")
+    files["genbioel"].write_text("\n".join(rows["genbioel"][:10]) + "\n", encoding="utf8")
     result = runner.invoke(app, fit_args(model, corpus, out, "--kb", str(kb), "--generator", "forced", "--predictions", str(work)))
     assert result.exit_code == 0, result.output
     assert FusionModel.load(out).fit["mentions"] == 10 and not FusionModel.load(out).cascade
+    # beam lists are another row: scored, not taken from the forced one
+    result = runner.invoke(app, fit_args(model, corpus, out, "--kb", str(kb), "--generator-beams", "2", "--predictions", str(work)))
+    assert result.exit_code == 0, result.output
+    assert FusionModel.load(out).fit["mentions"] == 48 and FusionModel.load(out).generator == "beam"
+    assert (work / "predictions" / "genbioel_beam2.jsonl").is_file()
 
 
 @pytest.mark.parametrize("words, message", [
@@ -121,8 +129,8 @@ def test_a_pipeline_is_scored_as_it_is_over_its_own_kb(tmp_path, released):
     model, kb, corpus = released
     quiet = EntitySource(entity_ruler=False, abbreviations=False)
     package(model, kb, tmp_path / "plain", settings={"device": "cpu"}, entities=quiet)
-    fitted = fit_model_fusion(tmp_path / "plain", HeldOutSplit(corpus), retrievers=["tfidf"])
-    assert fitted.model.fit["mentions"] == 48 and fitted.model.fit["scored"]["kb"].endswith("kb.jsonl")
+    fitted = fit_model_fusion(tmp_path / "plain", HeldOutSplit(corpus, labels=("Disease",)), retrievers=["tfidf"])
+    assert fitted.model.fit["mentions"] == 36 and fitted.model.fit["scored"]["kb"].endswith("kb.jsonl")
     random_kb(4, n_concepts=40).to_jsonl(tmp_path / "other.jsonl")
     with pytest.raises(ModelFitError, match="not the KB the pipeline"):
         fit_model_fusion(tmp_path / "plain", HeldOutSplit(corpus), kb=tmp_path / "other.jsonl", retrievers=["tfidf"])
