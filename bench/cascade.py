@@ -15,7 +15,8 @@ beam lists: today's default), ``forced_fusion`` (every mention: forced scores of
 names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced),
 ``cascade_weak_beam`` (beam search also where retrieval looks weak), ``retrieval_only`` (every
 mention settled by retrieval: the cascade's floor, what the retrievers and the fusion cost without the
-generator) and ``cascade_int8`` (the generator's linear layers in int8); ``--variant rescnn=F,C`` adds those rows
+generator) and ``cascade_int8`` (the generator's linear layers in int8); ``--pipeline-row NAME=DIR`` adds a row measured on
+another pipeline as it links (the retrieval-only pipeline of ``package --kb KB``, say); ``--variant rescnn=F,C`` adds those rows
 with other fusion files as ``fusion_rescnn``, ... (``--variant b2=F,C,2``: at 2 beams, for files fitted on
 2-beam lists); ``<row>_grouped`` (generator, fusion, cascade, cascade_weak_beam): the row with a decoder batch per
 prompt length (``decoding.mixed_prompts = false``), as before mixed prompt batches. ``--abstracts 1000`` also annotates that many abstracts
@@ -78,6 +79,14 @@ def variant(text: str):
     return label, fusion, cascade, int(beams or 0)
 
 
+def pipeline_row(text: str):
+    """``NAME=DIR`` -> ``(name, Path(DIR))``: a row measured on another pipeline, as it links."""
+    name, sep, folder = text.partition("=")
+    if not (sep and name and folder):
+        raise argparse.ArgumentTypeError(f"--pipeline-row {text!r}: expected NAME=PIPELINE_DIR")
+    return name, Path(folder)
+
+
 def measure(pipeline: Path, settings: dict, mentions, repeats: int) -> dict:
     nlp = spacy.load(pipeline, config={"components": {"genbioel": load_overrides(nested_overrides(settings))}})
     component = nlp.get_pipe("genbioel")
@@ -128,6 +137,9 @@ def main() -> None:
     parser.add_argument("--variant", type=variant, action="append", default=[],
                         help="LABEL=FUSION,CASCADE[,BEAMS]: the same rows with other fusion files (other retrievers, "
                              "lists of another beam width), named <row>_LABEL")
+    parser.add_argument("--pipeline-row", type=pipeline_row, action="append", default=[],
+                        help="NAME=DIR: a row measured on another pipeline as it links (`package --kb KB` without --model: "
+                             "the retrieval-only pipeline)")
     parser.add_argument("--crosswalk", type=Path, default=None)
     parser.add_argument("--no-abbreviations", action="store_true")
     parser.add_argument("--limit", type=int, default=0, help="first N mentions (0: all)")
@@ -151,11 +163,13 @@ def main() -> None:
     table = rows(args.fusion, args.cascade)
     for label, fusion, cascade, beams in args.variant:
         table.update(rows(fusion, cascade, label, beams))
-    chosen = [r for r in args.rows.split(",") if r] or list(table)
+    others = dict(args.pipeline_row)
+    chosen = [r for r in args.rows.split(",") if r] or [*table, *others]
     report = {"machine": f"{platform.processor() or platform.machine()}, {args.threads} thread(s)", "date": str(date.today()),
               "pipeline": str(args.pipeline), "corpus": str(args.corpus), "mentions": len(mentions), "rows": {}}
     for name in chosen:
-        report["rows"][name] = measure(args.pipeline, table[name], mentions, args.repeats)
+        report["rows"][name] = (measure(others[name], {}, mentions, args.repeats) if name in others
+                                else measure(args.pipeline, table[name], mentions, args.repeats))
         print(name, json.dumps(report["rows"][name]), flush=True)
     base = report["rows"].get("fusion")
     if base:
