@@ -238,5 +238,7 @@ def fit_retrieval_cmd(
                                                for s, r in report.items() if isinstance(r, dict) and "recall@1" in r))
     if "early" in model.cascade:
         c = model.cascade
-        msg.text(f"  early step: {', '.join(c['early']['defer'])} deferred, settle at p >= {c['early']['threshold']} "
-                 f"({c['report'].get('early_share')} of the fit mentions)")
+        msg.text(f"  early step: {', '.join(c['early']['defer'])} deferred, settle at p >= {c['early']['threshold']}")
+        for group, report in c["report"].items():
+            msg.text(f"    {group:18s} {report['early_share']:.4f} settled early, recall@1 {report['recall@1']:.4f} -> "
+                     f"{report['recall@1_with_early']:.4f}")

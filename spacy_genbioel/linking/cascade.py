@@ -170,10 +170,14 @@ class CascadeReranker:
         if self.early is not None:  # the mentions the first retrievers settle; the deferred ones run for the rest
             rest = []
             left_out = {s: [] for s in (GENERATOR, *self.deferred)}
+            early_ranks: Dict[str, List[Candidate]] = {}  # a text's lists are the same wherever it occurs: rank it once
             for pos, i in enumerate(todo):
-                settled = self.early.rank(mentions[i].text, {**left_out, **lists[pos]}, kb, top_k, priors)
+                text = mentions[i].text
+                if text not in early_ranks:
+                    early_ranks[text] = self.early.rank(text, {**left_out, **lists[pos]}, kb, top_k, priors)
+                settled = early_ranks[text]
                 if settled and settled[0].score >= self.early_threshold:
-                    results[i], paths[i] = settled, "early"
+                    results[i], paths[i] = list(settled), "early"
                 else:
                     rest.append(pos)
             late = self._retrieve(mentions, [todo[pos] for pos in rest], self.deferred)
@@ -181,12 +185,16 @@ class CascadeReranker:
                 lists[pos] = {s: {**lists[pos], **found}[s] for s in model.retriever_sources}
         judge: List[int] = []
         beam: List[int] = []
+        settle_ranks: Dict[str, List[Candidate]] = {}
         for pos in rest:
             i = todo[pos]
-            settled = self.settle.rank(mentions[i].text, {GENERATOR: [], **lists[pos]}, kb, top_k, priors)
+            text = mentions[i].text
+            if text not in settle_ranks:
+                settle_ranks[text] = self.settle.rank(text, {GENERATOR: [], **lists[pos]}, kb, top_k, priors)
+            settled = settle_ranks[text]
             probability = settled[0].score if settled else 0.0
             if settled and probability >= self.settle_threshold:
-                results[i], paths[i] = settled, "retrieval"
+                results[i], paths[i] = list(settled), "retrieval"
                 continue
             if self.linker is None:  # retrieval only, and it found nothing: no candidates
                 continue

@@ -95,6 +95,10 @@ def test_the_fit_is_retrieval_only_with_an_early_step():
     assert model.retrieval_only and model.sources == ["genbioel", "tfidf", "exact"]
     assert all(w == 0 for f, w in zip(model.features, model.weights) if f.startswith("genbioel"))
     assert model.cascade["early"]["defer"] == ["exact"]
+    # the early step keeps every group within the recall budget on the fit data, not only the pooled examples
+    for report in model.cascade["report"].values():
+        assert report["recall@1_with_early"] >= report["recall@1"] - 0.002 - 1e-9
+    assert set(model.cascade) == {"early", "targets", "report"}  # no generator: no settle or beam thresholds
     assert set(model.fit["groups"]) == {"toy/plain", "toy/aug"} and "genbioel" not in model.fit["recall"]
     assert model.fit["provenance"]["splits"] == {"toy": "train.txt"}
     assert FusionModel.from_dict(json.loads(json.dumps(model.to_dict()))).to_dict() == model.to_dict()
