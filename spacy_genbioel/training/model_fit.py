@@ -276,5 +276,6 @@ def fit_model_fusion(model: PathLike, split: HeldOutSplit, *, kb: Optional[PathL
         fitted = fit_predictions({s: [path] for s, path in files.items()}, [KnowledgeBase.load(kb_file)], options,
                                  exclude=exclude)
     fitted.model.fit["scored"] = {"model": str(model), "corpus": str(split.corpus), "format": split.fmt,
-                                  "abbreviations": split.abbreviations, "labels": list(split.labels), "kb": str(kb_file), "generator": options.generator}
+                                  "abbreviations": split.abbreviations, "labels": list(split.labels), "kb": str(kb_file),
+                                  "generator": options.generator}
     return fitted

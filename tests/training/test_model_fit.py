@@ -18,6 +18,8 @@ from spacy_genbioel.ty import Mention
 from conftest import WORDS, random_kb
 
 runner = CliRunner()
+#: gold mentions are linked: no entity ruler, no abbreviation detector
+QUIET = EntitySource(entity_ruler=False, abbreviations=False)
 
 
 def write_corpus(path, kb, n_docs=12, seed=0):
@@ -79,11 +81,12 @@ def test_the_command_fits_fusion_and_cascade_on_the_models_own_predictions(tmp_p
         assert names[0] and names[0] <= names[1]
     # a rerun reuses the predictions scored already (the pipeline is not needed again)
     files["genbioel"].write_text("\n".join(rows["genbioel"][:10]) + "\n", encoding="utf8")
-    result = runner.invoke(app, fit_args(model, corpus, out, "--kb", str(kb), "--generator", "forced", "--predictions", str(work)))
+    again = ["--kb", str(kb), "--predictions", str(work)]
+    result = runner.invoke(app, fit_args(model, corpus, out, *again, "--generator", "forced"))
     assert result.exit_code == 0, result.output
     assert FusionModel.load(out).fit["mentions"] == 10 and not FusionModel.load(out).cascade
     # beam lists are another row: scored, not taken from the forced one
-    result = runner.invoke(app, fit_args(model, corpus, out, "--kb", str(kb), "--generator-beams", "2", "--predictions", str(work)))
+    result = runner.invoke(app, fit_args(model, corpus, out, *again, "--generator-beams", "2"))
     assert result.exit_code == 0, result.output
     assert FusionModel.load(out).fit["mentions"] == 48 and FusionModel.load(out).generator == "beam"
     assert (work / "predictions" / "genbioel_beam2.jsonl").is_file()
@@ -115,8 +118,8 @@ def test_the_packaged_pipeline_links_through_the_cascade_with_that_fusion(tmp_pa
     assert c["settle_threshold"] is not None and c["report"]["settled_share"] > 0  # tfidf is sure of exact KB names
     fitted.model.save(tmp_path / "fusion.json")
     # as `package --model DIR --kb KB --fusion FILE --reranker.cascade on`
-    package(model, kb, tmp_path / "pipeline", settings={"reranker.fusion": str(tmp_path / "fusion.json"), "reranker.cascade": "on",
-                                                       "device": "cpu"}, entities=EntitySource(entity_ruler=False, abbreviations=False))
+    settings = {"reranker.fusion": str(tmp_path / "fusion.json"), "reranker.cascade": "on", "device": "cpu"}
+    package(model, kb, tmp_path / "pipeline", settings=settings, entities=QUIET)
     nlp = spacy.load(tmp_path / "pipeline")
     component = nlp.get_pipe("genbioel")
     assert isinstance(component.reranker, CascadeReranker)
@@ -127,15 +130,15 @@ def test_the_packaged_pipeline_links_through_the_cascade_with_that_fusion(tmp_pa
 
 def test_a_pipeline_is_scored_as_it_is_over_its_own_kb(tmp_path, released):
     model, kb, corpus = released
-    quiet = EntitySource(entity_ruler=False, abbreviations=False)
-    package(model, kb, tmp_path / "plain", settings={"device": "cpu"}, entities=quiet)
+    package(model, kb, tmp_path / "plain", settings={"device": "cpu"}, entities=QUIET)
     fitted = fit_model_fusion(tmp_path / "plain", HeldOutSplit(corpus, labels=("Disease",)), retrievers=["tfidf"])
     assert fitted.model.fit["mentions"] == 36 and fitted.model.fit["scored"]["kb"].endswith("kb.jsonl")
     random_kb(4, n_concepts=40).to_jsonl(tmp_path / "other.jsonl")
     with pytest.raises(ModelFitError, match="not the KB the pipeline"):
         fit_model_fusion(tmp_path / "plain", HeldOutSplit(corpus), kb=tmp_path / "other.jsonl", retrievers=["tfidf"])
     fitted.model.save(tmp_path / "fusion.json")
-    package(model, kb, tmp_path / "fused", settings={"device": "cpu", "reranker.fusion": str(tmp_path / "fusion.json")}, entities=quiet)
+    package(model, kb, tmp_path / "fused", settings={"device": "cpu", "reranker.fusion": str(tmp_path / "fusion.json")},
+            entities=QUIET)
     with pytest.raises(ModelFitError, match="its own fusion"):
         fit_model_fusion(tmp_path / "fused", HeldOutSplit(corpus), retrievers=["tfidf"])
     with pytest.raises(ModelFitError, match="needs the KB"):
