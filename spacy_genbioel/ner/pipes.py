@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Collection, Dict, Iterator, List, Optional, Tuple, Union
 
 from spacy_genbioel.ner.kb_ruler import FACTORY
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
 
     from spacy_genbioel.kb.base import KnowledgeBase
 
-__all__ = ["HF_TOK2VEC", "STOP_WORDS", "add_kb_entity_ruler", "is_abbreviation", "name_patterns", "ner_extras", "ruler_patterns",
-           "source_ner"]
+__all__ = ["HF_TOK2VEC", "STOP_WORDS", "RulerRules", "add_kb_entity_ruler", "is_abbreviation", "is_gene_like",
+           "name_patterns", "ner_extras", "ruler_patterns", "source_ner"]
 
 
 def source_ner(nlp: "Language", ner_nlp: Union["Language", PathLike]) -> List[str]:
@@ -125,9 +126,26 @@ def is_gene_like(name: str) -> bool:
     return _GENE_LIKE.fullmatch(name) is not None
 
 
-def name_patterns(name: str, min_chars: int = 3, *, exact_chars: int = 5, min_abbreviation_chars: int = 2,
-                  stop_words: Collection[str] = STOP_WORDS, gene_like: bool = False) -> List[Tuple[str, bool]]:
-    """The ``(text, case_sensitive)`` patterns of one KB name under the ruler's rules (none: not matched).
+@dataclass(frozen=True)
+class RulerRules:
+    """Which KB names the dictionary NER matches, and how (:func:`name_patterns` applies them)."""
+
+    #: shortest name, but for abbreviations
+    min_chars: int = 3
+    #: shortest abbreviation (no shorter than ``min_chars`` asks: ``min_chars=0`` takes every name)
+    min_abbreviation_chars: int = 2
+    #: longest name matched case-sensitively (its first letter in either case)
+    exact_chars: int = 5
+    #: names equal to one of these, ignoring case, are left out (abbreviations are not)
+    stop_words: Collection[str] = STOP_WORDS
+    #: keep gene-like abbreviations (:func:`is_gene_like`)
+    gene_like: bool = False
+    #: only concepts with one of these types, or without a type (None: every concept)
+    types: Optional[Tuple[str, ...]] = None
+
+
+def name_patterns(name: str, rules: RulerRules = RulerRules()) -> List[Tuple[str, bool]]:
+    """The ``(text, case_sensitive)`` patterns of one KB name under ``rules`` (none: not matched).
 
     1. A name without a letter (``1``, ``2-3``) is left out.
     2. An abbreviation (:func:`is_abbreviation`) of at least ``min_abbreviation_chars`` characters
@@ -143,12 +161,12 @@ def name_patterns(name: str, min_chars: int = 3, *, exact_chars: int = 5, min_ab
     if not any(ch.isalpha() for ch in name):
         return []
     if is_abbreviation(name):
-        if len(name) < min(min_chars, min_abbreviation_chars) or (is_gene_like(name) and not gene_like):
+        if len(name) < min(rules.min_chars, rules.min_abbreviation_chars) or (is_gene_like(name) and not rules.gene_like):
             return []
         return [(name, True)]
-    if len(name) < min_chars or name.lower() in stop_words:
+    if len(name) < rules.min_chars or name.lower() in rules.stop_words:
         return []
-    if len(name) > exact_chars:
+    if len(name) > rules.exact_chars:
         return [(name, False)]
     rest = name[1:]
     if any(ch.isupper() for ch in rest):
@@ -156,36 +174,34 @@ def name_patterns(name: str, min_chars: int = 3, *, exact_chars: int = 5, min_ab
     return [(text, True) for text in dict.fromkeys((name[0].upper() + rest, name[0].lower() + rest))]
 
 
-def ruler_patterns(kb: "KnowledgeBase", label: Optional[str] = None, min_chars: int = 3, *,
-                   types: Optional[Collection[str]] = None, **rules: Any) -> Iterator[Dict[str, Any]]:
+def ruler_patterns(kb: "KnowledgeBase", label: Optional[str] = None, rules: RulerRules = RulerRules()) -> Iterator[Dict[str, Any]]:
     """The KB's names as :class:`~spacy_genbioel.ner.kb_ruler.KBEntityRuler` patterns
-    (``{"label", "pattern", "case_sensitive"}``) under :func:`name_patterns`'s rules (``rules``: its
-    keyword options), each (label, text) once: ``label``, or the concept's first type (``ENTITY``).
-    With ``types``, only the names of concepts that have one of them, or no type at all."""
+    (``{"label", "pattern", "case_sensitive"}``) under ``rules`` (:func:`name_patterns`), each
+    (label, text) once: ``label``, or the concept's first type (``ENTITY``). With ``rules.types``, only
+    the names of concepts that have one of them, or no type at all."""
     seen = set()
-    wanted = set(types) if types is not None else None
+    wanted = set(rules.types) if rules.types is not None else None
     for concept in kb:
         if wanted is not None and concept.types and wanted.isdisjoint(concept.types):
             continue
         tag = label or (concept.types[0] if concept.types else "ENTITY")
         for name in concept.names:
-            for text, exact in name_patterns(name, min_chars, **rules):
+            for text, exact in name_patterns(name, rules):
                 key = (tag, exact, text if exact else text.lower())
                 if key not in seen:
                     seen.add(key)
                     yield {"label": tag, "pattern": text, "case_sensitive": exact}
 
 
-def add_kb_entity_ruler(nlp: "Language", kb: "KnowledgeBase", label: Optional[str] = None, min_chars: int = 3, *,
-                        exact_chars: int = 5, min_abbreviation_chars: int = 2, stop_words: Collection[str] = STOP_WORDS,
-                        gene_like: bool = False, types: Optional[Collection[str]] = None, name: str = "entity_ruler") -> int:
+def add_kb_entity_ruler(nlp: "Language", kb: "KnowledgeBase", label: Optional[str] = None, min_chars: Optional[int] = None, *,
+                        rules: RulerRules = RulerRules(), name: str = "entity_ruler") -> int:
     """A dictionary NER over the KB's names (the entity source until a trained NER is available), added
     to ``nlp`` as a :data:`~spacy_genbioel.ner.kb_ruler.FACTORY` pipe called ``name``; returns the
     pattern count. Every entity gets ``label``, or its concept's first type (``ENTITY`` if it has none).
 
-    Which names are patterns, and how they match, is :func:`name_patterns`'s rules (the options are
-    its own, chosen on the NCBI-disease and BC5CDR train splits); ``types`` keeps the concepts of those
-    types (and untyped ones) only. Measured on the dev splits (``bench/ruler_precision.py``; exact
+    Which names are patterns, and how they match: ``rules`` (:class:`RulerRules`; the defaults were
+    chosen on the NCBI-disease and BC5CDR train splits), ``min_chars`` (when given) instead of
+    ``rules.min_chars``. Measured on the dev splits (``bench/ruler_precision.py``; exact
     character spans, labels collapsed; docs/ner.md has the table):
 
     * NCBI-disease, MEDIC 2012: span precision 0.471 -> 0.662, recall 0.534 -> 0.590 against every
@@ -194,17 +210,18 @@ def add_kb_entity_ruler(nlp: "Language", kb: "KnowledgeBase", label: Optional[st
       words add 3.7 points of precision, leaving gene-like names out 2.2 (recall -0.8), the 2-letter
       abbreviations (DM, HD, AS) 6.5 points of recall.
     * BC5CDR, CTD 2017 diseases + MeSH: precision 0.380 -> 0.602 at recall 0.671 -> 0.675; with
-      ``types=("C", "D", "F")`` (MeSH's diseases, chemicals and mental disorders) 0.771 at 0.676.
+      ``RulerRules(types=("C", "D", "F"))`` (MeSH's diseases, chemicals and mental disorders) 0.771 at 0.676.
     * 70% of the false positives left on NCBI-disease lie inside a longer gold mention (``ovarian
       cancer`` of ``breast and ovarian cancer``, ``hemochromatosis`` of ``hereditary
       hemochromatosis``): without any other false positive precision would still be 0.733. Boundaries
       need a trained NER (the CNN NER: 0.824 at recall 0.751).
-    * ``spacy.load``: the :mod:`~spacy_genbioel.ner.kb_ruler` component reads the MEDIC ruler in 0.02 s
-      (+11 MB RSS over a blank pipeline; spaCy's ``entity_ruler`` took 5-8 s and +480 MB), BC5CDR's
-      815k names in about 1 s (+100 MB). Building it tokenizes every name once: 4 s for MEDIC, 60-80 s
-      for BC5CDR on a busy 2-core machine.
+    * ``spacy.load`` (a saved blank + ruler pipeline, a fresh process, a busy 2-core machine): 1.3 s and
+      +43 MB RSS with the MEDIC ruler (a blank pipeline alone: 1.3 s, +32 MB; the ruler's own
+      ``from_disk`` 0.07 s), against 7.3 s and +515 MB with spaCy's ``entity_ruler`` (10.7 s behind the
+      abbreviation detector). BC5CDR's 815k names: 2.1 s, +133 MB (``from_disk`` 0.6 s). Building the
+      ruler tokenizes every name once: 4 s for MEDIC, about a minute for BC5CDR.
     """
+    if min_chars is not None:
+        rules = replace(rules, min_chars=min_chars)
     ruler = nlp.add_pipe(FACTORY, name=name)
-    return ruler.add_patterns(ruler_patterns(kb, label, min_chars, types=types, exact_chars=exact_chars,
-                                             min_abbreviation_chars=min_abbreviation_chars, stop_words=stop_words,
-                                             gene_like=gene_like))
+    return ruler.add_patterns(ruler_patterns(kb, label, rules))

@@ -10,6 +10,7 @@ from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ner.kb_ruler import FACTORY, KBEntityRuler, tokenizer_digest
 from spacy_genbioel.ner.pipes import (
     STOP_WORDS,
+    RulerRules,
     add_kb_entity_ruler,
     is_abbreviation,
     is_gene_like,
@@ -61,27 +62,27 @@ def test_docstring_examples_of_the_rules():
     assert name_patterns("was") == [] and name_patterns("All") == [] and name_patterns("Disease") == []
     assert name_patterns("MS") == [("MS", True)] and name_patterns("NO") == [("NO", True)]  # 2-letter abbreviations
     assert name_patterns("1") == [] and name_patterns("2-3") == [] and name_patterns("WT1") == []
-    assert name_patterns("WT1", gene_like=True) == [("WT1", True)]
+    assert name_patterns("WT1", RulerRules(gene_like=True)) == [("WT1", True)]
     assert name_patterns("Gout") == [("Gout", True), ("gout", True)] and name_patterns("gout") == [("Gout", True), ("gout", True)]
     assert name_patterns("CdLS") == [("CdLS", True)]
     assert name_patterns("Breast Cancer") == [("Breast Cancer", False)]
     assert name_patterns("Ca") == []  # shorter than min_chars and not an abbreviation
-    assert name_patterns("Gout", exact_chars=3) == [("Gout", False)]
+    assert name_patterns("Gout", RulerRules(exact_chars=3)) == [("Gout", False)]
 
 
 def test_minimum_lengths():
-    assert name_patterns("Ab") == [] and name_patterns("Ab", min_chars=2) == [("Ab", True), ("ab", True)]
-    assert name_patterns("AS") == [("AS", True)] and name_patterns("AS", min_abbreviation_chars=3) == []
-    assert name_patterns("X") == [] and name_patterns("X", min_chars=1, min_abbreviation_chars=1) == [("X", True)]
+    assert name_patterns("Ab") == [] and name_patterns("Ab", RulerRules(min_chars=2)) == [("Ab", True), ("ab", True)]
+    assert name_patterns("AS") == [("AS", True)] and name_patterns("AS", RulerRules(min_abbreviation_chars=3)) == []
+    assert name_patterns("X") == [] and name_patterns("X", RulerRules(min_chars=1, min_abbreviation_chars=1)) == [("X", True)]
     # min_chars below min_abbreviation_chars lowers both (the demo's min_chars=0: every name)
-    assert name_patterns("X", min_chars=0) == [("X", True)]
+    assert name_patterns("X", RulerRules(min_chars=0)) == [("X", True)]
 
 
 def test_stop_words():
     assert len(STOP_WORDS) > 300 and all(w == w.lower() for w in STOP_WORDS)
     assert {"was", "all", "can", "disease", "syndrome", "patients", "rats"} <= STOP_WORDS
     assert {"cancer", "pain", "death", "alcohol", "infection"}.isdisjoint(STOP_WORDS)  # gold mentions in a train split
-    assert name_patterns("Patients") == [] and name_patterns("Patients", stop_words=()) == [("Patients", False)]
+    assert name_patterns("Patients") == [] and name_patterns("Patients", RulerRules(stop_words=())) == [("Patients", False)]
     assert name_patterns("CAN") == [("CAN", True)]  # an abbreviation: exact case instead
 
 
@@ -93,7 +94,7 @@ def test_patterns_of_a_kb_labels_and_types():
     assert {p["label"] for p in patterns} == {"ENTITY", "C", "D"}  # B: Rats and Rat are stop words
     assert all(p["case_sensitive"] == (len(p["pattern"]) <= 5 or p["pattern"].isupper()) for p in patterns)
     # types: concepts of those types or of none
-    typed = {p["pattern"] for p in ruler_patterns(kb(), types=["C"])}
+    typed = {p["pattern"] for p in ruler_patterns(kb(), rules=RulerRules(types=("C",)))}
     assert "Breast Cancer" in typed and "Calcium" not in typed and "WAS" in typed
     # each (label, text) once, case-insensitive patterns by their lower case
     twice = KnowledgeBase([Concept("A", ["Renal Failure", "renal failure", "RF"]), Concept("B", ["RENAL FAILURE", "RF"])])
@@ -101,6 +102,14 @@ def test_patterns_of_a_kb_labels_and_types():
 
 
 # -- the component ----------------------------------------------------------------------------------
+def test_min_chars_of_the_old_signature():
+    """add_kb_entity_ruler(nlp, kb, label, min_chars) as package and the demo call it."""
+    nlp = spacy.blank("en")
+    every = add_kb_entity_ruler(nlp, kb(), "Disease", 0)
+    assert "Ca" in {p["pattern"] for p in nlp.get_pipe("entity_ruler").patterns}
+    assert add_kb_entity_ruler(spacy.blank("en"), kb(), "Disease", 3) == add_kb_entity_ruler(spacy.blank("en"), kb(), "Disease") < every
+
+
 def test_matching_case_and_stop_words(nlp):
     assert nlp.pipe_names == ["entity_ruler"] and nlp.get_pipe_meta("entity_ruler").factory == FACTORY
     assert "Wiskott" not in nlp.vocab.strings  # names are tokenized over a vocab of their own
