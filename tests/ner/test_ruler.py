@@ -214,6 +214,24 @@ def test_another_tokenizer_tokenizes_the_names_again(nlp, tmp_path, caplog):
     assert ents(nlp2("WAS and gout")) == [("WAS", "D"), ("gout", "D")]
 
 
+def _entry_point_installed():
+    from importlib.metadata import entry_points
+
+    return any(ep.name == FACTORY for ep in entry_points(group="spacy_factories"))
+
+
+@pytest.mark.skipif(not _entry_point_installed(), reason="no kb_entity_ruler spacy_factories entry point installed yet "
+                    "(setup.cfg, then pip install -e .)")
+def test_a_fresh_process_loads_the_pipeline_through_the_entry_point(nlp, tmp_path):
+    import subprocess
+    import sys
+
+    nlp.to_disk(tmp_path / "pipeline")
+    code = f"import spacy; nlp = spacy.load({str(tmp_path / 'pipeline')!r}); print([e.text for e in nlp({TEXT!r}).ents])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str([text for text, _ in ents(nlp(TEXT))])
+
+
 def test_pickles(nlp):
     copy = pickle.loads(pickle.dumps(nlp))
     assert ents(copy(TEXT)) == ents(nlp(TEXT))
