@@ -74,7 +74,7 @@ def _weighted(model: FusionModel, weights: Any, what: str) -> FusionModel:
         values = [float(weights[f]) for f in model.features]
     except (TypeError, ValueError):
         raise CascadeError(f"the fusion's {what} must be numbers") from None
-    return FusionModel(list(model.sources), values, depth=model.depth, retrievers=model.retrievers)
+    return FusionModel(list(model.sources), values, depth=model.depth, retrievers=model.retrievers, list_depth=model.list_depth)
 
 
 def settle_model(model: FusionModel) -> FusionModel:
@@ -150,7 +150,7 @@ class CascadeReranker:
         """Each of ``sources``' top ``depth`` candidates for the mentions at ``positions``."""
         if not positions:
             return []
-        found = {s: self.fusion.retrievers[s].link([mentions[i] for i in positions], self.model.depth) for s in sources}
+        found = {s: self.fusion.retrievers[s].link([mentions[i] for i in positions], self.model.retrieval_depth) for s in sources}
         return [{s: found[s][n] for s in sources} for n in range(len(positions))]
 
     def _needs_beam(self, probability: float) -> bool:

@@ -172,6 +172,15 @@ class FusionModel:
     #: the cascade's fit (:mod:`.cascade`): ``settle_weights`` (retrieval features only),
     #: ``settle_threshold``, ``beam_threshold`` and their report; empty: not fitted for it
     cascade: Dict[str, Any] = field(default_factory=dict)
+    #: candidates asked of each retriever (None: ``depth``); the fusion reads the first ``depth`` concepts among
+    #: them. A retrieval-only fusion asks for 20: five names are often one concept's synonyms, and a list of one
+    #: concept makes it certain (probability 1) where a deeper list would show the competition
+    list_depth: Optional[int] = None
+
+    @property
+    def retrieval_depth(self) -> int:
+        """How many candidates each retriever is asked for."""
+        return self.list_depth or self.depth
 
     def __post_init__(self) -> None:
         if not self.sources or self.sources[0] != GENERATOR:
@@ -194,6 +203,9 @@ class FusionModel:
                 resolve_retriever(source)
             except ValueError:
                 raise ValueError(f"unknown retriever source {source!r}; known: {', '.join(known_retrievers())}") from None
+        if self.list_depth is not None and (isinstance(self.list_depth, bool) or not isinstance(self.list_depth, int)
+                                            or self.list_depth < self.depth):
+            raise ValueError(f"list_depth must be a whole number of at least depth ({self.depth}), got {self.list_depth!r}")
         if self.generator not in GENERATOR_LISTS:
             raise ValueError(f"generator must be one of {', '.join(GENERATOR_LISTS)}, got {self.generator!r}")
         if not isinstance(self.cascade, dict):
@@ -215,7 +227,7 @@ class FusionModel:
         kept = [s for s in self.sources if s not in set(sources)]
         return FusionModel(kept, [float(weights[f]) for f in feature_names(kept)], depth=self.depth,
                            retrievers={s: v for s, v in self.retrievers.items() if s in kept}, fit=self.fit,
-                           generator=self.generator)
+                           generator=self.generator, list_depth=self.list_depth)
 
     @property
     def features(self) -> List[str]:
@@ -250,7 +262,8 @@ class FusionModel:
     def to_dict(self) -> Dict[str, Any]:
         return {"version": FORMAT_VERSION, "sources": self.sources, "depth": self.depth, "retrievers": self.retrievers,
                 "weights": dict(zip(self.features, (round(float(w), 8) for w in self.weights))), "fit": self.fit,
-                "generator": self.generator, "cascade": self.cascade}
+                "generator": self.generator, "cascade": self.cascade,
+                **({"list_depth": self.list_depth} if self.list_depth is not None else {})}
 
     def save(self, path: PathLike) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -316,7 +329,7 @@ class FusionModel:
         try:
             return cls(sources, [float(weights[f]) for f in expected], depth=data.get("depth", 5),
                        retrievers=retrievers, fit=data.get("fit", {}), generator=data.get("generator", "beam"),
-                       cascade=data.get("cascade", {}))
+                       cascade=data.get("cascade", {}), list_depth=data.get("list_depth"))
         except (TypeError, ValueError, OverflowError) as err:
             raise FusionFormatError(f"{where}: {err}") from None
 
@@ -367,7 +380,7 @@ class FusionReranker:
         retrieved: Dict[str, List[List[Candidate]]] = {}
         if todo:
             for source in self.model.retriever_sources:
-                retrieved[source] = self.retrievers[source].link([mentions[i] for i in todo], self.model.depth)
+                retrieved[source] = self.retrievers[source].link([mentions[i] for i in todo], self.model.retrieval_depth)
         out: List[List[Candidate]] = [[] for _ in mentions]
         for pos, i in enumerate(todo):
             lists = {GENERATOR: generated[i], **{s: retrieved[s][pos] for s in retrieved}}

@@ -2,7 +2,7 @@
 
 Input: ``evaluate --predictions`` files of each source (the generator and the
 retrievers) over training mentions that the scoring models never saw, from
-``bench/crossfit.sh`` (folds of whole documents: a model trained on the other
+``python -m spacy_genbioel crossfit`` (folds of whole documents: a model trained on the other
 folds scores each fold). Files of one source are concatenated; sources are
 joined on the mention (document, offsets, text), so the folds may come in any
 order. The fit is a conditional logit: per mention, a softmax over the union
