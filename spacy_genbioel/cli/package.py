@@ -24,7 +24,7 @@ def package_cmd(
     entity_label: Optional[str] = typer.Option(None, help="Label of the entity ruler's spans (default: the concept's type)"),
     entity_ruler: bool = typer.Option(True, help="Add an entity ruler over the KB names"),
     abbreviations: bool = typer.Option(True, help="Add scispacy's abbreviation detector when installed"),
-    min_name_chars: int = typer.Option(3, help="Shortest KB name the entity ruler matches"),
+    min_name_chars: int = typer.Option(3, help="Shortest KB name the entity ruler matches (abbreviations, matched case-sensitively, from 2 characters)"),
     lang: str = typer.Option("en"),
     ner: Optional[Path] = typer.Option(None, help="Trained spaCy NER pipeline whose tokenizer, tok2vec and ner replace the entity ruler"),
     threshold: Optional[float] = typer.Option(None, help="Abstain below this top score (output.threshold): the span keeps its candidates, kb_id is None"),
