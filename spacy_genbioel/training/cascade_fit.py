@@ -45,7 +45,7 @@ from spacy_genbioel.training.fusion_fit import FusionExample, fit_fusion
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CascadeTargets", "fit_cascade", "settle_threshold", "settle_for_recall", "beam_threshold"]
+__all__ = ["CascadeTargets", "fit_cascade", "settle_threshold", "settle_for_recall", "beam_threshold", "top1", "without_lists"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +112,7 @@ def beam_threshold(probability: np.ndarray, reached: np.ndarray, at_most: float,
     return float(p[k + 1]) if k + 1 < len(p) else float(np.nextafter(p[k], np.inf))
 
 
-def _without(examples: Sequence[FusionExample], sources: Sequence[str]) -> List[FusionExample]:
+def without_lists(examples: Sequence[FusionExample], sources: Sequence[str]) -> List[FusionExample]:
     """``examples`` with the lists of ``sources`` left empty (as if they had not run)."""
     return [dataclasses.replace(ex, lists={**ex.lists, **{s: [] for s in sources}}) for ex in examples]
 
@@ -123,7 +123,7 @@ def _reached(model: FusionModel, examples: Sequence[FusionExample]) -> np.ndarra
                        for ex in examples], dtype=bool)
 
 
-def _top1(model: FusionModel, examples: Sequence[FusionExample], kb: Any) -> Tuple[np.ndarray, np.ndarray]:
+def top1(model: FusionModel, examples: Sequence[FusionExample], kb: Any) -> Tuple[np.ndarray, np.ndarray]:
     """The fused probability of each example's best concept and whether it is gold."""
     priors: Dict[int, Dict[str, float]] = {}
     probability, correct = [], []
@@ -139,9 +139,9 @@ def _settle_fit(model: FusionModel, examples: Sequence[FusionExample], kb: Any, 
                 fused_correct: np.ndarray, l2: float, left_out: Sequence[str]):
     """A fusion without the lists of ``left_out`` fitted on ``examples``, its top-1 probability and
     correctness per example, and the threshold from which it settles a mention (``targets``)."""
-    partial = _without(examples, left_out)
+    partial = without_lists(examples, left_out)
     settle = fit_fusion(partial, kb, model.sources, depth=model.depth, l2=l2, retrievers=model.retrievers)
-    probability, correct = _top1(settle, partial, kb)
+    probability, correct = top1(settle, partial, kb)
     if targets.max_recall_loss is not None:
         settle_at = settle_for_recall(probability, correct, fused_correct, targets.max_recall_loss, targets.min_mentions)
     else:
@@ -157,7 +157,7 @@ def fit_cascade(model: FusionModel, examples: Sequence[FusionExample], kb: Any,
                 targets: CascadeTargets = CascadeTargets(), *, l2: float = 1e-3, defer: Sequence[str] = ()) -> FusionModel:
     """``model`` with its ``cascade`` fitted on ``examples`` (those ``model`` was fitted on); ``defer``:
     retrievers that run only for mentions the others do not settle (none of ``model``'s: no early step)."""
-    fused_p, fused_correct = _top1(model, examples, kb)
+    fused_p, fused_correct = top1(model, examples, kb)
     settle, probability, correct, settle_at = _settle_fit(model, examples, kb, targets, fused_correct, l2, [GENERATOR])
     reached = _reached(model, examples)
     beam_below = beam_threshold(probability, reached, targets.beam_reach, targets.min_mentions)

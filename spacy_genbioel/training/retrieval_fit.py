@@ -33,7 +33,7 @@ from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.kb.build import augment_kb
 from spacy_genbioel.linking.fusion import GENERATOR, FusionModel
 from spacy_genbioel.linking.cascade import early_model
-from spacy_genbioel.training.cascade_fit import CascadeTargets, _top1, _without, fit_cascade, settle_for_recall
+from spacy_genbioel.training.cascade_fit import CascadeTargets, top1, without_lists, fit_cascade, settle_for_recall
 from spacy_genbioel.training.fusion_fit import FusionExample, fit_fusion, mention_pair, score_fusion
 from spacy_genbioel.ty import Mention
 
@@ -217,8 +217,8 @@ def _early_step(model: FusionModel, groups: Dict[str, List[FusionExample]], targ
     budget = targets.max_recall_loss if targets.max_recall_loss is not None else 0.0
     thresholds, per_group = [], {}
     for name, group in groups.items():
-        full_p, full_correct = _top1(model, group, None)
-        early_p, early_correct = _top1(early_fusion, _without(group, deferred), None)
+        full_p, full_correct = top1(model, group, None)
+        early_p, early_correct = top1(early_fusion, without_lists(group, deferred), None)
         threshold = settle_for_recall(early_p, early_correct, full_correct, budget, targets.min_mentions)
         thresholds.append(float("inf") if threshold is None else threshold)
         per_group[name] = (early_p, early_correct, full_correct)
