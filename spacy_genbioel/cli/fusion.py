@@ -67,7 +67,7 @@ def fit_fusion_cmd(
     setup_logging(verbose)
     from spacy_genbioel.linking.fusion import GENERATOR
     from spacy_genbioel.training.cascade_fit import CascadeTargets
-    from spacy_genbioel.training.model_fit import FitOptions, HeldOutSplit, fit_model_fusion, fit_predictions
+    from spacy_genbioel.training.model_fit import FitOptions, HeldOutSplit, Packaging, fit_model_fusion, fit_predictions
 
     if bool(source) == (model is not None):
         raise typer.BadParameter("give --source files (cross-fitted predictions) or --model with --corpus, not both")
@@ -130,7 +130,7 @@ def fit_fusion_cmd(
         else:
             split = HeldOutSplit(corpus, fmt, crosswalk, abbreviations, tuple(labels))
             fitted = fit_model_fusion(model, split, kb=kb[0] if kb else None, retrievers=names, options=options,
-                                      exclude=exclude, config=config, work=predictions, device=device)
+                                      exclude=exclude, packaging=Packaging(config=config, device=device), work=predictions)
     except (ValueError, OSError) as err:  # a bad KB, corpus, model or prediction file: the message names it
         msg.fail(f"fit-fusion: {err}")
         raise typer.Exit(1) from None

@@ -38,7 +38,7 @@ from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FitOptions", "FittedFusion", "HeldOutSplit", "ModelFitError", "fit_model_fusion", "fit_predictions",
+__all__ = ["FitOptions", "FittedFusion", "HeldOutSplit", "ModelFitError", "Packaging", "fit_model_fusion", "fit_predictions",
            "generator_row", "model_kb", "score_model", "scoring_pipeline"]
 
 #: how the generator's lists are made: beam search, or forced scores of the retrievers' candidates
@@ -247,11 +247,20 @@ def _work_folder(folder: Optional[PathLike]) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class Packaging:
+    """How a model folder is packaged and run to score a split: its fine-tuning ``config`` (a model trained
+    here), component ``settings``, and the ``device``."""
+
+    config: Optional[PathLike] = None
+    settings: Optional[Mapping[str, Any]] = None
+    device: str = "cpu"
+
+
 def fit_model_fusion(model: PathLike, split: HeldOutSplit, *, kb: Optional[PathLike] = None,
                      retrievers: Sequence[str] = ("tfidf", "dense"), options: FitOptions = FitOptions(),
-                     exclude: Sequence[PathLike] = (), config: Optional[PathLike] = None,
-                     settings: Optional[Mapping[str, Any]] = None, work: Optional[PathLike] = None,
-                     device: str = "cpu") -> FittedFusion:
+                     exclude: Sequence[PathLike] = (), packaging: Packaging = Packaging(),
+                     work: Optional[PathLike] = None) -> FittedFusion:
     """Score ``split`` with ``model`` and ``retrievers`` (:func:`score_model`; the predictions kept in ``work``, or
     a temporary folder) and fit the fusion on them (:func:`fit_predictions`); the file's ``fit["scored"]`` says
     what was scored."""
@@ -269,10 +278,11 @@ def fit_model_fusion(model: PathLike, split: HeldOutSplit, *, kb: Optional[PathL
     if unknown:
         raise ModelFitError(f"{', '.join(unknown)}: not among the retrievers scored ({', '.join(retrievers)})")
     with _work_folder(work) as folder:
+        config, settings = packaging.config, packaging.settings
         kb_file = model_kb(model, kb, config=config, settings=settings)
         pipeline = Path(model) if _is_pipeline(Path(model)) else (
             lambda: scoring_pipeline(model, kb_file, folder, config=config, settings=settings))
-        files = score_model(pipeline, kb_file, split, retrievers, folder / "predictions", options, device)
+        files = score_model(pipeline, kb_file, split, retrievers, folder / "predictions", options, packaging.device)
         fitted = fit_predictions({s: [path] for s, path in files.items()}, [KnowledgeBase.load(kb_file)], options,
                                  exclude=exclude)
     fitted.model.fit["scored"] = {"model": str(model), "corpus": str(split.corpus), "format": split.fmt,
