@@ -25,6 +25,7 @@ def package_cmd(
     entity_ruler: bool = typer.Option(True, help="Add an entity ruler over the KB names"),
     abbreviations: bool = typer.Option(True, help="Add scispacy's abbreviation detector when installed"),
     min_name_chars: int = typer.Option(3, help="Shortest KB name the entity ruler matches (abbreviations, matched case-sensitively, from 2 characters)"),
+    entity_types: Optional[str] = typer.Option(None, help="The entity ruler matches only names of concepts with one of these comma-separated types (and untyped ones): C,D,F for BC5CDR's CTD + MeSH KB"),
     lang: str = typer.Option("en"),
     ner: Optional[Path] = typer.Option(None, help="Trained spaCy NER pipeline whose tokenizer, tok2vec and ner replace the entity ruler"),
     threshold: Optional[float] = typer.Option(None, help="Abstain below this top score (output.threshold): the span keeps its candidates, kb_id is None"),
@@ -49,7 +50,8 @@ def package_cmd(
     settings = component_settings(ctx.args, **{"output.threshold": threshold,
                                                "reranker.fusion": str(fusion) if fusion else None})
     entities = EntitySource(ner=ner, entity_ruler=entity_ruler, entity_label=entity_label, min_name_chars=min_name_chars,
-                            abbreviations=abbreviations, lang=lang)
+                            abbreviations=abbreviations, lang=lang,
+                            entity_types=tuple(t for t in entity_types.split(",") if t) if entity_types else None)
     try:
         path = package(model, kb, out, config_path=config, settings=settings, entities=entities,
                        meta=PipelineMeta(name=name, version=version, kb_url=kb_url, calibration=source))

@@ -242,3 +242,22 @@ def test_the_default_links_with_minilm_deferred_to_unsure_mentions(kb_file, tmp_
     assert {way for _, way in got.values()} <= {"early", "retrieval"}
     nlp.to_disk(tmp_path / "pipe")
     assert links(spacy.load(tmp_path / "pipe")(TEXT)) == links(doc)
+
+
+def test_package_entity_types_keep_the_ruler_to_those_concepts(tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_genbioel.cli import app
+
+    kb = KnowledgeBase([*KB, Concept("D002241", ["Carbohydrates", "Sugar"], types=["Chemical"]),
+                        Concept("X1", ["Unlabelled Thing"])])
+    kb.to_jsonl(tmp_path / "kb.jsonl")
+    path = tmp_path / "fusion.json"
+    fusion(["genbioel", "tfidf", "exact"]).save(path)
+    args = ["package", "--kb", str(tmp_path / "kb.jsonl"), "--fusion", str(path), "--no-abbreviations"]
+    text = "Carbohydrates made the lupus and the unlabelled thing worse."
+    assert CliRunner().invoke(app, [*args, "--out", str(tmp_path / "all")]).exit_code == 0
+    assert [e.text for e in spacy.load(tmp_path / "all")(text).ents] == ["Carbohydrates", "lupus", "unlabelled thing"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "typed"), "--entity-types", "Disease"])
+    assert result.exit_code == 0, result.output
+    assert [(e.text, e.label_) for e in spacy.load(tmp_path / "typed")(text).ents] == [("lupus", "Disease"), ("unlabelled thing", "ENTITY")]
