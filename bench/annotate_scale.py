@@ -29,6 +29,7 @@ decoder-only figure: the linker alone, without NER or the driver).
 On a shared machine the figures move with the other load: the JSON records
 the load average before and after each run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -97,7 +98,9 @@ def one_run(name: str, docs: Path, pipeline: Path, out: Path, chunk_size: int, b
         "start_s": run.get("start_seconds"),
         # Ray: the workers' own time on the units; documents / worker_s is the rate of one worker while it works
         "worker_s": run.get("worker_seconds"),
-        "documents_per_worker_s": round(run["documents_annotated"] / run["worker_seconds"], 2) if run.get("worker_seconds") else None,
+        "documents_per_worker_s": round(run["documents_annotated"] / run["worker_seconds"], 2)
+        if run.get("worker_seconds")
+        else None,
         "wall_s": round(wall, 2),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
@@ -129,18 +132,28 @@ def projection(run: Dict[str, Any], gpu_mentions_s: float, mentions_per_abstract
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pipeline", type=Path, help="a spaCy pipeline with NER and genbioel (needed but with --project)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--pipeline", type=Path, help="a spaCy pipeline with NER and genbioel (needed but with --project)"
+    )
     parser.add_argument("--data", default="", help="the shared data folder (default: $GENBIOEL_DATA or ../shared/data)")
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--runs", default="local,local-1t,ray-1,ray-2")
     parser.add_argument("--chunk-size", type=int, default=50, help="documents per chunk, the Ray engine's unit")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--gpu-mentions-per-s", type=float, default=839.3, help="docs/benchmarks.md, H100, batched, decoder only")
-    parser.add_argument("--mentions-per-abstract", type=float, default=10.0, help="PubMed: about 360M mentions in 36M abstracts")
+    parser.add_argument(
+        "--gpu-mentions-per-s", type=float, default=839.3, help="docs/benchmarks.md, H100, batched, decoder only"
+    )
+    parser.add_argument(
+        "--mentions-per-abstract", type=float, default=10.0, help="PubMed: about 360M mentions in 36M abstracts"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     parser.add_argument("--keep", type=Path, default=None, help="keep the inputs and output folders here")
-    parser.add_argument("--project", type=Path, default=None, help="only redo the projection of this report (to --json if given)")
+    parser.add_argument(
+        "--project", type=Path, default=None, help="only redo the projection of this report (to --json if given)"
+    )
     args = parser.parse_args()
     if args.project is not None:
         report = json.loads(args.project.read_text(encoding="utf8"))
@@ -173,8 +186,12 @@ def main() -> None:
         one = next((r for r in runs if r["run"] == "ray-1"), None)
         report = {
             "command": "python bench/annotate_scale.py " + " ".join(sys.argv[1:]),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                        "note": "shared CPU: other jobs ran at the same time (see the load averages)"},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+                "note": "shared CPU: other jobs ran at the same time (see the load averages)",
+            },
             "pipeline": str(args.pipeline),
             "documents": n,
             "chunk_size": args.chunk_size,

@@ -52,6 +52,7 @@ fails or runs past ``--timeout`` is recorded as such and the others still run
 records carry CPU time and the load average too. ``--reuse`` keeps the KBs,
 model and pipeline an earlier run left in ``--work`` (to rerun the linking alone).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,12 @@ KBS = ("medic", "mesh_ctd")
 #: files under the data folder each KB and the linking need
 DATA = {
     "medic": ["vocab/medic_06Jul2012.txt"],
-    "mesh_ctd": ["vocab/CTD_diseases_2017.tsv.gz", "vocab/mesh/mesh_id_label_mappings.tsv",
-                 "vocab/mesh/mesh_supp_id_label_mappings.tsv", "vocab/bc5cdr_legacy_id_crosswalk.tsv"],
+    "mesh_ctd": [
+        "vocab/CTD_diseases_2017.tsv.gz",
+        "vocab/mesh/mesh_id_label_mappings.tsv",
+        "vocab/mesh/mesh_supp_id_label_mappings.tsv",
+        "vocab/bc5cdr_legacy_id_crosswalk.tsv",
+    ],
     "corpus": ["ncbi_disease/NCBIdevelopset_corpus.txt", "ncbi_disease/NCBItrainset_corpus.txt"],
 }
 #: training texts of the tokenizer, where present
@@ -103,10 +108,13 @@ def _csv(kind: type, allowed: Optional[tuple] = None):
         if allowed is not None:
             unknown = [v for v in values if v not in allowed]
             if unknown:
-                raise argparse.ArgumentTypeError(f"unknown {', '.join(map(str, unknown))}; choose from {', '.join(allowed)}")
+                raise argparse.ArgumentTypeError(
+                    f"unknown {', '.join(map(str, unknown))}; choose from {', '.join(allowed)}"
+                )
         if kind is int and min(values) < 1:
             raise argparse.ArgumentTypeError("thread counts must be at least 1")
         return list(dict.fromkeys(values))
+
     return parse
 
 
@@ -127,8 +135,10 @@ def _preset(text: str) -> Dict[str, int]:
         fields = json.loads(text)
         return dataclasses.asdict(Preset(**fields))
     except (ValueError, TypeError):
-        raise argparse.ArgumentTypeError(f"{text!r}: a preset ({', '.join(PRESETS)}) or a JSON object of "
-                                         f"{', '.join(f.name for f in dataclasses.fields(Preset))}") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a preset ({', '.join(PRESETS)}) or a JSON object of "
+            f"{', '.join(f.name for f in dataclasses.fields(Preset))}"
+        ) from None
 
 
 def _setting(text: str) -> tuple:
@@ -142,19 +152,40 @@ def _setting(text: str) -> tuple:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=None, help="shared data (default: $GENBIOEL_DATA, else ../shared/data)")
-    parser.add_argument("--work", type=Path, default=None, help="folder for the KBs, model and pipeline (default: a temporary one, removed)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="shared data (default: $GENBIOEL_DATA, else ../shared/data)"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="folder for the KBs, model and pipeline (default: a temporary one, removed)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the JSON summary here too")
     parser.add_argument("--mentions", type=_positive, default=24, help="NCBI-disease dev mentions per configuration")
-    parser.add_argument("--warmup", type=int, default=2, help="mentions linked before the clock starts (route component)")
+    parser.add_argument(
+        "--warmup", type=int, default=2, help="mentions linked before the clock starts (route component)"
+    )
     parser.add_argument("--routes", type=_csv(str, ROUTES), default=list(ROUTES), help="component,annotate")
     parser.add_argument("--dtypes", type=_csv(str, DTYPES), default=["fp32", "int8"], help="fp32,int8 (bf16 too)")
     parser.add_argument("--threads", type=_csv(int), default=[1, 2], help="torch threads per configuration: 1,2")
-    parser.add_argument("--preset", type=_preset, default="large", help="model shape: a preset name or a JSON object of its fields")
-    parser.add_argument("--vocab-size", type=_positive, default=None, help="BPE vocabulary (default: the preset's, 50,265 for large)")
-    parser.add_argument("--setting", type=_setting, action="append", default=[], metavar="KEY=VALUE",
-                        help="a genbioel setting for every configuration (decoding.batch_size=16); repeatable")
+    parser.add_argument(
+        "--preset", type=_preset, default="large", help="model shape: a preset name or a JSON object of its fields"
+    )
+    parser.add_argument(
+        "--vocab-size", type=_positive, default=None, help="BPE vocabulary (default: the preset's, 50,265 for large)"
+    )
+    parser.add_argument(
+        "--setting",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a genbioel setting for every configuration (decoding.batch_size=16); repeatable",
+    )
     parser.add_argument("--skip-mesh", action="store_true", help="no CTD + MeSH KB and trie")
     parser.add_argument("--timeout", type=_positive, default=1800, help="seconds one step may run")
     parser.add_argument("--reuse", action="store_true", help="keep the KBs, model and pipeline already in --work")
@@ -186,8 +217,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     needed = DATA["medic"] + DATA["corpus"] + ([] if args.skip_mesh else DATA["mesh_ctd"])
     missing = [name for name in needed if not (args.data_dir / name).exists()]
     if missing:
-        parser.error(f"no {', '.join(missing)} under {args.data_dir}: give --data-dir or set GENBIOEL_DATA"
-                     + ("" if args.skip_mesh else " (--skip-mesh does without the MeSH files)"))
+        parser.error(
+            f"no {', '.join(missing)} under {args.data_dir}: give --data-dir or set GENBIOEL_DATA"
+            + ("" if args.skip_mesh else " (--skip-mesh does without the MeSH files)")
+        )
     return args
 
 
@@ -233,9 +266,13 @@ def run_step(name: str, params: Dict[str, Any], logs: Path, timeout: float) -> D
             error = f"no JSON result on stdout: {_tail(log)}"
     if error:
         result["error"] = error
-    result.update(wall_s=round(time.monotonic() - began, 2), cpu_s=round(usage.ru_utime + usage.ru_stime, 2),
-                  peak_rss_mb=round(usage.ru_maxrss * 1024 / MB, 1),
-                  load_average_before_after=[round(load_before[0], 2), round(os.getloadavg()[0], 2)], log=str(log))
+    result.update(
+        wall_s=round(time.monotonic() - began, 2),
+        cpu_s=round(usage.ru_utime + usage.ru_stime, 2),
+        peak_rss_mb=round(usage.ru_maxrss * 1024 / MB, 1),
+        load_average_before_after=[round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        log=str(log),
+    )
     return result
 
 
@@ -293,20 +330,30 @@ def step_kb(kind: str, data_dir: str, out: str, **_: Any) -> Dict[str, Any]:
         kb = build_kb("medic", data / DATA["medic"][0], dedup=False, name="medic", progress=False)
     else:
         ctd, desc, supp, walk = (data / name for name in DATA["mesh_ctd"])
-        kb = build_kb("ctd", [ctd, ("mesh-tsv", desc), ("mesh-tsv", supp)], dedup=False, crosswalk=walk,
-                      name="mesh_ctd", progress=False)
+        kb = build_kb(
+            "ctd",
+            [ctd, ("mesh-tsv", desc), ("mesh-tsv", supp)],
+            dedup=False,
+            crosswalk=walk,
+            name="mesh_ctd",
+            progress=False,
+        )
     build_s = time.monotonic() - began
     kb.save(out)
     return {"concepts": len(kb), "names": kb.n_names, "build_s": round(build_s, 2), "file_mb": _size_mb(Path(out))}
 
 
-def step_model(kbs: List[str], data_dir: str, preset: Dict[str, int], vocab_size: int, seed: int, out: str, **_: Any) -> Dict[str, Any]:
+def step_model(
+    kbs: List[str], data_dir: str, preset: Dict[str, int], vocab_size: int, seed: int, out: str, **_: Any
+) -> Dict[str, Any]:
     from spacy_genbioel.corpus.pubtator import read_pubtator
     from spacy_genbioel.kb.base import KnowledgeBase
     from spacy_genbioel.models import Preset, build_model, save_model, train_tokenizer
 
     names = [name for path in kbs for name in KnowledgeBase.load(path).names]
-    texts = [doc.text for rel in TEXTS if (Path(data_dir) / rel).exists() for doc in read_pubtator(Path(data_dir) / rel)]
+    texts = [
+        doc.text for rel in TEXTS if (Path(data_dir) / rel).exists() for doc in read_pubtator(Path(data_dir) / rel)
+    ]
     began = time.monotonic()
     tokenizer = train_tokenizer(names, texts, vocab_size=vocab_size)
     tokenizer_s = time.monotonic() - began
@@ -317,10 +364,17 @@ def step_model(kbs: List[str], data_dir: str, preset: Dict[str, int], vocab_size
     build_s = time.monotonic() - began
     began = time.monotonic()
     save_model(model, tokenizer, out)
-    return {"tokenizer_texts": len(texts), "tokenizer_names": len(names), "tokenizer_vocab": len(tokenizer),
-            "model_vocab": model.get_input_embeddings().num_embeddings, "tokenizer_s": round(tokenizer_s, 2),
-            "parameters": sum(p.numel() for p in model.parameters()), "build_s": round(build_s, 2),
-            "save_s": round(time.monotonic() - began, 2), "model_mb": _size_mb(Path(out))}
+    return {
+        "tokenizer_texts": len(texts),
+        "tokenizer_names": len(names),
+        "tokenizer_vocab": len(tokenizer),
+        "model_vocab": model.get_input_embeddings().num_embeddings,
+        "tokenizer_s": round(tokenizer_s, 2),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "build_s": round(build_s, 2),
+        "save_s": round(time.monotonic() - began, 2),
+        "model_mb": _size_mb(Path(out)),
+    }
 
 
 def step_package(model: str, kb: str, out: str, **_: Any) -> Dict[str, Any]:
@@ -330,9 +384,12 @@ def step_package(model: str, kb: str, out: str, **_: Any) -> Dict[str, Any]:
     package(model, kb, out, settings={})
     folder = Path(out)
     component = folder / "genbioel"
-    return {"package_s": round(time.monotonic() - began, 2), "pipeline_mb": _size_mb(folder),
-            "pipes": json.loads((folder / "meta.json").read_text(encoding="utf8")).get("pipeline", []),
-            "trie_file_mb": _size_mb(component / "trie.safetensors") if (component / "trie.safetensors").exists() else None}
+    return {
+        "package_s": round(time.monotonic() - began, 2),
+        "pipeline_mb": _size_mb(folder),
+        "pipes": json.loads((folder / "meta.json").read_text(encoding="utf8")).get("pipeline", []),
+        "trie_file_mb": _size_mb(component / "trie.safetensors") if (component / "trie.safetensors").exists() else None,
+    }
 
 
 def step_trie(kb: str, model: str, out: str, pipeline_trie: Optional[str] = None, **_: Any) -> Dict[str, Any]:
@@ -349,26 +406,51 @@ def step_trie(kb: str, model: str, out: str, pipeline_trie: Optional[str] = None
     kb_load_s = time.monotonic() - began
     tokenizer = load_tokenizer(model)
     config = AutoConfig.from_pretrained(model, local_files_only=True)
-    prompts = PromptTokenizer(tokenizer, config.decoder_start_token_id, config.eos_token_id,
-                              max_prompt_tokens=min(48, config.max_position_embeddings // 4))
+    prompts = PromptTokenizer(
+        tokenizer,
+        config.decoder_start_token_id,
+        config.eos_token_id,
+        max_prompt_tokens=min(48, config.max_position_embeddings // 4),
+    )
     inputs = InputBuilder()
     root = prompts.root_token_id(inputs.prompt_suffix if inputs.decoder_prompt else None)
     before = _rss_mb()
     began, cpu = time.monotonic(), time.process_time()
     with RssSampler() as sampler:
-        trie = NameTrie.from_names(base.names, tokenizer, eos_token_id=config.eos_token_id, root_token_id=root,
-                                   vocab_size=config.vocab_size, progress=False,
-                                   max_name_tokens=min(128, config.max_position_embeddings - prompts.max_prompt_tokens))
+        trie = NameTrie.from_names(
+            base.names,
+            tokenizer,
+            eos_token_id=config.eos_token_id,
+            root_token_id=root,
+            vocab_size=config.vocab_size,
+            progress=False,
+            max_name_tokens=min(128, config.max_position_embeddings - prompts.max_prompt_tokens),
+        )
     build_s, build_cpu = time.monotonic() - began, time.process_time() - cpu
     trie.to_disk(out)
-    result = {"concepts": len(base), "names": base.n_names, "kb_load_s": round(kb_load_s, 2), "build_s": round(build_s, 2),
-              "build_cpu_s": round(build_cpu, 2), "trie_names": trie.n_names, "nodes": trie.n_nodes, "depth": trie.max_depth,
-              "root_token_id": root, "arrays_mb": round(trie.nbytes() / MB, 1), "file_mb": _size_mb(Path(out)),
-              "rss_before_build_mb": before, "peak_during_build_mb": sampler.peak_mb,
-              "build_rss_growth_mb": round(sampler.peak_mb - before, 1)}
+    result = {
+        "concepts": len(base),
+        "names": base.n_names,
+        "kb_load_s": round(kb_load_s, 2),
+        "build_s": round(build_s, 2),
+        "build_cpu_s": round(build_cpu, 2),
+        "trie_names": trie.n_names,
+        "nodes": trie.n_nodes,
+        "depth": trie.max_depth,
+        "root_token_id": root,
+        "arrays_mb": round(trie.nbytes() / MB, 1),
+        "file_mb": _size_mb(Path(out)),
+        "rss_before_build_mb": before,
+        "peak_during_build_mb": sampler.peak_mb,
+        "build_rss_growth_mb": round(sampler.peak_mb - before, 1),
+    }
     if pipeline_trie and Path(pipeline_trie).exists():  # the pipeline's own trie: the same one?
         saved = NameTrie.from_disk(pipeline_trie)
-        result["same_as_pipeline_trie"] = (saved.n_nodes, saved.n_names, saved.root_token_id) == (trie.n_nodes, trie.n_names, root)
+        result["same_as_pipeline_trie"] = (saved.n_nodes, saved.n_names, saved.root_token_id) == (
+            trie.n_nodes,
+            trie.n_names,
+            root,
+        )
     return result
 
 
@@ -397,8 +479,16 @@ def _time_component_load() -> List[float]:
     return seconds
 
 
-def step_link(pipeline: str, data_dir: str, mentions: int, warmup: int, dtype: str, threads: int,
-              settings: Dict[str, Any], **_: Any) -> Dict[str, Any]:
+def step_link(
+    pipeline: str,
+    data_dir: str,
+    mentions: int,
+    warmup: int,
+    dtype: str,
+    threads: int,
+    settings: Dict[str, Any],
+    **_: Any,
+) -> Dict[str, Any]:
     from collections import Counter
 
     import torch
@@ -406,10 +496,9 @@ def step_link(pipeline: str, data_dir: str, mentions: int, warmup: int, dtype: s
     torch.set_num_threads(threads)
     import spacy  # noqa: F401  (imports before the clock)
 
-    from spacy_genbioel.linking.stages import StageClock
-
     from spacy_genbioel.annotate.options import component_settings
     from spacy_genbioel.annotate.units import load_pipeline
+    from spacy_genbioel.linking.stages import StageClock
 
     every = dev_mentions(data_dir, max(mentions, warmup))
     measured = every[:mentions]
@@ -429,13 +518,25 @@ def step_link(pipeline: str, data_dir: str, mentions: int, warmup: int, dtype: s
     seconds, cpu_s = time.monotonic() - began, time.process_time() - cpu
     top = [r[0].name for r in results if r]
     top_tokens = sum(len(linker.tokenizer(" " + name, add_special_tokens=False)["input_ids"]) for name in top)
-    return {"mentions": len(measured), "mean_top_name_tokens": round(top_tokens / max(1, len(top)), 2), "with_candidates": sum(1 for r in results if r), "load_s": round(load_s, 2),
-            "genbioel_load_s": round(sum(component_s), 2), "rss_before_load_mb": before,
-            "seconds": round(seconds, 2), "link_cpu_s": round(cpu_s, 2), "mentions_per_s": round(len(measured) / seconds, 3),
-            "rss_after_load_mb": after_load, "rss_after_link_mb": _rss_mb(), "torch_threads": torch.get_num_threads(),
-            "pipes": nlp.pipe_names, "warmup": min(warmup, len(every)),
-            "stages_s": {k: round(v, 3) for k, v in linker.clock.seconds.items()}, "decoder_calls": linker.clock.calls["decoder"],
-            "encoder_tokens": linker.stats["encoder_tokens"]}
+    return {
+        "mentions": len(measured),
+        "mean_top_name_tokens": round(top_tokens / max(1, len(top)), 2),
+        "with_candidates": sum(1 for r in results if r),
+        "load_s": round(load_s, 2),
+        "genbioel_load_s": round(sum(component_s), 2),
+        "rss_before_load_mb": before,
+        "seconds": round(seconds, 2),
+        "link_cpu_s": round(cpu_s, 2),
+        "mentions_per_s": round(len(measured) / seconds, 3),
+        "rss_after_load_mb": after_load,
+        "rss_after_link_mb": _rss_mb(),
+        "torch_threads": torch.get_num_threads(),
+        "pipes": nlp.pipe_names,
+        "warmup": min(warmup, len(every)),
+        "stages_s": {k: round(v, 3) for k, v in linker.clock.seconds.items()},
+        "decoder_calls": linker.clock.calls["decoder"],
+        "encoder_tokens": linker.stats["encoder_tokens"],
+    }
 
 
 def dev_documents(data_dir: str, n_mentions: int, target: Path) -> Dict[str, int]:
@@ -452,8 +553,9 @@ def dev_documents(data_dir: str, n_mentions: int, target: Path) -> Dict[str, int
     return {"documents": len(lines), "gold_mentions": gold}
 
 
-def step_annotate(pipeline: str, data_dir: str, mentions: int, dtype: str, threads: int, settings: Dict[str, Any],
-                  out: str, **_: Any) -> Dict[str, Any]:
+def step_annotate(
+    pipeline: str, data_dir: str, mentions: int, dtype: str, threads: int, settings: Dict[str, Any], out: str, **_: Any
+) -> Dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
@@ -466,17 +568,35 @@ def step_annotate(pipeline: str, data_dir: str, mentions: int, dtype: str, threa
     docs = folder.parent / f"{folder.name}.docs.jsonl"
     chosen = dev_documents(data_dir, mentions, docs)
     began = time.monotonic()
-    summary = annotate([docs], pipeline, folder / "job", {"progress": False, "chunk_size": 100_000},
-                       {**settings, "device": "cpu", "dtype": dtype})
+    summary = annotate(
+        [docs],
+        pipeline,
+        folder / "job",
+        {"progress": False, "chunk_size": 100_000},
+        {**settings, "device": "cpu", "dtype": dtype},
+    )
     wall = time.monotonic() - began
     run = summary["this_run"]
-    return {**chosen, "mentions": run["mentions"], "mentions_linked": summary["mentions_linked"],
-            "seconds": run["seconds"], "mentions_per_s": run["mentions_per_s"], "documents_per_s": run["documents_per_s"],
-            "load_s": round(wall - run["seconds"], 2), "torch_threads": torch.get_num_threads()}
+    return {
+        **chosen,
+        "mentions": run["mentions"],
+        "mentions_linked": summary["mentions_linked"],
+        "seconds": run["seconds"],
+        "mentions_per_s": run["mentions_per_s"],
+        "documents_per_s": run["documents_per_s"],
+        "load_s": round(wall - run["seconds"], 2),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
-STEPS = {"kb": step_kb, "model": step_model, "package": step_package, "trie": step_trie, "link": step_link,
-         "annotate": step_annotate}
+STEPS = {
+    "kb": step_kb,
+    "model": step_model,
+    "package": step_package,
+    "trie": step_trie,
+    "link": step_link,
+    "annotate": step_annotate,
+}
 
 
 # -- the machine and the report -------------------------------------------------------------------------------------
@@ -502,8 +622,14 @@ def machine() -> Dict[str, Any]:
         except PackageNotFoundError:
             versions[package] = None
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable, "memory_gib": memory,
-            "platform": platform.platform(), "versions": versions}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "memory_gib": memory,
+        "platform": platform.platform(),
+        "versions": versions,
+    }
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -519,53 +645,104 @@ def _fmt(value: Any, digits: int = 1) -> str:
 def markdown(report: Dict[str, Any]) -> str:
     m = report["machine"]
     v = m["versions"]
-    out = [f"BART-large linker (random weights, {_fmt(report['model'].get('parameters'))} parameters, vocabulary "
-           f"{_fmt(report['model'].get('model_vocab'))}), {report['date']}",
-           f"Machine: {m['cpu']}, {m['usable_cores']} cores, {_fmt(m['memory_gib'])} GiB; torch {v['torch']}, "
-           f"transformers {v['transformers']}, spaCy {v['spacy']}, spacy_genbioel {v['spacy_genbioel']}, Python {v['python']}", "",
-           *([f"**Stopped**: {report['error']}", ""] if report.get("error") else []),
-           "| step | wall s | CPU s | peak RSS MB | what |", "|---|---|---|---|---|"]
+    out = [
+        f"BART-large linker (random weights, {_fmt(report['model'].get('parameters'))} parameters, vocabulary "
+        f"{_fmt(report['model'].get('model_vocab'))}), {report['date']}",
+        f"Machine: {m['cpu']}, {m['usable_cores']} cores, {_fmt(m['memory_gib'])} GiB; torch {v['torch']}, "
+        f"transformers {v['transformers']}, spaCy {v['spacy']}, spacy_genbioel {v['spacy_genbioel']}, Python {v['python']}",
+        "",
+        *([f"**Stopped**: {report['error']}", ""] if report.get("error") else []),
+        "| step | wall s | CPU s | peak RSS MB | what |",
+        "|---|---|---|---|---|",
+    ]
     for name, step in report["setup"].items():
-        what = {k: step[k] for k in ("concepts", "names", "tokenizer_vocab", "parameters", "model_mb", "pipeline_mb",
-                                     "trie_file_mb", "build_s", "tokenizer_s", "package_s") if k in step}
-        out.append(f"| {name} | {_fmt(step['wall_s'])} | {_fmt(step['cpu_s'])} | {_fmt(step['peak_rss_mb'])} | "
-                   f"{step.get('error') or ', '.join(f'{k} {_fmt(x)}' for k, x in what.items())} |")
-    out += ["", "| trie | names | nodes | build s | peak RSS MB | RSS growth MB | arrays MB | file MB |", "|---|---|---|---|---|---|---|---|"]
+        what = {
+            k: step[k]
+            for k in (
+                "concepts",
+                "names",
+                "tokenizer_vocab",
+                "parameters",
+                "model_mb",
+                "pipeline_mb",
+                "trie_file_mb",
+                "build_s",
+                "tokenizer_s",
+                "package_s",
+            )
+            if k in step
+        }
+        out.append(
+            f"| {name} | {_fmt(step['wall_s'])} | {_fmt(step['cpu_s'])} | {_fmt(step['peak_rss_mb'])} | "
+            f"{step.get('error') or ', '.join(f'{k} {_fmt(x)}' for k, x in what.items())} |"
+        )
+    out += [
+        "",
+        "| trie | names | nodes | build s | peak RSS MB | RSS growth MB | arrays MB | file MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, t in report["tries"].items():
         if "error" in t:
             out.append(f"| {name} | {t['error']} | | | | | | |")
             continue
-        out.append(f"| {name} | {_fmt(t['names'])} | {_fmt(t['nodes'])} | {_fmt(t['build_s'], 2)} | {_fmt(t['peak_rss_mb'])} | "
-                   f"{_fmt(t['build_rss_growth_mb'])} | {_fmt(t['arrays_mb'])} | {_fmt(t['file_mb'])} |")
-    out += ["", "| route | dtype | threads | mentions | mentions/s | load s (genbioel) | peak RSS MB | wall s |",
-            "|---|---|---|---|---|---|---|---|"]
+        out.append(
+            f"| {name} | {_fmt(t['names'])} | {_fmt(t['nodes'])} | {_fmt(t['build_s'], 2)} | {_fmt(t['peak_rss_mb'])} | "
+            f"{_fmt(t['build_rss_growth_mb'])} | {_fmt(t['arrays_mb'])} | {_fmt(t['file_mb'])} |"
+        )
+    out += [
+        "",
+        "| route | dtype | threads | mentions | mentions/s | load s (genbioel) | peak RSS MB | wall s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in report["runs"]:
         if "error" in r:
-            out.append(f"| {r['route']} | {r['dtype']} | {r['threads']} | {r['error']} | | | {_fmt(r['peak_rss_mb'])} | {_fmt(r['wall_s'])} |")
+            out.append(
+                f"| {r['route']} | {r['dtype']} | {r['threads']} | {r['error']} | | | {_fmt(r['peak_rss_mb'])} | {_fmt(r['wall_s'])} |"
+            )
             continue
         own = f" ({_fmt(r['genbioel_load_s'], 2)})" if "genbioel_load_s" in r else ""
-        out.append(f"| {r['route']} | {r['dtype']} | {r['threads']} | {_fmt(r['mentions'])} | {_fmt(r['mentions_per_s'], 2)} | "
-                   f"{_fmt(r['load_s'], 2)}{own} | {_fmt(r['peak_rss_mb'])} | {_fmt(r['wall_s'])} |")
+        out.append(
+            f"| {r['route']} | {r['dtype']} | {r['threads']} | {_fmt(r['mentions'])} | {_fmt(r['mentions_per_s'], 2)} | "
+            f"{_fmt(r['load_s'], 2)}{own} | {_fmt(r['peak_rss_mb'])} | {_fmt(r['wall_s'])} |"
+        )
     return "\n".join(out)
 
 
 # -- the run --------------------------------------------------------------------------------------------------------
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+    )
     temporary = args.work is None
     work = Path(tempfile.mkdtemp(prefix="bart_large_")) if temporary else args.work
     (work / "logs").mkdir(parents=True, exist_ok=True)
     (work / "results").mkdir(exist_ok=True)
     data = str(args.data_dir.resolve())
     report: Dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
-        "arguments": {"data_dir": data, "work": str(work), "mentions": args.mentions, "warmup": args.warmup,
-                      "routes": args.routes, "dtypes": args.dtypes, "threads": args.threads, "preset": args.preset,
-                      "vocab_size": args.vocab_size, "settings": args.settings, "skip_mesh": args.skip_mesh},
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "arguments": {
+            "data_dir": data,
+            "work": str(work),
+            "mentions": args.mentions,
+            "warmup": args.warmup,
+            "routes": args.routes,
+            "dtypes": args.dtypes,
+            "threads": args.threads,
+            "preset": args.preset,
+            "vocab_size": args.vocab_size,
+            "settings": args.settings,
+            "skip_mesh": args.skip_mesh,
+        },
         "command": shlex.join(["python", "bench/bart_large.py", *(argv if argv is not None else sys.argv[1:])]),
-        "setup": {}, "model": {}, "tries": {}, "runs": [],
+        "setup": {},
+        "model": {},
+        "tries": {},
+        "runs": [],
     }
     began = time.monotonic()
     try:
@@ -628,35 +805,68 @@ class Run:
         args = self.args
         for kind, path in self.kbs.items():
             self.setup_step(f"kb_{kind}", "kb", {"kind": kind, "data_dir": self.data, "out": str(path)}, path)
-        self.report["model"] = self.setup_step("model", "model", {
-            "kbs": [str(p) for p in self.kbs.values()], "data_dir": self.data, "preset": args.preset,
-            "vocab_size": args.vocab_size, "seed": args.seed, "out": str(self.model)}, self.model)
-        self.setup_step("package", "package", {"model": str(self.model), "kb": str(self.kbs["medic"]), "out": str(self.pipeline)},
-                        self.pipeline)
+        self.report["model"] = self.setup_step(
+            "model",
+            "model",
+            {
+                "kbs": [str(p) for p in self.kbs.values()],
+                "data_dir": self.data,
+                "preset": args.preset,
+                "vocab_size": args.vocab_size,
+                "seed": args.seed,
+                "out": str(self.model),
+            },
+            self.model,
+        )
+        self.setup_step(
+            "package",
+            "package",
+            {"model": str(self.model), "kb": str(self.kbs["medic"]), "out": str(self.pipeline)},
+            self.pipeline,
+        )
 
     def measure(self) -> bool:
         ok = True
         for kind, path in self.kbs.items():
             label = f"trie_{kind}"
             logger.info("%s ...", label)
-            params = {"kb": str(path), "model": str(self.model), "out": str(self.work / f"{label}.safetensors"), "label": label}
+            params = {
+                "kb": str(path),
+                "model": str(self.model),
+                "out": str(self.work / f"{label}.safetensors"),
+                "label": label,
+            }
             if kind == "medic":
                 params["pipeline_trie"] = str(self.pipeline / "genbioel" / "trie.safetensors")
             trie = self.report["tries"][kind] = run_step("trie", params, self.logs, self.args.timeout)
             ok = ok and "error" not in trie
-            logger.info("%s: %s", label, trie.get("error") or f"{trie['build_s']} s, peak RSS {trie['peak_rss_mb']:.0f} MB")
+            logger.info(
+                "%s: %s", label, trie.get("error") or f"{trie['build_s']} s, peak RSS {trie['peak_rss_mb']:.0f} MB"
+            )
         for config in configurations(self.args):
             label = f"{config['route']}_{config['dtype']}_{config['threads']}t"
             logger.info("%s: %d mentions ...", label, self.args.mentions)
-            params = {**config, "label": label, "pipeline": str(self.pipeline), "data_dir": self.data,
-                      "mentions": self.args.mentions, "warmup": self.args.warmup, "settings": self.args.settings,
-                      "out": str(self.work / "annotate" / label)}
+            params = {
+                **config,
+                "label": label,
+                "pipeline": str(self.pipeline),
+                "data_dir": self.data,
+                "mentions": self.args.mentions,
+                "warmup": self.args.warmup,
+                "settings": self.args.settings,
+                "out": str(self.work / "annotate" / label),
+            }
             step = "link" if config["route"] == "component" else "annotate"
             result = {**config, **run_step(step, params, self.logs, self.args.timeout)}
             self.report["runs"].append(result)
             ok = ok and "error" not in result
-            logger.info("%s: %s", label, result.get("error") or f"{result['mentions_per_s']} mentions/s, "
-                        f"load {result['load_s']} s, peak RSS {result['peak_rss_mb']:.0f} MB")
+            logger.info(
+                "%s: %s",
+                label,
+                result.get("error")
+                or f"{result['mentions_per_s']} mentions/s, "
+                f"load {result['load_s']} s, peak RSS {result['peak_rss_mb']:.0f} MB",
+            )
         return ok
 
 

@@ -22,6 +22,7 @@ with other fusion files as ``fusion_rescnn``, ... (``--variant b2=F,C,2``: at 2 
 prompt length (``decoding.mixed_prompts = false``), as before mixed prompt batches. ``--abstracts 1000`` also annotates that many abstracts
 through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,20 +49,38 @@ def rows(fusion: str, cascade: str, label: str = "", beams: int = 0):
     table = {
         "generator": off,
         "fusion": {"reranker.fusion": fusion, "reranker.cascade": "off"},
-        "forced_fusion": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.settle_threshold": 2.0,
-                          "reranker.beam": "never"},
+        "forced_fusion": {
+            "reranker.fusion": cascade,
+            "reranker.cascade": "on",
+            "reranker.settle_threshold": 2.0,
+            "reranker.beam": "never",
+        },
         "cascade": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never"},
         "cascade_weak_beam": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "weak"},
         # the floor of the cascade's cost: every mention settled by the first retrievers' fusion, the generator
         # (and any deferred retriever) never run: what retrieval and the fusion cost on their own
-        "retrieval_only": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never",
-                           "reranker.settle_threshold": 0.0, "reranker.early_threshold": 0.0},
+        "retrieval_only": {
+            "reranker.fusion": cascade,
+            "reranker.cascade": "on",
+            "reranker.beam": "never",
+            "reranker.settle_threshold": 0.0,
+            "reranker.early_threshold": 0.0,
+        },
         # the cascade with the generator's linear layers in int8 (dynamic quantization, CPU)
-        "cascade_int8": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never", "dtype": "int8"},
+        "cascade_int8": {
+            "reranker.fusion": cascade,
+            "reranker.cascade": "on",
+            "reranker.beam": "never",
+            "dtype": "int8",
+        },
     }
     # the same with one decoder batch per prompt length (before mixed prompt batches, linking/prompt_batch.py)
-    table.update({f"{name}_grouped": {**table[name], "decoding.mixed_prompts": False}
-                  for name in ("generator", "fusion", "cascade", "cascade_weak_beam")})
+    table.update(
+        {
+            f"{name}_grouped": {**table[name], "decoding.mixed_prompts": False}
+            for name in ("generator", "fusion", "cascade", "cascade_weak_beam")
+        }
+    )
     if beams:
         table = {name: {**settings, "reranker.generator_beams": beams} for name, settings in table.items()}
     if not label:
@@ -101,10 +120,15 @@ def measure(pipeline: Path, settings: dict, mentions, repeats: int) -> dict:
     hits = [hit_rank(gold_id_set(m), found[:5]) for m, found in zip(mentions, results)]
     n = len(mentions)
     shares = Counter(paths)
-    return {"recall@1": round(sum(h == 1 for h in hits) / n, 4), "recall@5": round(sum(h is not None for h in hits) / n, 4),
-            "seconds": round(best, 3), "mentions_per_second": round(n / best, 2),
-            "cpu_seconds": round(cpu, 3), "mentions_per_cpu_second": round(n / cpu, 2),
-            "paths": {p: round(c / n, 4) for p, c in sorted(shares.items())}}
+    return {
+        "recall@1": round(sum(h == 1 for h in hits) / n, 4),
+        "recall@5": round(sum(h is not None for h in hits) / n, 4),
+        "seconds": round(best, 3),
+        "mentions_per_second": round(n / best, 2),
+        "cpu_seconds": round(cpu, 3),
+        "mentions_per_cpu_second": round(n / cpu, 2),
+        "paths": {p: round(c / n, 4) for p, c in sorted(shares.items())},
+    }
 
 
 def annotate_rows(pipeline: Path, table: dict, names, texts) -> dict:
@@ -120,9 +144,13 @@ def annotate_rows(pipeline: Path, table: dict, names, texts) -> dict:
         total = sum(seconds.values())
         n_mentions = sum(len(doc.ents) for doc in docs)
         paths = nlp.get_pipe("genbioel").stats
-        out[name] = {"documents_per_second": round(len(docs) / total, 2), "mentions_per_second": round(n_mentions / total, 2),
-                     "mentions": n_mentions, "genbioel_seconds": round(seconds["genbioel"], 2),
-                     "paths": {p: round(c / max(n_mentions, 1), 4) for p, c in sorted(paths.items())}}
+        out[name] = {
+            "documents_per_second": round(len(docs) / total, 2),
+            "mentions_per_second": round(n_mentions / total, 2),
+            "mentions": n_mentions,
+            "genbioel_seconds": round(seconds["genbioel"], 2),
+            "paths": {p: round(c / max(n_mentions, 1), 4) for p, c in sorted(paths.items())},
+        }
         print("annotate", name, json.dumps(out[name]), flush=True)
     return out
 
@@ -131,23 +159,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", type=Path, required=True)
     parser.add_argument("--corpus", type=Path, required=True, help="gold mentions: the dev split")
-    parser.add_argument("--format", default="pubtator", help="the corpus format (pubtator, askapatient, ...: load_corpus's)")
+    parser.add_argument(
+        "--format", default="pubtator", help="the corpus format (pubtator, askapatient, ...: load_corpus's)"
+    )
     parser.add_argument("--fusion", required=True, help="fusion fitted on beam lists (today's)")
     parser.add_argument("--cascade", required=True, help="fusion fitted on forced lists with --cascade")
-    parser.add_argument("--variant", type=variant, action="append", default=[],
-                        help="LABEL=FUSION,CASCADE[,BEAMS]: the same rows with other fusion files (other retrievers, "
-                             "lists of another beam width), named <row>_LABEL")
-    parser.add_argument("--pipeline-row", type=pipeline_row, action="append", default=[],
-                        help="NAME=DIR: a row measured on another pipeline as it links (`package --kb KB` without --model: "
-                             "the retrieval-only pipeline)")
+    parser.add_argument(
+        "--variant",
+        type=variant,
+        action="append",
+        default=[],
+        help="LABEL=FUSION,CASCADE[,BEAMS]: the same rows with other fusion files (other retrievers, "
+        "lists of another beam width), named <row>_LABEL",
+    )
+    parser.add_argument(
+        "--pipeline-row",
+        type=pipeline_row,
+        action="append",
+        default=[],
+        help="NAME=DIR: a row measured on another pipeline as it links (`package --kb KB` without --model: "
+        "the retrieval-only pipeline)",
+    )
     parser.add_argument("--crosswalk", type=Path, default=None)
     parser.add_argument("--no-abbreviations", action="store_true")
     parser.add_argument("--limit", type=int, default=0, help="first N mentions (0: all)")
     parser.add_argument("--rows", default="", help="comma-separated rows (default: all)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--abstracts", type=int, default=0,
-                        help="also annotate this many abstracts (BC5CDR train then dev) through nlp.pipe, per --annotate-rows")
+    parser.add_argument(
+        "--abstracts",
+        type=int,
+        default=0,
+        help="also annotate this many abstracts (BC5CDR train then dev) through nlp.pipe, per --annotate-rows",
+    )
     parser.add_argument("--annotate-rows", default="fusion,cascade")
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
     parser.add_argument("--out", type=Path, default=None)
@@ -165,11 +209,20 @@ def main() -> None:
         table.update(rows(fusion, cascade, label, beams))
     others = dict(args.pipeline_row)
     chosen = [r for r in args.rows.split(",") if r] or [*table, *others]
-    report = {"machine": f"{platform.processor() or platform.machine()}, {args.threads} thread(s)", "date": str(date.today()),
-              "pipeline": str(args.pipeline), "corpus": str(args.corpus), "mentions": len(mentions), "rows": {}}
+    report = {
+        "machine": f"{platform.processor() or platform.machine()}, {args.threads} thread(s)",
+        "date": str(date.today()),
+        "pipeline": str(args.pipeline),
+        "corpus": str(args.corpus),
+        "mentions": len(mentions),
+        "rows": {},
+    }
     for name in chosen:
-        report["rows"][name] = (measure(others[name], {}, mentions, args.repeats) if name in others
-                                else measure(args.pipeline, table[name], mentions, args.repeats))
+        report["rows"][name] = (
+            measure(others[name], {}, mentions, args.repeats)
+            if name in others
+            else measure(args.pipeline, table[name], mentions, args.repeats)
+        )
         print(name, json.dumps(report["rows"][name]), flush=True)
     base = report["rows"].get("fusion")
     if base:
@@ -186,8 +239,11 @@ def main() -> None:
 
         documents, source = benchmark_documents(args.data_dir, args.abstracts)
         texts = [f"{d.title} {d.abstract}".strip() for d in documents]
-        report["annotate"] = {"abstracts": len(texts), "source": source,
-                              "rows": annotate_rows(args.pipeline, table, [r for r in args.annotate_rows.split(",") if r], texts)}
+        report["annotate"] = {
+            "abstracts": len(texts),
+            "source": source,
+            "rows": annotate_rows(args.pipeline, table, [r for r in args.annotate_rows.split(",") if r], texts),
+        }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")

@@ -4,6 +4,7 @@ keeps the command docs/benchmarks.md names::
 
     python bench/cascade_folds.py metrics --suffix _loss --json metrics/cascade_aap_folds.json
 """
+
 from __future__ import annotations
 
 import sys
@@ -13,7 +14,10 @@ from spacy_genbioel.cli import app
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    app(args=["cascade-folds-report", *(sys.argv[1:] if argv is None else argv)], prog_name="python bench/cascade_folds.py")
+    app(
+        args=["cascade-folds-report", *(sys.argv[1:] if argv is None else argv)],
+        prog_name="python bench/cascade_folds.py",
+    )
 
 
 if __name__ == "__main__":

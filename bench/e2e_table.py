@@ -1,7 +1,8 @@
 """Markdown table of end-to-end reports (`evaluate --end-to-end --json`).
 
-    python bench/e2e_table.py metrics/ncbi_e2e_*.json
+python bench/e2e_table.py metrics/ncbi_e2e_*.json
 """
+
 import json
 import sys
 from pathlib import Path
@@ -13,8 +14,10 @@ def main(paths):
     for path in paths:
         r = json.loads(Path(path).read_text(encoding="utf8"))
         prf = lambda m: " / ".join(f"{m[k]:.4f}" for k in ("precision", "recall", "f1"))  # noqa: E731
-        print(f"| {Path(path).stem} | {prf(r['linking']['strict'])} | {prf(r['linking']['partial'])} "
-              f"| {r['ner']['strict']['f1']:.4f} | {r['ner']['partial']['f1']:.4f} |")
+        print(
+            f"| {Path(path).stem} | {prf(r['linking']['strict'])} | {prf(r['linking']['partial'])} "
+            f"| {r['ner']['strict']['f1']:.4f} | {r['ner']['partial']['f1']:.4f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
     python bench/folds_report.py training/aap/tiny/folds --json metrics/aap_folds.json
 """
+
 from __future__ import annotations
 
 import sys

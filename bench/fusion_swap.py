@@ -9,6 +9,7 @@ dev predictions there: a report, never a selection signal::
 
     python bench/fusion_swap.py bench_out/ncbi_crossfit --variant plain --drop gap --drop log_prior,exact
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("crossfit", type=Path, help="bench/crossfit.sh output folder (fold-<i>/ predictions, folds/)")
     parser.add_argument("--variant", default="plain", help="plain | aug")
-    parser.add_argument("--drop", action="append", default=[], help="comma-separated feature groups to drop (gap, rr, score, in, exact, log_prior, tfidf_gap...)")
-    parser.add_argument("--dev", type=Path, help="a bench/variants.sh folder: replay the all-folds fusion on its dev predictions")
+    parser.add_argument(
+        "--drop",
+        action="append",
+        default=[],
+        help="comma-separated feature groups to drop (gap, rr, score, in, exact, log_prior, tfidf_gap...)",
+    )
+    parser.add_argument(
+        "--dev", type=Path, help="a bench/variants.sh folder: replay the all-folds fusion on its dev predictions"
+    )
     args = parser.parse_args(argv)
     folds = [load_fold(args.crossfit, f, args.variant) for f in sorted(args.crossfit.glob("fold-*")) if f.is_dir()]
     print("| features | fold-swap recall@1 | recall@5 | dev replay recall@1 | recall@5 |")

@@ -10,6 +10,7 @@ lines first, then the same context left and right of the markers), and prints th
 share of identical ``.source`` lines, each kind of difference with its count and
 examples, and the agreement of the prompts, labels and target names.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,7 +87,9 @@ def compare(data: Path, examples: int = 3) -> Dict[str, object]:
     their_labels = (reference / "devlabel.txt").read_text(encoding="utf8").splitlines()
     documents = list(read_pubtator(data / CORPUS))
     counts: Counter = Counter()
-    lines = source_lines(documents, InputBuilder(style=STYLE), KnowledgeBase.load(reference / "target_kb.json"), stats=counts)
+    lines = source_lines(
+        documents, InputBuilder(style=STYLE), KnowledgeBase.load(reference / "target_kb.json"), stats=counts
+    )
     annotations = {(doc.pmid, a.start, a.end): a for doc in documents for a in doc.annotations}
     ours = [line.source for line in lines]
     pairs, our_rest, their_rest = align(ours, theirs)
@@ -105,14 +108,24 @@ def compare(data: Path, examples: int = 3) -> Dict[str, object]:
             continue
         ann = annotations[(line.doc_id, line.start, line.end)]
         kinds[difference_kind(ours[i], theirs[j], ann.text, tuple(ann.ids))].append(
-            f"PMID {line.doc_id} {ann.text!r}: ours {split_source(ours[i])[1]!r}, GenBioEL {split_source(theirs[j])[1]!r}")
+            f"PMID {line.doc_id} {ann.text!r}: ours {split_source(ours[i])[1]!r}, GenBioEL {split_source(theirs[j])[1]!r}"
+        )
     return {
-        "reference_lines": len(theirs), "exported_lines": len(ours), "aligned": len(pairs),
-        "identical_source": agree["source"], "share_identical": agree["source"] / len(theirs) if theirs else 0.0,
-        "identical_prompt": agree["prompt"], "identical_label": agree["label"], "identical_target_name": agree["name"],
+        "reference_lines": len(theirs),
+        "exported_lines": len(ours),
+        "aligned": len(pairs),
+        "identical_source": agree["source"],
+        "share_identical": agree["source"] / len(theirs) if theirs else 0.0,
+        "identical_prompt": agree["prompt"],
+        "identical_label": agree["label"],
+        "identical_target_name": agree["name"],
         "target_name_is_the_mention": agree["name_is_mention"],
-        "differences": {kind: {"count": len(found), "examples": found[:examples]} for kind, found in sorted(kinds.items())},
-        "unaligned_ours": len(our_rest), "unaligned_reference": len(their_rest), "export_counts": dict(counts),
+        "differences": {
+            kind: {"count": len(found), "examples": found[:examples]} for kind, found in sorted(kinds.items())
+        },
+        "unaligned_ours": len(our_rest),
+        "unaligned_reference": len(their_rest),
+        "export_counts": dict(counts),
     }
 
 
@@ -124,18 +137,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     result = compare(data)
     n = result["reference_lines"]
-    print(f"NCBI-disease dev, style {STYLE}: {result['exported_lines']} lines exported, {n} in GenBioEL's dev.source, "
-          f"{result['aligned']} aligned by mention")
+    print(
+        f"NCBI-disease dev, style {STYLE}: {result['exported_lines']} lines exported, {n} in GenBioEL's dev.source, "
+        f"{result['aligned']} aligned by mention"
+    )
     print(f"identical .source lines: {result['identical_source']} / {n} ({100 * result['share_identical']:.2f}%)")
     for kind, found in result["differences"].items():
         print(f"  {kind}: {found['count']}")
         for example in found["examples"]:
             print(f"    {example}")
     print(f"unaligned: ours {result['unaligned_ours']}, GenBioEL's {result['unaligned_reference']}")
-    print(f"identical prompts (dev.target[0]): {result['identical_prompt']} / {n}; labels: {result['identical_label']} / {n}; "
-          f"target names (dev.target[1]): {result['identical_target_name']} / {n}, of the others "
-          f"{result['target_name_is_the_mention']} are the mention itself, a name target_kb.json gives its gold concept "
-          "(GenBioEL chose dev targets among its dev KB's names, with scispacy's UMLS TF-IDF)")
+    print(
+        f"identical prompts (dev.target[0]): {result['identical_prompt']} / {n}; labels: {result['identical_label']} / {n}; "
+        f"target names (dev.target[1]): {result['identical_target_name']} / {n}, of the others "
+        f"{result['target_name_is_the_mention']} are the mention itself, a name target_kb.json gives its gold concept "
+        "(GenBioEL chose dev targets among its dev KB's names, with scispacy's UMLS TF-IDF)"
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ Each run directory is a ``finetune`` output (``config.cfg``, ``result.json``,
 mentions unless ``--mentions`` is given, so the figures are the ones training
 would log at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,15 +49,27 @@ def main() -> None:
         evaluate = stage_evaluator(stage, kb, args.dev)
         began = time.perf_counter()
         scores = evaluate(model, tokenizer)
-        rows.append({
-            "run": str(run), "input_mode": stage.inputs.input_mode, "context_words": stage.inputs.context_words,
-            "max_source_tokens": stage.training.max_source_tokens, "seed": stage.training.seed,
-            "steps": result.get("step"), "train_seconds": result.get("seconds"),
-            **{k: round(v, 4) for k, v in scores.items()}, "eval_seconds": round(time.perf_counter() - began, 1),
-        })
+        rows.append(
+            {
+                "run": str(run),
+                "input_mode": stage.inputs.input_mode,
+                "context_words": stage.inputs.context_words,
+                "max_source_tokens": stage.training.max_source_tokens,
+                "seed": stage.training.seed,
+                "steps": result.get("step"),
+                "train_seconds": result.get("seconds"),
+                **{k: round(v, 4) for k, v in scores.items()},
+                "eval_seconds": round(time.perf_counter() - began, 1),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
-    out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.platform(),
-           "cpus": os.cpu_count(), "dev": str(args.dev), "rows": rows}
+    out = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "dev": str(args.dev),
+        "rows": rows,
+    }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf8")

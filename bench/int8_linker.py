@@ -10,6 +10,7 @@ model and with ``torch.ao.quantization.quantize_dynamic`` applied to the
 stays fp32), on 1 and 2 torch threads, and reports recall@1/@5, mentions/s
 and how many top-1 concepts the two agree on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,16 +27,17 @@ from typing import Any, Dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pipeline", type=Path, required=True)
-    parser.add_argument("--corpus", type=Path, default=None, help="default: NCBI-disease dev under $GENBIOEL_DATA or ../shared/data")
+    parser.add_argument(
+        "--corpus", type=Path, default=None, help="default: NCBI-disease dev under $GENBIOEL_DATA or ../shared/data"
+    )
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
+    import spacy
     import torch
 
     from spacy_genbioel.evaluation.report import evaluate_linker
-    import spacy
-
     from spacy_genbioel.evaluation.run import load_corpus
     from spacy_genbioel.linking.abbreviations import AbbreviationExpander
 
@@ -58,17 +60,27 @@ def main() -> None:
             linker.model = model
             report = evaluate_linker(linker, mentions, top_k=5, kb=kb, bins=None, name=name)
             top1[name] = [p[0].ids if p else None for p in report.predictions]
-            rows.append({
-                "model": name, "threads": threads, "mentions": len(mentions),
-                "recall@1": round(report.recall[1], 4), "recall@5": round(report.recall[5], 4),
-                "seconds": round(report.seconds, 2), "mentions_per_s": round(len(mentions) / report.seconds, 1),
-                "load_average": [round(x, 2) for x in os.getloadavg()],
-            })
+            rows.append(
+                {
+                    "model": name,
+                    "threads": threads,
+                    "mentions": len(mentions),
+                    "recall@1": round(report.recall[1], 4),
+                    "recall@5": round(report.recall[5], 4),
+                    "seconds": round(report.seconds, 2),
+                    "mentions_per_s": round(len(mentions) / report.seconds, 1),
+                    "load_average": [round(x, 2) for x in os.getloadavg()],
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     agree = sum(a == b for a, b in zip(top1["fp32"], top1["int8"]))
     result = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.platform(),
-        "pipeline": str(args.pipeline), "corpus": str(corpus), "rows": rows, "top1_agreement": f"{agree}/{len(mentions)}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": platform.platform(),
+        "pipeline": str(args.pipeline),
+        "corpus": str(corpus),
+        "rows": rows,
+        "top1_agreement": f"{agree}/{len(mentions)}",
     }
     print(json.dumps({"top1_agreement": result["top1_agreement"]}))
     if args.json:

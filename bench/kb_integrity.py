@@ -15,6 +15,7 @@ deleted) and lets the child read every name and concept: its exit status (-7 is 
 the last line of its error output, one JSON line per case. Timings depend on the machine and
 its load.
 """
+
 import argparse
 import json
 import os
@@ -24,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MEASURE = r'''
+MEASURE = r"""
 import json, sys, time
 from spacy_genbioel.arrayfile import read_arrays
 from spacy_genbioel.kb.compact_build import content_digest
@@ -40,16 +41,16 @@ for run in range(int(sys.argv[2])):
     content_digest(arrays)
     print(json.dumps({"run": run, "wall_s": round(time.perf_counter() - wall, 3), "cpu_s": round(time.process_time() - cpu, 3),
                       "peak_rss_mb": status("VmHWM")}), flush=True)
-'''
+"""
 
-READER = r'''
+READER = r"""
 import sys
 from spacy_genbioel.kb.compact import CompactKB
 kb = CompactKB.open(sys.argv[1])
 print("opened", flush=True)
 sys.stdin.readline()
 print(len(list(kb.names)), sum(1 for _ in kb), flush=True)
-'''
+"""
 
 
 def digest(mb: int, repeats: int) -> None:
@@ -73,13 +74,20 @@ def swap(n_concepts: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         old, new = work / "old.safetensors", work / "new.safetensors"
-        CompactKB.build([Concept(f"D{i:06d}", [f"name number {i} of a longer list"]) for i in range(n_concepts)]).save(old)
+        CompactKB.build([Concept(f"D{i:06d}", [f"name number {i} of a longer list"]) for i in range(n_concepts)]).save(
+            old
+        )
         CompactKB.build([Concept(f"E{i:06d}", [f"another name {i}"]) for i in range(n_concepts * 2 // 3)]).save(new)
         for case in ("truncate to 4 KB", "cp a smaller KB over it", "rename a new file over it", "delete it"):
             live = work / "live.safetensors"
             shutil.copy(old, live)
-            child = subprocess.Popen([sys.executable, "-c", READER, str(live)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+            child = subprocess.Popen(
+                [sys.executable, "-c", READER, str(live)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             child.stdout.readline()
             if case.startswith("truncate"):
                 os.truncate(live, 4096)
@@ -92,8 +100,18 @@ def swap(n_concepts: int) -> None:
                 live.unlink()
             out, err = child.communicate("go\n")
             last = (err.strip().splitlines() or [""])[-1]
-            print(json.dumps({"case": case, "exit": child.returncode, "sigbus": child.returncode == -7,
-                              "stdout": out.strip(), "error": last[:160]}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "case": case,
+                        "exit": child.returncode,
+                        "sigbus": child.returncode == -7,
+                        "stdout": out.strip(),
+                        "error": last[:160],
+                    }
+                ),
+                flush=True,
+            )
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ shared machine the wall time grows with the other jobs, the CPU time much less.
 ``PYTHONPATH=OTHER_CHECKOUT python bench/kb_scale.py --kb-format jsonl ...``
 measures another version of the package (the "before" rows of docs/scale.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,8 +74,11 @@ def run_command(cmd: List[str], log: Optional[Path] = None, parse_json: bool = F
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:6])} failed with {proc.returncode} (see {log})")
     result = json.loads(out.decode().strip().splitlines()[-1]) if parse_json else {}
-    result.update(wall_s=round(wall, 2), cpu_s=round(usage.ru_utime + usage.ru_stime, 2),
-                  peak_rss_mb=round(usage.ru_maxrss * 1024 / MB, 1))
+    result.update(
+        wall_s=round(wall, 2),
+        cpu_s=round(usage.ru_utime + usage.ru_stime, 2),
+        peak_rss_mb=round(usage.ru_maxrss * 1024 / MB, 1),
+    )
     return result
 
 
@@ -118,8 +122,15 @@ def step_model(kb: str, out: str, sample: int = 200_000) -> Dict:
     names = base.names
     step = max(1, len(names) // sample)
     tokenizer = train_tokenizer((names[i] for i in range(0, len(names), step)), vocab_size=8000)
-    micro = Preset(d_model=32, encoder_layers=1, decoder_layers=1, attention_heads=2, ffn_dim=64,
-                   max_position_embeddings=512, vocab_size=len(tokenizer))
+    micro = Preset(
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        attention_heads=2,
+        ffn_dim=64,
+        max_position_embeddings=512,
+        vocab_size=len(tokenizer),
+    )
     model = build_model(micro, tokenizer, seed=0, dropout=0.0)
     save_model(model, tokenizer, Path(out))
     return {"vocab": len(tokenizer), "parameters": sum(p.numel() for p in model.parameters())}
@@ -141,11 +152,21 @@ def step_trie(kb: str, model: str, out: str) -> Dict:
     trie = linker.trie
     began = time.monotonic()
     trie.to_disk(out)
-    return {"kb_names": base.n_names, "kb_concepts": len(base), "kb_load_s": round(kb_s, 2), "trie_build_s": round(build_s, 2), "trie_build_cpu_s": round(build_cpu, 2),
-            "trie_save_s": round(time.monotonic() - began, 2), "trie_names": trie.n_names, "trie_nodes": trie.n_nodes,
-            "trie_depth": trie.max_depth, "trie_memory_mb": round(trie.nbytes() / MB, 1),
-            "trie_file_mb": round(Path(out).stat().st_size / MB, 1), "rss_before_build_mb": before["rss_mb"],
-            "peak_in_process_mb": _peak_mb()}
+    return {
+        "kb_names": base.n_names,
+        "kb_concepts": len(base),
+        "kb_load_s": round(kb_s, 2),
+        "trie_build_s": round(build_s, 2),
+        "trie_build_cpu_s": round(build_cpu, 2),
+        "trie_save_s": round(time.monotonic() - began, 2),
+        "trie_names": trie.n_names,
+        "trie_nodes": trie.n_nodes,
+        "trie_depth": trie.max_depth,
+        "trie_memory_mb": round(trie.nbytes() / MB, 1),
+        "trie_file_mb": round(Path(out).stat().st_size / MB, 1),
+        "rss_before_build_mb": before["rss_mb"],
+        "peak_in_process_mb": _peak_mb(),
+    }
 
 
 def step_save(kb: str, model: str, trie: str, out: str) -> Dict:
@@ -194,6 +215,7 @@ def step_load(pipeline: str, n_mentions: int = 40) -> Dict:
     from transformers import BartForConditionalGeneration, PreTrainedTokenizerFast  # noqa: F401
 
     import spacy_genbioel  # noqa: F401
+
     import_s = time.monotonic() - began
 
     before = _rss()
@@ -212,13 +234,23 @@ def step_load(pipeline: str, n_mentions: int = 40) -> Dict:
     linked = [e._.kb_id for doc in nlp.pipe(docs) for e in doc.ents]
     link_s = time.monotonic() - began
     after = _rss()
-    return {"import_s": round(import_s, 2), "load_s": round(load_s, 2), "load_cpu_s": round(load_cpu, 2),
-            "link_s": round(link_s, 2), "mentions": len(linked),
-            "linked": sum(1 for x in linked if x is not None), "rss_before_load_mb": before["rss_mb"],
-            "rss_loaded_mb": loaded["rss_mb"], "uss_loaded_mb": loaded["uss_mb"], "rss_linked_mb": after["rss_mb"],
-            "uss_linked_mb": after["uss_mb"], "mapped_loaded_mb": mapped_loaded,
-            "mapped_linked_mb": _mapped_mb(str(Path(pipeline).resolve())), "kb_type": type(kb).__name__,
-            "peak_in_process_mb": _peak_mb()}
+    return {
+        "import_s": round(import_s, 2),
+        "load_s": round(load_s, 2),
+        "load_cpu_s": round(load_cpu, 2),
+        "link_s": round(link_s, 2),
+        "mentions": len(linked),
+        "linked": sum(1 for x in linked if x is not None),
+        "rss_before_load_mb": before["rss_mb"],
+        "rss_loaded_mb": loaded["rss_mb"],
+        "uss_loaded_mb": loaded["uss_mb"],
+        "rss_linked_mb": after["rss_mb"],
+        "uss_linked_mb": after["uss_mb"],
+        "mapped_loaded_mb": mapped_loaded,
+        "mapped_linked_mb": _mapped_mb(str(Path(pipeline).resolve())),
+        "kb_type": type(kb).__name__,
+        "peak_in_process_mb": _peak_mb(),
+    }
 
 
 def step_scispacy_build(kb: str, out: str, m: int = 16, ef_construction: int = 200, threads: int = 2) -> Dict:
@@ -243,8 +275,11 @@ def step_scispacy_build(kb: str, out: str, m: int = 16, ef_construction: int = 2
     aliases = [a for a, k in zip(aliases, keep) if k]
     vectors = vectors[keep]
     fit_s = time.monotonic() - began
-    (out_dir / "tfidf_vectorizer.json").write_text(json.dumps(
-        {"vocabulary": {k: int(v) for k, v in vectorizer.vocabulary_.items()}, "idf": vectorizer.idf_.tolist()}))
+    (out_dir / "tfidf_vectorizer.json").write_text(
+        json.dumps(
+            {"vocabulary": {k: int(v) for k, v in vectorizer.vocabulary_.items()}, "idf": vectorizer.idf_.tolist()}
+        )
+    )
     (out_dir / "concept_aliases.json").write_text(json.dumps(aliases))
     scipy.sparse.save_npz(out_dir / "tfidf_vectors_sparse.npz", vectors.astype(np.float32))
     began = time.monotonic()
@@ -253,8 +288,13 @@ def step_scispacy_build(kb: str, out: str, m: int = 16, ef_construction: int = 2
     index.createIndex({"M": m, "indexThreadQty": threads, "efConstruction": ef_construction, "post": 0})
     index.saveIndex(str(out_dir / "nmslib_index.bin"))
     sizes = {p.name: round(p.stat().st_size / MB, 1) for p in out_dir.iterdir()}
-    return {"aliases": len(aliases), "vectorizer_s": round(fit_s, 2), "index_s": round(time.monotonic() - began, 2),
-            "files_mb": sizes, "peak_in_process_mb": _peak_mb()}
+    return {
+        "aliases": len(aliases),
+        "vectorizer_s": round(fit_s, 2),
+        "index_s": round(time.monotonic() - began, 2),
+        "files_mb": sizes,
+        "peak_in_process_mb": _peak_mb(),
+    }
 
 
 def step_scispacy_load(kb: str, index_dir: str, n_mentions: int = 40) -> Dict:
@@ -275,8 +315,9 @@ def step_scispacy_load(kb: str, index_dir: str, n_mentions: int = 40) -> Dict:
     before = _rss()
     began, cpu = time.monotonic(), time.process_time()
     saved = json.loads((folder / "tfidf_vectorizer.json").read_text())
-    vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3), min_df=10, dtype=np.float32,
-                                 vocabulary=saved["vocabulary"])
+    vectorizer = TfidfVectorizer(
+        analyzer="char_wb", ngram_range=(3, 3), min_df=10, dtype=np.float32, vocabulary=saved["vocabulary"]
+    )
     vectorizer.idf_ = np.asarray(saved["idf"], dtype=np.float64)
     aliases = json.loads((folder / "concept_aliases.json").read_text())
     vectors = scipy.sparse.load_npz(folder / "tfidf_vectors_sparse.npz").astype(np.float32)
@@ -284,8 +325,9 @@ def step_scispacy_load(kb: str, index_dir: str, n_mentions: int = 40) -> Dict:
     index.addDataPointBatch(vectors)
     index.loadIndex(str(folder / "nmslib_index.bin"))
     index.setQueryTimeParams({"efSearch": 200})
-    generator = CandidateGenerator(ann_index=index, tfidf_vectorizer=vectorizer, ann_concept_aliases_list=aliases,
-                                   kb=ScispacyKB(kb))
+    generator = CandidateGenerator(
+        ann_index=index, tfidf_vectorizer=vectorizer, ann_concept_aliases_list=aliases, kb=ScispacyKB(kb)
+    )
     load_s, load_cpu = time.monotonic() - began, time.process_time() - cpu
     loaded = _rss()
     rng = random.Random(0)
@@ -294,10 +336,18 @@ def step_scispacy_load(kb: str, index_dir: str, n_mentions: int = 40) -> Dict:
     found = generator(mentions, 30)
     link_s = time.monotonic() - began
     after = _rss()
-    return {"import_s": round(import_s, 2), "load_s": round(load_s, 2), "load_cpu_s": round(load_cpu, 2),
-            "link_s": round(link_s, 2), "mentions": len(found),
-            "rss_before_load_mb": before["rss_mb"], "rss_loaded_mb": loaded["rss_mb"], "uss_loaded_mb": loaded["uss_mb"],
-            "rss_linked_mb": after["rss_mb"], "peak_in_process_mb": _peak_mb()}
+    return {
+        "import_s": round(import_s, 2),
+        "load_s": round(load_s, 2),
+        "load_cpu_s": round(load_cpu, 2),
+        "link_s": round(link_s, 2),
+        "mentions": len(found),
+        "rss_before_load_mb": before["rss_mb"],
+        "rss_loaded_mb": loaded["rss_mb"],
+        "uss_loaded_mb": loaded["uss_mb"],
+        "rss_linked_mb": after["rss_mb"],
+        "peak_in_process_mb": _peak_mb(),
+    }
 
 
 def step_scispacy_kb(kb: str, out: str) -> Dict:
@@ -310,8 +360,18 @@ def step_scispacy_kb(kb: str, out: str) -> Dict:
         for concept in base:
             names = base.names_of(concept.id)
             if names:
-                handle.write(json.dumps({"concept_id": concept.id, "canonical_name": names[0], "aliases": names[1:],
-                                         "types": list(concept.types)}, ensure_ascii=False) + "\n")
+                handle.write(
+                    json.dumps(
+                        {
+                            "concept_id": concept.id,
+                            "canonical_name": names[0],
+                            "aliases": names[1:],
+                            "types": list(concept.types),
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
                 n += 1
     return {"concepts": n}
 
@@ -320,21 +380,34 @@ STEPS = {name[5:]: fn for name, fn in globals().items() if name.startswith("step
 
 
 # -- the measurement -----------------------------------------------------------------------------------------------
-def measure(size: int, work: Path, stats: Path, seed: int, kb_format: str, scispacy: bool, log: Path,
-            only_load: Optional[Dict] = None) -> Dict:
+def measure(
+    size: int,
+    work: Path,
+    stats: Path,
+    seed: int,
+    kb_format: str,
+    scispacy: bool,
+    log: Path,
+    only_load: Optional[Dict] = None,
+) -> Dict:
     tag = _tag(size)
     folder = work / tag
     folder.mkdir(parents=True, exist_ok=True)
-    if only_load is not None:  # --load-only: measure loading again (scispacy's too), keep the rest of the earlier record
+    if (
+        only_load is not None
+    ):  # --load-only: measure loading again (scispacy's too), keep the rest of the earlier record
         record = {**only_load, "load": run_step("load", {"pipeline": str(folder / f"pipeline_{kb_format}")}, log)}
         if "scispacy_load" in only_load:
-            record["scispacy_load"] = run_step("scispacy_load", {"kb": str(folder / "scispacy_kb.jsonl"),
-                                                                 "index_dir": str(folder / "scispacy")}, log)
+            record["scispacy_load"] = run_step(
+                "scispacy_load", {"kb": str(folder / "scispacy_kb.jsonl"), "index_dir": str(folder / "scispacy")}, log
+            )
         return record
     source = folder / "source.jsonl"
     record: Dict = {"names_generated": size, "kb_format": kb_format}
     if not source.exists():
-        record["generate"] = run_step("generate", {"stats": str(stats), "names": size, "seed": seed, "out": str(source)}, log)
+        record["generate"] = run_step(
+            "generate", {"stats": str(stats), "names": size, "seed": seed, "out": str(source)}, log
+        )
     kb = folder / f"kb.{kb_format}"
     cmd = [sys.executable, "-m", "spacy_genbioel", "build-kb", "-f", "jsonl", str(source), "--out", str(kb)]
     record["build_kb"] = run_command(cmd, log)
@@ -345,13 +418,17 @@ def measure(size: int, work: Path, stats: Path, seed: int, kb_format: str, scisp
     trie = folder / f"trie_for_{kb_format}_kb.safetensors"
     record["trie"] = run_step("trie", {"kb": str(kb), "model": str(model), "out": str(trie)}, log)
     pipeline = folder / f"pipeline_{kb_format}"
-    record["save"] = run_step("save", {"kb": str(kb), "model": str(model), "trie": str(trie), "out": str(pipeline)}, log)
+    record["save"] = run_step(
+        "save", {"kb": str(kb), "model": str(model), "trie": str(trie), "out": str(pipeline)}, log
+    )
     record["load"] = run_step("load", {"pipeline": str(pipeline)}, log)
     if scispacy:
         sci_kb = folder / "scispacy_kb.jsonl"
         record["scispacy_kb"] = run_step("scispacy_kb", {"kb": str(kb), "out": str(sci_kb)}, log)
         record["scispacy_build"] = run_step("scispacy_build", {"kb": str(sci_kb), "out": str(folder / "scispacy")}, log)
-        record["scispacy_load"] = run_step("scispacy_load", {"kb": str(sci_kb), "index_dir": str(folder / "scispacy")}, log)
+        record["scispacy_load"] = run_step(
+            "scispacy_load", {"kb": str(sci_kb), "index_dir": str(folder / "scispacy")}, log
+        )
     return record
 
 
@@ -364,6 +441,7 @@ def _tag(size: int) -> str:
 
 def table(records: Sequence[Dict]) -> str:
     """The markdown table of the runs (one column per size and KB format)."""
+
     def get(r: Dict, path: Sequence[str]):
         value = r
         for key in path:
@@ -383,17 +461,25 @@ def table(records: Sequence[Dict]) -> str:
         return f"{value:,}{unit}" if isinstance(value, int) else f"{value}{unit}"
 
     rows = [
-        ("names generated (raw)", ("names_generated",), ""), ("unique normalized names (trie)", ("trie", "kb_names"), ""),
+        ("names generated (raw)", ("names_generated",), ""),
+        ("unique normalized names (trie)", ("trie", "kb_names"), ""),
         ("concepts", ("trie", "kb_concepts"), ""),
-        ("`build-kb` wall time", ("build_kb", "wall_s"), " s"), ("`build-kb` CPU time", ("build_kb", "cpu_s"), " s"), ("`build-kb` peak RSS", ("build_kb", "peak_rss_mb"), " MB"),
+        ("`build-kb` wall time", ("build_kb", "wall_s"), " s"),
+        ("`build-kb` CPU time", ("build_kb", "cpu_s"), " s"),
+        ("`build-kb` peak RSS", ("build_kb", "peak_rss_mb"), " MB"),
         ("KB file", ("build_kb", "kb_file_mb"), " MB"),
-        ("trie build (wall)", ("trie", "trie_build_s"), " s"), ("trie build (CPU)", ("trie", "trie_build_cpu_s"), " s"), ("trie-building process peak RSS", ("trie", "peak_rss_mb"), " MB"),
-        ("trie nodes", ("trie", "trie_nodes"), ""), ("trie arrays in memory", ("trie", "trie_memory_mb"), " MB"),
+        ("trie build (wall)", ("trie", "trie_build_s"), " s"),
+        ("trie build (CPU)", ("trie", "trie_build_cpu_s"), " s"),
+        ("trie-building process peak RSS", ("trie", "peak_rss_mb"), " MB"),
+        ("trie nodes", ("trie", "trie_nodes"), ""),
+        ("trie arrays in memory", ("trie", "trie_memory_mb"), " MB"),
         ("trie file", ("trie", "trie_file_mb"), " MB"),
         ("pipeline save (`nlp.to_disk`)", ("save", "save_s"), " s"),
         ("pipeline load, `spacy.load` (wall)", ("load", "load_s"), " s"),
-        ("pipeline load (CPU)", ("load", "load_cpu_s"), " s"), ("imports before loading (wall)", ("load", "import_s"), " s"),
-        ("RSS after load", ("load", "rss_loaded_mb"), " MB"), ("RSS added by loading (after load - before)", ("added", "load"), " MB"),
+        ("pipeline load (CPU)", ("load", "load_cpu_s"), " s"),
+        ("imports before loading (wall)", ("load", "import_s"), " s"),
+        ("RSS after load", ("load", "rss_loaded_mb"), " MB"),
+        ("RSS added by loading (after load - before)", ("added", "load"), " MB"),
         ("of which pages of the mapped KB and trie files", ("load", "mapped_loaded_mb"), " MB"),
         ("RSS after linking 40 mentions", ("load", "rss_linked_mb"), " MB"),
         ("of which pages of the mapped files", ("load", "mapped_linked_mb"), " MB"),
@@ -428,7 +514,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--stats", type=Path, help="synth_kb.py fit output (fitted into --work when absent)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kb-format", choices=["safetensors", "jsonl"], default="safetensors")
-    parser.add_argument("--scispacy-max", type=int, default=0, help="also measure scispacy's linker up to this many names")
+    parser.add_argument(
+        "--scispacy-max", type=int, default=0, help="also measure scispacy's linker up to this many names"
+    )
     parser.add_argument("--out", type=Path, help="JSON results")
     parser.add_argument("--table", type=Path, nargs="+", help="only print the table of earlier JSON results")
     parser.add_argument("--load-only", action="store_true", help="measure loading the pipelines of --out's runs again")
@@ -442,12 +530,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     log = args.work / "kb_scale.log"
     if not stats.exists():
         run_command([sys.executable, str(HERE / "synth_kb.py"), "fit", "--out", str(stats)], log)
-    result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-              f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB", "seed": args.seed, "runs": []}
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB",
+        "seed": args.seed,
+        "runs": [],
+    }
     earlier = {r["names_generated"]: r for r in json.loads(args.out.read_text())["runs"]} if args.load_only else {}
     for size in args.sizes:
-        record = measure(size, args.work, stats, args.seed, args.kb_format, size <= args.scispacy_max, log,
-                         only_load=earlier.get(size, {"names_generated": size, "kb_format": args.kb_format}) if args.load_only else None)
+        record = measure(
+            size,
+            args.work,
+            stats,
+            args.seed,
+            args.kb_format,
+            size <= args.scispacy_max,
+            log,
+            only_load=earlier.get(size, {"names_generated": size, "kb_format": args.kb_format})
+            if args.load_only
+            else None,
+        )
         result["runs"].append(record)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)

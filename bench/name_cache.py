@@ -18,6 +18,7 @@ Rows, per retriever (``--linkers``: MiniLM as installed, ``dense``; ``rescnn`` w
 took 2,812 CPU s; the ``base`` row then says ``from_cache``). The derived index is always built in a
 temporary folder that holds the base's entry alone, never in DIR.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,19 +38,28 @@ def build(name: str, kb, folder: Path, rescnn_model: Optional[str]) -> Dict[str,
     """Build one retriever's index over ``kb`` with its cache in ``folder``: the timings, the reuse, the entry."""
     from spacy_genbioel.retrieval.registry import get_retriever
 
-    settings: Dict[str, Any] = {"cache_dir": str(folder)} if name == "dense" else {"index_dir": str(folder), "model": rescnn_model}
+    settings: Dict[str, Any] = (
+        {"cache_dir": str(folder)} if name == "dense" else {"index_dir": str(folder), "model": rescnn_model}
+    )
     wall, cpu = time.monotonic(), time.process_time()
     linker = get_retriever(name, kb, **settings)
     cache = linker.cache
-    return {"names": len(kb.names), "wall_s": round(time.monotonic() - wall, 2), "cpu_s": round(time.process_time() - cpu, 2),
-            "from_cache": linker.from_cache, "rows_reused": cache.reused if cache is not None else 0,
-            "rows_encoded": 0 if linker.from_cache else len(kb.names) - (cache.reused if cache is not None else 0),
-            "entry": str(cache.path) if cache is not None else None}
+    return {
+        "names": len(kb.names),
+        "wall_s": round(time.monotonic() - wall, 2),
+        "cpu_s": round(time.process_time() - cpu, 2),
+        "from_cache": linker.from_cache,
+        "rows_reused": cache.reused if cache is not None else 0,
+        "rows_encoded": 0 if linker.from_cache else len(kb.names) - (cache.reused if cache is not None else 0),
+        "entry": str(cache.path) if cache is not None else None,
+    }
 
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", type=Path, required=True, help="the KB whose entry is cached first (build-kb's JSONL)")
+    parser.add_argument(
+        "--base", type=Path, required=True, help="the KB whose entry is cached first (build-kb's JSONL)"
+    )
     parser.add_argument("--derived", type=Path, help="a KB sharing most of the base's names")
     parser.add_argument("--derived-train", type=Path, help="or: the base KB + these PubTator training mentions")
     parser.add_argument("--crosswalk", type=Path, help="legacy ID crosswalk for --derived-train (BC5CDR)")
@@ -76,10 +86,17 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         derived = augment_kb(base, augment_mentions=load_corpus(args.derived_train, "pubtator", args.crosswalk)[0])[0]
         derived.name = f"{base.name}+train"
     shared = len(set(base.names) & set(derived.names))
-    result: Dict[str, Any] = {"machine": platform.node(), "date": time.strftime("%Y-%m-%d"), "torch_threads": 1,
-                              "base": str(args.base), "derived": str(args.derived or args.derived_train),
-                              "base_names": len(base.names), "derived_names": len(derived.names), "shared_names": shared,
-                              "rows": {}}
+    result: Dict[str, Any] = {
+        "machine": platform.node(),
+        "date": time.strftime("%Y-%m-%d"),
+        "torch_threads": 1,
+        "base": str(args.base),
+        "derived": str(args.derived or args.derived_train),
+        "base_names": len(base.names),
+        "derived_names": len(derived.names),
+        "shared_names": shared,
+        "rows": {},
+    }
     for name in [n.strip() for n in args.linkers.split(",") if n.strip()]:
         rows: Dict[str, Any] = {}
         with tempfile.TemporaryDirectory() as tmp:

@@ -16,6 +16,7 @@ For every pipeline, on the first ``--docs`` BC5CDR train + dev abstracts
 The load average before and after each measurement goes into the JSON: on a
 shared machine the figures move with the other load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,11 +64,15 @@ def component_seconds(pipeline: Path, texts: List[str], threads: int, batch_size
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pipeline", action="append", required=True, help="NAME=DIR, repeatable")
     parser.add_argument("--data", default="", help="the shared data folder (default: $GENBIOEL_DATA or ../shared/data)")
     parser.add_argument("--docs", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=2, help="the multi-thread run's torch threads (the other has one)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="the multi-thread run's torch threads (the other has one)"
+    )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -86,7 +91,9 @@ def main() -> None:
         tmp_path = Path(tmp)
         docs_file = tmp_path / "abstracts.jsonl"
         n = write_abstracts(data_dir(args.data), args.docs, docs_file)
-        texts = [f"{r['title']} {r['abstract']}" for r in map(json.loads, docs_file.read_text(encoding="utf8").splitlines())]
+        texts = [
+            f"{r['title']} {r['abstract']}" for r in map(json.loads, docs_file.read_text(encoding="utf8").splitlines())
+        ]
         report["documents"] = n
         for name, path in pipelines.items():
             rows: Dict[str, Any] = {"path": str(path), "annotate": [], "components": []}
@@ -95,7 +102,9 @@ def main() -> None:
                 import torch
 
                 torch.set_num_threads(threads)
-                rows["annotate"].append(one_run(run_name, docs_file, path, tmp_path / f"out-{name}-{threads}", 50, args.batch_size))
+                rows["annotate"].append(
+                    one_run(run_name, docs_file, path, tmp_path / f"out-{name}-{threads}", 50, args.batch_size)
+                )
                 rows["components"].append(component_seconds(path, texts, threads, args.batch_size))
                 print(json.dumps({"pipeline": name, "threads": threads, **rows["annotate"][-1]}), flush=True)
                 print(json.dumps({"pipeline": name, **rows["components"][-1]}), flush=True)
@@ -109,8 +118,10 @@ def main() -> None:
         for run, comp in zip(rows["annotate"], rows["components"]):
             sec, share = comp["seconds"], comp["share"]
             ner_share = share.get("tok2vec", 0) + share.get("ner", 0)
-            print(f"| {name} | {comp['threads']} | {run['documents_per_s']} | {run['mentions_per_s']} | "
-                  f"{sec.get('tok2vec', 0)} | {sec.get('ner', 0)} | {sec.get('genbioel', 0)} | {ner_share:.0%} |")
+            print(
+                f"| {name} | {comp['threads']} | {run['documents_per_s']} | {run['mentions_per_s']} | "
+                f"{sec.get('tok2vec', 0)} | {sec.get('ner', 0)} | {sec.get('genbioel', 0)} | {ner_share:.0%} |"
+            )
 
 
 if __name__ == "__main__":

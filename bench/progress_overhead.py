@@ -11,6 +11,7 @@ a discarded stream); then times ``StepProgress.update`` alone. Prints the best
 of ``--repeats`` rounds (the variants run in turn in each) as JSON. Timings
 depend on the machine and its load.
 """
+
 import argparse
 import gzip
 import io
@@ -55,10 +56,21 @@ def main() -> None:
         path = Path(tmp) / "docs.jsonl.gz"
         with gzip.open(path, "wt", encoding="utf8") as handle:
             for i in range(args.records):
-                handle.write(json.dumps({"id": i, "text": " ".join(rng.choice(["renal", "failure", "acute", "liver"])
-                                                                     for _ in range(30))}) + "\n")
+                handle.write(
+                    json.dumps(
+                        {
+                            "id": i,
+                            "text": " ".join(rng.choice(["renal", "failure", "acute", "liver"]) for _ in range(30)),
+                        }
+                    )
+                    + "\n"
+                )
         results = {"records": args.records, "gz_bytes": os.path.getsize(path)}
-        for name, reader in (("annotate_reader", lambda: read_records([path])), ("kb_reader", lambda: iter_json_lines(path))):
+        for name, reader in (
+            ("annotate_reader", lambda: read_records([path])),
+            ("kb_reader", lambda: iter_json_lines(path)),
+        ):
+
             def drain(items):
                 for _ in items:
                     pass
@@ -72,8 +84,12 @@ def main() -> None:
 
             timed = best({"bare": lambda: drain(reader()), "off": bar_off, "on": bar_on}, args.repeats)
             bare, off, on = timed["bare"], timed["off"], timed["on"]
-            results[name] = {"bare_s": round(bare, 3), "no_bar_s": round(off, 3), "bar_s": round(on, 3),
-                             "bar_overhead_us_per_record": round((on - bare) / args.records * 1e6, 2)}
+            results[name] = {
+                "bare_s": round(bare, 3),
+                "no_bar_s": round(off, 3),
+                "bar_s": round(on, 3),
+                "bar_overhead_us_per_record": round((on - bare) / args.records * 1e6, 2),
+            }
 
         def steps(enabled):
             bar = StepProgress.start("bench", args.records, max_seconds=3600, enabled=enabled, file=Sink())

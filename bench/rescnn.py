@@ -16,6 +16,7 @@ machine does not inflate). ``--index-only KB`` (repeatable) times only
 ResCNN's index build on a further KB (the 788k-name BC5CDR KB), once per
 ``--index-rows`` row (``rescnn/encoder_dtype=int8``: the int8 encoder).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,8 +70,12 @@ def measure(spec: str, kb, mentions, model: Path, cache_dir: str) -> Dict[str, A
     rss, wall, cpu = _rss_mb(), time.monotonic(), time.process_time()
     linker = _build(spec, kb, model, cache_dir)
     name = parse_row(spec)[0]
-    row: Dict[str, Any] = {"linker": spec, "build_s": round(time.monotonic() - wall, 2),
-                           "build_cpu_s": round(time.process_time() - cpu, 2), "build_rss_mb": round(_rss_mb() - rss, 1)}
+    row: Dict[str, Any] = {
+        "linker": spec,
+        "build_s": round(time.monotonic() - wall, 2),
+        "build_cpu_s": round(time.process_time() - cpu, 2),
+        "build_rss_mb": round(_rss_mb() - rss, 1),
+    }
     if name == "rescnn":
         row["index_mb"] = round(linker.index_bytes / 2**20, 1)
         row["trainable_parameters"] = linker.encoder.model.n_trainable
@@ -82,8 +87,14 @@ def measure(spec: str, kb, mentions, model: Path, cache_dir: str) -> Dict[str, A
     seconds, cpu_seconds = time.monotonic() - wall, time.process_time() - cpu
     result = recall_at_k(mentions, predictions, ks=(1, 5, 20), kb=kb)
     row.update({f"recall@{k}": round(v, 4) for k, v in result.recall.items()})
-    row.update({"mentions": len(mentions), "link_s": round(seconds, 2), "mentions_per_s": round(len(mentions) / seconds, 1),
-                "mentions_per_cpu_s": round(len(mentions) / max(cpu_seconds, 1e-9), 1)})
+    row.update(
+        {
+            "mentions": len(mentions),
+            "link_s": round(seconds, 2),
+            "mentions_per_s": round(len(mentions) / seconds, 1),
+            "mentions_per_cpu_s": round(len(mentions) / max(cpu_seconds, 1e-9), 1),
+        }
+    )
     if name in ("dense", "rescnn"):  # the encoder's share: the mentions encoded once more, alone
         texts = [kb.normalize(mention_text(m)) for m in mentions]
         cpu = time.process_time()
@@ -101,13 +112,27 @@ def main() -> None:
     parser.add_argument("--format", default="pubtator", help="pubtator | askapatient")
     parser.add_argument("--train", type=Path, default=None, help="training split: adds the KB + training mentions cell")
     parser.add_argument("--crosswalk", type=Path, default=None)
-    parser.add_argument("--abbreviations", action="store_true", help="expand short forms first (scispacy), as `evaluate --abbreviations`")
-    parser.add_argument("--linkers", default="tfidf,dense,rescnn,rescnn/sparse_weight=0",
-                        help="rows, comma-separated; a row's settings follow its name: rescnn/sparse_weight=0/index=faiss")
-    parser.add_argument("--train-linkers", default=None, help="linkers of the KB + training mentions cell (default: --linkers)")
-    parser.add_argument("--index-only", type=Path, action="append", default=[], help="a further KB: ResCNN index build only")
-    parser.add_argument("--index-rows", default="rescnn",
-                        help="the ResCNN rows each --index-only KB is built with: rescnn,rescnn/encoder_dtype=int8")
+    parser.add_argument(
+        "--abbreviations",
+        action="store_true",
+        help="expand short forms first (scispacy), as `evaluate --abbreviations`",
+    )
+    parser.add_argument(
+        "--linkers",
+        default="tfidf,dense,rescnn,rescnn/sparse_weight=0",
+        help="rows, comma-separated; a row's settings follow its name: rescnn/sparse_weight=0/index=faiss",
+    )
+    parser.add_argument(
+        "--train-linkers", default=None, help="linkers of the KB + training mentions cell (default: --linkers)"
+    )
+    parser.add_argument(
+        "--index-only", type=Path, action="append", default=[], help="a further KB: ResCNN index build only"
+    )
+    parser.add_argument(
+        "--index-rows",
+        default="rescnn",
+        help="the ResCNN rows each --index-only KB is built with: rescnn,rescnn/encoder_dtype=int8",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -129,21 +154,35 @@ def main() -> None:
         augmented = augment_kb(kbs[0], augment_mentions=train)[0]
         augmented.name = f"{kbs[0].name}+train"
         kbs.append(augmented)
-    report: Dict[str, Any] = {"corpus": str(args.corpus), "model": str(args.model), "abbreviations": args.abbreviations, "python": sys.version.split()[0],
-                              "machine": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads(),
-                              "cells": []}
+    report: Dict[str, Any] = {
+        "corpus": str(args.corpus),
+        "model": str(args.model),
+        "abbreviations": args.abbreviations,
+        "python": sys.version.split()[0],
+        "machine": platform.processor() or platform.machine(),
+        "torch_threads": torch.get_num_threads(),
+        "cells": [],
+    }
     with tempfile.TemporaryDirectory() as cache_dir:
         for kb, names in zip(kbs, [args.linkers, args.train_linkers or args.linkers]):
-            rows: List[Dict[str, Any]] = [measure(name, kb, mentions, args.model, cache_dir) for name in names.split(",")]
+            rows: List[Dict[str, Any]] = [
+                measure(name, kb, mentions, args.model, cache_dir) for name in names.split(",")
+            ]
             report["cells"].append({"kb": kb.name, "kb_names": len(kb.names), "rows": rows})
         for path in args.index_only:
             kb = KnowledgeBase.load(path)
             for spec in args.index_rows.split(","):
                 rss, wall, cpu = _rss_mb(), time.monotonic(), time.process_time()
                 linker = _build(spec, kb, args.model, cache_dir)
-                row = {"kb": str(path), "linker": spec, "kb_names": len(kb.names), "build_s": round(time.monotonic() - wall, 1),
-                       "build_cpu_s": round(time.process_time() - cpu, 1), "build_rss_mb": round(_rss_mb() - rss, 1),
-                       "index_mb": round(linker.index_bytes / 2**20, 1)}
+                row = {
+                    "kb": str(path),
+                    "linker": spec,
+                    "kb_names": len(kb.names),
+                    "build_s": round(time.monotonic() - wall, 1),
+                    "build_cpu_s": round(time.process_time() - cpu, 1),
+                    "build_rss_mb": round(_rss_mb() - rss, 1),
+                    "index_mb": round(linker.index_bytes / 2**20, 1),
+                }
                 del linker
                 print(json.dumps(row), flush=True)
                 report.setdefault("index_only", []).append(row)

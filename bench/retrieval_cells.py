@@ -12,6 +12,7 @@ indexes built before the clock; scispacy's in memory).
 ``--fusion FILE`` measures another retrieval-only fusion; ``--rows`` picks rows (retrieval,
 retrieval_no_minilm, retrieval_phrases, tfidf, dense, scispacy, exact).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,15 +65,30 @@ def corpora(name: str, data: Path):
         return [("ncbi dev", dev, texts, kb, train)]
     if name == "bc5cdr":
         walk = vocab / "bc5cdr_legacy_id_crosswalk.tsv"
-        kb = build_kb("ctd", [vocab / "CTD_diseases_2017.tsv.gz", ("mesh-tsv", vocab / "mesh/mesh_id_label_mappings.tsv"),
-                              ("mesh-tsv", vocab / "mesh/mesh_supp_id_label_mappings.tsv")], crosswalk=walk)
+        kb = build_kb(
+            "ctd",
+            [
+                vocab / "CTD_diseases_2017.tsv.gz",
+                ("mesh-tsv", vocab / "mesh/mesh_id_label_mappings.tsv"),
+                ("mesh-tsv", vocab / "mesh/mesh_supp_id_label_mappings.tsv"),
+            ],
+            crosswalk=walk,
+        )
         dev, texts = load_corpus(data / "bc5cdr/CDR_DevelopmentSet.PubTator.txt", "pubtator", walk)
         train, _ = load_corpus(data / "bc5cdr/CDR_TrainingSet.PubTator.txt", "pubtator", walk)
         return [("bc5cdr dev", dev, texts, kb, train)]
     if name == "aap":
         kb = build_kb("askapatient", str(data / "askapatient/askapatient.json"))
-        return [(f"aap fold {k}", load_corpus(data / f"askapatient/AskAPatient.fold-{k}.validation.txt", "askapatient")[0], {}, kb,
-                 load_corpus(data / f"askapatient/AskAPatient.fold-{k}.train.txt", "askapatient")[0]) for k in range(10)]
+        return [
+            (
+                f"aap fold {k}",
+                load_corpus(data / f"askapatient/AskAPatient.fold-{k}.validation.txt", "askapatient")[0],
+                {},
+                kb,
+                load_corpus(data / f"askapatient/AskAPatient.fold-{k}.train.txt", "askapatient")[0],
+            )
+            for k in range(10)
+        ]
     raise SystemExit(f"unknown corpus {name}: ncbi, bc5cdr or aap")
 
 
@@ -87,11 +103,19 @@ def measure(kb: KnowledgeBase, mentions, fusion: FusionModel, rows) -> Dict[str,
     linkers = {}
     for row in rows:
         if row == "retrieval":
-            linkers[row] = Fused(retrieval_reranker(fusion, kb, retriever, RerankerSettings(), installed=lambda m: True))
+            linkers[row] = Fused(
+                retrieval_reranker(fusion, kb, retriever, RerankerSettings(), installed=lambda m: True)
+            )
         elif row == "retrieval_no_minilm":
-            linkers[row] = Fused(retrieval_reranker(fusion, kb, retriever, RerankerSettings(), installed=lambda m: False))
+            linkers[row] = Fused(
+                retrieval_reranker(fusion, kb, retriever, RerankerSettings(), installed=lambda m: False)
+            )
         elif row == "retrieval_phrases":
-            linkers[row] = Fused(retrieval_reranker(FusionModel.load(PHRASES), kb, retriever, RerankerSettings(), installed=lambda m: True))
+            linkers[row] = Fused(
+                retrieval_reranker(
+                    FusionModel.load(PHRASES), kb, retriever, RerankerSettings(), installed=lambda m: True
+                )
+            )
         else:
             linkers[row] = retriever(row)
     out = {}
@@ -102,9 +126,12 @@ def measure(kb: KnowledgeBase, mentions, fusion: FusionModel, rows) -> Dict[str,
         cpu = time.process_time()
         report = evaluate_linker(linker, mentions, top_k=5, kb=kb, bins=None, name=row)
         cpu = time.process_time() - cpu
-        out[row] = {"recall@1": round(report.recall.recall[1], 4), "recall@5": round(report.recall.recall[5], 4),
-                    "mentions_per_second": round(report.mentions_per_second, 1),
-                    "mentions_per_cpu_second": round(len(mentions) / cpu, 1) if cpu > 0 else None}
+        out[row] = {
+            "recall@1": round(report.recall.recall[1], 4),
+            "recall@5": round(report.recall.recall[5], 4),
+            "mentions_per_second": round(report.mentions_per_second, 1),
+            "mentions_per_cpu_second": round(len(mentions) / cpu, 1) if cpu > 0 else None,
+        }
         if isinstance(linker, Fused):
             out[row]["paths"] = dict(linker.paths)
         logging.info("%s: %s", row, out[row])
@@ -137,8 +164,15 @@ def main() -> None:
             logging.info("%s, %s KB (%d names): %d mentions", label, variant, cell_kb.n_names, len(dev))
             cells[f"{label}/{variant}"] = {"mentions": len(dev), "rows": measure(cell_kb, dev, fusion, rows)}
     summary = summarize(cells, rows)
-    result = {"corpus": args.corpus, "fusion": str(args.fusion), "date": date.today().isoformat(), "machine": platform.platform(),
-              "cpu_threads": torch.get_num_threads(), "cells": cells, "summary": summary}
+    result = {
+        "corpus": args.corpus,
+        "fusion": str(args.fusion),
+        "date": date.today().isoformat(),
+        "machine": platform.platform(),
+        "cpu_threads": torch.get_num_threads(),
+        "cells": cells,
+        "summary": summary,
+    }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -27,6 +27,7 @@ what the ruler adds is the difference). The most frequent false-positive texts a
 ``--abbreviation-detector`` puts scispacy's detector before each ruler, as ``package`` does: spaCy's
 ``entity_ruler`` then runs it over every name when the pipeline is built and when it is loaded.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,8 +86,15 @@ def build_kb(corpus: str, data: Path):
     if corpus == "ncbi":
         return build("medic", vocab / "medic_06Jul2012.txt", progress=False)
     mesh = vocab / "mesh"
-    return build("ctd", [vocab / "CTD_diseases_2017.tsv.gz", ("mesh-tsv", mesh / "mesh_id_label_mappings.tsv"),
-                         ("mesh-tsv", mesh / "mesh_supp_id_label_mappings.tsv")], progress=False)
+    return build(
+        "ctd",
+        [
+            vocab / "CTD_diseases_2017.tsv.gz",
+            ("mesh-tsv", mesh / "mesh_id_label_mappings.tsv"),
+            ("mesh-tsv", mesh / "mesh_supp_id_label_mappings.tsv"),
+        ],
+        progress=False,
+    )
 
 
 def old_patterns(kb, label: Optional[str], min_chars: int = 3) -> List[Dict[str, Any]]:
@@ -150,19 +158,29 @@ def gold_spans(documents) -> List[Set[Tuple[int, int]]]:
 
 
 def predicted_spans(nlp, documents) -> List[Set[Tuple[int, int]]]:
-    return [{(e.start_char, e.end_char) for e in doc.ents} for doc in nlp.pipe((d.text for d in documents), batch_size=50)]
+    return [
+        {(e.start_char, e.end_char) for e in doc.ents} for doc in nlp.pipe((d.text for d in documents), batch_size=50)
+    ]
 
 
-def span_scores(documents, gold: List[Set[Tuple[int, int]]], predicted: List[Set[Tuple[int, int]]],
-                n_examples: int = 15) -> Dict[str, Any]:
+def span_scores(
+    documents, gold: List[Set[Tuple[int, int]]], predicted: List[Set[Tuple[int, int]]], n_examples: int = 15
+) -> Dict[str, Any]:
     tp = sum(len(g & p) for g, p in zip(gold, predicted))
     n_pred, n_gold = sum(map(len, predicted)), sum(map(len, gold))
     precision = tp / n_pred if n_pred else 0.0
     recall = tp / n_gold if n_gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     false_positives = Counter(doc.text[s:e] for doc, g, p in zip(documents, gold, predicted) for s, e in p - g)
-    return {"precision": round(precision, 4), "recall": round(recall, 4), "f1": round(f1, 4), "tp": tp,
-            "predicted": n_pred, "gold": n_gold, "top_false_positives": false_positives.most_common(n_examples)}
+    return {
+        "precision": round(precision, 4),
+        "recall": round(recall, 4),
+        "f1": round(f1, 4),
+        "tp": tp,
+        "predicted": n_pred,
+        "gold": n_gold,
+        "top_false_positives": false_positives.most_common(n_examples),
+    }
 
 
 def load_cost(pipeline: Path, repeats: int = 3) -> Dict[str, Any]:
@@ -171,8 +189,13 @@ def load_cost(pipeline: Path, repeats: int = 3) -> Dict[str, Any]:
     seconds of the ruler's own ``from_disk`` in that process."""
     runs = []
     for _ in range(repeats):
-        out = subprocess.run([sys.executable, __file__, "--measure-load", str(pipeline)], check=True, capture_output=True,
-                             text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        out = subprocess.run(
+            [sys.executable, __file__, "--measure-load", str(pipeline)],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return min(runs, key=lambda run: run["load_s"])
 
@@ -188,8 +211,16 @@ def measure_load(pipeline: str) -> None:
     grown = rss_mb() - before
     began = time.perf_counter()  # the ruler alone, read again into the loaded pipeline: no import or start-up costs
     nlp.get_pipe("entity_ruler").from_disk(Path(pipeline) / "entity_ruler")
-    print(json.dumps({"load_s": round(seconds, 2), "load_rss_mb": round(grown, 1),
-                      "ruler_from_disk_s": round(time.perf_counter() - began, 3), "pipes": nlp.pipe_names}))
+    print(
+        json.dumps(
+            {
+                "load_s": round(seconds, 2),
+                "load_rss_mb": round(grown, 1),
+                "ruler_from_disk_s": round(time.perf_counter() - began, 3),
+                "pipes": nlp.pipe_names,
+            }
+        )
+    )
 
 
 def cpu_model() -> str:
@@ -197,16 +228,19 @@ def cpu_model() -> str:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         lines = []
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                platform.processor() or platform.machine())
+    return next(
+        (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+        platform.processor() or platform.machine(),
+    )
 
 
 def dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def run_ruler(name: str, add: Callable, kb, label, documents, gold, tmp: Path,
-              abbreviations: bool = False) -> Tuple[Dict[str, Any], List[Set]]:
+def run_ruler(
+    name: str, add: Callable, kb, label, documents, gold, tmp: Path, abbreviations: bool = False
+) -> Tuple[Dict[str, Any], List[Set]]:
     import spacy
 
     nlp = spacy.blank("en")
@@ -214,8 +248,12 @@ def run_ruler(name: str, add: Callable, kb, label, documents, gold, tmp: Path,
         nlp.add_pipe("abbreviation_detector")  # scispacy's, before the ruler, as package adds it
     before, began = rss_mb(), time.perf_counter()
     n_patterns = add(nlp, kb, label)
-    row: Dict[str, Any] = {"ruler": name, "patterns": n_patterns, "build_s": round(time.perf_counter() - began, 1),
-                           "build_rss_mb": round(rss_mb() - before, 1)}
+    row: Dict[str, Any] = {
+        "ruler": name,
+        "patterns": n_patterns,
+        "build_s": round(time.perf_counter() - began, 1),
+        "build_rss_mb": round(rss_mb() - before, 1),
+    }
     began = time.perf_counter()
     predicted = predicted_spans(nlp, documents)
     row["annotate_s"] = round(time.perf_counter() - began, 2)
@@ -244,11 +282,21 @@ def main(argv: Optional[Iterable[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--data", default="", help="the shared data folder (default: $GENBIOEL_DATA or ../shared/data)")
     parser.add_argument("--corpus", action="append", choices=sorted(SPLITS), help="corpora to score (default: both)")
     parser.add_argument("--split", choices=("dev", "train"), default="dev")
-    parser.add_argument("--ner", action="append", default=[], metavar="CORPUS=DIR",
-                        help="a trained spaCy NER pipeline scored beside the rulers (ncbi=training/ncbi/ner_cnn/model-best)")
-    parser.add_argument("--spacy-ruler-bc5cdr", action="store_true", help="spaCy's entity_ruler on BC5CDR too (slow, GBs)")
-    parser.add_argument("--abbreviation-detector", action="store_true",
-                        help="scispacy's abbreviation detector before each ruler, as package builds pipelines")
+    parser.add_argument(
+        "--ner",
+        action="append",
+        default=[],
+        metavar="CORPUS=DIR",
+        help="a trained spaCy NER pipeline scored beside the rulers (ncbi=training/ncbi/ner_cnn/model-best)",
+    )
+    parser.add_argument(
+        "--spacy-ruler-bc5cdr", action="store_true", help="spaCy's entity_ruler on BC5CDR too (slow, GBs)"
+    )
+    parser.add_argument(
+        "--abbreviation-detector",
+        action="store_true",
+        help="scispacy's abbreviation detector before each ruler, as package builds pipelines",
+    )
     parser.add_argument("--only", action="append", help="only these rows (by name; default: all)")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--measure-load", help=argparse.SUPPRESS)
@@ -260,34 +308,54 @@ def main(argv: Optional[Iterable[str]] = None) -> Dict[str, Any]:
 
     data = data_dir(args.data)
     ners = dict(spec.split("=", 1) for spec in args.ner)
-    results: Dict[str, Any] = {"split": args.split, "abbreviation_detector": args.abbreviation_detector,
-                               "load_average_before": [round(x, 2) for x in os.getloadavg()],
-                               "machine": f"{cpu_model()}, {os.cpu_count()} CPUs", "date": time.strftime("%Y-%m-%d %H:%M"),
-                               "corpora": {}}
+    results: Dict[str, Any] = {
+        "split": args.split,
+        "abbreviation_detector": args.abbreviation_detector,
+        "load_average_before": [round(x, 2) for x in os.getloadavg()],
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "corpora": {},
+    }
     with tempfile.TemporaryDirectory(prefix="ruler_precision_") as tmp:
         import spacy
 
         blank = spacy.blank("en")
         blank.add_pipe("entity_ruler")  # empty: the from_disk that measure_load times
         blank.to_disk(Path(tmp) / "blank")
-        results["blank_pipeline"] = load_cost(Path(tmp) / "blank")  # what any spacy.load of a blank English pipeline costs
+        results["blank_pipeline"] = load_cost(
+            Path(tmp) / "blank"
+        )  # what any spacy.load of a blank English pipeline costs
         for corpus in args.corpus or sorted(SPLITS, reverse=True):
             documents = list(read_pubtator(data / SPLITS[corpus][args.split == "train"]))
             gold = gold_spans(documents)
             began = time.perf_counter()
             kb = build_kb(corpus, data)
-            entry: Dict[str, Any] = {"documents": len(documents), "gold_spans": sum(map(len, gold)), "concepts": len(kb),
-                                     "names": sum(len(c.names) for c in kb), "kb_s": round(time.perf_counter() - began, 1),
-                                     "rows": []}
+            entry: Dict[str, Any] = {
+                "documents": len(documents),
+                "gold_spans": sum(map(len, gold)),
+                "concepts": len(kb),
+                "names": sum(len(c.names) for c in kb),
+                "kb_s": round(time.perf_counter() - began, 1),
+                "rows": [],
+            }
             spans: Dict[str, List[Set]] = {}
             for name, (add, corpora) in RULERS.items():
-                if (args.only and name not in args.only) or (corpora and corpus not in corpora) or (add is spacy_ruler and corpus == "bc5cdr" and not args.spacy_ruler_bc5cdr):
+                if (
+                    (args.only and name not in args.only)
+                    or (corpora and corpus not in corpora)
+                    or (add is spacy_ruler and corpus == "bc5cdr" and not args.spacy_ruler_bc5cdr)
+                ):
                     continue
-                row, spans[name] = run_ruler(name, add, kb, LABELS[corpus], documents, gold, Path(tmp), args.abbreviation_detector)
+                row, spans[name] = run_ruler(
+                    name, add, kb, LABELS[corpus], documents, gold, Path(tmp), args.abbreviation_detector
+                )
                 if name == "kb_entity_ruler, old names" and "entity_ruler, old names" in spans:
                     row["same_spans_as"] = {"entity_ruler, old names": spans[name] == spans["entity_ruler, old names"]}
                 entry["rows"].append(row)
-                print(json.dumps({"corpus": corpus, **{k: v for k, v in row.items() if k != "top_false_positives"}}), flush=True)
+                print(
+                    json.dumps({"corpus": corpus, **{k: v for k, v in row.items() if k != "top_false_positives"}}),
+                    flush=True,
+                )
             if corpus in ners:
                 entry["rows"].append(run_ner(ners[corpus], documents, gold))
             results["corpora"][corpus] = entry
@@ -303,15 +371,30 @@ def main(argv: Optional[Iterable[str]] = None) -> Dict[str, Any]:
 
 def table(results: Dict[str, Any]) -> str:
     blank = results["blank_pipeline"]
-    lines = [f"{results['date']}, {results['machine']}, load average {results['load_average_before']} -> "
-             f"{results['load_average_after']}",
-             f"split: {results['split']}; a blank English pipeline (an empty entity_ruler) loads in {blank['load_s']} s (+{blank['load_rss_mb']} MB RSS)",
-             "| corpus | ruler | patterns | P | R | F1 | build s | build RSS MB | disk MB | spacy.load s | load RSS MB | ruler from_disk s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{results['date']}, {results['machine']}, load average {results['load_average_before']} -> "
+        f"{results['load_average_after']}",
+        f"split: {results['split']}; a blank English pipeline (an empty entity_ruler) loads in {blank['load_s']} s (+{blank['load_rss_mb']} MB RSS)",
+        "| corpus | ruler | patterns | P | R | F1 | build s | build RSS MB | disk MB | spacy.load s | load RSS MB | ruler from_disk s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for corpus, entry in results["corpora"].items():
         for row in entry["rows"]:
-            cells = [row.get(k, "") for k in ("patterns", "precision", "recall", "f1", "build_s", "build_rss_mb", "disk_mb",
-                                               "load_s", "load_rss_mb", "ruler_from_disk_s")]
+            cells = [
+                row.get(k, "")
+                for k in (
+                    "patterns",
+                    "precision",
+                    "recall",
+                    "f1",
+                    "build_s",
+                    "build_rss_mb",
+                    "disk_mb",
+                    "load_s",
+                    "load_rss_mb",
+                    "ruler_from_disk_s",
+                )
+            ]
             lines.append(f"| {corpus} | {row['ruler']} | " + " | ".join(str(c) for c in cells) + " |")
     for corpus, entry in results["corpora"].items():
         for row in entry["rows"]:

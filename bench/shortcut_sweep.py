@@ -14,6 +14,7 @@ chosen threshold with a real ``evaluate --candidates.shortcut_threshold T`` run:
     python -m spacy_genbioel evaluate --linker genbioel ... --candidates.retriever none --predictions free.jsonl
     python bench/shortcut_sweep.py tfidf.jsonl free.jsonl --thresholds 0.6 0.7 0.8 0.9 1.0
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,9 @@ def _candidates(record: dict) -> List[Candidate]:
     return [Candidate(tuple(ids), name, float(score)) for ids, name, score in record["candidates"]]
 
 
-def combine(retrieved: List[Candidate], generated: List[Candidate], threshold: Optional[float], top_k: int = 5) -> Tuple[List[Candidate], bool]:
+def combine(
+    retrieved: List[Candidate], generated: List[Candidate], threshold: Optional[float], top_k: int = 5
+) -> Tuple[List[Candidate], bool]:
     """The component's rule: the retriever's top candidate first when it scores at least ``threshold``."""
     if threshold is None or not retrieved or retrieved[0].score < threshold:
         return generated[:top_k], False
@@ -48,7 +51,9 @@ def combine(retrieved: List[Candidate], generated: List[Candidate], threshold: O
 
 def sweep(retriever: Path, generator: Path, thresholds: Sequence[Optional[float]]) -> List[Dict[str, object]]:
     pairs = []
-    for number, (r, g) in enumerate(zip(read_predictions(retriever), read_predictions(generator), strict=True), start=1):
+    for number, (r, g) in enumerate(
+        zip(read_predictions(retriever), read_predictions(generator), strict=True), start=1
+    ):
         if (r["doc_id"], r["start"], r["end"]) != (g["doc_id"], g["start"], g["end"]):
             raise ValueError(f"line {number}: the two files list different mentions ({r['text']!r} / {g['text']!r})")
         gold = {i for i in r["gold"] if i.strip() not in NO_GOLD_IDS}
@@ -64,7 +69,9 @@ def sweep(retriever: Path, generator: Path, thresholds: Sequence[Optional[float]
             at1 += rank is not None and rank <= 1
             at5 += rank is not None and rank <= 5
         n = len(pairs)
-        rows.append({"threshold": threshold, "recall@1": at1 / n, "recall@5": at5 / n, "shortcut": taken, "mentions": n})
+        rows.append(
+            {"threshold": threshold, "recall@1": at1 / n, "recall@5": at5 / n, "shortcut": taken, "mentions": n}
+        )
     return rows
 
 

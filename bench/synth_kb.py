@@ -33,6 +33,7 @@ is a pure function of the statistics file, ``--names`` and ``--seed``::
 The statistics file is derived data (frequencies, not the vocabularies), and
 stays out of the repository like the vocabularies themselves.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,9 +57,11 @@ N_TYPES = 127  # UMLS semantic types (TUIs)
 # -- fitting -------------------------------------------------------------------------------------------------------
 def default_sources(data: Path) -> List[Tuple[str, Path]]:
     vocab = data / "vocab"
-    return [("mesh-tsv", vocab / "mesh" / "mesh_id_label_mappings.tsv"),
-            ("mesh-tsv", vocab / "mesh" / "mesh_supp_id_label_mappings.tsv"),
-            ("ctd", vocab / "CTD_diseases_2017.tsv.gz")]
+    return [
+        ("mesh-tsv", vocab / "mesh" / "mesh_id_label_mappings.tsv"),
+        ("mesh-tsv", vocab / "mesh" / "mesh_supp_id_label_mappings.tsv"),
+        ("ctd", vocab / "CTD_diseases_2017.tsv.gz"),
+    ]
 
 
 def read_concepts(sources: Sequence[Tuple[str, Path]]) -> Iterator[Tuple[List[str], bool]]:
@@ -209,8 +212,12 @@ def generate(stats: Dict, n_names: int, seed: int, out: Path, batch_concepts: in
     p_rare, p_shared, p_def = stats["rare_token_share"], stats["shared_word_share"], stats["definition_share"]
     # invented words: a pool used as often per word as the rare words were (about 1.1 times)
     expected_tokens = int(n_names * lengths.mean) + 1
-    invented = _invented(MarkovWords(stats["markov"]), rng, max(16, int(expected_tokens * p_rare / stats["rare_word_uses"])),
-                         set(frequent))
+    invented = _invented(
+        MarkovWords(stats["markov"]),
+        rng,
+        max(16, int(expected_tokens * p_rare / stats["rare_word_uses"])),
+        set(frequent),
+    )
     vocab = frequent + invented
     type_weights = 1.0 / np.arange(1, N_TYPES + 1)
     type_cum = np.cumsum(type_weights) / type_weights.sum()
@@ -257,9 +264,15 @@ def generate(stats: Dict, n_names: int, seed: int, out: Path, batch_concepts: in
             handle.write("\n".join(lines) + "\n")
             written += len(names)
             concepts += n_c
-    return {"names": written, "concepts": concepts, "seed": seed, "invented_words": len(invented),
-            "names_per_concept": round(written / concepts, 4), "words_per_name": round(words_total / written, 4),
-            "seconds": round(time.monotonic() - began, 1)}
+    return {
+        "names": written,
+        "concepts": concepts,
+        "seed": seed,
+        "invented_words": len(invented),
+        "names_per_concept": round(written / concepts, 4),
+        "words_per_name": round(words_total / written, 4),
+        "seconds": round(time.monotonic() - began, 1),
+    }
 
 
 def _invented(chain: "MarkovWords", rng: np.random.Generator, n: int, known: set) -> List[str]:
@@ -333,7 +346,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         stats = fit(read_concepts(default_sources(data_dir(args.data))))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(stats, ensure_ascii=False), encoding="utf8")
-        print(json.dumps({k: v for k, v in stats.items() if k not in ("frequent_words", "frequent_counts", "markov", "synonyms", "words_per_name")}))
+        print(
+            json.dumps(
+                {
+                    k: v
+                    for k, v in stats.items()
+                    if k not in ("frequent_words", "frequent_counts", "markov", "synonyms", "words_per_name")
+                }
+            )
+        )
         return 0
     summary = generate(json.loads(args.stats.read_text(encoding="utf8")), args.names, args.seed, args.out)
     print(json.dumps(summary))

@@ -1,4 +1,5 @@
 """Generative biomedical entity linking (GenBioEL, ANGEL) for spaCy."""
+
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 
 __version__ = "0.1.0"

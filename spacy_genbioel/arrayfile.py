@@ -24,6 +24,7 @@ Files written here are ordinary safetensors files (``safetensors`` reads
 them), and :func:`read_arrays` reads those written by ``safetensors``. Any
 problem raises the caller's error type with the file's name.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,20 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["read_arrays", "write_arrays", "backing_map", "release_pages", "DTYPES"]
 
 #: safetensors dtype name -> numpy dtype string (little-endian)
-DTYPES = {"BOOL": "|b1", "U8": "|u1", "I8": "|i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
-          "I64": "<i8", "U64": "<u8", "F16": "<f2", "F32": "<f4", "F64": "<f8"}
+DTYPES = {
+    "BOOL": "|b1",
+    "U8": "|u1",
+    "I8": "|i1",
+    "I16": "<i2",
+    "U16": "<u2",
+    "I32": "<i4",
+    "U32": "<u4",
+    "I64": "<i8",
+    "U64": "<u8",
+    "F16": "<f2",
+    "F32": "<f4",
+    "F64": "<f8",
+}
 _MAX_HEADER = 100_000_000  # safetensors' own limit
 
 
@@ -79,7 +92,9 @@ def write_arrays(path: PathLike, arrays: Mapping[str, "np.ndarray"], metadata: M
     atomic_write(Path(path), write)
 
 
-def read_arrays(path: PathLike, error: Callable[[str], Exception] = ValueError) -> Tuple[Dict[str, "np.ndarray"], Dict[str, str]]:
+def read_arrays(
+    path: PathLike, error: Callable[[str], Exception] = ValueError
+) -> Tuple[Dict[str, "np.ndarray"], Dict[str, str]]:
     """The arrays and metadata of a safetensors file, the arrays memory-mapped (see the module docstring).
 
     A file that is missing, truncated, longer than its header says, or whose
@@ -104,7 +119,9 @@ def read_arrays(path: PathLike, error: Callable[[str], Exception] = ValueError) 
         if not isinstance(header, dict):
             raise error(f"{path}: not a safetensors file (the header is not a JSON object)")
         metadata = header.pop("__metadata__", None) or {}
-        if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
             raise error(f"{path}: safetensors metadata must map strings to strings")
         layout = {key: _entry(path, key, value, error) for key, value in header.items()}
         end = max((stop for _, _, _, stop in layout.values()), default=0)
@@ -121,21 +138,24 @@ def read_arrays(path: PathLike, error: Callable[[str], Exception] = ValueError) 
     return arrays, metadata
 
 
-def _entry(path: Path, key: str, value: object, error: Callable[[str], Exception]) -> Tuple[str, Tuple[int, ...], int, int]:
+def _entry(
+    path: Path, key: str, value: object, error: Callable[[str], Exception]
+) -> Tuple[str, Tuple[int, ...], int, int]:
     """(numpy dtype, shape, start, stop) of one header entry, checked."""
     import numpy as np
 
     if not isinstance(value, dict) or value.get("dtype") not in DTYPES:
         raise error(f"{path}: tensor {key!r} has no dtype safetensors knows")
     shape, offsets = value.get("shape"), value.get("data_offsets")
-    ints = lambda xs: isinstance(xs, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)  # noqa: E731
+    ints = lambda xs: (
+        isinstance(xs, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)
+    )  # noqa: E731
     if not ints(shape) or not ints(offsets) or len(offsets) != 2 or offsets[0] > offsets[1]:
         raise error(f"{path}: tensor {key!r} has a malformed shape or offsets")
     dtype = DTYPES[value["dtype"]]
     if int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize != offsets[1] - offsets[0]:
         raise error(f"{path}: tensor {key!r} of shape {shape} does not fill its {offsets[1] - offsets[0]} bytes")
     return dtype, tuple(shape), offsets[0], offsets[1]
-
 
 
 def backing_map(array: "np.ndarray") -> Optional[mmap.mmap]:
@@ -161,7 +181,10 @@ def release_pages(array: "np.ndarray") -> None:
     base = backing_map(array)
     if base is None or not hasattr(base, "madvise") or not array.nbytes:
         return
-    start = array.__array_interface__["data"][0] - np.frombuffer(base, dtype=np.uint8, count=1).__array_interface__["data"][0]
+    start = (
+        array.__array_interface__["data"][0]
+        - np.frombuffer(base, dtype=np.uint8, count=1).__array_interface__["data"][0]
+    )
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages only: neighbours may be in use
     last = (start + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
     if last > first:

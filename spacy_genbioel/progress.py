@@ -26,6 +26,7 @@ arguments, so both are tested with a fake clock. The bars are tqdm's; while
 one is drawn, log records are printed above it (``tqdm.contrib.logging``), so
 logging goes on as before. Nothing here imports from the package.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,20 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TypeVar, Union
 
 __all__ = [
-    "ENV", "LARGE", "InputEstimate", "InputProgress", "ProgressSettings", "StepEstimate", "StepProgress", "ByteMeter",
-    "estimate_input", "estimate_steps", "format_rate", "format_seconds", "wanted", "watch_file",
+    "ENV",
+    "LARGE",
+    "InputEstimate",
+    "InputProgress",
+    "ProgressSettings",
+    "StepEstimate",
+    "StepProgress",
+    "ByteMeter",
+    "estimate_input",
+    "estimate_steps",
+    "format_rate",
+    "format_seconds",
+    "wanted",
+    "watch_file",
 ]
 
 #: the environment variable that turns every bar off (``0``) or on even without a terminal (``1``)
@@ -107,9 +120,16 @@ class StepEstimate:
     rate: Optional[float]
 
 
-def estimate_steps(step: int, max_steps: int, *, initial: int = 0, elapsed: float = 0.0,
-                   max_seconds: Optional[float] = None, budget_elapsed: Optional[float] = None,
-                   budget_before: float = 0.0) -> StepEstimate:
+def estimate_steps(
+    step: int,
+    max_steps: int,
+    *,
+    initial: int = 0,
+    elapsed: float = 0.0,
+    max_seconds: Optional[float] = None,
+    budget_elapsed: Optional[float] = None,
+    budget_before: float = 0.0,
+) -> StepEstimate:
     """Where a run at ``step`` stops: ``max_steps``, or the time budget when that ends first.
 
     ``initial`` is the step this run started at (a resumed run's steps before it
@@ -149,7 +169,9 @@ class _Bar:
 
         total = options.get("total")
         options.setdefault("bar_format", _BAR if total else _COUNT)
-        self.tqdm = tqdm(file=file if file is not None else sys.stderr, dynamic_ncols=True, mininterval=REDRAW, **options)
+        self.tqdm = tqdm(
+            file=file if file is not None else sys.stderr, dynamic_ncols=True, mininterval=REDRAW, **options
+        )
         self._redirect.enter_context(logging_redirect_tqdm())
 
     def close(self) -> None:
@@ -199,13 +221,26 @@ class StepProgress:
         s = settings or ProgressSettings()
         self.settings = s
         self.max_steps, self.initial, self.step = int(max_steps), int(s.initial), int(s.initial)
-        self.max_seconds, self.budget_before, self.budget_name, self.unit = s.max_seconds, s.budget_before, s.budget_name, s.unit
+        self.max_seconds, self.budget_before, self.budget_name, self.unit = (
+            s.max_seconds,
+            s.budget_before,
+            s.budget_name,
+            s.unit,
+        )
         self.wall, self.clock = s.wall, s.clock or s.wall
         self._values: Dict[str, Any] = {}  # of the last update (loss, lr...)
         self._drawn = -math.inf
         self._wall0, self._clock0 = self.wall(), self.clock()
-        self._bar = _Bar(s.enabled, s.file, total=self.max_steps, desc=desc, unit=s.unit, initial=self.initial, leave=s.leave,
-                         postfix=self.describe(self.estimate()))
+        self._bar = _Bar(
+            s.enabled,
+            s.file,
+            total=self.max_steps,
+            desc=desc,
+            unit=s.unit,
+            initial=self.initial,
+            leave=s.leave,
+            postfix=self.describe(self.estimate()),
+        )
         self.bar = self._bar.tqdm
 
     @classmethod
@@ -215,9 +250,15 @@ class StepProgress:
         return cls(desc, max_steps, ProgressSettings(**settings))
 
     def estimate(self) -> StepEstimate:
-        return estimate_steps(self.step, self.max_steps, initial=self.initial, elapsed=self.wall() - self._wall0,
-                              max_seconds=self.max_seconds, budget_elapsed=self.clock() - self._clock0,
-                              budget_before=self.budget_before)
+        return estimate_steps(
+            self.step,
+            self.max_steps,
+            initial=self.initial,
+            elapsed=self.wall() - self._wall0,
+            max_seconds=self.max_seconds,
+            budget_elapsed=self.clock() - self._clock0,
+            budget_before=self.budget_before,
+        )
 
     def describe(self, est: StepEstimate, stopped: bool = False) -> str:
         """The postfix: rate, time left and the bound that ends the run (``stopped``: the one that did)."""
@@ -230,8 +271,11 @@ class StepProgress:
         if est.eta is not None:
             parts.append(f"{format_seconds(est.eta)} left")
         if budget is not None:
-            parts.append({"budget": f"stops at {budget}", "steps": f"stops at {self.unit} {self.max_steps}"}.get(
-                est.bound, f"stops at {self.unit} {self.max_steps} or {budget}"))
+            parts.append(
+                {"budget": f"stops at {budget}", "steps": f"stops at {self.unit} {self.max_steps}"}.get(
+                    est.bound, f"stops at {self.unit} {self.max_steps} or {budget}"
+                )
+            )
         return ", ".join(parts)
 
     def update(self, n: int = 1, **values: Any) -> None:
@@ -267,8 +311,9 @@ class StepProgress:
         """End the bar; ``stopped``: the run ended here, so the total is the step reached."""
         if self.bar is not None and stopped:
             self.bar.total = self.step
-            self.bar.set_postfix_str(", ".join(p for p in (self.describe(self.estimate(), stopped=True), self.shown()) if p),
-                                     refresh=False)
+            self.bar.set_postfix_str(
+                ", ".join(p for p in (self.describe(self.estimate(), stopped=True), self.shown()) if p), refresh=False
+            )
         self._bar.close()
 
     def __enter__(self) -> "StepProgress":
@@ -357,8 +402,9 @@ class InputEstimate:
     rates: Dict[str, float] = field(default_factory=dict)
 
 
-def estimate_input(position: int, total: int, *, start: int = 0, seconds: float = 0.0,
-                   counts: Optional[Dict[str, int]] = None) -> InputEstimate:
+def estimate_input(
+    position: int, total: int, *, start: int = 0, seconds: float = 0.0, counts: Optional[Dict[str, int]] = None
+) -> InputEstimate:
     """At ``position`` of ``total`` bytes, with the measured work starting at byte
     ``start`` (after what was skipped) ``seconds`` ago and giving ``counts``: the
     bytes still to read at the measured bytes/s, and each count per second."""
@@ -380,9 +426,18 @@ class InputProgress:
     only. ``clock`` is injectable; a ``with`` block that ends without an error
     ends the bar at its total."""
 
-    def __init__(self, desc: str, paths: Sequence[Union[str, "os.PathLike[str]"]], *, counts: Sequence[str] = ("docs",),
-                 skipped: str = "resumed", enabled: Optional[bool] = True, file: Optional[IO[str]] = None,
-                 clock: Clock = time.monotonic, leave: bool = True) -> None:
+    def __init__(
+        self,
+        desc: str,
+        paths: Sequence[Union[str, "os.PathLike[str]"]],
+        *,
+        counts: Sequence[str] = ("docs",),
+        skipped: str = "resumed",
+        enabled: Optional[bool] = True,
+        file: Optional[IO[str]] = None,
+        clock: Clock = time.monotonic,
+        leave: bool = True,
+    ) -> None:
         self.meter = ByteMeter(paths)
         self.clock, self.skipped_name = clock, skipped
         self.counts: Dict[str, int] = dict.fromkeys(counts, 0)
@@ -390,8 +445,19 @@ class InputProgress:
         self._mark = (self.clock(), 0, dict(self.counts))  # where the measured work starts: after the last skip
         self._drawn = -math.inf
         total = self.meter.total or None
-        self._bar = _Bar(enabled, file, total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=leave,
-                         bar_format=(_BAR if total else _COUNT).replace("{n_fmt}", "{n_fmt}B").replace("{total_fmt}", "{total_fmt}B"))
+        self._bar = _Bar(
+            enabled,
+            file,
+            total=total,
+            desc=desc,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            leave=leave,
+            bar_format=(_BAR if total else _COUNT)
+            .replace("{n_fmt}", "{n_fmt}B")
+            .replace("{total_fmt}", "{total_fmt}B"),
+        )
         self.bar = self._bar.tqdm
 
     def metering(self) -> Any:
@@ -432,8 +498,13 @@ class InputProgress:
 
     def estimate(self) -> InputEstimate:
         began, start, before = self._mark
-        return estimate_input(self.meter.position(), self.meter.total, start=start, seconds=self.clock() - began,
-                              counts={k: v - before.get(k, 0) for k, v in self.counts.items()})
+        return estimate_input(
+            self.meter.position(),
+            self.meter.total,
+            start=start,
+            seconds=self.clock() - began,
+            counts={k: v - before.get(k, 0) for k, v in self.counts.items()},
+        )
 
     def describe(self, est: InputEstimate) -> str:
         parts = [f"{format_seconds(est.eta)} left"] if est.eta is not None and est.position < est.total else []

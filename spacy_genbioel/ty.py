@@ -1,4 +1,5 @@
 """The mention record shared by corpus readers, training-data builders and evaluation."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,5 +50,4 @@ class Candidate(NamedTuple):
 class Linker(Protocol):
     """Anything that ranks KB names for mentions: the generative linker and its peers."""
 
-    def link(self, mentions: Sequence[Mention], top_k: int = 5) -> List[List[Candidate]]:
-        ...
+    def link(self, mentions: Sequence[Mention], top_k: int = 5) -> List[List[Candidate]]: ...

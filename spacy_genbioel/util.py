@@ -20,6 +20,7 @@
 Nothing here imports torch at module level: the command line and the readers
 stay light.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -39,9 +40,26 @@ if TYPE_CHECKING:  # pragma: no cover
 PathLike = Union[str, Path]
 
 __all__ = [
-    "PathLike", "GZIP_ERRORS", "open_text", "open_binary", "read_bytes", "read_text", "line_separator", "text_lines",
-    "iter_raw_lines", "iter_lines", "parse_json", "iter_json_lines", "atomic_write", "atomic_json", "fsync_path",
-    "share_files", "fingerprint", "resolve_device", "resolve_dtype", "autocast_dtype",
+    "PathLike",
+    "GZIP_ERRORS",
+    "open_text",
+    "open_binary",
+    "read_bytes",
+    "read_text",
+    "line_separator",
+    "text_lines",
+    "iter_raw_lines",
+    "iter_lines",
+    "parse_json",
+    "iter_json_lines",
+    "atomic_write",
+    "atomic_json",
+    "fsync_path",
+    "share_files",
+    "fingerprint",
+    "resolve_device",
+    "resolve_dtype",
+    "autocast_dtype",
 ]
 
 
@@ -193,7 +211,9 @@ def iter_lines(path: PathLike, error: Callable[[str], Exception] = ValueError) -
         yield lineno, line.rstrip("\r\n")
 
 
-def parse_json(text: str, path: PathLike, error: Callable[[str], Exception] = ValueError, line: Optional[int] = None) -> Any:
+def parse_json(
+    text: str, path: PathLike, error: Callable[[str], Exception] = ValueError, line: Optional[int] = None
+) -> Any:
     """``json.loads`` whose failures (bad JSON, nesting too deep for the parser)
     raise ``error("file:line: ...")``: ``line`` is where ``text`` starts in the
     file (a JSON line), else the line of the failure in a whole-file ``text``."""
@@ -242,7 +262,7 @@ def share_files(paths: Iterable[PathLike]) -> None:
     mode = 0o666 & ~mask
     for path in paths:
         path = Path(path)
-        for file in (sorted(path.rglob("*")) if path.is_dir() else [path]):
+        for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
             if file.is_file() and not file.is_symlink():
                 current = file.stat().st_mode & 0o777
                 if current | mode != current:  # a permission open() would give is missing
@@ -250,7 +270,10 @@ def share_files(paths: Iterable[PathLike]) -> None:
 
 
 def atomic_json(path: Path, data: Any) -> None:
-    atomic_write(path, lambda p: p.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf8"))
+    atomic_write(
+        path,
+        lambda p: p.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf8"),
+    )
 
 
 # -- identity -----------------------------------------------------------------------------------------------------
@@ -289,8 +312,14 @@ def resolve_dtype(dtype: str, device: "torch.device") -> "torch.dtype":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
         return torch.float32
-    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-             "fp16": torch.float16, "float16": torch.float16}
+    table = {
+        "fp32": torch.float32,
+        "float32": torch.float32,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+    }
     if dtype not in table:
         hint = " ('int8' is a model dtype: load_model quantizes on CPU)" if dtype == "int8" else ""
         raise ValueError(f"Unknown dtype {dtype!r}; use auto, fp32, bf16 or fp16{hint}")

@@ -8,6 +8,7 @@ one with ``PYTHONPATH=that/tree``)::
 
     OMP_NUM_THREADS=1 python tests/annotate_jobs.py --kill-table [--trials 3] [--docs 200]
 """
+
 import argparse
 import contextlib
 import ctypes
@@ -27,8 +28,8 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
-
 from conftest import WORDS  # noqa: E402
+
 from spacy_genbioel.annotate import AnnotateError, annotate  # noqa: E402
 
 PHRASES = WORDS + ["renal failure", "cystic fibrosis", "liver", "the", "of", "patients"]
@@ -40,7 +41,9 @@ N_DOCS = 60
 def job_input(path: Path, n: int = N_DOCS, seed: int = 0) -> Path:
     """``n`` JSONL documents ``d0``... in order, with a duplicate of ``d3`` and a line that is not JSON among them."""
     rng = random.Random(seed)
-    lines = [json.dumps({"id": f"d{i}", "text": " ".join(rng.choices(PHRASES, k=rng.randint(4, 14)))}) for i in range(n)]
+    lines = [
+        json.dumps({"id": f"d{i}", "text": " ".join(rng.choices(PHRASES, k=rng.randint(4, 14)))}) for i in range(n)
+    ]
     lines.insert(n // 2, json.dumps({"id": "d3", "text": "renal failure, again"}))
     lines.insert(2 * n // 3, "{not json")
     path.write_text("\n".join(lines) + "\n", encoding="utf8")
@@ -88,7 +91,9 @@ def assert_same_output(out: Path, reference: Path) -> None:
 
 def written_ids(out: Path) -> list:
     """Document IDs of the chunk files in chunk order."""
-    return [json.loads(line)["id"] for p in sorted(Path(out).glob("part-*.jsonl")) for line in p.read_text().splitlines()]
+    return [
+        json.loads(line)["id"] for p in sorted(Path(out).glob("part-*.jsonl")) for line in p.read_text().splitlines()
+    ]
 
 
 # -- processes ---------------------------------------------------------------------------------------------------
@@ -126,8 +131,9 @@ def kill_all(pids: Sequence[int]) -> None:
     still_alive(pids, 10.0)
 
 
-def killed_run(start: Callable[[], Any], out: Path, target: str, rng: random.Random, hang_s: float = 60.0,
-               delay: float = 0.3) -> Dict[str, Any]:
+def killed_run(
+    start: Callable[[], Any], out: Path, target: str, rng: random.Random, hang_s: float = 60.0, delay: float = 0.3
+) -> Dict[str, Any]:
     """Run ``start()`` (an annotate call) in a forked child; once its first chunk landed, and a random
     moment more (up to ``delay`` seconds), SIGKILL the child (``target="parent"``) or one of its worker processes (``"worker"``).
     Returns ``killed`` (what was killed, or None when nothing was: the run ended first, or it had no
@@ -207,15 +213,19 @@ def _read_only_view(folders: Sequence[Path]) -> None:
         raise OSError(ctypes.get_errno(), "mount: cannot make / private")
     for folder in folders:
         path = str(Path(folder).resolve()).encode()
-        if libc.mount(path, path, None, ms_bind, None) != 0 or \
-                libc.mount(None, path, None, ms_remount | ms_bind | ms_rdonly, None) != 0:
+        if (
+            libc.mount(path, path, None, ms_bind, None) != 0
+            or libc.mount(None, path, None, ms_remount | ms_bind | ms_rdonly, None) != 0
+        ):
             raise OSError(ctypes.get_errno(), f"mount: cannot bind {folder} read-only")
     if os.access(folders[0], os.W_OK):
         raise OSError(0, "the read-only view is writable")
 
 
 # -- the kill table (docs/annotate.md) -------------------------------------------------------------------------------
-def kill_trial(pipeline: Path, docs: Path, n_docs: int, out: Path, n_process: int, target: str, seed: int) -> Dict[str, Any]:
+def kill_trial(
+    pipeline: Path, docs: Path, n_docs: int, out: Path, n_process: int, target: str, seed: int
+) -> Dict[str, Any]:
     """One job killed (``target``) and rerun: what the kill left and what the rerun found."""
     options = {**RUN, "chunk_size": 10, "batch_size": 4, "n_process": n_process}
     report = killed_run(lambda: annotate([docs], pipeline, out, options, CPU), out, target, random.Random(seed))
@@ -228,7 +238,13 @@ def kill_trial(pipeline: Path, docs: Path, n_docs: int, out: Path, n_process: in
         report["rerun"] = f"refused: {err}"
     ids = written_ids(out)
     expected = {f"d{i}" for i in range(n_docs)}
-    return {**report, "kept": kept, "written": len(ids), "lost": len(expected - set(ids)), "duplicated": len(ids) - len(set(ids))}
+    return {
+        **report,
+        "kept": kept,
+        "written": len(ids),
+        "lost": len(expected - set(ids)),
+        "duplicated": len(ids) - len(set(ids)),
+    }
 
 
 def kill_table(trials: int, n_docs: int) -> List[Dict[str, Any]]:
@@ -246,12 +262,22 @@ def kill_table(trials: int, n_docs: int) -> List[Dict[str, Any]]:
             for target in ("parent", "worker"):
                 if target == "worker" and n_process == 1:
                     continue
-                results = [kill_trial(pipeline, docs, n_docs, root / f"out-{n_process}-{target}-{t}", n_process, target, t) for t in range(trials)]
-                rows.append({"n_process": n_process, "killed": target, "trials": trials,
-                             **{key: sum(r[key] for r in results) for key in ("kept", "written", "lost", "duplicated")},
-                             "strays": sum(len(r["strays"]) for r in results), "hung": sum(r["hung"] for r in results),
-                             "rerun_refused": sum(r["rerun"] != "ok" for r in results),
-                             "not_killed": sum(r["killed"] is None for r in results)})
+                results = [
+                    kill_trial(pipeline, docs, n_docs, root / f"out-{n_process}-{target}-{t}", n_process, target, t)
+                    for t in range(trials)
+                ]
+                rows.append(
+                    {
+                        "n_process": n_process,
+                        "killed": target,
+                        "trials": trials,
+                        **{key: sum(r[key] for r in results) for key in ("kept", "written", "lost", "duplicated")},
+                        "strays": sum(len(r["strays"]) for r in results),
+                        "hung": sum(r["hung"] for r in results),
+                        "rerun_refused": sum(r["rerun"] != "ok" for r in results),
+                        "not_killed": sum(r["killed"] is None for r in results),
+                    }
+                )
                 print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -267,12 +293,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"spacy_genbioel from {spacy_genbioel.__file__}")
     started = time.monotonic()
     rows = kill_table(args.trials, args.docs)
-    print("\n| processes | killed | trials | documents kept at the kill | written after the rerun | lost | duplicated "
-          "| workers outliving their parent | runs hung on a dead worker | reruns refused |")
+    print(
+        "\n| processes | killed | trials | documents kept at the kill | written after the rerun | lost | duplicated "
+        "| workers outliving their parent | runs hung on a dead worker | reruns refused |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['n_process']} | {r['killed']} | {r['trials']} | {r['kept']} | {r['written']} | {r['lost']} | {r['duplicated']} "
-              f"| {r['strays']} | {r['hung']} | {r['rerun_refused']} |")
+        print(
+            f"| {r['n_process']} | {r['killed']} | {r['trials']} | {r['kept']} | {r['written']} | {r['lost']} | {r['duplicated']} "
+            f"| {r['strays']} | {r['hung']} | {r['rerun_refused']} |"
+        )
     print(f"({time.monotonic() - started:.0f} s)")
     return 0
 

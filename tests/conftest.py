@@ -10,11 +10,37 @@ from spacy_genbioel.models import Preset, build_model, train_tokenizer
 from spacy_genbioel.ty import Mention
 
 WORDS = [
-    "acute", "chronic", "renal", "failure", "cancer", "breast", "lung", "syndrome", "disease", "type",
-    "diabetes", "heart", "attack", "arthritis", "reactive", "reiter", "pain", "liver", "fibrosis", "cystic",
+    "acute",
+    "chronic",
+    "renal",
+    "failure",
+    "cancer",
+    "breast",
+    "lung",
+    "syndrome",
+    "disease",
+    "type",
+    "diabetes",
+    "heart",
+    "attack",
+    "arthritis",
+    "reactive",
+    "reiter",
+    "pain",
+    "liver",
+    "fibrosis",
+    "cystic",
 ]
 # small enough that a forward pass takes milliseconds on CPU
-MICRO = Preset(d_model=32, encoder_layers=1, decoder_layers=1, attention_heads=2, ffn_dim=64, max_position_embeddings=128, vocab_size=400)
+MICRO = Preset(
+    d_model=32,
+    encoder_layers=1,
+    decoder_layers=1,
+    attention_heads=2,
+    ffn_dim=64,
+    max_position_embeddings=128,
+    vocab_size=400,
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -87,8 +113,28 @@ def mentions_for(kb, n=12):
 
 
 #: synonym words of the ResCNN tests (a WordPiece vocabulary of them: wordpiece_dir)
-SYNONYM_WORDS = ["heart", "attack", "myocardial", "infarction", "cardiac", "breast", "cancer", "carcinoma", "neoplasm", "tumor",
-         "renal", "kidney", "failure", "insufficiency", "high", "blood", "pressure", "hypertension", "lung", "disease"]
+SYNONYM_WORDS = [
+    "heart",
+    "attack",
+    "myocardial",
+    "infarction",
+    "cardiac",
+    "breast",
+    "cancer",
+    "carcinoma",
+    "neoplasm",
+    "tumor",
+    "renal",
+    "kidney",
+    "failure",
+    "insufficiency",
+    "high",
+    "blood",
+    "pressure",
+    "hypertension",
+    "lung",
+    "disease",
+]
 
 
 @pytest.fixture(scope="session")
@@ -99,9 +145,16 @@ def wordpiece_dir(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("wordpieces")
     letters = "abcdefghijklmnopqrstuvwxyz"
-    vocab = list(dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *SYNONYM_WORDS, *letters, *[f"##{c}" for c in letters]]))
+    vocab = list(
+        dict.fromkeys(
+            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *SYNONYM_WORDS, *letters, *[f"##{c}" for c in letters]]
+        )
+    )
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf8")
     BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(str(path))
     generator = torch.Generator().manual_seed(0)
-    save_file({"embeddings.word_embeddings.weight": torch.randn(len(vocab), 6, generator=generator)}, str(path / "model.safetensors"))
+    save_file(
+        {"embeddings.word_embeddings.weight": torch.randn(len(vocab), 6, generator=generator)},
+        str(path / "model.safetensors"),
+    )
     return path

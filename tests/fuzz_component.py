@@ -30,6 +30,7 @@ Run against any tree (``PYTHONPATH`` first decides which ``spacy_genbioel``)::
 
 ``tests/linking/test_fuzz_component.py`` runs the same generators under pytest.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,15 +80,24 @@ def document_cases() -> List[DocCase]:
         DocCase("empty", ""),
         DocCase("whitespace only", " \n\t  \n"),
         DocCase("control characters as spans", f"renal {CONTROL} failure", [(1, 2), (0, 1)], unlinkable=[0]),
-        DocCase("emoji spans", "😷 🦠 renal failure 👩\u200d⚕️ ❤️", [(0, 1), (1, 2), (2, 4), (4, 5), (5, 6)],
-                unlinkable=[0, 1, 3, 4]),
+        DocCase(
+            "emoji spans",
+            "😷 🦠 renal failure 👩\u200d⚕️ ❤️",
+            [(0, 1), (1, 2), (2, 4), (4, 5), (5, 6)],
+            unlinkable=[0, 1, 3, 4],
+        ),
         DocCase("emoji run as one span", "pain " + "".join(EMOJI) + " pain", [(1, 2), (0, 1)], unlinkable=[0]),
         DocCase("whitespace span", "renal   \u3000  failure", [(1, 2)], unlinkable=[0]),
         DocCase("empty span", "renal failure", [(1, 1), (0, 2)], unlinkable=[0]),
     ]
-    for label, blob in [("200-base primer", "ACGT" * 50), ("5,000-char DNA", "ACGT" * 1250),
-                        ("Chinese title", "文字标题" * 60), ("5,000-char Chinese", "文字" * 2500),
-                        ("chemical formula", "C6H12O6-Na2SO4(aq)" * 50), ("5,000-char formula", "CH2" * 1667)]:
+    for label, blob in [
+        ("200-base primer", "ACGT" * 50),
+        ("5,000-char DNA", "ACGT" * 1250),
+        ("Chinese title", "文字标题" * 60),
+        ("5,000-char Chinese", "文字" * 2500),
+        ("chemical formula", "C6H12O6-Na2SO4(aq)" * 50),
+        ("5,000-char formula", "CH2" * 1667),
+    ]:
         text, span = _mention_at([blob, blob], "renal failure")
         cases.append(DocCase(f"unspaced {label} around the mention", text, [span]))
         cases.append(DocCase(f"unspaced {label} left only", blob + " renal failure", [(1, 3)]))
@@ -102,10 +112,18 @@ def document_cases() -> List[DocCase]:
     cases.append(DocCase("5,000-char one-token mention", text, [span]))
     text, span = _mention_at(["ACGT" * 1250], "ACGT" * 1250)
     cases.append(DocCase("unspaced mention in unspaced context", text, [span]))
-    cases.append(DocCase("overlapping spans", "acute renal failure and lung cancer",
-                         [(1, 3), (0, 3), (0, 6), (2, 3), (1, 3), (5, 6)]))
-    cases.append(DocCase("odd scripts", " ".join(ODD) + " renal failure", [(i, i + 1) for i in range(len(ODD))]
-                         + [(len(ODD), len(ODD) + 2)]))
+    cases.append(
+        DocCase(
+            "overlapping spans", "acute renal failure and lung cancer", [(1, 3), (0, 3), (0, 6), (2, 3), (1, 3), (5, 6)]
+        )
+    )
+    cases.append(
+        DocCase(
+            "odd scripts",
+            " ".join(ODD) + " renal failure",
+            [(i, i + 1) for i in range(len(ODD))] + [(len(ODD), len(ODD) + 2)],
+        )
+    )
     return cases
 
 
@@ -153,12 +171,14 @@ def _truncate(rel: str, keep: Callable[[int], int]) -> Callable[[Path, "Resource
         path = folder / rel
         data = path.read_bytes()
         path.write_bytes(data[: keep(len(data))])
+
     return run
 
 
 def _write(rel: str, content: bytes) -> Callable[[Path, "Resources"], None]:
     def run(folder: Path, _res) -> None:
         (folder / rel).write_bytes(content)
+
     return run
 
 
@@ -167,29 +187,35 @@ def _delete(*rels: str) -> Callable[[Path, "Resources"], None]:
         for rel in rels:
             target = folder / rel
             shutil.rmtree(target) if target.is_dir() else target.unlink()
+
     return run
 
 
 def _replace_tokenizer(which: str) -> Callable[[Path, "Resources"], None]:
     def run(folder: Path, res) -> None:
         res.other_tokenizers[which].save_pretrained(str(folder / "genbioel" / "model"))
+
     return run
 
 
 def _trie_metadata(change: Callable[[Dict[str, str]], Dict[str, str]]) -> Callable[[Path, "Resources"], None]:
     def run(folder: Path, _res) -> None:
-        from safetensors.numpy import load_file, save_file
         from safetensors import safe_open
+        from safetensors.numpy import load_file, save_file
 
         path = folder / "genbioel" / "trie.safetensors"
         with safe_open(str(path), framework="np") as handle:
             meta = dict(handle.metadata() or {})
         save_file(load_file(str(path)), str(path), metadata=change(meta))
+
     return run
 
 
-def _kb_file(change: Callable[[Dict, Dict[str, str]], Tuple[Dict, Dict[str, str]]]) -> Callable[[Path, "Resources"], None]:
+def _kb_file(
+    change: Callable[[Dict, Dict[str, str]], Tuple[Dict, Dict[str, str]]],
+) -> Callable[[Path, "Resources"], None]:
     """Rewrite ``kb.safetensors`` with ``change(arrays, metadata)``."""
+
     def run(folder: Path, _res) -> None:
         from safetensors import safe_open
         from safetensors.numpy import load_file, save_file
@@ -199,6 +225,7 @@ def _kb_file(change: Callable[[Dict, Dict[str, str]], Tuple[Dict, Dict[str, str]
             meta = dict(handle.metadata() or {})
         arrays, meta = change(load_file(str(path)), meta)
         save_file(arrays, str(path), metadata=meta)
+
     return run
 
 
@@ -213,6 +240,7 @@ def _cfg(change: Callable[[dict], object]) -> Callable[[Path, "Resources"], None
     def run(folder: Path, _res) -> None:
         path = folder / "genbioel" / "cfg.json"
         path.write_text(json.dumps(change(json.loads(path.read_text()))))
+
     return run
 
 
@@ -224,10 +252,12 @@ def _flip_concept_byte(arrays: Dict, meta: Dict[str, str]) -> Tuple[Dict, Dict[s
     return {**arrays, "concept_bytes": blob}, meta
 
 
-def _fusion(change: Optional[Callable[[dict], object]] = None,
-            text: Optional[Callable[[str], str]] = None) -> Callable[[Path, "Resources"], None]:
+def _fusion(
+    change: Optional[Callable[[dict], object]] = None, text: Optional[Callable[[str], str]] = None
+) -> Callable[[Path, "Resources"], None]:
     """Put a ``fusion.json`` (genbioel + tfidf, all weights 0 but ``exact``) in the pipeline: ``change`` edits
     its JSON object (returning a replacement, or None to keep the edited one), ``text`` its JSON text."""
+
     def run(folder: Path, _res) -> None:
         from spacy_genbioel.linking.fusion import FusionModel, feature_names
 
@@ -238,6 +268,7 @@ def _fusion(change: Optional[Callable[[dict], object]] = None,
         path = folder / "genbioel" / "fusion.json"
         written = json.dumps(data)
         path.write_text(text(written) if text is not None else written, encoding="utf8")
+
     return run
 
 
@@ -250,7 +281,9 @@ def _fusion_folder(folder: Path, _res) -> None:
 
 
 def _nested(levels: int) -> str:
-    head = '{"version": 1, "sources": ["genbioel"], "weights": {"genbioel_in": 0, "genbioel_score": 0, "genbioel_rr": 0, '
+    head = (
+        '{"version": 1, "sources": ["genbioel"], "weights": {"genbioel_in": 0, "genbioel_score": 0, "genbioel_rr": 0, '
+    )
     head += '"genbioel_gap": 0, "exact": 0, "log_prior": 0}, "fit": '
     return head + '{"a": ' * levels + "1" + "}" * levels + "}"
 
@@ -265,80 +298,180 @@ def folder_cases() -> List[FolderCase]:
     m, t, c = "genbioel/model/model.safetensors", "genbioel/trie.safetensors", "genbioel/cfg.json"
     k = "genbioel/kb.safetensors"
     cases = [FolderCase("intact", lambda f, r: None, "link")]
-    for label, keep in [("empty", lambda n: 0), ("7 bytes", lambda n: 7), ("100 bytes", lambda n: 100),
-                        ("half", lambda n: n // 2), ("last byte cut", lambda n: n - 1)]:
+    for label, keep in [
+        ("empty", lambda n: 0),
+        ("7 bytes", lambda n: 7),
+        ("100 bytes", lambda n: 100),
+        ("half", lambda n: n // 2),
+        ("last byte cut", lambda n: n - 1),
+    ]:
         cases.append(FolderCase(f"model.safetensors {label}", _truncate(m, keep), "refuse", ("model.safetensors",)))
         cases.append(FolderCase(f"trie.safetensors {label}", _truncate(t, keep), "refuse", ("trie.safetensors",)))
         cases.append(FolderCase(f"kb.safetensors {label}", _truncate(k, keep), "refuse", ("kb.safetensors",)))
     cases += [
-        FolderCase("model.safetensors garbage", _write(m, b"\x00" * 64 + b"not safetensors" * 50), "refuse", ("model.safetensors",)),
+        FolderCase(
+            "model.safetensors garbage",
+            _write(m, b"\x00" * 64 + b"not safetensors" * 50),
+            "refuse",
+            ("model.safetensors",),
+        ),
         FolderCase("model.safetensors missing", _delete(m), "refuse", ("model.safetensors",)),
-        FolderCase("model config.json garbage", _write("genbioel/model/config.json", b"{not json"), "refuse", ("config.json",)),
-        FolderCase("model config.json a list", _write("genbioel/model/config.json", b"[1, 2]"), "refuse", ("config.json",)),
+        FolderCase(
+            "model config.json garbage", _write("genbioel/model/config.json", b"{not json"), "refuse", ("config.json",)
+        ),
+        FolderCase(
+            "model config.json a list", _write("genbioel/model/config.json", b"[1, 2]"), "refuse", ("config.json",)
+        ),
         FolderCase("model folder missing", _delete("genbioel/model"), "refuse", ("model", "config.json")),
-        FolderCase("tokenizer files missing", _delete("genbioel/model/tokenizer.json", "genbioel/model/tokenizer_config.json"),
-                   "refuse", ("tokenizer",)),
-        FolderCase("tokenizer.json garbage", _write("genbioel/model/tokenizer.json", b'{"model": 5'), "refuse", ("tokenizer",)),
+        FolderCase(
+            "tokenizer files missing",
+            _delete("genbioel/model/tokenizer.json", "genbioel/model/tokenizer_config.json"),
+            "refuse",
+            ("tokenizer",),
+        ),
+        FolderCase(
+            "tokenizer.json garbage", _write("genbioel/model/tokenizer.json", b'{"model": 5'), "refuse", ("tokenizer",)
+        ),
         FolderCase("tokenizer of the same size, other ids", _replace_tokenizer("permuted"), "refuse", ("tokenizer",)),
         FolderCase("tokenizer with a larger vocabulary", _replace_tokenizer("larger"), "refuse", ("tokenizer",)),
         FolderCase("trie.safetensors garbage", _write(t, b"\xff" * 300), "refuse", ("trie.safetensors",)),
-        FolderCase("trie format version 99", _trie_metadata(lambda meta: {**meta, "format_version": "99"}), "refuse",
-                   ("trie.safetensors",)),
-        FolderCase("trie metadata missing", _trie_metadata(lambda meta: {"format_version": meta["format_version"]}),
-                   "refuse", ("trie.safetensors",)),
-        FolderCase("trie with another root token", _trie_metadata(lambda meta: {**meta, "root_token_id": "5"}),
-                   "link_warned", ("trie.safetensors",)),
+        FolderCase(
+            "trie format version 99",
+            _trie_metadata(lambda meta: {**meta, "format_version": "99"}),
+            "refuse",
+            ("trie.safetensors",),
+        ),
+        FolderCase(
+            "trie metadata missing",
+            _trie_metadata(lambda meta: {"format_version": meta["format_version"]}),
+            "refuse",
+            ("trie.safetensors",),
+        ),
+        FolderCase(
+            "trie with another root token",
+            _trie_metadata(lambda meta: {**meta, "root_token_id": "5"}),
+            "link_warned",
+            ("trie.safetensors",),
+        ),
         FolderCase("trie of format 1 without fingerprint", _trie_metadata(_old_trie), "link"),
-        FolderCase("trie max_depth 1", _trie_metadata(lambda meta: {**meta, "max_depth": "1"}), "refuse", ("trie.safetensors",)),
-        FolderCase("trie max_depth one too many", _trie_metadata(lambda meta: {**meta, "max_depth": str(int(meta["max_depth"]) + 1)}),
-                   "refuse", ("trie.safetensors",)),
+        FolderCase(
+            "trie max_depth 1", _trie_metadata(lambda meta: {**meta, "max_depth": "1"}), "refuse", ("trie.safetensors",)
+        ),
+        FolderCase(
+            "trie max_depth one too many",
+            _trie_metadata(lambda meta: {**meta, "max_depth": str(int(meta["max_depth"]) + 1)}),
+            "refuse",
+            ("trie.safetensors",),
+        ),
         FolderCase("trie missing", _delete(t), "link_warned", ("trie.safetensors",)),
-        FolderCase("kb.jsonl missing, kb.safetensors there", _delete("genbioel/kb.jsonl"), "link_warned", ("kb.jsonl",)),
+        FolderCase(
+            "kb.jsonl missing, kb.safetensors there", _delete("genbioel/kb.jsonl"), "link_warned", ("kb.jsonl",)
+        ),
         FolderCase("kb.jsonl and kb.safetensors missing", _delete("genbioel/kb.jsonl", k), "refuse", ("kb.jsonl",)),
         FolderCase("kb.safetensors missing (a pipeline saved before it)", _delete(k), "link"),
         FolderCase("kb.jsonl edited after saving", _edit_jsonl, "link_warned", ("kb.jsonl",)),
         FolderCase("kb.safetensors garbage", _write(k, b"\xff" * 300), "refuse", ("kb.safetensors",)),
-        FolderCase("kb.safetensors of format version 99", _kb_file(lambda a, m: (a, {**m, "format_version": "99"})), "refuse",
-                   ("kb.safetensors",)),
-        FolderCase("kb.safetensors not a KB", _kb_file(lambda a, m: (a, {k2: v for k2, v in m.items() if k2 != "format"})),
-                   "refuse", ("kb.safetensors",)),
-        FolderCase("kb.safetensors without its checksum", _kb_file(lambda a, m: (a, {k2: v for k2, v in m.items()
-                                                                                    if k2 != "checksum"})),
-                   "refuse", ("kb.safetensors",)),
-        FolderCase("kb.safetensors without name_offsets", _kb_file(lambda a, m: ({k2: v for k2, v in a.items()
-                                                                                 if k2 != "name_offsets"}, m)),
-                   "refuse", ("kb.safetensors",)),
-        FolderCase("kb.safetensors name offsets reversed", _kb_file(lambda a, m: ({**a, "name_offsets": a["name_offsets"][::-1].copy()}, m)),
-                   "refuse", ("kb.safetensors",)),
-        FolderCase("kb.safetensors concepts of names out of range",
-                   _kb_file(lambda a, m: ({**a, "name_concepts": a["name_concepts"] + 1000}, m)), "refuse", ("kb.safetensors",)),
-        FolderCase("kb.safetensors names of concepts as text", _kb_file(lambda a, m: ({**a, "concept_names": a["concept_names"].astype("float32")}, m)),
-                   "refuse", ("kb.safetensors",)),
-        FolderCase("kb.safetensors one byte of a concept ID changed", _kb_file(_flip_concept_byte), "refuse", ("kb.safetensors",)),
+        FolderCase(
+            "kb.safetensors of format version 99",
+            _kb_file(lambda a, m: (a, {**m, "format_version": "99"})),
+            "refuse",
+            ("kb.safetensors",),
+        ),
+        FolderCase(
+            "kb.safetensors not a KB",
+            _kb_file(lambda a, m: (a, {k2: v for k2, v in m.items() if k2 != "format"})),
+            "refuse",
+            ("kb.safetensors",),
+        ),
+        FolderCase(
+            "kb.safetensors without its checksum",
+            _kb_file(lambda a, m: (a, {k2: v for k2, v in m.items() if k2 != "checksum"})),
+            "refuse",
+            ("kb.safetensors",),
+        ),
+        FolderCase(
+            "kb.safetensors without name_offsets",
+            _kb_file(lambda a, m: ({k2: v for k2, v in a.items() if k2 != "name_offsets"}, m)),
+            "refuse",
+            ("kb.safetensors",),
+        ),
+        FolderCase(
+            "kb.safetensors name offsets reversed",
+            _kb_file(lambda a, m: ({**a, "name_offsets": a["name_offsets"][::-1].copy()}, m)),
+            "refuse",
+            ("kb.safetensors",),
+        ),
+        FolderCase(
+            "kb.safetensors concepts of names out of range",
+            _kb_file(lambda a, m: ({**a, "name_concepts": a["name_concepts"] + 1000}, m)),
+            "refuse",
+            ("kb.safetensors",),
+        ),
+        FolderCase(
+            "kb.safetensors names of concepts as text",
+            _kb_file(lambda a, m: ({**a, "concept_names": a["concept_names"].astype("float32")}, m)),
+            "refuse",
+            ("kb.safetensors",),
+        ),
+        FolderCase(
+            "kb.safetensors one byte of a concept ID changed",
+            _kb_file(_flip_concept_byte),
+            "refuse",
+            ("kb.safetensors",),
+        ),
         FolderCase("fusion.json intact", _fusion(), "link"),
         FolderCase("fusion.json NaN weight", _fusion_weight(float("nan")), "refuse", ("fusion.json",)),
         FolderCase("fusion.json Infinity weight", _fusion_weight(float("inf")), "refuse", ("fusion.json",)),
         FolderCase("fusion.json -Infinity weight", _fusion_weight(float("-inf")), "refuse", ("fusion.json",)),
-        FolderCase("fusion.json weight 1e400", _fusion(text=lambda t: t.replace('"exact": 1.0', '"exact": 1e400')), "refuse", ("fusion.json",)),
+        FolderCase(
+            "fusion.json weight 1e400",
+            _fusion(text=lambda t: t.replace('"exact": 1.0', '"exact": 1e400')),
+            "refuse",
+            ("fusion.json",),
+        ),
         FolderCase("fusion.json boolean weight", _fusion_weight(True), "refuse", ("fusion.json",)),
         FolderCase("fusion.json depth 2.9", _fusion(lambda d: d.update(depth=2.9)), "refuse", ("fusion.json",)),
         FolderCase("fusion.json depth true", _fusion(lambda d: d.update(depth=True)), "refuse", ("fusion.json",)),
         FolderCase("fusion.json fit nested 200 deep", _fusion(text=lambda t: _nested(200)), "refuse", ("fusion.json",)),
-        FolderCase("fusion.json fit nested 100,000 deep", _fusion(text=lambda t: _nested(100_000)), "refuse", ("fusion.json",)),
-        FolderCase("fusion.json unknown retriever", _fusion(lambda d: {**d, "sources": ["genbioel", "bogus"], "weights": {
-            k.replace("tfidf", "bogus"): v for k, v in d["weights"].items()}}), "refuse", ("fusion.json",)),
+        FolderCase(
+            "fusion.json fit nested 100,000 deep", _fusion(text=lambda t: _nested(100_000)), "refuse", ("fusion.json",)
+        ),
+        FolderCase(
+            "fusion.json unknown retriever",
+            _fusion(
+                lambda d: {
+                    **d,
+                    "sources": ["genbioel", "bogus"],
+                    "weights": {k.replace("tfidf", "bogus"): v for k, v in d["weights"].items()},
+                }
+            ),
+            "refuse",
+            ("fusion.json",),
+        ),
         FolderCase("fusion.json a folder", _fusion_folder, "refuse", ("fusion.json",)),
         FolderCase("cfg.json garbage", _write(c, b"{{{"), "refuse", ("cfg.json",)),
         FolderCase("cfg.json empty", _write(c, b""), "refuse", ("cfg.json",)),
         FolderCase("cfg.json a list", _write(c, b"[]"), "refuse", ("cfg.json",)),
         FolderCase("cfg.json not UTF-8", _write(c, b'{"has_linker": "\xff\xfe"}'), "refuse", ("cfg.json",)),
-        FolderCase("cfg.json without kb_normalizer", _cfg(lambda d: {k: v for k, v in d.items() if k != "kb_normalizer"}),
-                   "refuse", ("cfg.json",)),
+        FolderCase(
+            "cfg.json without kb_normalizer",
+            _cfg(lambda d: {k: v for k, v in d.items() if k != "kb_normalizer"}),
+            "refuse",
+            ("cfg.json",),
+        ),
         FolderCase("cfg.json kb_dedup a string", _cfg(lambda d: {**d, "kb_dedup": "yes"}), "refuse", ("cfg.json",)),
-        FolderCase("cfg.json kb_normalizer another registered function",
-                   _cfg(lambda d: {**d, "kb_normalizer": "spacy.first_longest_spans_filter.v1"}), "refuse", ("cfg.json",)),
-        FolderCase("cfg.json kb_normalizer a registered retriever",
-                   _cfg(lambda d: {**d, "kb_normalizer": "genbioel.exact_retriever.v1"}), "refuse", ("cfg.json",)),
+        FolderCase(
+            "cfg.json kb_normalizer another registered function",
+            _cfg(lambda d: {**d, "kb_normalizer": "spacy.first_longest_spans_filter.v1"}),
+            "refuse",
+            ("cfg.json",),
+        ),
+        FolderCase(
+            "cfg.json kb_normalizer a registered retriever",
+            _cfg(lambda d: {**d, "kb_normalizer": "genbioel.exact_retriever.v1"}),
+            "refuse",
+            ("cfg.json",),
+        ),
         FolderCase("cfg.json missing", _delete(c), "refuse", ("cfg.json",)),
         FolderCase("saved before first use, originals gone", lambda f, r: None, "link"),
         FolderCase("saved empty (no model or KB)", lambda f, r: None, "no_model"),
@@ -364,8 +497,14 @@ def make_nlp(model_dir: Optional[Path], kb_path: Optional[Path], **extra):
     import spacy_genbioel  # noqa: F401  (registers the factory)
 
     nlp = spacy.blank("en")
-    cfg = {"model": str(model_dir) if model_dir else None, "kb": str(kb_path) if kb_path else None, "device": "cpu",
-           "spans_key": "mentions", "decoding": {"num_beams": 2, "top_k": 2, "max_source_tokens": 64}, **extra}
+    cfg = {
+        "model": str(model_dir) if model_dir else None,
+        "kb": str(kb_path) if kb_path else None,
+        "device": "cpu",
+        "spans_key": "mentions",
+        "decoding": {"num_beams": 2, "top_k": 2, "max_source_tokens": 64},
+        **extra,
+    }
     nlp.add_pipe("genbioel", config=cfg)
     return nlp
 
@@ -387,8 +526,8 @@ def permuted_tokenizer(tokenizer, folder: Path):
 
 def build_resources(root: Path) -> Resources:
     import torch
-
     from conftest import MICRO, WORDS, random_kb
+
     from spacy_genbioel.models import build_model, save_model, train_tokenizer
 
     tokenizer = train_tokenizer([" ".join(WORDS)] * 5 + WORDS * 5, vocab_size=400, min_frequency=1)
@@ -431,7 +570,10 @@ def is_project_error(err: BaseException) -> bool:
 
 def marker_ids(linker) -> Tuple[List[int], List[int]]:
     tok = linker.tokenizer
-    return tuple(tok(" " + m, add_special_tokens=False)["input_ids"] for m in (linker.inputs.start_marker, linker.inputs.end_marker))
+    return tuple(
+        tok(" " + m, add_special_tokens=False)["input_ids"]
+        for m in (linker.inputs.start_marker, linker.inputs.end_marker)
+    )
 
 
 def find(row: List[int], part: List[int], start: int = 0) -> int:
@@ -495,7 +637,9 @@ def run_document(nlp, case: DocCase) -> Outcome:
 def run_folder(res: Resources, case: FolderCase) -> Outcome:
     import spacy
 
-    source = {"saved before first use, originals gone": res.unused, "saved empty (no model or KB)": res.empty}.get(case.name, res.saved)
+    source = {"saved before first use, originals gone": res.unused, "saved empty (no model or KB)": res.empty}.get(
+        case.name, res.saved
+    )
     handler = _Warnings()
     logger = logging.getLogger("spacy_genbioel")
     logger.addHandler(handler)
@@ -529,7 +673,9 @@ def run_folder(res: Resources, case: FolderCase) -> Outcome:
         return Outcome(case.name, "silent", f"linked to non-KB IDs {ids}")
     if case.expect == "link" or (case.expect == "link_warned" and handler.messages):
         return Outcome(case.name, "ok", "; ".join(handler.messages)[:160])
-    return Outcome(case.name, "silent", f"linked {ids} without error" + ("" if case.expect != "link_warned" else " or warning"))
+    return Outcome(
+        case.name, "silent", f"linked {ids} without error" + ("" if case.expect != "link_warned" else " or warning")
+    )
 
 
 def run_all(root: Path, seed: int = 0, n_random: int = 40) -> List[Outcome]:
@@ -557,8 +703,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--random", type=int, default=40, help="random documents to try")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    import spacy_genbioel
     from transformers.utils import logging as hf_logging
+
+    import spacy_genbioel
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -572,8 +719,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     counts = summary(outcomes)
     print(f"spacy_genbioel from {Path(spacy_genbioel.__file__).parent}")
     print("component fuzz: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    print(f"malformed inputs tried {counts['tried']}, crashes {counts['crash']}, silent acceptances {counts['silent']}, "
-          f"wrongly refused {counts['failed']}")
+    print(
+        f"malformed inputs tried {counts['tried']}, crashes {counts['crash']}, silent acceptances {counts['silent']}, "
+        f"wrongly refused {counts['failed']}"
+    )
     return 1 if counts["crash"] or counts["silent"] or counts["failed"] else 0
 
 

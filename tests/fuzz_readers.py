@@ -23,6 +23,7 @@ cases)::
     python tests/fuzz_readers.py --report                        # this checkout
     PYTHONPATH=/tmp/before python tests/fuzz_readers.py --report  # another tree
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,33 +36,71 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 # -- clean samples, one per target ---------------------------------------------------------------------------
-MEDIC = "".join(f"MESH:D{i:06d}{'|OMIM:6130' + str(i) if i % 4 == 0 else ''}||Disease {i}, type {i}|Syndrome {chr(65 + i)}\n"
-                for i in range(25))
-CTD = ("# Fields:\n# DiseaseName\tDiseaseID\tAltDiseaseIDs\tDefinition\tParentIDs\tTreeNumbers\tParentTreeNumbers\tSynonyms\tSlimMappings\n#\n"
-       + "".join(f"Disease {i}\tMESH:D{i:06d}\tOMIM:{600000 + i}\tA definition {i}.\tMESH:D1\tC0{i % 9}.{i:03d}\tC0{i % 9}\tAlias {i}|Other {i}\tSlim\n"
-                 for i in range(12)))
+MEDIC = "".join(
+    f"MESH:D{i:06d}{'|OMIM:6130' + str(i) if i % 4 == 0 else ''}||Disease {i}, type {i}|Syndrome {chr(65 + i)}\n"
+    for i in range(25)
+)
+CTD = (
+    "# Fields:\n# DiseaseName\tDiseaseID\tAltDiseaseIDs\tDefinition\tParentIDs\tTreeNumbers\tParentTreeNumbers\tSynonyms\tSlimMappings\n#\n"
+    + "".join(
+        f"Disease {i}\tMESH:D{i:06d}\tOMIM:{600000 + i}\tA definition {i}.\tMESH:D1\tC0{i % 9}.{i:03d}\tC0{i % 9}\tAlias {i}|Other {i}\tSlim\n"
+        for i in range(12)
+    )
+)
 MESH_TSV = "".join(f"D{i:06d}\tName {i}\tSynonym {i}|Another {i}\tC{i % 9:02d}.{i:03d}\t\n" for i in range(12))
-MESH_XML = ('<?xml version="1.0"?>\n<DescriptorRecordSet LanguageCode = "eng">\n'
-            + "".join(f'<DescriptorRecord DescriptorClass = "1">\n  <DescriptorUI>D{i:06d}</DescriptorUI>\n'
-                      f"  <DescriptorName><String>Name {i}</String></DescriptorName>\n"
-                      f"  <TreeNumberList><TreeNumber>C0{i % 9}.{i:03d}</TreeNumber></TreeNumberList>\n"
-                      f'  <ConceptList><Concept PreferredConceptYN="Y"><ScopeNote>Note {i}.</ScopeNote>\n'
-                      f"    <TermList><Term><String>Term {i}</String></Term></TermList></Concept></ConceptList>\n"
-                      f"</DescriptorRecord>\n" for i in range(6))
-            + "</DescriptorRecordSet>\n")
-MRCONSO = "".join(f"C{i:07d}|ENG|P|L{i:07d}|PF|S{i:07d}|Y|A{i:07d}||M{i}|D{i}|MSH|MH|D{i}|Concept name {i}|0|N|256|\n"
-                  f"C{i:07d}|ENG|S|L{i:07d}|VO|S{i:07d}|Y|B{i:07d}||M{i}|D{i}|MSH|EP|D{i}|Alias {i}|0|N|256|\n" for i in range(10))
-OBO = ("format-version: 1.2\nontology: doid\n\n"
-       + "".join(f'[Term]\nid: DOID:{i:04d}\nname: term {i}\ndef: "Definition {i}." []\nsynonym: "alias {i}" EXACT []\n'
-                 f"namespace: disease_ontology\n\n" for i in range(8)))
+MESH_XML = (
+    '<?xml version="1.0"?>\n<DescriptorRecordSet LanguageCode = "eng">\n'
+    + "".join(
+        f'<DescriptorRecord DescriptorClass = "1">\n  <DescriptorUI>D{i:06d}</DescriptorUI>\n'
+        f"  <DescriptorName><String>Name {i}</String></DescriptorName>\n"
+        f"  <TreeNumberList><TreeNumber>C0{i % 9}.{i:03d}</TreeNumber></TreeNumberList>\n"
+        f'  <ConceptList><Concept PreferredConceptYN="Y"><ScopeNote>Note {i}.</ScopeNote>\n'
+        f"    <TermList><Term><String>Term {i}</String></Term></TermList></Concept></ConceptList>\n"
+        f"</DescriptorRecord>\n"
+        for i in range(6)
+    )
+    + "</DescriptorRecordSet>\n"
+)
+MRCONSO = "".join(
+    f"C{i:07d}|ENG|P|L{i:07d}|PF|S{i:07d}|Y|A{i:07d}||M{i}|D{i}|MSH|MH|D{i}|Concept name {i}|0|N|256|\n"
+    f"C{i:07d}|ENG|S|L{i:07d}|VO|S{i:07d}|Y|B{i:07d}||M{i}|D{i}|MSH|EP|D{i}|Alias {i}|0|N|256|\n"
+    for i in range(10)
+)
+OBO = "format-version: 1.2\nontology: doid\n\n" + "".join(
+    f'[Term]\nid: DOID:{i:04d}\nname: term {i}\ndef: "Definition {i}." []\nsynonym: "alias {i}" EXACT []\n'
+    f"namespace: disease_ontology\n\n"
+    for i in range(8)
+)
 TARGET_KB = json.dumps({f"D{i:06d}": [f"name {i}", f"alias {i}"] for i in range(12)}, indent=1) + "\n"
-KB_JSONL = "".join(json.dumps({"id": f"D{i:06d}", "names": [f"Name {i}", f"Alias {i}"], "definition": f"Def {i}.",
-                               "types": ["C"], "prior": float(i % 3)}) + "\n" for i in range(12))
-SCISPACY = "".join(json.dumps({"concept_id": f"C{i:07d}", "canonical_name": f"Name {i}", "aliases": [f"Alias {i}"],
-                               "types": ["T047"], "definition": f"Def {i}."}) + "\n" for i in range(12))
+KB_JSONL = "".join(
+    json.dumps(
+        {
+            "id": f"D{i:06d}",
+            "names": [f"Name {i}", f"Alias {i}"],
+            "definition": f"Def {i}.",
+            "types": ["C"],
+            "prior": float(i % 3),
+        }
+    )
+    + "\n"
+    for i in range(12)
+)
+SCISPACY = "".join(
+    json.dumps(
+        {
+            "concept_id": f"C{i:07d}",
+            "canonical_name": f"Name {i}",
+            "aliases": [f"Alias {i}"],
+            "types": ["T047"],
+            "definition": f"Def {i}.",
+        }
+    )
+    + "\n"
+    for i in range(12)
+)
 
 
 def _pubtator_doc(pmid: int) -> str:
@@ -76,28 +115,67 @@ def _pubtator_doc(pmid: int) -> str:
 
 
 PUBTATOR = "".join(_pubtator_doc(1000 + i) for i in range(6))
-CORPUS_JSONL = "".join(json.dumps({"id": f"doc{i}", "text": "Renal failure and cystic fibrosis.",
-                                   "mentions": [{"start": 0, "end": 13, "label": "Disease", "ids": ["D051437"]},
-                                                {"start": 18, "end": 33, "label": "Disease", "ids": "D003550"}]}) + "\n"
-                       for i in range(6))
-BIOC_XML = ('<?xml version="1.0" encoding="UTF-8"?>\n<collection><source>test</source><date></date><key></key>\n'
-            + "".join(f'<document><id>{i}</id>\n<passage><infon key="type">title</infon><offset>0</offset><text>Renal failure.</text>\n'
-                      f'<annotation id="a{i}"><infon key="type">Disease</infon><infon key="MESH">D051437</infon>'
-                      f'<location offset="0" length="13"/><text>Renal failure</text></annotation></passage>\n'
-                      f'<passage><infon key="type">abstract</infon><offset>15</offset><text>Cystic fibrosis.</text></passage>\n'
-                      f"</document>\n" for i in range(4))
-            + "</collection>\n")
-BIOC_JSON = "".join(json.dumps({"id": str(i), "passages": [
-    {"offset": 0, "text": "Renal failure.", "annotations": [
-        {"id": "a", "infons": {"type": "Disease", "MESH": "D051437"}, "text": "Renal failure",
-         "locations": [{"offset": 0, "length": 13}]}]},
-    {"offset": 15, "text": "Cystic fibrosis."}]}) + "\n" for i in range(4))
+CORPUS_JSONL = "".join(
+    json.dumps(
+        {
+            "id": f"doc{i}",
+            "text": "Renal failure and cystic fibrosis.",
+            "mentions": [
+                {"start": 0, "end": 13, "label": "Disease", "ids": ["D051437"]},
+                {"start": 18, "end": 33, "label": "Disease", "ids": "D003550"},
+            ],
+        }
+    )
+    + "\n"
+    for i in range(6)
+)
+BIOC_XML = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<collection><source>test</source><date></date><key></key>\n'
+    + "".join(
+        f'<document><id>{i}</id>\n<passage><infon key="type">title</infon><offset>0</offset><text>Renal failure.</text>\n'
+        f'<annotation id="a{i}"><infon key="type">Disease</infon><infon key="MESH">D051437</infon>'
+        f'<location offset="0" length="13"/><text>Renal failure</text></annotation></passage>\n'
+        f'<passage><infon key="type">abstract</infon><offset>15</offset><text>Cystic fibrosis.</text></passage>\n'
+        f"</document>\n"
+        for i in range(4)
+    )
+    + "</collection>\n"
+)
+BIOC_JSON = "".join(
+    json.dumps(
+        {
+            "id": str(i),
+            "passages": [
+                {
+                    "offset": 0,
+                    "text": "Renal failure.",
+                    "annotations": [
+                        {
+                            "id": "a",
+                            "infons": {"type": "Disease", "MESH": "D051437"},
+                            "text": "Renal failure",
+                            "locations": [{"offset": 0, "length": 13}],
+                        }
+                    ],
+                },
+                {"offset": 15, "text": "Cystic fibrosis."},
+            ],
+        }
+    )
+    + "\n"
+    for i in range(4)
+)
 ASKAPATIENT = "".join(f"C{i:07d}\tconcept {i}\tmy {i} aches\n" for i in range(10))
-PUBMED_XML = ('<?xml version="1.0" encoding="utf-8"?>\n<PubmedArticleSet>\n'
-              + "".join(f"<PubmedArticle>\n<MedlineCitation><PMID>{900 + i}</PMID>\n<Article><ArticleTitle>Renal failure {i}."
-                        f"</ArticleTitle><Abstract><AbstractText>Cystic fibrosis.</AbstractText></Abstract></Article>\n"
-                        f"</MedlineCitation>\n</PubmedArticle>\n" for i in range(5))
-              + "</PubmedArticleSet>\n")
+PUBMED_XML = (
+    '<?xml version="1.0" encoding="utf-8"?>\n<PubmedArticleSet>\n'
+    + "".join(
+        f"<PubmedArticle>\n<MedlineCitation><PMID>{900 + i}</PMID>\n<Article><ArticleTitle>Renal failure {i}."
+        f"</ArticleTitle><Abstract><AbstractText>Cystic fibrosis.</AbstractText></Abstract></Article>\n"
+        f"</MedlineCitation>\n</PubmedArticle>\n"
+        for i in range(5)
+    )
+    + "</PubmedArticleSet>\n"
+)
 TEXT = "".join(f"Renal failure and cystic fibrosis in patient {i}.\n" for i in range(8))
 #: the caps annotate's readers run with here (far below the defaults, so that the cases stay small)
 ANNOTATE_LIMITS = {"max_line_bytes": 4096, "max_record_bytes": 4096, "max_json_bytes": 8192}
@@ -132,8 +210,17 @@ SAMPLES: Dict[str, Tuple[str, str, bool]] = {
     "annotate:bioc-xml": ("in.xml", BIOC_XML, True),
     "annotate:bioc-json": ("in.json", BIOC_JSON, True),
 }
-JSON_LINES = {"kb:jsonl", "kb:scispacy", "load:jsonl", "load:jsonl.gz", "corpus:jsonl", "cli:jsonl", "corpus:bioc-json",
-              "annotate:jsonl", "annotate:bioc-json"}
+JSON_LINES = {
+    "kb:jsonl",
+    "kb:scispacy",
+    "load:jsonl",
+    "load:jsonl.gz",
+    "corpus:jsonl",
+    "cli:jsonl",
+    "corpus:bioc-json",
+    "annotate:jsonl",
+    "annotate:bioc-json",
+}
 TARGET_KB_TARGETS = {"kb:genbioel", "load:target_kb", "cli:genbioel"}
 
 
@@ -182,7 +269,9 @@ def _line_cases(target: str, text: str, rng: random.Random) -> Iterator[Case]:
     utf8_expect = "either" if target == "corpus:askapatient" else "refuse"
     for _ in range(3):
         i = rng.randrange(len(lines) - 1)
-        broken = lines[:i] + [lines[i][: len(lines[i]) // 2] + "\udcff" + lines[i][len(lines[i]) // 2:]] + lines[i + 1:]
+        broken = (
+            lines[:i] + [lines[i][: len(lines[i]) // 2] + "\udcff" + lines[i][len(lines[i]) // 2 :]] + lines[i + 1 :]
+        )
         raw = "\n".join(broken).encode("utf8", "surrogateescape")
         yield Case(target, f"bad UTF-8 on line {i + 1}", _gz(raw) if target.endswith(".gz") else raw, utf8_expect)
     yield Case(target, "UTF-8 BOM", _stored(target, "\ufeff" + text), "equal")
@@ -193,7 +282,9 @@ def _line_cases(target: str, text: str, rng: random.Random) -> Iterator[Case]:
     yield Case(target, "NUL bytes", _stored(target, text.replace("e", "e\x00", 3)), "either")
     for _ in range(4):
         cut = rng.randrange(1, len(data))
-        yield Case(target, f"plain text truncated at {cut}", _stored(target, data[:cut].decode("utf8", "ignore")), "either")
+        yield Case(
+            target, f"plain text truncated at {cut}", _stored(target, data[:cut].decode("utf8", "ignore")), "either"
+        )
     for _ in range(4):
         raw = bytearray(data)
         for _ in range(rng.randint(1, 4)):
@@ -219,19 +310,38 @@ def _record_cases(target: str, text: str) -> Iterator[Case]:
     first, rest = text.split("\n", 1)
     record = json.loads(first)
     if target != "corpus:jsonl":
-        wrong = {"id": [["x"], {"a": 1}, True, 1.5, float("nan"), "", " "], "names": [5, [1], {"a": 1}, [None], [["x"]]],
-                 "types": [5, [1], {"a": 1}, [None]], "definition": [5, [], {"a": 1}, True],
-                 "prior": ["x", True, float("nan"), float("inf"), [], None]}
+        wrong = {
+            "id": [["x"], {"a": 1}, True, 1.5, float("nan"), "", " "],
+            "names": [5, [1], {"a": 1}, [None], [["x"]]],
+            "types": [5, [1], {"a": 1}, [None]],
+            "definition": [5, [], {"a": 1}, True],
+            "prior": ["x", True, float("nan"), float("inf"), [], None],
+        }
     else:
-        wrong = {"id": [["x"], {"a": 1}, True, 1.5, float("nan")], "text": [5, ["x"], None, {"a": 1}],
-                 "mentions": [5, "abc", {"a": 1}, [5], [{"start": "x", "end": 3}], [{"start": 1.5, "end": 3}],
-                              [{"start": True, "end": 3}], [{"start": 0, "end": 13, "ids": 5}],
-                              [{"start": 0, "end": 13, "ids": [["x"]]}], [{"start": 0, "end": 13, "text": 5}],
-                              [{"start": 0, "end": 13, "label": ["x"]}], [{"start": 0, "end": 99}]]}
+        wrong = {
+            "id": [["x"], {"a": 1}, True, 1.5, float("nan")],
+            "text": [5, ["x"], None, {"a": 1}],
+            "mentions": [
+                5,
+                "abc",
+                {"a": 1},
+                [5],
+                [{"start": "x", "end": 3}],
+                [{"start": 1.5, "end": 3}],
+                [{"start": True, "end": 3}],
+                [{"start": 0, "end": 13, "ids": 5}],
+                [{"start": 0, "end": 13, "ids": [["x"]]}],
+                [{"start": 0, "end": 13, "text": 5}],
+                [{"start": 0, "end": 13, "label": ["x"]}],
+                [{"start": 0, "end": 99}],
+            ],
+        }
     for key, values in wrong.items():
         for value in values:
             changed = dict(record, **{key: value})
-            yield Case(target, f"{key}: {json.dumps(value)}", _stored(target, json.dumps(changed) + "\n" + rest), "refuse")
+            yield Case(
+                target, f"{key}: {json.dumps(value)}", _stored(target, json.dumps(changed) + "\n" + rest), "refuse"
+            )
 
 
 def _kb_name_cases(target: str) -> Iterator[Case]:
@@ -240,7 +350,9 @@ def _kb_name_cases(target: str) -> Iterator[Case]:
         records = [json.loads(line) for line in KB_JSONL.splitlines()]
         none_usable = "".join(json.dumps({"id": r["id"], "names": ["()", " - "]}) + "\n" for r in records)
         some = "".join(json.dumps(dict(r, names=["(...)"]) if i == 3 else r) + "\n" for i, r in enumerate(records))
-        one_bad_name = "".join(json.dumps(dict(r, names=r["names"] + ["[]"]) if i == 2 else r) + "\n" for i, r in enumerate(records))
+        one_bad_name = "".join(
+            json.dumps(dict(r, names=r["names"] + ["[]"]) if i == 2 else r) + "\n" for i, r in enumerate(records)
+        )
         whole = "refuse" if not target.startswith("kb:") else "either"
         part = "report" if not target.startswith("kb:") else "either"
         yield Case(target, "every name normalizes to nothing", _stored(target, none_usable), whole)
@@ -249,24 +361,58 @@ def _kb_name_cases(target: str) -> Iterator[Case]:
         if target.startswith("cli:"):
             nameless = "".join(json.dumps({"id": r["id"]} if i == 1 else r) + "\n" for i, r in enumerate(records))
             yield Case(target, "one concept without names", _stored(target, nameless), "report")
-            yield Case(target, "no concept has names", _stored(target, "".join(json.dumps({"id": r["id"]}) + "\n" for r in records)), "refuse")
+            yield Case(
+                target,
+                "no concept has names",
+                _stored(target, "".join(json.dumps({"id": r["id"]}) + "\n" for r in records)),
+                "refuse",
+            )
     if target in TARGET_KB_TARGETS:
         for key in ("", " "):
-            yield Case(target, f"concept ID {key!r}", _stored(target, json.dumps({"D1": ["a"], key: ["b"]}, indent=1)), "refuse")
+            yield Case(
+                target,
+                f"concept ID {key!r}",
+                _stored(target, json.dumps({"D1": ["a"], key: ["b"]}, indent=1)),
+                "refuse",
+            )
         yield Case(target, "names 5", _stored(target, json.dumps({"D1": ["a"], "D2": 5}, indent=1)), "refuse")
         yield Case(target, "JSON list", _stored(target, json.dumps([["D1", "a"]])), "refuse")
         yield Case(target, "empty object", _stored(target, "{}"), "either" if target.startswith("kb:") else "refuse")
-        yield Case(target, "every name normalizes to nothing",
-                   _stored(target, json.dumps({"D1": ["()"], "D2": ["..."]})), "either" if target.startswith("kb:") else "refuse")
+        yield Case(
+            target,
+            "every name normalizes to nothing",
+            _stored(target, json.dumps({"D1": ["()"], "D2": ["..."]})),
+            "either" if target.startswith("kb:") else "refuse",
+        )
     if target in ("kb:medic", "cli:medic"):
-        yield Case(target, "names normalize to nothing", _stored(target, MEDIC.replace("|Syndrome A", "|(--)", 1)),
-                   "report" if target.startswith("cli:") else "either")
-        yield Case(target, "every name normalizes to nothing", _stored(target, "D1||()\nD2||[...]\n"),
-                   "refuse" if target.startswith("cli:") else "either")
+        yield Case(
+            target,
+            "names normalize to nothing",
+            _stored(target, MEDIC.replace("|Syndrome A", "|(--)", 1)),
+            "report" if target.startswith("cli:") else "either",
+        )
+        yield Case(
+            target,
+            "every name normalizes to nothing",
+            _stored(target, "D1||()\nD2||[...]\n"),
+            "refuse" if target.startswith("cli:") else "either",
+        )
 
 
-_BAD_OFFSETS = [("154.0", "160"), ("154.0", "160.0"), ("abc", "def"), ("abc", "160"), ("1e2", "2e2"), ("", ""),
-                ("-3", "5"), ("20", "10"), ("0", "9999"), (" 12", "x"), ("0x1", "0x5"), ("١٢", "١٥")]
+_BAD_OFFSETS = [
+    ("154.0", "160"),
+    ("154.0", "160.0"),
+    ("abc", "def"),
+    ("abc", "160"),
+    ("1e2", "2e2"),
+    ("", ""),
+    ("-3", "5"),
+    ("20", "10"),
+    ("0", "9999"),
+    (" 12", "x"),
+    ("0x1", "0x5"),
+    ("١٢", "١٥"),
+]
 
 
 def _corpus_cases(target: str, text: str) -> Iterator[Case]:
@@ -276,9 +422,18 @@ def _corpus_cases(target: str, text: str) -> Iterator[Case]:
     for start, end in _BAD_OFFSETS:
         changed = text.replace("1000\t0\t13\tRenal failure", f"1000\t{start}\t{end}\tRenal failure", 1)
         yield Case(target, f"mention offsets {start!r}-{end!r}", changed.encode("utf8"), "refuse")
-    yield Case(target, "mention text differs", text.replace("\tCystic fibrosis\t", "\tCystic fibroma\t", 1).encode("utf8"), "refuse")
-    yield Case(target, "relation with 5 columns", text.replace("\tCID\tD008750\tD003550", "\tAssociation\tD008750\t3630\tNovel", 1)
-               .encode("utf8"), "either")
+    yield Case(
+        target,
+        "mention text differs",
+        text.replace("\tCystic fibrosis\t", "\tCystic fibroma\t", 1).encode("utf8"),
+        "refuse",
+    )
+    yield Case(
+        target,
+        "relation with 5 columns",
+        text.replace("\tCID\tD008750\tD003550", "\tAssociation\tD008750\t3630\tNovel", 1).encode("utf8"),
+        "either",
+    )
     yield Case(target, "mention before the title", ("1000\t0\t4\tRena\tDisease\tD1\n" + text).encode("utf8"), "refuse")
 
 
@@ -289,12 +444,22 @@ def _round_two_cases(target: str, text: str) -> Iterator[Case]:
         key = "concept_id" if name == "scispacy" else "id"
         first, rest = text.split("\n", 1)
         for cid in ("D1\tX", "D1\nX", "D|PIPE", "D1+D2", "D 1"):
-            yield Case(target, f"ID {cid!r}", _stored(target, json.dumps(dict(json.loads(first), **{key: cid})) + "\n" + rest), "refuse")
+            yield Case(
+                target,
+                f"ID {cid!r}",
+                _stored(target, json.dumps(dict(json.loads(first), **{key: cid})) + "\n" + rest),
+                "refuse",
+            )
         if name != "scispacy":
             nameless = json.dumps(dict(json.loads(first), names=[])) + "\n" + rest
             yield Case(target, "names []", _stored(target, nameless), "report" if group != "kb" else "either")
     if target in TARGET_KB_TARGETS:
-        yield Case(target, "concept listed twice", _stored(target, '{\n "D1": ["a"],\n "D2": ["b"],\n "D1": ["c"]\n}\n'), "refuse")
+        yield Case(
+            target,
+            "concept listed twice",
+            _stored(target, '{\n "D1": ["a"],\n "D2": ["b"],\n "D1": ["c"]\n}\n'),
+            "refuse",
+        )
         yield Case(target, "ID 'D|PIPE'", _stored(target, json.dumps({"D1": ["a"], "D|PIPE": ["b"]})), "refuse")
     if name == "medic":
         yield Case(target, "ID 'D1+D2'", _stored(target, MEDIC.replace("MESH:D000001", "MESH:D000001+D2", 1)), "refuse")
@@ -304,16 +469,22 @@ def _round_two_cases(target: str, text: str) -> Iterator[Case]:
         swapped = "\n".join(lines[:4] + ["\t".join([row[1], row[0], *row[2:]])] + lines[5:])
         yield Case(target, "name and ID columns swapped", _stored(target, swapped), "refuse")
     if target == "corpus:pubtator":
-        yield Case(target, "second abstract line", text.replace("1001|a|", "1001|a|First.\n1001|a|", 1).encode(), "refuse")
+        yield Case(
+            target, "second abstract line", text.replace("1001|a|", "1001|a|First.\n1001|a|", 1).encode(), "refuse"
+        )
     if target in ("corpus:bioc-xml", "annotate:bioc-xml"):
         yield Case(target, "empty document ID", text.replace("<id>2</id>", "<id> </id>", 1).encode(), "refuse")
         for decl in ('<!ENTITY x SYSTEM "file:///etc/hostname">', '<!ENTITY x "Renal">'):
             doctype = text.replace("<collection>", f"<!DOCTYPE collection [{decl}]>\n<collection>", 1)
-            yield Case(target, f"entity {decl[:20]}", doctype.replace("Renal failure.", "&x; failure.", 1).encode(), "refuse")
+            yield Case(
+                target, f"entity {decl[:20]}", doctype.replace("Renal failure.", "&x; failure.", 1).encode(), "refuse"
+            )
     if target == "corpus:bioc-xml":
         yield Case(target, "document ID seen twice", text.replace("<id>2</id>", "<id>1</id>", 1).encode(), "report")
     if target in ("corpus:bioc-json", "annotate:bioc-json"):
-        yield Case(target, "string passage offset", text.replace('"offset": 15', '"offset": "15"', 1).encode(), "refuse")
+        yield Case(
+            target, "string passage offset", text.replace('"offset": 15', '"offset": "15"', 1).encode(), "refuse"
+        )
         yield Case(target, "empty document ID", text.replace('"id": "1"', '"id": ""', 1).encode(), "refuse")
     if target == "corpus:bioc-json":
         yield Case(target, "document ID seen twice", text.replace('"id": "1"', '"id": "0"', 1).encode(), "report")
@@ -325,15 +496,24 @@ def _round_two_cases(target: str, text: str) -> Iterator[Case]:
         yield Case(target, "line over max_line_bytes", over.encode(), "refuse", "max_line_bytes")
         yield Case(target, "line over max_line_bytes, gzipped", _gz(over.encode()), "refuse", "max_line_bytes")
     if name in ("pubmed", "bioc-xml"):
-        yield Case(target, "record over max_record_bytes", text.replace("Renal failure", "Renal failure" + big, 1).encode(),
-                   "refuse", "max_record_bytes")
+        yield Case(
+            target,
+            "record over max_record_bytes",
+            text.replace("Renal failure", "Renal failure" + big, 1).encode(),
+            "refuse",
+            "max_record_bytes",
+        )
         tag = "</PubmedArticle>" if name == "pubmed" else "</document>"
-        yield Case(target, "record without its end tag", text.replace(tag, "", 1).encode(), "refuse", "without its end tag")
+        yield Case(
+            target, "record without its end tag", text.replace(tag, "", 1).encode(), "refuse", "without its end tag"
+        )
         cut = text[: text.rindex(tag)] + big  # the last record never ends: the cap comes first
         yield Case(target, "unterminated record over the cap", cut.encode(), "refuse", "max_record_bytes")
         start = "<PubmedArticle>" if name == "pubmed" else "<document>"
         damaged = text.replace(start, start[:4] + "\udcff" + start[4:], 2).replace(start[:4] + "\udcff", start, 1)
-        yield Case(target, "damaged start tag", damaged.encode("utf8", "surrogateescape"), "refuse", "without its start tag")
+        yield Case(
+            target, "damaged start tag", damaged.encode("utf8", "surrogateescape"), "refuse", "without its start tag"
+        )
     if name == "bioc-json":
         docs = [json.loads(line) for line in text.splitlines()]
         whole = json.dumps({"documents": docs * 40}, indent=1)
@@ -409,7 +589,10 @@ def _run_annotate(name: str, path: Path) -> Any:
     errors = [i for i in items if isinstance(i, RecordError)]
     if any(e.file != str(path) or (e.line is None and e.record is None) for e in errors):
         raise RuntimeError(f"an error entry without its file and line: {errors}")
-    if any(not isinstance(i, (InputRecord, RecordError)) or (isinstance(i, InputRecord) and not i.text.strip()) for i in items):
+    if any(
+        not isinstance(i, (InputRecord, RecordError)) or (isinstance(i, InputRecord) and not i.text.strip())
+        for i in items
+    ):
         raise RuntimeError("not a usable record")
     if errors:
         raise CorpusFormatError(f"{errors[0].file}:{errors[0].line or errors[0].record}: {errors[0].reason}")
@@ -524,7 +707,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"tree: {Path(spacy_genbioel.__file__).parent}")
     for (target, outcome), n in sorted(per_target.items()):
         print(f"  {target:20} {outcome:8} {n}")
-    print(f"inputs {len(results)}  crashes {counts['crash']}  silent acceptances {counts['silent']}  misreads {counts['misread']}")
+    print(
+        f"inputs {len(results)}  crashes {counts['crash']}  silent acceptances {counts['silent']}  misreads {counts['misread']}"
+    )
     return 0 if len(results) == counts["ok"] else 1
 
 

@@ -3,6 +3,7 @@
 Run with ``python -m pytest tests/test_data_integration.py -m slow``; skipped
 when the data folder is absent. Expected counts come from the data README.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,14 +13,7 @@ from typing import List
 import pytest
 
 from spacy_genbioel.corpus import PubTatorDocument, mentions_from_pubtator, read_askapatient, read_pubtator
-from spacy_genbioel.kb import (
-    build_kb,
-    compare_with_target_kb,
-    read_crosswalk,
-    read_ctd,
-    read_medic,
-    read_mesh_tsv,
-)
+from spacy_genbioel.kb import build_kb, compare_with_target_kb, read_crosswalk, read_ctd, read_medic, read_mesh_tsv
 
 DATA = Path(os.environ.get("GENBIOEL_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
 

@@ -3,6 +3,7 @@ workflow, ``ncbi-fusion``, that did not): every ``spacy project run X`` is a wor
 or command of project.yml, every ``python -m spacy_genbioel CMD`` a command whose
 ``--options`` it has, every ``make X`` a Makefile target, every repository path
 (``bench/…``, ``configs/…``, ``tests/…``, ``spacy_genbioel/…``, ``docs/…``) a file."""
+
 import re
 from pathlib import Path
 
@@ -16,7 +17,9 @@ CLI = re.compile(r"(?:python -m spacy_genbioel|spacy-genbioel)\s+([a-z][a-z0-9-]
 PROJECT_RUN = re.compile(r"spacy project run ([A-Za-z0-9_-]+)(?:\s+([A-Za-z0-9_.][\w./-]*))?")
 MAKE = re.compile(r"(?:^\s*|`)make ([a-z][a-z-]*)")
 # a path, not a pattern such as configs/ner_<corpus>_cnn.cfg
-PATH = re.compile(r"(?<![\w./-])((?:bench|configs|tests|spacy_genbioel|docs)/[A-Za-z0-9_./-]+[A-Za-z0-9_])(?![\w./<{*-])")
+PATH = re.compile(
+    r"(?<![\w./-])((?:bench|configs|tests|spacy_genbioel|docs)/[A-Za-z0-9_./-]+[A-Za-z0-9_])(?![\w./<{*-])"
+)
 #: files the docs name as missing on purpose (docs/training.md: what build-kb stops on without the var file)
 NAMED_AS_MISSING = {"configs/corpora/bc5cdr_crosswalk.tsv"}
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*(?:\.[a-z0-9_]+)*)")
@@ -47,8 +50,11 @@ def project_names(folder: str):
 
 
 def test_every_project_run_names_a_workflow_or_command():
-    missing = [f"{doc}:{n}: spacy project run {m.group(1)} {m.group(2) or '.'}" for doc, n, m in mentions(PROJECT_RUN)
-               if m.group(1) not in project_names(m.group(2) or ".")]
+    missing = [
+        f"{doc}:{n}: spacy project run {m.group(1)} {m.group(2) or '.'}"
+        for doc, n, m in mentions(PROJECT_RUN)
+        if m.group(1) not in project_names(m.group(2) or ".")
+    ]
     assert not missing, "no such workflow or command in that project.yml:\n" + "\n".join(missing)
 
 
@@ -78,23 +84,33 @@ def test_every_make_target_exists():
 
 
 def test_every_repository_path_exists():
-    missing = [f"{doc}:{n}: {m.group(1)}" for doc, n, m in mentions(PATH)
-               if m.group(1) not in NAMED_AS_MISSING and not (ROOT / m.group(1)).exists()]
+    missing = [
+        f"{doc}:{n}: {m.group(1)}"
+        for doc, n, m in mentions(PATH)
+        if m.group(1) not in NAMED_AS_MISSING and not (ROOT / m.group(1)).exists()
+    ]
     assert not missing, "no such file:\n" + "\n".join(missing)
 
 
-@pytest.mark.parametrize("line, found", [
-    ("python -m spacy_genbioel evaluate --corpus D --linker tfidf", ("evaluate", ["--corpus", "--linker"])),
-    ("`python -m spacy_genbioel folds T --k 2; python -m spacy_genbioel fit-fusion --out F`", ("folds", ["--k"])),
-])
+@pytest.mark.parametrize(
+    "line, found",
+    [
+        ("python -m spacy_genbioel evaluate --corpus D --linker tfidf", ("evaluate", ["--corpus", "--linker"])),
+        ("`python -m spacy_genbioel folds T --k 2; python -m spacy_genbioel fit-fusion --out F`", ("folds", ["--k"])),
+    ],
+)
 def test_the_cli_pattern_reads_a_command_and_its_options(line, found):
     match = CLI.search(line)
     assert (match.group(1), OPTION.findall(match.group(2))) == found
 
 
-@pytest.mark.parametrize("line, found", [
-    ("spacy project run all      # NCBI", ("all", None)), ("`spacy project run evaluate . --vars.corpus x`", ("evaluate", ".")),
-    ("python -m spacy project run kb-hpo configs/kbs   # also", ("kb-hpo", "configs/kbs")),
-])
+@pytest.mark.parametrize(
+    "line, found",
+    [
+        ("spacy project run all      # NCBI", ("all", None)),
+        ("`spacy project run evaluate . --vars.corpus x`", ("evaluate", ".")),
+        ("python -m spacy project run kb-hpo configs/kbs   # also", ("kb-hpo", "configs/kbs")),
+    ],
+)
 def test_the_project_run_pattern_reads_the_project_folder(line, found):
     assert PROJECT_RUN.search(line).groups() == found

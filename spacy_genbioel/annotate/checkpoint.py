@@ -21,6 +21,7 @@ huggingface_hub accept leave it held by workers that outlive a killed parent,
 the very bug the lock must not have -- and by default it falls back to a soft
 lock, which outlives a killed holder, where ``flock`` is missing.
 """
+
 from __future__ import annotations
 
 import collections
@@ -35,7 +36,15 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterator, List, Sequence, Set, Tuple, Union
 
 from spacy_genbioel.annotate.records import (
-    CHECKPOINT, PROVENANCE, AnnotateError, Annotated, ChunkSummary, RecordError, chunk_summary, id_key, named,
+    CHECKPOINT,
+    PROVENANCE,
+    Annotated,
+    AnnotateError,
+    ChunkSummary,
+    RecordError,
+    chunk_summary,
+    id_key,
+    named,
 )
 from spacy_genbioel.annotate.writers import ChunkWriter
 from spacy_genbioel.util import atomic_json, atomic_write
@@ -57,8 +66,9 @@ def _complete_lines(path: Path) -> List[str]:
         text = data[:end].decode("utf8")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        raise AnnotateError(f"{path}:{line}: not UTF-8 text; "
-                            "this file is written by annotate and was changed since") from err
+        raise AnnotateError(
+            f"{path}:{line}: not UTF-8 text; this file is written by annotate and was changed since"
+        ) from err
     if end < len(data):
         logger.warning("%s: dropping an incomplete last line (interrupted write)", path)
         with path.open("r+b") as handle:
@@ -82,8 +92,10 @@ class ErrorLog:
                 data = json.loads(line)
                 key = (data["file"], str(data.get("line")), str(data.get("record")))
             except (ValueError, KeyError, TypeError) as err:
-                raise AnnotateError(f"{path}:{number}: not an errors-file entry ({type(err).__name__}: {err}); "
-                                    f"give another errors file ({named('errors_path')}) or remove this one") from err
+                raise AnnotateError(
+                    f"{path}:{number}: not an errors-file entry ({type(err).__name__}: {err}); "
+                    f"give another errors file ({named('errors_path')}) or remove this one"
+                ) from err
             if key not in self.seen:
                 self.seen.add(key)
                 self.counts[data.get("kind", "error")] += 1
@@ -117,7 +129,9 @@ class Checkpoint:
         present = {p.name: p for p in out.iterdir() if CHUNK_NAME.match(p.name)}
         foreign = [n for n in present if CHUNK_NAME.match(n).group(2) != writer.suffix]  # type: ignore[union-attr]
         if foreign:
-            raise AnnotateError(f"{out} holds chunks of another output format ({foreign[0]}); use another output folder ({named('out')})")
+            raise AnnotateError(
+                f"{out} holds chunks of another output format ({foreign[0]}); use another output folder ({named('out')})"
+            )
         entries: Dict[str, Dict[str, Any]] = {}
         lines = _complete_lines(self.path)
         for number, line in enumerate(lines, start=1):
@@ -129,12 +143,16 @@ class Checkpoint:
                 if not isinstance(name, str) or not CHUNK_NAME.match(name) or not isinstance(entry.get("ids"), list):
                     raise ValueError("not a chunk entry")
             except (ValueError, KeyError, TypeError, AttributeError) as err:
-                raise AnnotateError(f"{self.path}:{number}: corrupt checkpoint line ({err}); "
-                                    "delete the checkpoint to rebuild it from the chunk files") from err
+                raise AnnotateError(
+                    f"{self.path}:{number}: corrupt checkpoint line ({err}); "
+                    "delete the checkpoint to rebuild it from the chunk files"
+                ) from err
             entries[name] = entry
         changed = False
         for name in [n for n in entries if n not in present]:
-            logger.warning("%s: chunk %s is in the checkpoint but not on disk; its documents will be annotated again", out, name)
+            logger.warning(
+                "%s: chunk %s is in the checkpoint but not on disk; its documents will be annotated again", out, name
+            )
             del entries[name]
             changed = True
         for name in sorted(set(present) - set(entries)):
@@ -143,12 +161,19 @@ class Checkpoint:
             try:
                 summary = writer.read_back(present[name], vocab)
             except Exception as err:  # noqa: BLE001  (whatever the format's reader raises)
-                raise AnnotateError(f"{present[name]} cannot be read ({err}); delete it to annotate its documents again") from err
+                raise AnnotateError(
+                    f"{present[name]} cannot be read ({err}); delete it to annotate its documents again"
+                ) from err
             entries[name] = {"chunk": name, "ids": summary.ids, "mentions": summary.mentions, "linked": summary.linked}
             changed = True
         ordered = [entries[n] for n in sorted(entries, key=lambda n: int(CHUNK_NAME.match(n).group(1)))]  # type: ignore[union-attr]
         if changed or len(lines) != len(ordered):
-            atomic_write(self.path, lambda p: p.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in ordered), encoding="utf8"))
+            atomic_write(
+                self.path,
+                lambda p: p.write_text(
+                    "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in ordered), encoding="utf8"
+                ),
+            )
         # IDs of committed documents; the entries keep only counts (memory: one set, not two copies)
         self.done: Set[Union[int, str]] = {id_key(doc_id) for e in ordered for doc_id in e["ids"]}
         self.entries = [{k: v for k, v in e.items() if k != "ids"} | {"documents": len(e["ids"])} for e in ordered]
@@ -165,7 +190,9 @@ class Checkpoint:
         atomic_write(self.out / name, write)
         entry = {"chunk": name, "ids": summary.ids, "mentions": summary.mentions, "linked": summary.linked}
         self._append(entry)
-        self.entries.append({"chunk": name, "mentions": summary.mentions, "linked": summary.linked, "documents": len(summary.ids)})
+        self.entries.append(
+            {"chunk": name, "mentions": summary.mentions, "linked": summary.linked, "documents": len(summary.ids)}
+        )
         self.next_number = max(self.next_number, number + 1)
         return entry
 
@@ -221,7 +248,9 @@ def output_lock(out: Path) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as err:
-        raise AnnotateError(f"{path} cannot be opened ({err.strerror}); {named('out')} must be a folder this user can write") from err
+        raise AnnotateError(
+            f"{path} cannot be opened ({err.strerror}); {named('out')} must be a folder this user can write"
+        ) from err
     _HELD.add(fd)
     try:
         try:
@@ -236,7 +265,9 @@ def output_lock(out: Path) -> Iterator[None]:
 
 
 # -- provenance -------------------------------------------------------------------------------------------------
-def provenance(nlp: Any, pipeline_dir: Path, component: Any, device: str, settings: Dict[str, Any], command: str) -> Dict[str, Any]:
+def provenance(
+    nlp: Any, pipeline_dir: Path, component: Any, device: str, settings: Dict[str, Any], command: str
+) -> Dict[str, Any]:
     """What wrote this folder: package and library versions, pipeline, model (with the component's config
     as loaded), KB (its checksum guards a resumed run), device, the job's ``settings`` (its options, and
     under ``settings`` the genbioel settings it was given) and ``command``, and a first entry in ``runs``:
@@ -259,10 +290,15 @@ def provenance(nlp: Any, pipeline_dir: Path, component: Any, device: str, settin
     return {
         "package": "spacy_genbioel",
         "version": __version__,
-        "versions": {"spacy": spacy.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": sys.version.split()[0]},
+        "versions": {
+            "spacy": spacy.__version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": sys.version.split()[0],
+        },
         "pipeline": str(pipeline_dir.resolve()),
-        "pipeline_meta": {k: nlp.meta.get(k) for k in ("lang", "name", "version")} | {"components": list(nlp.pipe_names)},
+        "pipeline_meta": {k: nlp.meta.get(k) for k in ("lang", "name", "version")}
+        | {"components": list(nlp.pipe_names)},
         "model": {
             "type": getattr(model.config, "model_type", type(model).__name__),
             "name_or_path": getattr(model.config, "_name_or_path", "") or "",
@@ -275,7 +311,9 @@ def provenance(nlp: Any, pipeline_dir: Path, component: Any, device: str, settin
         "created": now,
         "command": command,
         **settings,
-        "runs": [{"started": now, "command": command, "device": model_device, "settings": settings.get("settings", {})}],
+        "runs": [
+            {"started": now, "command": command, "device": model_device, "settings": settings.get("settings", {})}
+        ],
     }
 
 
@@ -289,15 +327,24 @@ def update_provenance(out: Path, provenance: Dict[str, Any], format: str, chunk_
             if not isinstance(previous, dict):
                 raise ValueError("not a JSON object")
         except ValueError as err:
-            raise AnnotateError(f"{path} cannot be read ({err}); this file is written by annotate and was changed since") from err
+            raise AnnotateError(
+                f"{path} cannot be read ({err}); this file is written by annotate and was changed since"
+            ) from err
         if previous.get("format") != format:
-            raise AnnotateError(f"{out} was written as {previous.get('format')}, not {format}; use another output folder ({named('out')})")
+            raise AnnotateError(
+                f"{out} was written as {previous.get('format')}, not {format}; use another output folder ({named('out')})"
+            )
         if previous.get("kb", {}).get("checksum") != provenance["kb"]["checksum"]:
-            raise AnnotateError(f"{out} was written with another KB (checksum {previous.get('kb', {}).get('checksum')}); "
-                               f"use another output folder ({named('out')})")
+            raise AnnotateError(
+                f"{out} was written with another KB (checksum {previous.get('kb', {}).get('checksum')}); "
+                f"use another output folder ({named('out')})"
+            )
         if previous.get("chunk_size") != chunk_size:
-            logger.warning("chunk size changed from %s to %s: chunk boundaries will differ from an uninterrupted run",
-                           previous.get("chunk_size"), chunk_size)
+            logger.warning(
+                "chunk size changed from %s to %s: chunk boundaries will differ from an uninterrupted run",
+                previous.get("chunk_size"),
+                chunk_size,
+            )
         previous["runs"] = previous.get("runs", []) + provenance["runs"]
         provenance = previous
     atomic_json(path, provenance)

@@ -8,6 +8,7 @@ or when the start of a ``.gz`` cannot be read at all, detection stops with an
 :class:`~spacy_genbioel.annotate.records.AnnotateError` that asks for
 the input format (annotate's ``input_format``).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,15 @@ from spacy_genbioel.util import PathLike
 
 __all__ = ["detect_format"]
 
-_SUFFIXES: Dict[str, Optional[str]] = {".pubtator": "pubtator", ".bioc": "bioc", ".jsonl": "jsonl", ".ndjson": "jsonl",
-                                       ".txt": None, ".xml": None, ".json": None}
+_SUFFIXES: Dict[str, Optional[str]] = {
+    ".pubtator": "pubtator",
+    ".bioc": "bioc",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".txt": None,
+    ".xml": None,
+    ".json": None,
+}
 _XML_RECORD = re.compile(r"<(PubmedArticleSet|PubmedArticle|PubmedBookArticle|collection|document)[\s>/]")
 
 
@@ -72,16 +80,23 @@ def detect_format(path: PathLike) -> str:
     stripped = head.lstrip()
     if not stripped:
         if problem:
-            raise AnnotateError(f"{path}: the start of the file cannot be read ({problem}), so its format cannot be told; "
-                                f"give the input format ({named('input_format')}) to read what can be read")
+            raise AnnotateError(
+                f"{path}: the start of the file cannot be read ({problem}), so its format cannot be told; "
+                f"give the input format ({named('input_format')}) to read what can be read"
+            )
         return by_suffix or "text"  # an empty file: no documents either way
     if stripped.startswith("<"):
-        if re.search(r"<(PubmedArticleSet|PubmedArticle|PubmedBookArticle)[\s>/]", head) or "pubmed_" in head[:2000].lower():
+        if (
+            re.search(r"<(PubmedArticleSet|PubmedArticle|PubmedBookArticle)[\s>/]", head)
+            or "pubmed_" in head[:2000].lower()
+        ):
             return "pubmed"
         if re.search(r"<collection[\s>/]", head):
             return "bioc"
-        raise AnnotateError(f"{path}: XML, but neither BioC (<collection>) nor PubMed (<PubmedArticleSet>); "
-                            f"give the input format ({named('input_format')})")
+        raise AnnotateError(
+            f"{path}: XML, but neither BioC (<collection>) nor PubMed (<PubmedArticleSet>); "
+            f"give the input format ({named('input_format')})"
+        )
     lines = re.split(r"\r\n|\r|\n", stripped)
     if len(lines) > 1 and not head.endswith(("\n", "\r")):
         lines = lines[:-1]  # the last line of a cut head is not whole
@@ -106,5 +121,6 @@ def detect_format(path: PathLike) -> str:
             raise AnnotateError(
                 f"{path}: the format cannot be told: line {skipped + index + 1} looks like {kind} ({lines[index][:60]!r}) but the "
                 f"first line ({first_line[:60]!r}) does not; give the input format ({named('input_format')}: {choices}, "
-                "and the lines that are not become errors; or text)")
+                "and the lines that are not become errors; or text)"
+            )
     return "text"

@@ -21,6 +21,7 @@ the job (its chunks read as inputs, the pipeline's fingerprint) and no rerun
 could resume it. A read-only output folder (:func:`finished_read_only`) is an
 error, unless it holds this job, finished: then there is nothing to do.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,15 @@ from spacy_genbioel.annotate.checkpoint import CHUNK_NAME
 from spacy_genbioel.annotate.records import CHECKPOINT, JOB, PROVENANCE, SUMMARY, AnnotateError, named
 from spacy_genbioel.util import PathLike, atomic_json, fingerprint
 
-__all__ = ["RUN_SETTINGS", "check_job", "check_places", "differences", "finished_read_only", "job_identity", "record_job"]
+__all__ = [
+    "RUN_SETTINGS",
+    "check_job",
+    "check_places",
+    "differences",
+    "finished_read_only",
+    "job_identity",
+    "record_job",
+]
 
 VERSION = 1
 # genbioel settings that are not the job's: where and in what batches it runs (the flat batch_size: 0.1 pipelines')
@@ -96,16 +105,35 @@ def _pipeline_identity(pipeline_dir: Path, name: str, overrides: Mapping[str, An
     }
 
 
-def job_identity(paths: Sequence[Path], formats: Sequence[str], input_format: Optional[str], format: str,
-                 pipeline_dir: Path, component: str, overrides: Mapping[str, Any]) -> Dict[str, Any]:
+def job_identity(
+    paths: Sequence[Path],
+    formats: Sequence[str],
+    input_format: Optional[str],
+    format: str,
+    pipeline_dir: Path,
+    component: str,
+    overrides: Mapping[str, Any],
+) -> Dict[str, Any]:
     """What makes a job this job (see the module docstring); reads every input and pipeline file once.
     ``overrides``: the job's genbioel settings, nested as the component's config."""
     inputs = []
     for path, fmt in zip(paths, formats):
         resolved = path.resolve()
-        inputs.append({"path": str(resolved), "size": resolved.stat().st_size, "fingerprint": fingerprint([resolved]), "format": fmt})
-    return {"version": VERSION, "format": format, "input_format": input_format, "inputs": inputs,
-            "pipeline": _pipeline_identity(pipeline_dir, component, overrides)}
+        inputs.append(
+            {
+                "path": str(resolved),
+                "size": resolved.stat().st_size,
+                "fingerprint": fingerprint([resolved]),
+                "format": fmt,
+            }
+        )
+    return {
+        "version": VERSION,
+        "format": format,
+        "input_format": input_format,
+        "inputs": inputs,
+        "pipeline": _pipeline_identity(pipeline_dir, component, overrides),
+    }
 
 
 def _listed(paths: Sequence[str]) -> str:
@@ -114,7 +142,11 @@ def _listed(paths: Sequence[str]) -> str:
 
 def _config_changes(old: Any, new: Any, prefix: str = "") -> List[str]:
     if isinstance(old, dict) and isinstance(new, dict):
-        return [c for key in sorted(set(old) | set(new), key=str) for c in _config_changes(old.get(key), new.get(key), f"{prefix}{key}.")]
+        return [
+            c
+            for key in sorted(set(old) | set(new), key=str)
+            for c in _config_changes(old.get(key), new.get(key), f"{prefix}{key}.")
+        ]
     return [] if old == new else [f"{prefix[:-1]} {json.dumps(old)} before, {json.dumps(new)} now"]
 
 
@@ -144,12 +176,20 @@ def differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
     was_pipe, pipe = old.get("pipeline", {}), new["pipeline"]
     if was_pipe.get("component") != pipe["component"]:
         diffs.append(f"genbioel component {was_pipe.get('component')!r} before, {pipe['component']!r} now")
-    for key, label in (("model", "model weights"), ("kb", "KB"), ("files", "other pipeline files (NER, vocabulary, tokenizer, trie, meta)")):
+    for key, label in (
+        ("model", "model weights"),
+        ("kb", "KB"),
+        ("files", "other pipeline files (NER, vocabulary, tokenizer, trie, meta)"),
+    ):
         if was_pipe.get(key) != pipe[key]:
             diffs.append(f"the pipeline's {label} differ ({was_pipe.get('path')} before, {pipe['path']} now)")
     changes = _config_changes(_what_it_computes(was_pipe.get("config")), _what_it_computes(pipe["config"]))
     if changes:
-        diffs.append("genbioel settings differ: " + "; ".join(changes[:4]) + (f" and {len(changes) - 4} more" if len(changes) > 4 else ""))
+        diffs.append(
+            "genbioel settings differ: "
+            + "; ".join(changes[:4])
+            + (f" and {len(changes) - 4} more" if len(changes) > 4 else "")
+        )
     return diffs
 
 
@@ -158,24 +198,30 @@ def check_job(out: Path, identity: Dict[str, Any]) -> bool:
     :class:`AnnotateError`, changing nothing, when it holds another job or output whose job is unknown."""
     path = out / JOB
     if not path.exists():
-        earlier = sorted(p.name for p in out.iterdir() if p.name in (CHECKPOINT, PROVENANCE) or CHUNK_NAME.match(p.name))
+        earlier = sorted(
+            p.name for p in out.iterdir() if p.name in (CHECKPOINT, PROVENANCE) or CHUNK_NAME.match(p.name)
+        )
         if earlier:
             raise AnnotateError(
                 f"{out} holds annotate output ({_listed(earlier)}) but no {JOB}: it was written by an earlier version, "
                 f"so it cannot be told whether it is this job. Give another output folder ({named('out')}), or remove {out}, "
-                "to start this job.")
+                "to start this job."
+            )
         return True
     try:
         recorded = json.loads(path.read_text(encoding="utf8"))
         if not isinstance(recorded, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as err:
-        raise AnnotateError(f"{path} cannot be read ({err}); give another output folder ({named('out')}) to start the job again") from err
+        raise AnnotateError(
+            f"{path} cannot be read ({err}); give another output folder ({named('out')}) to start the job again"
+        ) from err
     diffs = differences(recorded, identity)
     if diffs:
         raise AnnotateError(
             f"{out} holds the output of another job: {'; '.join(diffs)}. To resume that job, rerun the command that "
-            f"started it (in {out / PROVENANCE}); to start this one, give another output folder ({named('out')}), or remove {out}.")
+            f"started it (in {out / PROVENANCE}); to start this one, give another output folder ({named('out')}), or remove {out}."
+        )
     return False
 
 
@@ -188,25 +234,33 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def check_places(out: Path, errors_path: Optional[Path], inputs: Union[PathLike, Sequence[PathLike]], pipeline_dir: Path) -> None:
+def check_places(
+    out: Path, errors_path: Optional[Path], inputs: Union[PathLike, Sequence[PathLike]], pipeline_dir: Path
+) -> None:
     """Refuse, before anything is written, an output folder (or errors file) where writing changes the job:
     a folder given as an input (its files are the inputs), or in the pipeline folder (its files are the pipeline)."""
     given = [Path(p) for p in ([inputs] if isinstance(inputs, (str, Path)) else inputs)]
     folders = [p for p in given if p.is_dir()]
     pipeline = pipeline_dir.resolve()
     if errors_path is not None and any(errors_path.resolve() == p.resolve() for p in given):
-        raise AnnotateError(f"{named('errors_path')} {errors_path} is an input file; give another {named('errors_path')}")
+        raise AnnotateError(
+            f"{named('errors_path')} {errors_path} is an input file; give another {named('errors_path')}"
+        )
     for setting, path in (("out", out), ("errors_path", errors_path)):
         if path is None:
             continue
         where = path.resolve() if setting == "out" else path.resolve().parent
         for folder in folders:
             if where == folder.resolve():
-                raise AnnotateError(f"{named(setting)} {path} is in the input folder {folder}: what the job writes there would "
-                                    f"be read as input by a rerun, which could then never resume it; give another {named(setting)}")
+                raise AnnotateError(
+                    f"{named(setting)} {path} is in the input folder {folder}: what the job writes there would "
+                    f"be read as input by a rerun, which could then never resume it; give another {named(setting)}"
+                )
         if _inside(path.resolve(), pipeline):
-            raise AnnotateError(f"{named(setting)} {path} is in the pipeline folder {pipeline_dir}: what the job writes there would "
-                                f"change the pipeline, so a rerun could never resume it; give another {named(setting)}")
+            raise AnnotateError(
+                f"{named(setting)} {path} is in the pipeline folder {pipeline_dir}: what the job writes there would "
+                f"change the pipeline, so a rerun could never resume it; give another {named(setting)}"
+            )
 
 
 def finished_read_only(out: Path, identity: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -222,11 +276,23 @@ def finished_read_only(out: Path, identity: Dict[str, Any]) -> Optional[Dict[str
         except (OSError, ValueError):
             summary = None
     if not isinstance(summary, dict) or summary.get("complete") is not True:
-        state = "holds this job, unfinished: copy it to a writable place and rerun there to resume" if (out / JOB).exists() \
+        state = (
+            "holds this job, unfinished: copy it to a writable place and rerun there to resume"
+            if (out / JOB).exists()
             else "is where a new job would be written"
-        raise AnnotateError(f"{named('out')} {out} is not writable (read-only, or not this user's) and {state}; "
-                            f"give a writable {named('out')}")
+        )
+        raise AnnotateError(
+            f"{named('out')} {out} is not writable (read-only, or not this user's) and {state}; "
+            f"give a writable {named('out')}"
+        )
     logger.warning("%s is read-only and holds this job, finished: nothing to do", out)
-    summary["this_run"] = {"documents_resumed": summary.get("documents_written", 0), "documents_annotated": 0, "mentions": 0,
-                           "seconds": 0.0, "documents_per_s": None, "mentions_per_s": None, "read_only": True}
+    summary["this_run"] = {
+        "documents_resumed": summary.get("documents_written", 0),
+        "documents_annotated": 0,
+        "mentions": 0,
+        "seconds": 0.0,
+        "documents_per_s": None,
+        "mentions_per_s": None,
+        "read_only": True,
+    }
     return summary

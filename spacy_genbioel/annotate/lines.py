@@ -23,6 +23,7 @@ line costs that line and a damaged file costs what follows the damage.
 :func:`spacy_genbioel.util.iter_lines` reads corpus files, where a bad line stops
 the read; these keep going.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,16 @@ from typing import Any, Iterator, List, Optional, Tuple, Union
 from spacy_genbioel.annotate.records import RecordError
 from spacy_genbioel.progress import watch_file
 
-__all__ = ["BLOCK", "DEFAULT_LIMITS", "READ_ERRORS", "ReadLimits", "decoded_lines", "json_lines",
-           "read_blocks", "read_head"]
+__all__ = [
+    "BLOCK",
+    "DEFAULT_LIMITS",
+    "READ_ERRORS",
+    "ReadLimits",
+    "decoded_lines",
+    "json_lines",
+    "read_blocks",
+    "read_head",
+]
 
 BLOCK = 1 << 16
 # what reading a damaged file raises: a cut .gz (EOFError), a bad gzip header or CRC (OSError), bad deflate data (zlib.error)
@@ -164,7 +173,9 @@ def _raw_lines(blocks: Iterator[bytes], max_bytes: int) -> Iterator[Optional[byt
         yield finish(b"".join(partial))
 
 
-def decoded_lines(path: Path, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Tuple[int, Optional[str], Optional[str]]]:
+def decoded_lines(
+    path: Path, limits: ReadLimits = DEFAULT_LIMITS
+) -> Iterator[Tuple[int, Optional[str], Optional[str]]]:
     """(line number, text or None, problem) per line, decoded one by one; a line over
     ``limits.max_line_bytes`` is a problem naming the cap."""
     lineno = 0

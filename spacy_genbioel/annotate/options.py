@@ -15,6 +15,7 @@ them ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; default ``auto``)
 also decides where the job may run: ``n_process > 1`` runs on CPU only, and
 Ray workers take a GPU each with ``cuda`` (:func:`run_device`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -68,15 +69,22 @@ class AnnotateOptions:
     @property
     def read_limits(self) -> ReadLimits:
         """The readers' caps (:class:`~.lines.ReadLimits`)."""
-        return ReadLimits(max_line_bytes=self.max_record_bytes, max_record_bytes=self.max_record_bytes,
-                          max_json_bytes=self.max_json_bytes)
+        return ReadLimits(
+            max_line_bytes=self.max_record_bytes,
+            max_record_bytes=self.max_record_bytes,
+            max_json_bytes=self.max_json_bytes,
+        )
 
     def __post_init__(self) -> None:
         if self.format not in OUTPUT_FORMATS:
-            raise AnnotateError(f"{named('format')} {self.format!r}: unknown output format; use one of {', '.join(OUTPUT_FORMATS)}")
+            raise AnnotateError(
+                f"{named('format')} {self.format!r}: unknown output format; use one of {', '.join(OUTPUT_FORMATS)}"
+            )
         if self.input_format is not None and self.input_format not in INPUT_FORMATS:
-            raise AnnotateError(f"{named('input_format')} {self.input_format!r}: unknown input format; "
-                                f"use one of {', '.join(INPUT_FORMATS)} (or none, to tell each file's)")
+            raise AnnotateError(
+                f"{named('input_format')} {self.input_format!r}: unknown input format; "
+                f"use one of {', '.join(INPUT_FORMATS)} (or none, to tell each file's)"
+            )
         for name in ("batch_size", "n_process", "chunk_size", "max_record_bytes", "max_json_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -96,13 +104,17 @@ class AnnotateOptions:
         if isinstance(options, cls):
             return options
         if not isinstance(options, Mapping):
-            raise AnnotateError(f"{named('options')} must be AnnotateOptions or a mapping of their fields, not {type(options).__name__}")
+            raise AnnotateError(
+                f"{named('options')} must be AnnotateOptions or a mapping of their fields, not {type(options).__name__}"
+            )
         known = {f.name for f in fields(cls)}
         unknown = [str(key) for key in options if key not in known]
         if unknown:
             hint = " (a genbioel setting: give it in settings)" if any(_is_setting(key) for key in unknown) else ""
-            raise AnnotateError(f"unknown annotate option {', '.join(map(repr, unknown))}{hint}; "
-                                f"the options are {', '.join(sorted(known))}")
+            raise AnnotateError(
+                f"unknown annotate option {', '.join(map(repr, unknown))}{hint}; "
+                f"the options are {', '.join(sorted(known))}"
+            )
         return cls(**options)
 
 
@@ -124,8 +136,10 @@ def component_settings(settings: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     if settings is None:
         settings = {}
     if not isinstance(settings, Mapping):
-        raise AnnotateError(f"{named('settings')} must be a mapping of genbioel settings "
-                            f"({{'decoding.batch_size': 16}}), not {type(settings).__name__}")
+        raise AnnotateError(
+            f"{named('settings')} must be a mapping of genbioel settings "
+            f"({{'decoding.batch_size': 16}}), not {type(settings).__name__}"
+        )
     try:
         nested = nested_overrides({str(key): value for key, value in settings.items()})
     except UnknownSettingError as err:
@@ -142,8 +156,10 @@ def run_device(options: AnnotateOptions, device: str) -> str:
     workers' devices are the cluster's, checked when it is reached."""
     if options.engine == "ray":  # Ray gives each worker a whole GPU (or one CPU)
         if device.startswith("cuda:"):
-            raise AnnotateError(f"{named('device')} {device} with {named('engine')} ray: Ray gives each worker its own GPU; "
-                                f"use {named('device')} cuda")
+            raise AnnotateError(
+                f"{named('device')} {device} with {named('engine')} ray: Ray gives each worker its own GPU; "
+                f"use {named('device')} cuda"
+            )
         if device not in ("auto", "cpu", "cuda"):
             raise AnnotateError(f"{named('device')} {device}: use auto, cpu or cuda with {named('engine')} ray")
         return device
@@ -161,5 +177,7 @@ def run_device(options: AnnotateOptions, device: str) -> str:
         if device == "auto":
             return "cpu"
         if resolve_device(device).type != "cpu":
-            raise AnnotateError(f"{named('n_process')} > 1 runs on CPU only; use one process with {named('device')} cuda")
+            raise AnnotateError(
+                f"{named('n_process')} > 1 runs on CPU only; use one process with {named('device')} cuda"
+            )
     return device

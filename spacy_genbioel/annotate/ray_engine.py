@@ -32,6 +32,7 @@ How a run goes (``docs/scale.md`` has the long version):
   any number of workers, or with the local engine (which numbers the
   remaining chunks after the last one instead of by unit).
 """
+
 from __future__ import annotations
 
 import collections
@@ -47,10 +48,19 @@ from pathlib import Path
 from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog
-from spacy_genbioel.annotate.readers import safe_records
 from spacy_genbioel.annotate.options import AnnotateOptions
+from spacy_genbioel.annotate.readers import safe_records
 from spacy_genbioel.annotate.records import ERRORS, PROVENANCE, SUMMARY, AnnotateError, named
-from spacy_genbioel.annotate.units import Committer, Unit, UnitResult, annotate_unit, first_seen, load_pipeline, plan_units, run_summary
+from spacy_genbioel.annotate.units import (
+    Committer,
+    Unit,
+    UnitResult,
+    annotate_unit,
+    first_seen,
+    load_pipeline,
+    plan_units,
+    run_summary,
+)
 from spacy_genbioel.annotate.writers import WRITERS
 from spacy_genbioel.progress import InputProgress
 from spacy_genbioel.util import atomic_json
@@ -77,7 +87,9 @@ class UnitWorker:
     units it is sent one after the other. :meth:`status` runs in a concurrency group of its own,
     so it answers while a unit runs (:func:`worker_status`)."""
 
-    def __init__(self, pipeline_dir: str, name: str, overrides: Dict[str, Any], format: str, batch_size: int, threads: int) -> None:
+    def __init__(
+        self, pipeline_dir: str, name: str, overrides: Dict[str, Any], format: str, batch_size: int, threads: int
+    ) -> None:
         """The pipeline in ``pipeline_dir``, its genbioel component ``name`` overridden by ``overrides``
         (nested settings, ``device`` among them); ``threads``: torch's."""
         import torch
@@ -88,8 +100,14 @@ class UnitWorker:
         self.writer = WRITERS[format](spans_key=component.spans_key)
         self.spans_key = component.spans_key
         self.batch_size = batch_size
-        self.state: Dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname(), "device": device,
-                                      "unit": None, "documents": 0, "of": 0}
+        self.state: Dict[str, Any] = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "device": device,
+            "unit": None,
+            "documents": 0,
+            "of": 0,
+        }
 
     def ready(self) -> Dict[str, Any]:
         return self.status()
@@ -101,8 +119,14 @@ class UnitWorker:
     def run(self, unit: Unit) -> UnitResult:
         self.state.update(unit=unit.index, documents=0, of=len(unit.records))
         try:
-            result = annotate_unit(self.nlp, self.writer, self.spans_key, unit, self.batch_size,
-                                   progress=lambda done: self.state.update(documents=done))
+            result = annotate_unit(
+                self.nlp,
+                self.writer,
+                self.spans_key,
+                unit,
+                self.batch_size,
+                progress=lambda done: self.state.update(documents=done),
+            )
         finally:
             self.state.update(unit=None)
         return result
@@ -119,8 +143,12 @@ def connected(ray: Any, address: Optional[str], n_process: int) -> Iterator[str]
         return
     try:
         if address is None:
-            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, n_process), include_dashboard=False,
-                     logging_level=logging.WARNING)
+            ray.init(
+                address="local",
+                num_cpus=max(os.cpu_count() or 1, n_process),
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+            )
         else:
             ray.init(address=address, logging_level=logging.WARNING)
     except Exception as err:  # noqa: BLE001  (ConnectionError, RuntimeError, ValueError...: Ray's own)
@@ -138,7 +166,9 @@ class WorkerPool:
     def __init__(self, ray: Any, n: int, options: Dict[str, Any], args: Tuple[Any, ...]) -> None:
         self.ray = ray
         # the driver resends the units of a dead worker itself (it counts them and gives up on a unit at last)
-        self.remote = ray.remote(concurrency_groups={"status": 1}, max_restarts=0, max_task_retries=0, **options)(UnitWorker)
+        self.remote = ray.remote(concurrency_groups={"status": 1}, max_restarts=0, max_task_retries=0, **options)(
+            UnitWorker
+        )
         self.args = args
         self.run_id = uuid.uuid4().hex[:8]
         self.generation = [0] * n
@@ -189,10 +219,14 @@ def worker_options(ray: Any, device: str, n_process: int) -> Tuple[str, Dict[str
         raise AnnotateError(f"{named('device')} cuda, but the Ray cluster has no GPU")
     if device == "cuda" or (device == "auto" and gpus >= 1):
         if gpus < n_process:
-            raise AnnotateError(f"{named('n_process')} {n_process} Ray workers with a GPU each, but the cluster has {gpus:g} GPUs")
+            raise AnnotateError(
+                f"{named('n_process')} {n_process} Ray workers with a GPU each, but the cluster has {gpus:g} GPUs"
+            )
         return "cuda", {"num_gpus": 1, "num_cpus": 1}
     if cpus < n_process:
-        logger.warning("%d CPU workers asked for, the cluster has %g CPUs now: the others wait for CPUs", n_process, cpus)
+        logger.warning(
+            "%d CPU workers asked for, the cluster has %g CPUs now: the others wait for CPUs", n_process, cpus
+        )
     return "cpu", {"num_cpus": 1}
 
 
@@ -205,8 +239,16 @@ def _record_run(out: Path, info: Dict[str, Any]) -> None:
     atomic_json(path, data)
 
 
-def run_on_ray(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path, options: AnnotateOptions, *,
-               pipeline_dir: Path, overrides: Dict[str, Any]) -> Dict[str, Any]:
+def run_on_ray(
+    nlp: Any,
+    component: Any,
+    inputs: Sequence[Tuple[Path, str]],
+    out: Path,
+    options: AnnotateOptions,
+    *,
+    pipeline_dir: Path,
+    overrides: Dict[str, Any],
+) -> Dict[str, Any]:
     """The job on Ray, in a locked output folder whose job is checked and recorded (called by
     :func:`~.runner.annotate` with ``engine="ray"``): ``inputs`` as (path, format), the workers'
     pipeline ``pipeline_dir`` with ``overrides`` (the job's nested genbioel settings; their ``device``
@@ -223,19 +265,52 @@ def run_on_ray(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out
     try:
         with connected(ray, options.ray_address, n_process) as where:
             worker_device, resources = worker_options(ray, overrides["device"], n_process)
-            pool = WorkerPool(ray, n_process, resources, (str(Path(pipeline_dir).resolve()), component.name,
-                                                          {**overrides, "device": worker_device}, format, options.batch_size, 1))
+            pool = WorkerPool(
+                ray,
+                n_process,
+                resources,
+                (
+                    str(Path(pipeline_dir).resolve()),
+                    component.name,
+                    {**overrides, "device": worker_device},
+                    format,
+                    options.batch_size,
+                    1,
+                ),
+            )
             try:
                 workers = pool.wait_ready()
                 began = time.monotonic()  # rates count from here, as the local engine's from its pipeline loaded
-                logger.info("%d Ray workers on %s: %s", len(workers), where, ", ".join(f"{w['host']}:{w['pid']}" for w in workers))
-                _record_run(out, {"engine": "ray", "ray": where, "workers": n_process, "worker_device": worker_device,
-                                  "worker_resources": resources})
+                logger.info(
+                    "%d Ray workers on %s: %s",
+                    len(workers),
+                    where,
+                    ", ".join(f"{w['host']}:{w['pid']}" for w in workers),
+                )
+                _record_run(
+                    out,
+                    {
+                        "engine": "ray",
+                        "ray": where,
+                        "workers": n_process,
+                        "worker_device": worker_device,
+                        "worker_resources": resources,
+                    },
+                )
                 # input bytes as the total, as the local engine's bar; committed documents are skipped, not in the rates
                 bar = InputProgress("annotate (ray)", paths, counts=("docs", "mentions"), enabled=options.progress)
                 try:
-                    items = bar.read(itertools.chain.from_iterable(safe_records(p, f, options.read_limits) for p, f in zip(paths, formats)))
-                    units = plan_units(first_seen(items, writer.check, errors, set(), counts), options.chunk_size, checkpoint.done, counts)
+                    items = bar.read(
+                        itertools.chain.from_iterable(
+                            safe_records(p, f, options.read_limits) for p, f in zip(paths, formats)
+                        )
+                    )
+                    units = plan_units(
+                        first_seen(items, writer.check, errors, set(), counts),
+                        options.chunk_size,
+                        checkpoint.done,
+                        counts,
+                    )
                     _drive(ray, pool, Committer(units, checkpoint, errors, counts, bar))
                 finally:
                     bar.close()
@@ -246,12 +321,20 @@ def run_on_ray(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out
         errors.close()
     seconds = time.monotonic() - began
     summary = run_summary(checkpoint, errors, counts, out, format, seconds)
-    summary["this_run"].update({"engine": "ray", "workers": n_process, "worker_device": worker_device,
-                                "start_seconds": round(began - started, 3),  # Ray up and every worker's pipeline loaded
-                                "units": counts["units"], "units_resumed": counts["units_resumed"],
-                                "units_annotated": counts["units_annotated"], "units_retried": counts["units_retried"],
-                                # the workers' time on the units committed: documents / worker_seconds is the per-worker rate
-                                "worker_seconds": round(counts["worker_ms"] / 1000, 3)})
+    summary["this_run"].update(
+        {
+            "engine": "ray",
+            "workers": n_process,
+            "worker_device": worker_device,
+            "start_seconds": round(began - started, 3),  # Ray up and every worker's pipeline loaded
+            "units": counts["units"],
+            "units_resumed": counts["units_resumed"],
+            "units_annotated": counts["units_annotated"],
+            "units_retried": counts["units_retried"],
+            # the workers' time on the units committed: documents / worker_seconds is the per-worker rate
+            "worker_seconds": round(counts["worker_ms"] / 1000, 3),
+        }
+    )
     atomic_json(out / SUMMARY, summary)
     return summary
 
@@ -285,15 +368,22 @@ def _drive(ray: Any, pool: WorkerPool, committer: Committer) -> None:
             try:
                 result: UnitResult = ray.get(ref)
             except ray.exceptions.RayTaskError as err:  # the worker's code raised: not a lost worker
-                raise AnnotateError(f"a Ray worker failed on unit {unit.index} (from {unit.where}): {_cause(err)}; "
-                                    "what was committed is kept: rerun the same command to resume") from err
+                raise AnnotateError(
+                    f"a Ray worker failed on unit {unit.index} (from {unit.where}): {_cause(err)}; "
+                    "what was committed is kept: rerun the same command to resume"
+                ) from err
             except ray.exceptions.RayError as err:  # the worker (or its node) is gone
                 counts["units_retried"] += 1
                 if attempt >= MAX_ATTEMPTS:
-                    raise AnnotateError(f"unit {unit.index} (from {unit.where}): its Ray worker died {attempt} times "
-                                        f"({_cause(err)}); what was committed is kept: rerun the same command to resume") from err
-                logger.warning("unit %d: its Ray worker died (%s); starting another and sending the unit again",
-                               unit.index, type(err).__name__)
+                    raise AnnotateError(
+                        f"unit {unit.index} (from {unit.where}): its Ray worker died {attempt} times "
+                        f"({_cause(err)}); what was committed is kept: rerun the same command to resume"
+                    ) from err
+                logger.warning(
+                    "unit %d: its Ray worker died (%s); starting another and sending the unit again",
+                    unit.index,
+                    type(err).__name__,
+                )
                 pool.replace(slot, actor)
                 retry.append((unit, attempt + 1))
                 continue

@@ -13,6 +13,7 @@ shared with the gold-corpus readers (what a PubTator text line is, how BioC
 passages are laid out as ``title + " " + abstract``) are
 :mod:`spacy_genbioel.corpus`'s.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,7 +23,15 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Unio
 
 from spacy_genbioel.annotate.detect import detect_format
 from spacy_genbioel.annotate.lines import DEFAULT_LIMITS, ReadLimits, decoded_lines, json_lines
-from spacy_genbioel.annotate.records import AnnotateError, Item, RecordError, guarded, make_record, record_id, titled_record
+from spacy_genbioel.annotate.records import (
+    AnnotateError,
+    Item,
+    RecordError,
+    guarded,
+    make_record,
+    record_id,
+    titled_record,
+)
 from spacy_genbioel.annotate.xml_readers import read_bioc_records, read_pubmed_records
 from spacy_genbioel.corpus.pubtator import pubtator_text_line
 from spacy_genbioel.util import PathLike
@@ -93,7 +102,9 @@ def read_pubtator_records(path: PathLike, limits: ReadLimits = DEFAULT_LIMITS) -
             yield RecordError(file, "line outside a document (no title line before it)", lineno)
             continue
         if pmid != current["pmid"]:
-            current["bad"] = current["bad"] or f"line {lineno} belongs to PMID {pmid!r}, inside document {current['pmid']!r}"
+            current["bad"] = (
+                current["bad"] or f"line {lineno} belongs to PMID {pmid!r}, inside document {current['pmid']!r}"
+            )
         elif text_line:  # abstract line
             if current["abstract"] is not None:
                 current["bad"] = current["bad"] or f"line {lineno}: a second abstract line"
@@ -195,15 +206,20 @@ def safe_records(path: Path, input_format: str, limits: ReadLimits = DEFAULT_LIM
         except StopIteration:
             return
         except Exception as err:  # noqa: BLE001  (a reader bug must not end the whole run)
-            yield RecordError(str(path), f"the {input_format} reader failed after line {last} ({type(err).__name__}: "
-                                         f"{str(err)[:200]}); the rest of the file is skipped", last + 1)
+            yield RecordError(
+                str(path),
+                f"the {input_format} reader failed after line {last} ({type(err).__name__}: "
+                f"{str(err)[:200]}); the rest of the file is skipped",
+                last + 1,
+            )
             return
         last = max(last, item.line or 0)
         yield item
 
 
-def read_records(inputs: Union[PathLike, Iterable[PathLike]], input_format: Optional[str] = None,
-                 limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Item]:
+def read_records(
+    inputs: Union[PathLike, Iterable[PathLike]], input_format: Optional[str] = None, limits: ReadLimits = DEFAULT_LIMITS
+) -> Iterator[Item]:
     """Records and record errors of all inputs, in order; each file's format detected unless given;
     ``limits``: the caps on one line or record (:class:`~spacy_genbioel.annotate.lines.ReadLimits`)."""
     check_input_format(input_format)

@@ -10,6 +10,7 @@ boolean or float), a text that is not blank and is valid Unicode (no lone
 surrogates, which no output format can write); :func:`guarded` turns whatever
 a reader raises on one record into that record's :class:`RecordError`.
 """
+
 from __future__ import annotations
 
 import re
@@ -150,8 +151,15 @@ def record_id(value: Any) -> Tuple[Optional[str], Optional[str]]:
     return doc_id, None
 
 
-def make_record(doc_id: Any, text: Optional[str], file: str, *, line: Optional[int] = None,
-                record: Optional[int] = None, title: Optional[str] = None) -> Item:
+def make_record(
+    doc_id: Any,
+    text: Optional[str],
+    file: str,
+    *,
+    line: Optional[int] = None,
+    record: Optional[int] = None,
+    title: Optional[str] = None,
+) -> Item:
     """An InputRecord, or the RecordError saying why it cannot be one."""
     checked, problem = record_id(doc_id)
     if checked is None:
@@ -160,13 +168,19 @@ def make_record(doc_id: Any, text: Optional[str], file: str, *, line: Optional[i
         return RecordError(file, "empty document (no text)", line, record, checked)
     bad = _SURROGATE.search(text)
     if bad:
-        return RecordError(file, f"text is not valid Unicode (lone surrogate U+{ord(bad.group()):04X} at character {bad.start() + 1})",
-                           line, record, checked)
+        return RecordError(
+            file,
+            f"text is not valid Unicode (lone surrogate U+{ord(bad.group()):04X} at character {bad.start() + 1})",
+            line,
+            record,
+            checked,
+        )
     return InputRecord(checked, text, file, line, record, title)
 
 
-def titled_record(doc_id: Any, title: str, abstract: str, file: str, *, line: Optional[int] = None,
-                  record: Optional[int] = None) -> Item:
+def titled_record(
+    doc_id: Any, title: str, abstract: str, file: str, *, line: Optional[int] = None, record: Optional[int] = None
+) -> Item:
     """A title + abstract record laid out as a PubTatorDocument (``title + " " + abstract``), so that
     PubTator/BioC outputs read back with the same offsets."""
     from spacy_genbioel.corpus.pubtator import PubTatorDocument
@@ -174,8 +188,14 @@ def titled_record(doc_id: Any, title: str, abstract: str, file: str, *, line: Op
     return make_record(doc_id, PubTatorDocument("", title, abstract).text, file, line=line, record=record, title=title)
 
 
-def guarded(build: Callable[[], Item], file: str, *, line: Optional[int] = None, record: Optional[int] = None,
-            what: str = "cannot read the record") -> Item:
+def guarded(
+    build: Callable[[], Item],
+    file: str,
+    *,
+    line: Optional[int] = None,
+    record: Optional[int] = None,
+    what: str = "cannot read the record",
+) -> Item:
     """``build()``, or the RecordError of whatever it raised (one bad record never ends a file)."""
     try:
         return build()

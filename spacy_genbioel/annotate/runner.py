@@ -37,6 +37,7 @@ Guarantees and decisions (``docs/annotate.md`` has the long version):
   one record goes to the errors file; only failing to write the output ends
   the run.
 """
+
 from __future__ import annotations
 
 import collections
@@ -53,8 +54,15 @@ from spacy_genbioel.annotate.options import AnnotateOptions, component_settings,
 from spacy_genbioel.annotate.readers import detect_format, expand_inputs, safe_records
 from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, InputRecord, RecordError, id_key, named
 from spacy_genbioel.annotate.units import (
-    Committer, annotate_unit, annotated_or_error, first_seen, load_pipeline as _load_pipeline, plan_units, run_serial as _run_serial, run_summary,
+    Committer,
+    annotate_unit,
+    annotated_or_error,
+    first_seen,
+    plan_units,
+    run_summary,
 )
+from spacy_genbioel.annotate.units import load_pipeline as _load_pipeline
+from spacy_genbioel.annotate.units import run_serial as _run_serial
 from spacy_genbioel.annotate.workers import run_forked
 from spacy_genbioel.annotate.writers import WRITERS, ChunkWriter
 from spacy_genbioel.progress import InputProgress
@@ -145,7 +153,9 @@ def annotate(
     paths = expand_inputs(inputs)
     if not paths:
         raise AnnotateError(f"no input files in {named('inputs')}")
-    formats = [options.input_format or detect_format(p) for p in paths]  # fail on an unknown file before loading the model
+    formats = [
+        options.input_format or detect_format(p) for p in paths
+    ]  # fail on an unknown file before loading the model
     device = overrides["device"]
     load_device = run_device(options, device)
     if options.engine == "ray":
@@ -182,28 +192,45 @@ def annotate(
                 _leave_as_found(out, created)  # no empty output folder with a .lock left by a run that could not start
                 raise
             (out / SUMMARY).unlink(missing_ok=True)  # present only after a run that finished
-            job = {"format": options.format, "inputs": [{"path": str(p), "format": f} for p, f in zip(paths, formats)],
-                   "input_format": options.input_format, "chunk_size": options.chunk_size, "batch_size": options.batch_size,
-                   "n_process": options.n_process, "engine": options.engine, "settings": overrides}
+            job = {
+                "format": options.format,
+                "inputs": [{"path": str(p), "format": f} for p, f in zip(paths, formats)],
+                "input_format": options.input_format,
+                "chunk_size": options.chunk_size,
+                "batch_size": options.batch_size,
+                "n_process": options.n_process,
+                "engine": options.engine,
+                "settings": overrides,
+            }
             record = provenance(nlp, pipeline_dir, component, load_device, job, command)
             update_provenance(out, record, options.format, options.chunk_size)
             inputs_read = list(zip(paths, formats))
             if options.engine == "ray":
                 from spacy_genbioel.annotate.ray_engine import run_on_ray
 
-                return run_on_ray(nlp, component, inputs_read, out, options, pipeline_dir=pipeline_dir, overrides=overrides)
+                return run_on_ray(
+                    nlp, component, inputs_read, out, options, pipeline_dir=pipeline_dir, overrides=overrides
+                )
             return _run(nlp, component, inputs_read, out, options)
     except OSError as err:  # reading is guarded record by record: this is the output that cannot be written
-        raise AnnotateError(f"cannot write the output ({err}); what was committed is kept: "
-                            "rerun the same command to resume") from err
+        raise AnnotateError(
+            f"cannot write the output ({err}); what was committed is kept: rerun the same command to resume"
+        ) from err
 
 
-def _run(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path, options: AnnotateOptions) -> Dict[str, Any]:
+def _run(
+    nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path, options: AnnotateOptions
+) -> Dict[str, Any]:
     """The job proper, in a locked output folder whose job is checked and recorded."""
     from spacy.util import minibatch
 
     paths, formats = [p for p, _ in inputs], [f for _, f in inputs]
-    format, batch_size, n_process, chunk_size = options.format, options.batch_size, options.n_process, options.chunk_size
+    format, batch_size, n_process, chunk_size = (
+        options.format,
+        options.batch_size,
+        options.n_process,
+        options.chunk_size,
+    )
     errors_path = options.errors_path
 
     writer: ChunkWriter = WRITERS[format](spans_key=component.spans_key)
@@ -216,7 +243,9 @@ def _run(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path
 
     def pending() -> Iterator[InputRecord]:
         """Valid, first-seen records not yet in a committed chunk; the rest goes to the errors file."""
-        for item in first_seen(bar.read(_records(paths, formats, options.read_limits)), writer.check, errors, seen, counts):
+        for item in first_seen(
+            bar.read(_records(paths, formats, options.read_limits)), writer.check, errors, seen, counts
+        ):
             key = id_key(item.doc_id)
             if key in checkpoint.done:
                 checkpoint.done.discard(key)  # now in `seen`: keep one copy
@@ -245,11 +274,20 @@ def _run(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path
                     checkpoint.commit(items)
         else:
             # the job's units (chunk k of a one-process run) on forked workers, committed as they come back
-            units = plan_units(first_seen(bar.read(_records(paths, formats, options.read_limits)), writer.check, errors, seen, counts),
-                               chunk_size, checkpoint.done, counts)
+            units = plan_units(
+                first_seen(bar.read(_records(paths, formats, options.read_limits)), writer.check, errors, seen, counts),
+                chunk_size,
+                checkpoint.done,
+                counts,
+            )
             committer = Committer(units, checkpoint, errors, counts, bar)
-            run_forked(lambda unit: annotate_unit(nlp, writer, spans_key, unit, batch_size), committer.next_unit,
-                       committer.commit, n_process, counts)
+            run_forked(
+                lambda unit: annotate_unit(nlp, writer, spans_key, unit, batch_size),
+                committer.next_unit,
+                committer.commit,
+                n_process,
+                counts,
+            )
             checkpoint.put_in_order()
     finally:
         bar.close()
@@ -257,7 +295,14 @@ def _run(nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path
 
     summary = run_summary(checkpoint, errors, counts, out, format, time.monotonic() - began)
     if n_process > 1:
-        summary["this_run"].update({"workers": n_process, "units": counts["units"], "units_resumed": counts["units_resumed"],
-                                    "units_annotated": counts["units_annotated"], "units_retried": counts["units_retried"]})
+        summary["this_run"].update(
+            {
+                "workers": n_process,
+                "units": counts["units"],
+                "units_resumed": counts["units_resumed"],
+                "units_annotated": counts["units_annotated"],
+                "units_retried": counts["units_retried"],
+            }
+        )
     atomic_json(out / SUMMARY, summary)
     return summary

@@ -23,6 +23,7 @@ a chunk written with another ``chunk_size`` may hold some of them) and
 committed as ``part-k``, or under the next free number where ``part-k`` is
 taken by such an earlier chunk.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,13 +33,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Counter, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
+from spacy_genbioel.annotate.records import (
+    Annotated,
+    AnnotateError,
+    ChunkSummary,
+    InputRecord,
+    Item,
+    RecordError,
+    chunk_summary,
+    doc_mentions,
+    id_key,
+)
 from spacy_genbioel.linking.settings import load_overrides
-from spacy_genbioel.annotate.records import AnnotateError, Annotated, ChunkSummary, InputRecord, Item, RecordError, chunk_summary, doc_mentions, id_key
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Committer", "Unit", "UnitResult", "annotate_unit", "commit_unit", "first_seen", "genbioel_component", "load_pipeline",
-           "plan_units", "run_one", "run_serial", "run_summary"]
+__all__ = [
+    "Committer",
+    "Unit",
+    "UnitResult",
+    "annotate_unit",
+    "commit_unit",
+    "first_seen",
+    "genbioel_component",
+    "load_pipeline",
+    "plan_units",
+    "run_one",
+    "run_serial",
+    "run_summary",
+]
 
 
 # -- running the pipeline ------------------------------------------------------------------------------------------
@@ -89,13 +112,23 @@ def load_pipeline(pipeline_dir: Path, name: str, overrides: Dict[str, Any]) -> T
 def annotated_or_error(record: InputRecord, doc: Any, spans_key: Optional[str]) -> Union[Annotated, RecordError]:
     """The annotated document, or the errors-file entry of a document the pipeline failed on or that cannot be read."""
     if isinstance(doc, BaseException):
-        return RecordError(record.file, f"pipeline failed on the document ({type(doc).__name__}: {doc})",
-                           record.line, record.record, record.doc_id)
+        return RecordError(
+            record.file,
+            f"pipeline failed on the document ({type(doc).__name__}: {doc})",
+            record.line,
+            record.record,
+            record.doc_id,
+        )
     try:
         return Annotated(record, doc, doc_mentions(doc, spans_key))
     except Exception as err:  # noqa: BLE001  (one odd document is that document's error)
-        return RecordError(record.file, f"the annotated document cannot be read ({type(err).__name__}: {err})",
-                           record.line, record.record, record.doc_id)
+        return RecordError(
+            record.file,
+            f"the annotated document cannot be read ({type(err).__name__}: {err})",
+            record.line,
+            record.record,
+            record.doc_id,
+        )
 
 
 # -- units ---------------------------------------------------------------------------------------------------------
@@ -121,8 +154,13 @@ class UnitResult:
     seconds: float = 0.0  # the worker's time on the unit
 
 
-def first_seen(items: Iterable[Item], check: Callable[[InputRecord], Optional[str]], errors: Any, seen: Set[Union[int, str]],
-               counts: Counter) -> Iterator[InputRecord]:
+def first_seen(
+    items: Iterable[Item],
+    check: Callable[[InputRecord], Optional[str]],
+    errors: Any,
+    seen: Set[Union[int, str]],
+    counts: Counter,
+) -> Iterator[InputRecord]:
     """The job's document stream: valid records whose ID was not seen before (``seen`` grows);
     a bad record (or one ``check``, the writer's, refuses) and a duplicate go to ``errors``.
     ``counts["read"]`` counts every item."""
@@ -137,14 +175,24 @@ def first_seen(items: Iterable[Item], check: Callable[[InputRecord], Optional[st
             continue
         key = id_key(item.doc_id)
         if key in seen:
-            errors.log(RecordError(item.file, f"duplicate document ID {item.doc_id!r}: the first one is kept",
-                                   item.line, item.record, item.doc_id, kind="duplicate"))
+            errors.log(
+                RecordError(
+                    item.file,
+                    f"duplicate document ID {item.doc_id!r}: the first one is kept",
+                    item.line,
+                    item.record,
+                    item.doc_id,
+                    kind="duplicate",
+                )
+            )
             continue
         seen.add(key)
         yield item
 
 
-def plan_units(records: Iterable[InputRecord], chunk_size: int, done: Set[Union[int, str]], counts: Counter) -> Iterator[Unit]:
+def plan_units(
+    records: Iterable[InputRecord], chunk_size: int, done: Set[Union[int, str]], counts: Counter
+) -> Iterator[Unit]:
     """Units of ``chunk_size`` documents of the document stream (see the module docstring), without
     the units whose documents are all in ``done`` (committed; their IDs leave ``done`` as they pass, to
     keep one copy of each in memory). ``counts``: ``resumed`` documents, ``units`` and ``units_resumed``."""
@@ -172,8 +220,14 @@ def _unit(index: int, todo: List[InputRecord], counts: Counter) -> Iterator[Unit
         counts["units_resumed"] += 1
 
 
-def annotate_unit(nlp: Any, writer: Any, spans_key: Optional[str], unit: Unit, batch_size: int,
-                  progress: Optional[Callable[[int], None]] = None) -> UnitResult:
+def annotate_unit(
+    nlp: Any,
+    writer: Any,
+    spans_key: Optional[str],
+    unit: Unit,
+    batch_size: int,
+    progress: Optional[Callable[[int], None]] = None,
+) -> UnitResult:
     """Annotate one unit (``nlp.pipe`` batches start at the unit's first document) and write its chunk
     file to bytes with ``writer``; ``progress(documents done)`` is called after each batch."""
     began = time.monotonic()
@@ -200,10 +254,16 @@ def commit_unit(checkpoint: Any, result: UnitResult) -> Optional[str]:
         return None
     data = result.data
     number = result.index
-    if (checkpoint.out / f"part-{number:06d}{checkpoint.writer.suffix}").exists():  # the folder's chunks are the committed ones
+    if (
+        checkpoint.out / f"part-{number:06d}{checkpoint.writer.suffix}"
+    ).exists():  # the folder's chunks are the committed ones
         number = checkpoint.next_number
-        logger.warning("unit %d: its chunk name is taken by a chunk of an earlier run with another chunk size; "
-                       "committing it as chunk %d", result.index, number)
+        logger.warning(
+            "unit %d: its chunk name is taken by a chunk of an earlier run with another chunk size; "
+            "committing it as chunk %d",
+            result.index,
+            number,
+        )
     entry = checkpoint.commit_file(number, lambda p: p.write_bytes(data), result.summary)
     return entry["chunk"]
 
@@ -239,7 +299,9 @@ class Committer:
         self.bar.add(docs=len(result.summary.ids), mentions=result.summary.mentions)
 
 
-def run_summary(checkpoint: Any, errors: Any, counts: Counter, out: Path, format: str, seconds: float) -> Dict[str, Any]:
+def run_summary(
+    checkpoint: Any, errors: Any, counts: Counter, out: Path, format: str, seconds: float
+) -> Dict[str, Any]:
     """What ``summary.json`` says of a finished run: the folder's totals, and ``this_run``'s figures
     from ``counts`` (``read``, ``resumed``, ``run_docs``, ``run_mentions``) over ``seconds``."""
     totals = checkpoint.totals

@@ -25,6 +25,7 @@ folder's lock among it), and its parent waits for ever on a worker that died
   ``OMP_NUM_THREADS=1``. Units are committed as they come back, so out of
   order; the checkpoint is put back in chunk order at the end.
 """
+
 from __future__ import annotations
 
 import collections
@@ -127,8 +128,12 @@ class ForkPool:
     def _start(self) -> _Worker:
         parent_end, child_end = self.context.Pipe()
         others = [w.conn for w in self.workers]
-        process = self.context.Process(target=_serve, args=(child_end, os.getpid(), self.work, others),
-                                       name="genbioel-annotate-worker", daemon=True)
+        process = self.context.Process(
+            target=_serve,
+            args=(child_end, os.getpid(), self.work, others),
+            name="genbioel-annotate-worker",
+            daemon=True,
+        )
         process.start()
         child_end.close()  # the worker holds the only copy: its death closes the pipe
         return _Worker(process, parent_end)
@@ -156,11 +161,16 @@ class ForkPool:
                     return
                 except OSError:
                     pass
-            logger.warning("worker process %d died while idle (%s); starting another", worker.process.pid,
-                           exit_reason(worker.process.exitcode))
+            logger.warning(
+                "worker process %d died while idle (%s); starting another",
+                worker.process.pid,
+                exit_reason(worker.process.exitcode),
+            )
             self.replace(slot)
-        raise AnnotateError("a new worker process died before it took a unit; what was committed is kept: "
-                            "rerun the same command to resume")
+        raise AnnotateError(
+            "a new worker process died before it took a unit; what was committed is kept: "
+            "rerun the same command to resume"
+        )
 
     def close(self, graceful: bool) -> None:
         """Stop the workers: ask them to finish (``graceful``, all idle), else kill them."""
@@ -193,8 +203,13 @@ def _one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def run_forked(work: Work, next_unit: Callable[[], Optional[Unit]], commit: Callable[[UnitResult], None],
-               n_process: int, counts: collections.Counter) -> None:
+def run_forked(
+    work: Work,
+    next_unit: Callable[[], Optional[Unit]],
+    commit: Callable[[UnitResult], None],
+    n_process: int,
+    counts: collections.Counter,
+) -> None:
     """Run ``work`` on every unit ``next_unit()`` gives (None: no more) in ``n_process`` forked workers,
     handing each result to ``commit`` as it comes back; ``counts["units_retried"]``: units sent again
     because their worker died. Raises :class:`AnnotateError` when a unit's worker died
@@ -209,8 +224,12 @@ def run_forked(work: Work, next_unit: Callable[[], Optional[Unit]], commit: Call
             pool.close(graceful)
 
 
-def _drive(pool: ForkPool, next_unit: Callable[[], Optional[Unit]], commit: Callable[[UnitResult], None],
-           counts: collections.Counter) -> None:
+def _drive(
+    pool: ForkPool,
+    next_unit: Callable[[], Optional[Unit]],
+    commit: Callable[[UnitResult], None],
+    counts: collections.Counter,
+) -> None:
     retry: Deque[Sent] = collections.deque()
     exhausted = False
     while True:
@@ -234,8 +253,9 @@ def _first(unit: Optional[Unit]) -> Optional[Sent]:
     return None if unit is None else (unit, 1)
 
 
-def _collect(pool: ForkPool, slot: int, commit: Callable[[UnitResult], None], retry: Deque[Sent],
-             counts: collections.Counter) -> None:
+def _collect(
+    pool: ForkPool, slot: int, commit: Callable[[UnitResult], None], retry: Deque[Sent], counts: collections.Counter
+) -> None:
     """Take the reply of the worker in ``slot`` if there is one; if it died instead, send its unit again."""
     worker = pool.workers[slot]
     unit, attempt = worker.sent  # type: ignore[misc]
@@ -247,8 +267,10 @@ def _collect(pool: ForkPool, slot: int, commit: Callable[[UnitResult], None], re
         worker.sent = None
         kind, value = reply
         if kind == "failed":
-            raise AnnotateError(f"a worker failed on unit {unit.index} (from {unit.where}): {value}; "
-                                "what was committed is kept: rerun the same command to resume")
+            raise AnnotateError(
+                f"a worker failed on unit {unit.index} (from {unit.where}): {value}; "
+                "what was committed is kept: rerun the same command to resume"
+            )
         commit(value)
         return
     if worker.process.is_alive():
@@ -259,9 +281,15 @@ def _collect(pool: ForkPool, slot: int, commit: Callable[[UnitResult], None], re
         raise AnnotateError(
             f"unit {unit.index} (from {unit.where}): its worker process died {attempt} times ({how}); what was committed "
             f"is kept: rerun the same command to resume (with a smaller {named('n_process')} or {named('chunk_size')} "
-            "if memory ran out)")
-    logger.warning("unit %d (from %s): its worker process %d died (%s); annotating the unit again in a new worker",
-                   unit.index, unit.where, worker.process.pid, how)
+            "if memory ran out)"
+        )
+    logger.warning(
+        "unit %d (from %s): its worker process %d died (%s); annotating the unit again in a new worker",
+        unit.index,
+        unit.where,
+        worker.process.pid,
+        how,
+    )
     worker.sent = None
     pool.replace(slot)
     retry.append((unit, attempt + 1))

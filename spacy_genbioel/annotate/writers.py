@@ -9,6 +9,7 @@ holds whitespace, a control character or an ID separator (``| + , ;``, see
 :func:`spacy_genbioel.kb.base.id_problem`), which neither PubTator nor BioC
 could write back (they have no escape), so every ID a linker gives fits every
 format."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,14 @@ class JsonlWriter(ChunkWriter):
                 if item.record.title is not None:
                     record["title"] = item.record.title
                 record["mentions"] = [
-                    {"start": m.start, "end": m.end, "text": m.text, "label": m.label, "kb_id": m.kb_id,
-                     "candidates": [list(c) for c in m.candidates]}
+                    {
+                        "start": m.start,
+                        "end": m.end,
+                        "text": m.text,
+                        "label": m.label,
+                        "kb_id": m.kb_id,
+                        "candidates": [list(c) for c in m.candidates],
+                    }
                     for m in item.mentions
                 ]
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -94,8 +101,15 @@ class PubTatorWriter(ChunkWriter):
                 rec = item.record
                 title, abstract = (rec.title, rec.abstract) if rec.title is not None else (rec.text, "")
                 anns = [
-                    PubTatorAnnotation(m.start, m.end, m.text, m.label, (m.kb_id,) if m.kb_id else (), nil=not m.kb_id,
-                                       raw_ids=m.kb_id or "-1")
+                    PubTatorAnnotation(
+                        m.start,
+                        m.end,
+                        m.text,
+                        m.label,
+                        (m.kb_id,) if m.kb_id else (),
+                        nil=not m.kb_id,
+                        raw_ids=m.kb_id or "-1",
+                    )
                     for m in item.mentions
                 ]
                 yield PubTatorDocument(rec.doc_id, title, abstract, anns)
@@ -210,4 +224,9 @@ class DocBinWriter(ChunkWriter):
         return ChunkSummary(ids, n_mentions, n_linked)
 
 
-WRITERS: Dict[str, type] = {"jsonl": JsonlWriter, "pubtator": PubTatorWriter, "bioc": BioCWriter, "docbin": DocBinWriter}
+WRITERS: Dict[str, type] = {
+    "jsonl": JsonlWriter,
+    "pubtator": PubTatorWriter,
+    "bioc": BioCWriter,
+    "docbin": DocBinWriter,
+}

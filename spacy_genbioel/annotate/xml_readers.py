@@ -14,6 +14,7 @@ parser (:mod:`spacy_genbioel.kb.safe_xml`: no entities, no network). A record
 that is not UTF-8 is an error of its own. The layout of BioC passages
 (``title + " " + abstract``) is :func:`spacy_genbioel.corpus.bioc.bioc_text_document`'s.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +24,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from spacy_genbioel.annotate.lines import BLOCK, DEFAULT_LIMITS, READ_ERRORS, ReadLimits, json_lines, read_blocks, read_head
+from spacy_genbioel.annotate.lines import (
+    BLOCK,
+    DEFAULT_LIMITS,
+    READ_ERRORS,
+    ReadLimits,
+    json_lines,
+    read_blocks,
+    read_head,
+)
 from spacy_genbioel.annotate.records import Item, RecordError, guarded, record_id, titled_record
 from spacy_genbioel.corpus.bioc import bioc_text_document
 from spacy_genbioel.kb.safe_xml import XML_ERRORS, parse_xml
@@ -79,8 +88,9 @@ def _checked(line: int, record: bytes) -> Tuple[int, Optional[bytes], Optional[s
     return line, record, None
 
 
-def xml_records(path: Path, tags: Sequence[str], limits: ReadLimits = DEFAULT_LIMITS,
-                block_chars: int = BLOCK) -> Iterator[Tuple[int, Optional[bytes], Optional[str]]]:
+def xml_records(
+    path: Path, tags: Sequence[str], limits: ReadLimits = DEFAULT_LIMITS, block_chars: int = BLOCK
+) -> Iterator[Tuple[int, Optional[bytes], Optional[str]]]:
     """(line, record bytes or None, problem) for each ``<tag ...>...</tag>`` in the file.
 
     A record whose end tag never comes (the next record starts first, or the
@@ -99,14 +109,19 @@ def xml_records(path: Path, tags: Sequence[str], limits: ReadLimits = DEFAULT_LI
             yield scan.line_at(0), None, f"file cannot be read further ({stop_err.args[0]}); the rest of it is skipped"
 
 
-def _cut(scan: _Scanner, patterns: Tuple["re.Pattern[bytes]", "re.Pattern[bytes]"], cap: int,
-         limits: ReadLimits) -> Iterator[Tuple[int, Optional[bytes], Optional[str]]]:
+def _cut(
+    scan: _Scanner, patterns: Tuple["re.Pattern[bytes]", "re.Pattern[bytes]"], cap: int, limits: ReadLimits
+) -> Iterator[Tuple[int, Optional[bytes], Optional[str]]]:
     start_re, between_re = patterns
     pos = 0  # where the next record start is looked for
     while True:
         match = between_re.search(scan.buf, pos)
         if match is not None and match.group(2) is not None:  # a record whose start tag is damaged
-            yield scan.line_at(match.start()), None, f"</{match.group(2).decode()}> without its start tag (a damaged record)"
+            yield (
+                scan.line_at(match.start()),
+                None,
+                f"</{match.group(2).decode()}> without its start tag (a damaged record)",
+            )
             pos = match.end()
             continue
         if match is None:
@@ -157,8 +172,9 @@ def _all_text(element: Optional[Any]) -> str:
     return "".join(element.itertext()).strip() if element is not None else ""
 
 
-def _parsed(path: Path, tags: Sequence[str], build: Callable[..., Item], bad_xml: str, what: str,
-            limits: ReadLimits) -> Iterator[Item]:
+def _parsed(
+    path: Path, tags: Sequence[str], build: Callable[..., Item], bad_xml: str, what: str, limits: ReadLimits
+) -> Iterator[Item]:
     """``build(element, file, line=...)`` for each record of the file that parses; the rest are errors."""
     file = str(path)
     for line, record, problem in xml_records(path, tags, limits):
@@ -201,13 +217,20 @@ def read_pubmed_records(path: PathLike, limits: ReadLimits = DEFAULT_LIMITS) -> 
     ``AbstractText`` sections joined with spaces (section labels left out, as
     PubTator does). ``DeleteCitation`` blocks are not documents.
     """
-    yield from _parsed(Path(path), ("PubmedArticle", "PubmedBookArticle"), _pubmed_record, "bad XML in the record",
-                       "cannot read the record", limits)
+    yield from _parsed(
+        Path(path),
+        ("PubmedArticle", "PubmedBookArticle"),
+        _pubmed_record,
+        "bad XML in the record",
+        "cannot read the record",
+        limits,
+    )
 
 
 # -- BioC -----------------------------------------------------------------------------------------------
-def _bioc_record(data: Union[Any, Dict[str, Any]], file: str, *, line: Optional[int] = None,
-                 record: Optional[int] = None) -> Item:
+def _bioc_record(
+    data: Union[Any, Dict[str, Any]], file: str, *, line: Optional[int] = None, record: Optional[int] = None
+) -> Item:
     """One BioC document (a parsed ``<document>`` or a JSON object) laid out by
     :func:`~spacy_genbioel.corpus.bioc.bioc_text_document`; its annotations are ignored."""
     if isinstance(data, dict):
@@ -215,17 +238,29 @@ def _bioc_record(data: Union[Any, Dict[str, Any]], file: str, *, line: Optional[
         passages = [(p.get("offset", 0), p.get("text")) for p in data.get("passages", [])]
         wrong = next((o for o, _ in passages if isinstance(o, bool) or not isinstance(o, int)), None)
         if wrong is not None or any(t is not None and not isinstance(t, str) for _, t in passages):
-            what = f"passage offset {json.dumps(wrong)[:40]} is not a JSON integer" if wrong is not None else "passage text is not a string"
+            what = (
+                f"passage offset {json.dumps(wrong)[:40]} is not a JSON integer"
+                if wrong is not None
+                else "passage text is not a string"
+            )
             return RecordError(file, f"bad BioC JSON document ({what})", line, record, doc_id)
     else:
         doc_id, problem = record_id(data.findtext("id"))
         passages = [(p.findtext("offset"), p.findtext("text")) for p in data.findall("passage")]
     if doc_id is None:
         return RecordError(file, problem or "document has no ID", line, record)
-    offsets = [o for o, _ in passages if isinstance(o, int) or (isinstance(o, str) and o.strip().lstrip("-").isdecimal())]
+    offsets = [
+        o for o, _ in passages if isinstance(o, int) or (isinstance(o, str) and o.strip().lstrip("-").isdecimal())
+    ]
     if offsets and max(map(int, offsets)) - min(map(int, offsets)) > MAX_LAYOUT:
-        return RecordError(file, f"passage offsets {min(map(int, offsets))}..{max(map(int, offsets))} would lay the document "
-                                 f"out over more than {MAX_LAYOUT:,} characters", line, record, doc_id)
+        return RecordError(
+            file,
+            f"passage offsets {min(map(int, offsets))}..{max(map(int, offsets))} would lay the document "
+            f"out over more than {MAX_LAYOUT:,} characters",
+            line,
+            record,
+            doc_id,
+        )
     built = bioc_text_document(doc_id, passages)
     return titled_record(built.pmid, built.title, built.abstract, file, line=line, record=record)
 
@@ -233,8 +268,13 @@ def _bioc_record(data: Union[Any, Dict[str, Any]], file: str, *, line: Optional[
 def _bioc_json_record(data: Any, file: str, *, line: Optional[int] = None, record: Optional[int] = None) -> Item:
     if not isinstance(data, dict) or not isinstance(data.get("passages"), list):
         return RecordError(file, "bad BioC JSON document (a BioC document needs 'passages')", line, record)
-    return guarded(partial(_bioc_record, data, file, line=line, record=record), file, line=line, record=record,
-                   what="bad BioC JSON document")
+    return guarded(
+        partial(_bioc_record, data, file, line=line, record=record),
+        file,
+        line=line,
+        record=record,
+        what="bad BioC JSON document",
+    )
 
 
 def read_bioc_records(path: PathLike, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Item]:
@@ -259,8 +299,12 @@ def read_bioc_records(path: PathLike, limits: ReadLimits = DEFAULT_LIMITS) -> It
     try:
         data = json.loads(_whole(path, limits).decode("utf-8-sig"))
     except _TooBig:
-        yield RecordError(file, limits.over("max_json_bytes", "BioC JSON collection (read whole)")
-                          + "; write it as JSON lines (one document per line) or BioC XML", 1)
+        yield RecordError(
+            file,
+            limits.over("max_json_bytes", "BioC JSON collection (read whole)")
+            + "; write it as JSON lines (one document per line) or BioC XML",
+            1,
+        )
         return
     except RecursionError:
         yield RecordError(file, "neither BioC XML nor BioC JSON (JSON nested too deeply)", 1)

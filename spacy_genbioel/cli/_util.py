@@ -6,6 +6,7 @@ Every error a command meets is one line: the ``app`` prints a library error
 (a file that is missing or malformed, a bad setting, a missing extra: the
 message names the file, line, record or setting) as ``✘ message`` and exits
 with 1, without a traceback; ``--verbose`` keeps the traceback."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,12 @@ class CommandLine(typer.Typer):
             fail(err)
 
 
-app = CommandLine(help="Generative biomedical entity linking for spaCy.", no_args_is_help=True, add_completion=False,
-                  pretty_exceptions_enable=False)
+app = CommandLine(
+    help="Generative biomedical entity linking for spaCy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 
 LOG_FORMAT = "%(asctime)s %(name)s %(message)s"
 
@@ -98,8 +103,10 @@ def component_settings(args: Sequence[str], **flags: Any) -> Dict[str, Any]:
         settings = {**{key: value for key, value in flags.items() if value is not None}, **parse_overrides(args)}
         nested_overrides(settings)
     except (UnknownSettingError, click.NoSuchOption) as err:
-        raise typer.BadParameter(f"{err}. Component settings are given as --block.setting VALUE "
-                                 "(--decoding.top_k 10, --candidates.retriever tfidf)") from None
+        raise typer.BadParameter(
+            f"{err}. Component settings are given as --block.setting VALUE "
+            "(--decoding.top_k 10, --candidates.retriever tfidf)"
+        ) from None
     return settings
 
 

@@ -9,6 +9,7 @@ flags (the job's :class:`~spacy_genbioel.annotate.AnnotateOptions`, plus
 syntax), turns :class:`~spacy_genbioel.annotate.AnnotateError` into a failure
 message that names flags (:data:`FLAGS`) and prints the summary.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -51,20 +52,60 @@ def flag(name: str) -> str:
 @app.command("annotate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def annotate_cmd(
     ctx: typer.Context,
-    inputs: List[str] = typer.Argument(..., metavar="INPUTS...", help="Input files or folders: PubTator, BioC XML/JSON, PubMed XML, JSONL, plain text (.gz too); then, after the flags, genbioel settings in spaCy's override syntax: --decoding.batch_size 16 --candidates.retriever tfidf"),
+    inputs: List[str] = typer.Argument(
+        ...,
+        metavar="INPUTS...",
+        help="Input files or folders: PubTator, BioC XML/JSON, PubMed XML, JSONL, plain text (.gz too); then, after the flags, genbioel settings in spaCy's override syntax: --decoding.batch_size 16 --candidates.retriever tfidf",
+    ),
     pipeline: Path = typer.Option(..., "--pipeline", help="spaCy pipeline directory with NER and a genbioel component"),
-    out: Path = typer.Option(..., "--out", help="Output folder of one job (chunk files, job.json, checkpoint, errors, provenance, summary); another job's folder is refused"),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Output folder of one job (chunk files, job.json, checkpoint, errors, provenance, summary); another job's folder is refused",
+    ),
     format: str = typer.Option(DEFAULTS.format, "--format", "-f", help="jsonl | pubtator | bioc | docbin"),
-    input_format: Optional[str] = typer.Option(DEFAULTS.input_format, "--input-format", help="pubtator | bioc | pubmed | jsonl | text (default: detected per file; needed where the format cannot be told)"),
-    n_process: int = typer.Option(DEFAULTS.n_process, "--n-process", help="Worker processes for nlp.pipe (CPU); with --engine ray: Ray workers, each with one GPU (--device cuda, or auto on a cluster with GPUs) or one CPU"),
-    device: str = typer.Option(DEFAULT_DEVICE, "--device", help="auto | cpu | cuda | cuda:N (the genbioel setting device)"),
-    batch_size: int = typer.Option(DEFAULTS.batch_size, "--batch-size", help="Documents per nlp.pipe batch (mentions per decoding batch: --decoding.batch_size)"),
-    chunk_size: int = typer.Option(DEFAULTS.chunk_size, "--chunk-size", help="Documents per output chunk (the unit of commit; with --engine ray also the unit of work)"),
+    input_format: Optional[str] = typer.Option(
+        DEFAULTS.input_format,
+        "--input-format",
+        help="pubtator | bioc | pubmed | jsonl | text (default: detected per file; needed where the format cannot be told)",
+    ),
+    n_process: int = typer.Option(
+        DEFAULTS.n_process,
+        "--n-process",
+        help="Worker processes for nlp.pipe (CPU); with --engine ray: Ray workers, each with one GPU (--device cuda, or auto on a cluster with GPUs) or one CPU",
+    ),
+    device: str = typer.Option(
+        DEFAULT_DEVICE, "--device", help="auto | cpu | cuda | cuda:N (the genbioel setting device)"
+    ),
+    batch_size: int = typer.Option(
+        DEFAULTS.batch_size,
+        "--batch-size",
+        help="Documents per nlp.pipe batch (mentions per decoding batch: --decoding.batch_size)",
+    ),
+    chunk_size: int = typer.Option(
+        DEFAULTS.chunk_size,
+        "--chunk-size",
+        help="Documents per output chunk (the unit of commit; with --engine ray also the unit of work)",
+    ),
     errors: Optional[Path] = typer.Option(None, "--errors", help="Errors JSONL (default: OUT/errors.jsonl)"),
-    max_record_bytes: int = typer.Option(DEFAULTS.max_record_bytes, "--max-record-bytes", help="The most bytes one input line or XML record may hold; a larger one is an error entry naming the cap (memory per record stays bounded)"),
-    max_json_bytes: int = typer.Option(DEFAULTS.max_json_bytes, "--max-json-bytes", help="The most bytes of a BioC JSON collection file (parsed whole)"),
-    engine: str = typer.Option(DEFAULTS.engine, "--engine", help="local (this machine) | ray (Ray workers; needs the package's ray extra; see docs/scale.md)"),
-    ray_address: Optional[str] = typer.Option(DEFAULTS.ray_address, "--ray-address", help="With --engine ray: the cluster to run on (auto, or the head node HOST:6379); default: a local Ray started for the run"),
+    max_record_bytes: int = typer.Option(
+        DEFAULTS.max_record_bytes,
+        "--max-record-bytes",
+        help="The most bytes one input line or XML record may hold; a larger one is an error entry naming the cap (memory per record stays bounded)",
+    ),
+    max_json_bytes: int = typer.Option(
+        DEFAULTS.max_json_bytes, "--max-json-bytes", help="The most bytes of a BioC JSON collection file (parsed whole)"
+    ),
+    engine: str = typer.Option(
+        DEFAULTS.engine,
+        "--engine",
+        help="local (this machine) | ray (Ray workers; needs the package's ray extra; see docs/scale.md)",
+    ),
+    ray_address: Optional[str] = typer.Option(
+        DEFAULTS.ray_address,
+        "--ray-address",
+        help="With --engine ray: the cluster to run on (auto, or the head node HOST:6379); default: a local Ray started for the run",
+    ),
     progress: bool = typer.Option(DEFAULTS.progress, "--progress/--no-progress"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -80,26 +121,44 @@ def annotate_cmd(
     try:
         settings = parse_overrides([*inputs[split:], *ctx.args])
     except Exception as err:  # noqa: BLE001  (click's NoSuchOption for an undotted name: not typer's own click)
-        msg.fail(f"{str(getattr(err, 'message', None) or err).rstrip('.')}; genbioel settings are dotted: --decoding.batch_size 16", exits=1)
+        msg.fail(
+            f"{str(getattr(err, 'message', None) or err).rstrip('.')}; genbioel settings are dotted: --decoding.batch_size 16",
+            exits=1,
+        )
     if not paths:
         msg.fail("give the input files or folders before the dotted settings", exits=1)
     try:
-        options = AnnotateOptions(format=format, input_format=input_format, batch_size=batch_size, n_process=n_process,
-                                  chunk_size=chunk_size, errors_path=errors, progress=progress,
-                                  max_record_bytes=max_record_bytes, max_json_bytes=max_json_bytes,
-                                  command=shlex.join(sys.argv), engine=engine, ray_address=ray_address)
+        options = AnnotateOptions(
+            format=format,
+            input_format=input_format,
+            batch_size=batch_size,
+            n_process=n_process,
+            chunk_size=chunk_size,
+            errors_path=errors,
+            progress=progress,
+            max_record_bytes=max_record_bytes,
+            max_json_bytes=max_json_bytes,
+            command=shlex.join(sys.argv),
+            engine=engine,
+            ray_address=ray_address,
+        )
         summary = annotate(paths, pipeline, out, options, {"device": device, **settings})
     except AnnotateError as err:
         msg.fail(err.naming(flag), exits=1)
         return
     except OSError as err:  # annotate() names the file it cannot write; this is the last line of defence
-        msg.fail(f"cannot read or write a file ({err}); what was committed in {out} is kept: rerun the same command to resume", exits=1)
+        msg.fail(
+            f"cannot read or write a file ({err}); what was committed in {out} is kept: rerun the same command to resume",
+            exits=1,
+        )
         return
     run = summary["this_run"]
     msg.good(
         f"{summary['documents_written']} documents, {summary['mentions']} mentions ({summary['mentions_linked']} linked) "
         f"in {summary['chunks']} chunks -> {out}"
     )
-    msg.info(f"read {summary['documents_read']}, skipped {summary['documents_skipped']} duplicates, "
-             f"{summary['errors']} errors ({summary['errors_file']}); this run: {run['documents_annotated']} documents, "
-             f"{run['documents_per_s']} docs/s, {run['mentions_per_s']} mentions/s")
+    msg.info(
+        f"read {summary['documents_read']}, skipped {summary['documents_skipped']} duplicates, "
+        f"{summary['errors']} errors ({summary['errors_file']}); this run: {run['documents_annotated']} documents, "
+        f"{run['documents_per_s']} docs/s, {run['mentions_per_s']} mentions/s"
+    )

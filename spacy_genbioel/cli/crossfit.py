@@ -1,5 +1,6 @@
 """``crossfit`` and ``crossfit-folds``: cross-fitted fusion files (:mod:`spacy_genbioel.training.crossfit`);
 ``folds-report`` and ``cascade-folds-report``: their per-fold reports summed up (:mod:`spacy_genbioel.evaluation.folds`)."""
+
 from __future__ import annotations
 
 import json
@@ -75,29 +76,65 @@ def _run(stage_fn, settings, stages: List[str]) -> None:
 
 @app.command("crossfit")
 def crossfit_cmd(
-    stages: List[str] = typer.Argument(..., help="train (fold models, side by side) | score (held-out predictions) | fit (fusion files) | all; several run in order"),
-    corpus: str = typer.Option("ncbi", help="Names the outputs; ncbi and bc5cdr know their inputs under --data-dir, another corpus gives --train, --kb-sources and --kb-format"),
+    stages: List[str] = typer.Argument(
+        ...,
+        help="train (fold models, side by side) | score (held-out predictions) | fit (fusion files) | all; several run in order",
+    ),
+    corpus: str = typer.Option(
+        "ncbi",
+        help="Names the outputs; ncbi and bc5cdr know their inputs under --data-dir, another corpus gives --train, --kb-sources and --kb-format",
+    ),
     data_dir: Path = typer.Option(Path("../shared/data"), help="Shared data folder (the known corpora's inputs)"),
-    preset: str = typer.Option("tiny", help="Model preset: names the outputs, the checkpoint and the fine-tuning config"),
+    preset: str = typer.Option(
+        "tiny", help="Model preset: names the outputs, the checkpoint and the fine-tuning config"
+    ),
     k: int = typer.Option(2, "--k", help="Folds of whole documents"),
     seconds: int = typer.Option(1200, help="Fine-tuning budget of each fold model (as the final model's)"),
-    rescnn_seconds: int = typer.Option(0, help="Also train a ResCNN per fold for this long (0: none); score and fit then use the fold ResCNNs (found by themselves once trained), and fit keeps the retrievers (tfidf+dense, tfidf+rescnn or all three) whose fusion links the held-out folds best"),
-    beams: str = typer.Option("null", help="The fold generators' beam width and top-k (null: the model config's); the fusion file records it and pipelines linking with it search at that width (held-out files *_genbioel_b<N>.jsonl)"),
-    variants: str = typer.Option("plain,aug", help="Fold KBs scored and fitted: plain, aug (+ the fold's training mentions)"),
-    forced: bool = typer.Option(True, "--forced/--no-forced", help="Forced-score rows and the forced-score cascade (cascade_<variant>.json); the packages' cascade (fusion_<variant>.json) needs only the beam lists"),
+    rescnn_seconds: int = typer.Option(
+        0,
+        help="Also train a ResCNN per fold for this long (0: none); score and fit then use the fold ResCNNs (found by themselves once trained), and fit keeps the retrievers (tfidf+dense, tfidf+rescnn or all three) whose fusion links the held-out folds best",
+    ),
+    beams: str = typer.Option(
+        "null",
+        help="The fold generators' beam width and top-k (null: the model config's); the fusion file records it and pipelines linking with it search at that width (held-out files *_genbioel_b<N>.jsonl)",
+    ),
+    variants: str = typer.Option(
+        "plain,aug", help="Fold KBs scored and fitted: plain, aug (+ the fold's training mentions)"
+    ),
+    forced: bool = typer.Option(
+        True,
+        "--forced/--no-forced",
+        help="Forced-score rows and the forced-score cascade (cascade_<variant>.json); the packages' cascade (fusion_<variant>.json) needs only the beam lists",
+    ),
     out: Optional[Path] = typer.Option(None, help="Output folder (training/<corpus>/<preset>/crossfit)"),
-    pretrained: Optional[Path] = typer.Option(None, help="Checkpoint the fold models start from (training/<corpus>/<preset>/pretrain/model)"),
+    pretrained: Optional[Path] = typer.Option(
+        None, help="Checkpoint the fold models start from (training/<corpus>/<preset>/pretrain/model)"
+    ),
     config: Optional[Path] = typer.Option(None, help="Fine-tuning config (configs/finetune_<preset>.cfg)"),
     rescnn_config: Path = typer.Option(Path("configs/rescnn.cfg"), help="The fold ResCNNs' config"),
-    rescnn_model: Optional[Path] = typer.Option(None, help="The ResCNN the fitted fusion links with (training/<corpus>/rescnn/model, train-rescnn's)"),
-    train: Optional[Path] = typer.Option(None, help="Training split cut into folds (PubTator; default: the known corpus's)"),
-    dev: Optional[Path] = typer.Option(None, help="Dev examples of the fold models' fine-tuning (corpus/<corpus>/dev.jsonl)"),
-    kb_sources: Optional[str] = typer.Option(None, help="build-kb's sources, space-separated (FORMAT:PATH for another format; default: the known corpus's)"),
+    rescnn_model: Optional[Path] = typer.Option(
+        None, help="The ResCNN the fitted fusion links with (training/<corpus>/rescnn/model, train-rescnn's)"
+    ),
+    train: Optional[Path] = typer.Option(
+        None, help="Training split cut into folds (PubTator; default: the known corpus's)"
+    ),
+    dev: Optional[Path] = typer.Option(
+        None, help="Dev examples of the fold models' fine-tuning (corpus/<corpus>/dev.jsonl)"
+    ),
+    kb_sources: Optional[str] = typer.Option(
+        None, help="build-kb's sources, space-separated (FORMAT:PATH for another format; default: the known corpus's)"
+    ),
     kb_format: Optional[str] = typer.Option(None, help="build-kb's --format (default: the known corpus's)"),
-    crosswalk: Optional[Path] = typer.Option(None, help="Old -> new ID TSV of KB and gold (default: the known corpus's)"),
-    refresh_pool: Optional[int] = typer.Option(None, help="The fold ResCNNs' candidate refresh pool (0: the whole KB; bc5cdr: 50)"),
+    crosswalk: Optional[Path] = typer.Option(
+        None, help="Old -> new ID TSV of KB and gold (default: the known corpus's)"
+    ),
+    refresh_pool: Optional[int] = typer.Option(
+        None, help="The fold ResCNNs' candidate refresh pool (0: the whole KB; bc5cdr: 50)"
+    ),
     abbreviations: bool = typer.Option(True, help="Expand short forms in the fold corpora and held-out folds"),
-    fold: List[int] = typer.Option([], "--fold", help="train and score this fold only (repeat; one process per core side by side)"),
+    fold: List[int] = typer.Option(
+        [], "--fold", help="train and score this fold only (repeat; one process per core side by side)"
+    ),
     jobs: int = typer.Option(0, help="train: folds side by side (0: all)"),
     device: str = typer.Option("cpu", help="Device of fine-tuning and scoring"),
     verbose: bool = VERBOSE,
@@ -110,11 +147,31 @@ def crossfit_cmd(
 
     try:
         settings = CrossfitSettings(
-            corpus=corpus, data_dir=data_dir, preset=preset, k=k, seconds=seconds, rescnn_seconds=rescnn_seconds,
-            beams=_optional(beams, int, "--beams"), variants=_words(variants), forced=forced, out=out, pretrained=pretrained,
-            config=config, rescnn_config=rescnn_config, rescnn_model=rescnn_model, train=train, dev=dev,
-            kb_sources=_words(kb_sources or ""), kb_format=kb_format, crosswalk=crosswalk, refresh_pool=refresh_pool,
-            abbreviations=abbreviations, folds=tuple(fold), jobs=jobs, device=device)
+            corpus=corpus,
+            data_dir=data_dir,
+            preset=preset,
+            k=k,
+            seconds=seconds,
+            rescnn_seconds=rescnn_seconds,
+            beams=_optional(beams, int, "--beams"),
+            variants=_words(variants),
+            forced=forced,
+            out=out,
+            pretrained=pretrained,
+            config=config,
+            rescnn_config=rescnn_config,
+            rescnn_model=rescnn_model,
+            train=train,
+            dev=dev,
+            kb_sources=_words(kb_sources or ""),
+            kb_format=kb_format,
+            crosswalk=crosswalk,
+            refresh_pool=refresh_pool,
+            abbreviations=abbreviations,
+            folds=tuple(fold),
+            jobs=jobs,
+            device=device,
+        )
         _stages(stages, CROSSFIT_STAGES)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
@@ -126,27 +183,49 @@ def crossfit_cmd(
 @app.command("crossfit-folds")
 def crossfit_folds_cmd(
     stages: List[str] = typer.Argument(..., help="prepare | folds | fusion | cascade | all; several run in order"),
-    data_dir: Path = typer.Option(Path("../shared/data"), help="Shared data folder ({data} in --kb-source and --splits)"),
+    data_dir: Path = typer.Option(
+        Path("../shared/data"), help="Shared data folder ({data} in --kb-source and --splits)"
+    ),
     out: Path = typer.Option(Path("training/aap/tiny"), help="Output folder: kb.jsonl, pretrain/, folds/fold-<k>/"),
-    folds: str = typer.Option("0 1 2 3 4 5 6 7 8 9", help="The folds this run trains, fits and scores (two processes can share them: '0 2 4 6 8' and '1 3 5 7 9')"),
-    folds_fit: str = typer.Option("0 1 2 3 4 5 6 7 8 9", help="The folds whose predictions fit each fold's fusion and cascade (the fold itself left out)"),
+    folds: str = typer.Option(
+        "0 1 2 3 4 5 6 7 8 9",
+        help="The folds this run trains, fits and scores (two processes can share them: '0 2 4 6 8' and '1 3 5 7 9')",
+    ),
+    folds_fit: str = typer.Option(
+        "0 1 2 3 4 5 6 7 8 9",
+        help="The folds whose predictions fit each fold's fusion and cascade (the fold itself left out)",
+    ),
     jobs: int = typer.Option(2, help="folds: folds trained side by side (each one's output in OUT/fold-<k>.log)"),
-    pretrain_steps: int = typer.Option(1500, help="Step budgets, so that folds trained side by side get the same training; the seconds are a cap"),
+    pretrain_steps: int = typer.Option(
+        1500, help="Step budgets, so that folds trained side by side get the same training; the seconds are a cap"
+    ),
     pretrain_seconds: int = typer.Option(900),
     finetune_steps: int = typer.Option(1500),
     finetune_seconds: int = typer.Option(1800),
     rescnn_seconds: int = typer.Option(1200, help="Each fold's ResCNN retriever's training budget"),
     seed: int = typer.Option(0),
-    preset: str = typer.Option("tiny", help="Model preset (configs/pretrain_<preset>.cfg, configs/finetune_<preset>.cfg)"),
+    preset: str = typer.Option(
+        "tiny", help="Model preset (configs/pretrain_<preset>.cfg, configs/finetune_<preset>.cfg)"
+    ),
     kb_source: str = typer.Option("{data}/askapatient/askapatient.json", help="The vocabulary (build-kb source)"),
     kb_format: str = typer.Option("askapatient", help="Its build-kb --format"),
-    splits: str = typer.Option("{data}/askapatient/AskAPatient.fold-{fold}.{split}.txt", help="Each fold's train and validation split ({split})"),
+    splits: str = typer.Option(
+        "{data}/askapatient/AskAPatient.fold-{fold}.{split}.txt",
+        help="Each fold's train and validation split ({split})",
+    ),
     corpus_format: str = typer.Option("askapatient", help="The splits' format (corpus, evaluate --format)"),
-    metrics: Path = typer.Option(Path("metrics"), help="Where cascade writes its benches: <prefix>_fold<k>_<kb>[_loss].json"),
+    metrics: Path = typer.Option(
+        Path("metrics"), help="Where cascade writes its benches: <prefix>_fold<k>_<kb>[_loss].json"
+    ),
     report_prefix: str = typer.Option("cascade_aap", help="The benches' file names"),
-    max_recall_loss: str = typer.Option("0.002", help="cascade: also fit thresholds for this recall budget (fit-fusion --max-recall-loss; 0.002: 0.2 points) and bench them beside the precision-targeted cascade; none: that cascade alone"),
+    max_recall_loss: str = typer.Option(
+        "0.002",
+        help="cascade: also fit thresholds for this recall budget (fit-fusion --max-recall-loss; 0.002: 0.2 points) and bench them beside the precision-targeted cascade; none: that cascade alone",
+    ),
     extra_rows: str = typer.Option("", help="cascade: more bench rows (cascade_grouped_loss,...)"),
-    cascade_bench: Path = typer.Option(Path("bench/cascade.py"), help="cascade: the bench script of a repository checkout"),
+    cascade_bench: Path = typer.Option(
+        Path("bench/cascade.py"), help="cascade: the bench script of a repository checkout"
+    ),
     device: str = typer.Option("cpu"),
     verbose: bool = VERBOSE,
 ) -> None:
@@ -159,12 +238,29 @@ def crossfit_folds_cmd(
 
     try:
         settings = FoldsSettings(
-            data_dir=data_dir, out=out, folds=tuple(map(int, _words(folds))), folds_fit=tuple(map(int, _words(folds_fit))),
-            jobs=jobs, pretrain_steps=pretrain_steps, pretrain_seconds=pretrain_seconds, finetune_steps=finetune_steps,
-            finetune_seconds=finetune_seconds, rescnn_seconds=rescnn_seconds, seed=seed, preset=preset, kb_source=kb_source,
-            kb_format=kb_format, splits=splits, corpus_format=corpus_format, metrics=metrics, report_prefix=report_prefix,
-            max_recall_loss=_optional(max_recall_loss, float, "--max-recall-loss"), extra_rows=_words(extra_rows),
-            cascade_bench=cascade_bench, device=device)
+            data_dir=data_dir,
+            out=out,
+            folds=tuple(map(int, _words(folds))),
+            folds_fit=tuple(map(int, _words(folds_fit))),
+            jobs=jobs,
+            pretrain_steps=pretrain_steps,
+            pretrain_seconds=pretrain_seconds,
+            finetune_steps=finetune_steps,
+            finetune_seconds=finetune_seconds,
+            rescnn_seconds=rescnn_seconds,
+            seed=seed,
+            preset=preset,
+            kb_source=kb_source,
+            kb_format=kb_format,
+            splits=splits,
+            corpus_format=corpus_format,
+            metrics=metrics,
+            report_prefix=report_prefix,
+            max_recall_loss=_optional(max_recall_loss, float, "--max-recall-loss"),
+            extra_rows=_words(extra_rows),
+            cascade_bench=cascade_bench,
+            device=device,
+        )
         _stages(stages, FOLDS_STAGES)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None

@@ -4,6 +4,7 @@ The workflow is :func:`spacy_genbioel.evaluation.run.run_evaluation` (and
 :func:`~spacy_genbioel.evaluation.end_to_end.run_end_to_end`); this module
 parses the options and prints the results.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,9 +22,16 @@ def evaluate_cmd(
     corpus_path: Path = typer.Option(..., "--corpus", help="Evaluation corpus (dev split)"),
     fmt: str = typer.Option("pubtator", "--format", help="pubtator | bioc | jsonl | askapatient"),
     linker: str = typer.Option("genbioel", help="genbioel | exact | tfidf | scispacy | dense"),
-    dense_model: Optional[Path] = typer.Option(None, "--model", help="--linker dense (or genbioel's candidates.model): encoder directory (default: the installed all-MiniLM-L6-v2)"),
+    dense_model: Optional[Path] = typer.Option(
+        None,
+        "--model",
+        help="--linker dense (or genbioel's candidates.model): encoder directory (default: the installed all-MiniLM-L6-v2)",
+    ),
     pipeline: Optional[Path] = typer.Option(None, help="spaCy pipeline directory with a genbioel component"),
-    fusion: Optional[Path] = typer.Option(None, help="genbioel: rerank with these score-fusion weights (reranker.fusion: `fit-fusion` JSON) instead of the pipeline's own"),
+    fusion: Optional[Path] = typer.Option(
+        None,
+        help="genbioel: rerank with these score-fusion weights (reranker.fusion: `fit-fusion` JSON) instead of the pipeline's own",
+    ),
     kb: Optional[Path] = typer.Option(None, help="KB for the peers (genbioel uses the pipeline's)"),
     train: Optional[Path] = typer.Option(None, help="Training split, for GenBioEL's sub-population table"),
     labels: List[str] = typer.Option([], help="Only gold mentions with these labels"),
@@ -31,16 +39,34 @@ def evaluate_cmd(
     crosswalk: Optional[Path] = typer.Option(None, help="Old -> new ID TSV applied to gold IDs"),
     top_k: int = typer.Option(5),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON"),
-    predictions_path: Optional[Path] = typer.Option(None, "--predictions", help="Write each mention's gold IDs, hit rank and ranked candidates as JSON lines"),
+    predictions_path: Optional[Path] = typer.Option(
+        None, "--predictions", help="Write each mention's gold IDs, hit rank and ranked candidates as JSON lines"
+    ),
     plots: Optional[Path] = typer.Option(None, help="Folder for the similarity-bin plot"),
-    calibration: Optional[Path] = typer.Option(None, help="Write the precision-coverage curve of the top score (abstaining below a threshold) to this JSON file, and its plot beside it (.png)"),
-    target_precision: float = typer.Option(0.95, help="Report the abstention threshold that reaches this precision (and, in --calibration, the file's default for `package --calibration`)"),
+    calibration: Optional[Path] = typer.Option(
+        None,
+        help="Write the precision-coverage curve of the top score (abstaining below a threshold) to this JSON file, and its plot beside it (.png)",
+    ),
+    target_precision: float = typer.Option(
+        0.95,
+        help="Report the abstention threshold that reaches this precision (and, in --calibration, the file's default for `package --calibration`)",
+    ),
     device: Optional[str] = typer.Option(None, help="genbioel: auto | cpu | cuda | cuda:N (default: the pipeline's)"),
-    end_to_end: bool = typer.Option(False, "--end-to-end", help="Score the pipeline's own entities: NER + linking P/R/F1, strict and partial (a peer --linker links the pipeline's NER entities)"),
-    label_map: Optional[str] = typer.Option(None, help="--end-to-end: gold labels -> NER labels: ncbi or FROM=TO,FROM=TO"),
+    end_to_end: bool = typer.Option(
+        False,
+        "--end-to-end",
+        help="Score the pipeline's own entities: NER + linking P/R/F1, strict and partial (a peer --linker links the pipeline's NER entities)",
+    ),
+    label_map: Optional[str] = typer.Option(
+        None, help="--end-to-end: gold labels -> NER labels: ncbi or FROM=TO,FROM=TO"
+    ),
     single_label: Optional[str] = typer.Option(None, help="--end-to-end: every gold label becomes this one"),
-    skip_missing: bool = typer.Option(False, "--skip-missing", help="A --corpus that does not exist scores nothing and exits 0 "
-                                      "with a message, instead of failing (a test split that is not there yet)"),
+    skip_missing: bool = typer.Option(
+        False,
+        "--skip-missing",
+        help="A --corpus that does not exist scores nothing and exits 0 "
+        "with a message, instead of failing (a test split that is not there yet)",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Recall@1/@5 with GenBioEL's rules, KB coverage, sub-populations and similarity bins
@@ -54,10 +80,16 @@ def evaluate_cmd(
         return
     from spacy_genbioel.corpus import CorpusFormatError
     from spacy_genbioel.corpus.load import UnknownFormatError
+    from spacy_genbioel.evaluation.run import (
+        EvaluationSetupError,
+        GoldOptions,
+        ReportOutputs,
+        run_evaluation,
+        write_report_json,
+    )
     from spacy_genbioel.kb import KBFormatError
     from spacy_genbioel.linking.fusion import FusionFormatError
     from spacy_genbioel.models import ModelFormatError
-    from spacy_genbioel.evaluation.run import EvaluationSetupError, GoldOptions, ReportOutputs, run_evaluation, write_report_json
 
     if linker != "genbioel":  # a mistyped --linker: one line naming the known ones
         from spacy_genbioel.retrieval.registry import resolve_retriever
@@ -67,30 +99,58 @@ def evaluate_cmd(
         except ValueError as err:
             fail(f"--linker: {err}")
     if linker == "genbioel":
-        settings = component_settings(ctx.args, device=device, **{
-            "reranker.fusion": str(fusion) if fusion else None, "candidates.model": str(dense_model) if dense_model else None})
+        settings = component_settings(
+            ctx.args,
+            device=device,
+            **{
+                "reranker.fusion": str(fusion) if fusion else None,
+                "candidates.model": str(dense_model) if dense_model else None,
+            },
+        )
     elif ctx.args or fusion or device:
         raise typer.BadParameter(f"--linker {linker} takes no component settings (--fusion, --device, --block.setting)")
     else:
         settings = {"model": dense_model} if dense_model else {}
-    gold = GoldOptions(fmt=fmt, labels=tuple(labels), crosswalk=crosswalk, train=train,
-                       abbreviations=abbreviations)
+    gold = GoldOptions(fmt=fmt, labels=tuple(labels), crosswalk=crosswalk, train=train, abbreviations=abbreviations)
     try:
         if end_to_end:
             from spacy_genbioel.evaluation.end_to_end import run_end_to_end
 
             if predictions_path or calibration:
-                raise typer.BadParameter("--predictions and --calibration score gold mentions' candidates: not with --end-to-end")
-            e2e = run_end_to_end(corpus_path, pipeline=pipeline, linker=linker, kb=kb, settings=settings, gold=gold,
-                                 label_map=label_map, single_label=single_label)
+                raise typer.BadParameter(
+                    "--predictions and --calibration score gold mentions' candidates: not with --end-to-end"
+                )
+            e2e = run_end_to_end(
+                corpus_path,
+                pipeline=pipeline,
+                linker=linker,
+                kb=kb,
+                settings=settings,
+                gold=gold,
+                label_map=label_map,
+                single_label=single_label,
+            )
             print(e2e.format_table())
             if json_path:
                 write_report_json(json_path, e2e)
             return
-        outputs = ReportOutputs(json_path=json_path, predictions=predictions_path, plots=plots, calibration=calibration,
-                                target_precision=target_precision)
-        report = run_evaluation(corpus_path, linker=linker, pipeline=pipeline, kb=kb, settings=settings, gold=gold,
-                                outputs=outputs, top_k=top_k)
+        outputs = ReportOutputs(
+            json_path=json_path,
+            predictions=predictions_path,
+            plots=plots,
+            calibration=calibration,
+            target_precision=target_precision,
+        )
+        report = run_evaluation(
+            corpus_path,
+            linker=linker,
+            pipeline=pipeline,
+            kb=kb,
+            settings=settings,
+            gold=gold,
+            outputs=outputs,
+            top_k=top_k,
+        )
     except (EvaluationSetupError, UnknownFormatError) as err:
         raise typer.BadParameter(_as_flags(str(err))) from None
     except (KBFormatError, CorpusFormatError, ModelFormatError, FusionFormatError, FileNotFoundError) as err:
@@ -107,8 +167,11 @@ def evaluate_cmd(
 
 def _as_flags(message: str) -> str:
     """A library error in this command's words: settings become the options that set them."""
-    for setting, flag in (("reranker.fusion", "--fusion"), ("a pipeline is required", "--pipeline is required"),
-                          ("a KB is required", "--kb is required")):
+    for setting, flag in (
+        ("reranker.fusion", "--fusion"),
+        ("a pipeline is required", "--pipeline is required"),
+        ("a KB is required", "--kb is required"),
+    ):
         message = message.replace(setting, flag)
     return message
 
@@ -117,7 +180,9 @@ def _as_flags(message: str) -> str:
 def calibration_plot_cmd(
     curves: List[Path] = typer.Argument(..., help="Curves written by `evaluate --calibration` (one per linker)"),
     out: Optional[Path] = typer.Option(None, help="PNG with every curve on one plot"),
-    target_precision: Optional[float] = typer.Option(None, help="Precision whose threshold is reported (default: each file's)"),
+    target_precision: Optional[float] = typer.Option(
+        None, help="Precision whose threshold is reported (default: each file's)"
+    ),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the comparison table as JSON"),
 ) -> None:
     """Compare linkers' precision-coverage curves: precision at 90% and 95% coverage, the threshold for a target precision."""

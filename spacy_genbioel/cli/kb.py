@@ -1,4 +1,5 @@
 """``build-kb``: read vocabularies into one KB file (docs/kbs.md: the filters of each format)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,25 +14,78 @@ from spacy_genbioel.cli._util import app, setup_logging
 @app.command("build-kb")
 def build_kb_cmd(
     sources: List[str] = typer.Argument(..., help="Vocabulary files; FORMAT:PATH reads one with another format"),
-    format: str = typer.Option(..., "--format", "-f", help="medic | ctd | mesh-tsv | mesh-xml | umls | rxnorm | obo | genbioel | jsonl | scispacy | askapatient"),
-    out: Path = typer.Option(..., help="Output KB (.jsonl; .json for GenBioEL's target_kb.json; .safetensors for a compact KB, built in a fraction of the memory and loaded memory-mapped: UMLS-sized KBs)"),
-    dedup: bool = typer.Option(False, "--dedup/--no-dedup", help="GenBioEL's rule: a shared name stays only on the concept with the fewest names (the others lose it; what it took is reported). Default: every name kept, as the component and workflows use"),
-    sab: List[str] = typer.Option([], "--sab", help="umls/rxnorm: keep names of these source vocabularies (MSH,SNOMEDCT_US; rxnorm's default: RXNORM)"),
-    lang: List[str] = typer.Option([], "--lang", help="umls: keep names in these languages (default ENG; ALL: every language)"),
-    tty: List[str] = typer.Option([], "--tty", help="umls/rxnorm: keep names of these term types (PT,SY; rxnorm: IN,SCD,BN...)"),
-    semantic_types: List[str] = typer.Option([], "--semantic-types", help="umls/rxnorm: keep concepts of these semantic types, TUIs (T047,T191) or names ('Disease or Syndrome'); needs MRSTY"),
-    suppressed: bool = typer.Option(False, "--suppressed/--no-suppressed", help="umls/rxnorm: keep obsolete and suppressed names (SUPPRESS O, E, Y) too"),
-    mrsty: Optional[Path] = typer.Option(None, "--mrsty", help="umls/rxnorm: MRSTY.RRF (RXNSTY.RRF): semantic types (TUIs) as concept types; read from a META folder source by itself"),
-    mrdef: Optional[Path] = typer.Option(None, "--mrdef", help="umls: MRDEF.RRF: definitions; read from a META folder source by itself"),
-    prefix: List[str] = typer.Option([], "--prefix", help="obo: keep terms with these ID prefixes (HP,GO); default: the ontology's own (its header's ontology: tag); ALL: every term"),
+    format: str = typer.Option(
+        ...,
+        "--format",
+        "-f",
+        help="medic | ctd | mesh-tsv | mesh-xml | umls | rxnorm | obo | genbioel | jsonl | scispacy | askapatient",
+    ),
+    out: Path = typer.Option(
+        ...,
+        help="Output KB (.jsonl; .json for GenBioEL's target_kb.json; .safetensors for a compact KB, built in a fraction of the memory and loaded memory-mapped: UMLS-sized KBs)",
+    ),
+    dedup: bool = typer.Option(
+        False,
+        "--dedup/--no-dedup",
+        help="GenBioEL's rule: a shared name stays only on the concept with the fewest names (the others lose it; what it took is reported). Default: every name kept, as the component and workflows use",
+    ),
+    sab: List[str] = typer.Option(
+        [],
+        "--sab",
+        help="umls/rxnorm: keep names of these source vocabularies (MSH,SNOMEDCT_US; rxnorm's default: RXNORM)",
+    ),
+    lang: List[str] = typer.Option(
+        [], "--lang", help="umls: keep names in these languages (default ENG; ALL: every language)"
+    ),
+    tty: List[str] = typer.Option(
+        [], "--tty", help="umls/rxnorm: keep names of these term types (PT,SY; rxnorm: IN,SCD,BN...)"
+    ),
+    semantic_types: List[str] = typer.Option(
+        [],
+        "--semantic-types",
+        help="umls/rxnorm: keep concepts of these semantic types, TUIs (T047,T191) or names ('Disease or Syndrome'); needs MRSTY",
+    ),
+    suppressed: bool = typer.Option(
+        False,
+        "--suppressed/--no-suppressed",
+        help="umls/rxnorm: keep obsolete and suppressed names (SUPPRESS O, E, Y) too",
+    ),
+    mrsty: Optional[Path] = typer.Option(
+        None,
+        "--mrsty",
+        help="umls/rxnorm: MRSTY.RRF (RXNSTY.RRF): semantic types (TUIs) as concept types; read from a META folder source by itself",
+    ),
+    mrdef: Optional[Path] = typer.Option(
+        None, "--mrdef", help="umls: MRDEF.RRF: definitions; read from a META folder source by itself"
+    ),
+    prefix: List[str] = typer.Option(
+        [],
+        "--prefix",
+        help="obo: keep terms with these ID prefixes (HP,GO); default: the ontology's own (its header's ontology: tag); ALL: every term",
+    ),
     obsolete: bool = typer.Option(False, "--obsolete/--no-obsolete", help="obo: keep obsolete terms too"),
-    synonym_scopes: List[str] = typer.Option([], "--synonym-scopes", help="obo: synonym scopes that become names (default EXACT,RELATED; also BROAD, NARROW)"),
+    synonym_scopes: List[str] = typer.Option(
+        [], "--synonym-scopes", help="obo: synonym scopes that become names (default EXACT,RELATED; also BROAD, NARROW)"
+    ),
     crosswalk: Optional[Path] = typer.Option(None, help="TSV of old -> new concept IDs applied to the KB"),
-    augment_pubtator: List[Path] = typer.Option([], help="Add the mentions of these PubTator files as names of their gold concepts (training splits only)"),
-    prior_pubtator: List[Path] = typer.Option([], help="Count the gold IDs of these PubTator files (training splits only) as concept priors: a name shared by several concepts lists the most frequent answer first"),
-    mentions_format: str = typer.Option("pubtator", "--mentions-format", help="Format of the --augment-pubtator / --prior-pubtator files: pubtator | askapatient"),
-    first_names_only: bool = typer.Option(False, "--first-names-only", help="Keep one name per concept, its first (the N-to-1 trie ablation)"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Bytes read and concepts/s on stderr (on a terminal)"),
+    augment_pubtator: List[Path] = typer.Option(
+        [], help="Add the mentions of these PubTator files as names of their gold concepts (training splits only)"
+    ),
+    prior_pubtator: List[Path] = typer.Option(
+        [],
+        help="Count the gold IDs of these PubTator files (training splits only) as concept priors: a name shared by several concepts lists the most frequent answer first",
+    ),
+    mentions_format: str = typer.Option(
+        "pubtator",
+        "--mentions-format",
+        help="Format of the --augment-pubtator / --prior-pubtator files: pubtator | askapatient",
+    ),
+    first_names_only: bool = typer.Option(
+        False, "--first-names-only", help="Keep one name per concept, its first (the N-to-1 trie ablation)"
+    ),
+    progress: bool = typer.Option(
+        True, "--progress/--no-progress", help="Bytes read and concepts/s on stderr (on a terminal)"
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Read vocabularies into one KB (with ID clean-up), optionally augmented with training mentions."""
@@ -46,10 +100,29 @@ def build_kb_cmd(
 
     began = time.monotonic()
     try:
-        options = reader_options(format, sab=sab, lang=lang, tty=tty, semantic_types=semantic_types, suppressed=suppressed,
-                                 mrsty=mrsty, mrdef=mrdef, prefix=prefix, obsolete=obsolete, synonym_scopes=synonym_scopes)
-        kb = build_kb(format, [parse_source(s) for s in sources], dedup=dedup, crosswalk=crosswalk, name=out.stem,
-                      progress=progress, compact=out.suffix == ".safetensors", **options)
+        options = reader_options(
+            format,
+            sab=sab,
+            lang=lang,
+            tty=tty,
+            semantic_types=semantic_types,
+            suppressed=suppressed,
+            mrsty=mrsty,
+            mrdef=mrdef,
+            prefix=prefix,
+            obsolete=obsolete,
+            synonym_scopes=synonym_scopes,
+        )
+        kb = build_kb(
+            format,
+            [parse_source(s) for s in sources],
+            dedup=dedup,
+            crosswalk=crosswalk,
+            name=out.stem,
+            progress=progress,
+            compact=out.suffix == ".safetensors",
+            **options,
+        )
         drops = kb.drops
         walk = read_crosswalk(crosswalk) if crosswalk and (augment_pubtator or prior_pubtator) else None
 
@@ -62,8 +135,12 @@ def build_kb_cmd(
                 raise ValueError(f"--mentions-format {mentions_format!r}: pubtator or askapatient")
             return (m for path in paths for m in mentions_from_pubtator(path, context_chars=0, crosswalk=walk))
 
-        kb, report = augment_kb(kb, augment_mentions=gold_mentions(augment_pubtator), prior_mentions=gold_mentions(prior_pubtator),
-                                first_names_only=first_names_only)
+        kb, report = augment_kb(
+            kb,
+            augment_mentions=gold_mentions(augment_pubtator),
+            prior_mentions=gold_mentions(prior_pubtator),
+            first_names_only=first_names_only,
+        )
     except (ValueError, OSError) as err:  # KBFormatError, CorpusFormatError, a missing file, an unknown format
         msg.fail(f"build-kb: {err}")
         raise typer.Exit(1) from None
@@ -78,15 +155,23 @@ def build_kb_cmd(
     out.parent.mkdir(parents=True, exist_ok=True)
     kb.save(out)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    msg.good(f"{len(kb)} concepts, {kb.n_names} names -> {out} ({time.monotonic() - began:.1f}s, peak RSS {peak:.0f} MB)")
+    msg.good(
+        f"{len(kb)} concepts, {kb.n_names} names -> {out} ({time.monotonic() - began:.1f}s, peak RSS {peak:.0f} MB)"
+    )
 
 
 #: build-kb's reader options: (the formats that take them, the reader's keyword)
 _READER_OPTIONS = {
-    "sab": (("umls", "rxnorm"), "sabs"), "lang": (("umls",), "languages"), "tty": (("umls", "rxnorm"), "term_types"),
-    "semantic_types": (("umls", "rxnorm"), "semantic_types"), "suppressed": (("umls", "rxnorm"), "include_suppressed"),
-    "mrsty": (("umls", "rxnorm"), "mrsty"), "mrdef": (("umls",), "mrdef"),
-    "prefix": (("obo",), "prefix"), "obsolete": (("obo",), "obsolete"), "synonym_scopes": (("obo",), "synonym_scopes"),
+    "sab": (("umls", "rxnorm"), "sabs"),
+    "lang": (("umls",), "languages"),
+    "tty": (("umls", "rxnorm"), "term_types"),
+    "semantic_types": (("umls", "rxnorm"), "semantic_types"),
+    "suppressed": (("umls", "rxnorm"), "include_suppressed"),
+    "mrsty": (("umls", "rxnorm"), "mrsty"),
+    "mrdef": (("umls",), "mrdef"),
+    "prefix": (("obo",), "prefix"),
+    "obsolete": (("obo",), "obsolete"),
+    "synonym_scopes": (("obo",), "synonym_scopes"),
 }
 
 

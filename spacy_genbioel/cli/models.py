@@ -1,5 +1,6 @@
 """``init-model``: a from-scratch BART with a trained tokenizer, or a BERT2BERT warm start;
 ``import-checkpoint``: a released pickled checkpoint made a verified safetensors folder."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -60,17 +61,31 @@ def init_model_cmd(
 
 @app.command("import-checkpoint")
 def import_checkpoint_cmd(
-    src: Path = typer.Argument(..., help="Released checkpoint: a folder with config.json and pytorch_model.bin "
-                                         "(or pytorch_model.bin.index.json), or one .bin/.pt/.ckpt file"),
+    src: Path = typer.Argument(
+        ...,
+        help="Released checkpoint: a folder with config.json and pytorch_model.bin "
+        "(or pytorch_model.bin.index.json), or one .bin/.pt/.ckpt file",
+    ),
     out: Path = typer.Option(..., help="Output Hugging Face folder (must not exist, or be empty)"),
-    tokenizer: Optional[Path] = typer.Option(None, help="Tokenizer folder to write beside the weights "
-                                                        "(facebook/bart-large's for the released GenBioEL/ANGEL models)"),
+    tokenizer: Optional[Path] = typer.Option(
+        None,
+        help="Tokenizer folder to write beside the weights "
+        "(facebook/bart-large's for the released GenBioEL/ANGEL models)",
+    ),
     no_tokenizer: bool = typer.Option(False, "--no-tokenizer", help="Import the weights without a tokenizer"),
-    replace: bool = typer.Option(False, "--replace", help="Replace an earlier import in --out (a folder with its import.json) once the new one is verified"),
+    replace: bool = typer.Option(
+        False,
+        "--replace",
+        help="Replace an earlier import in --out (a folder with its import.json) once the new one is verified",
+    ),
     config: Optional[Path] = typer.Option(None, help="The model's config.json, when it is not beside the weights"),
-    inputs_style: Optional[str] = typer.Option(None, "--inputs.style", help="The released input style the weights were trained on "
-                                               "(genbioel-released-ncbi.v1 | genbioel-released-bc5cdr.v1), recorded for `package` "
-                                               "to apply (default: read from the source folder's name, ANGEL_ncbi)"),
+    inputs_style: Optional[str] = typer.Option(
+        None,
+        "--inputs.style",
+        help="The released input style the weights were trained on "
+        "(genbioel-released-ncbi.v1 | genbioel-released-bc5cdr.v1), recorded for `package` "
+        "to apply (default: read from the source folder's name, ANGEL_ncbi)",
+    ),
     probes: int = typer.Option(4, min=1, help="Probe inputs whose logits the written model must reproduce"),
     verbose: bool = VERBOSE,
 ) -> None:
@@ -82,29 +97,46 @@ def import_checkpoint_cmd(
     setup_logging(verbose)
     from spacy_genbioel.models import ImportOptions, ModelFormatError, import_checkpoint
 
-    options = ImportOptions(tokenizer=tokenizer, no_tokenizer=no_tokenizer, config=config, probes=probes, replace=replace,
-                            inputs_style=inputs_style)
+    options = ImportOptions(
+        tokenizer=tokenizer,
+        no_tokenizer=no_tokenizer,
+        config=config,
+        probes=probes,
+        replace=replace,
+        inputs_style=inputs_style,
+    )
     try:
         record = import_checkpoint(src, out, options)
     except (ModelFormatError, OSError) as err:
         msg.fail(f"import-checkpoint: {err}")
         raise typer.Exit(1) from None
     mapping = record["key_mapping"]
-    renamed = " ".join(part for part in (
-        f"under '{mapping['container']}'" if mapping["container"] else "",
-        f"prefix '{mapping['stripped_prefix']}' stripped" if mapping["stripped_prefix"] else "",
-        f"prefix '{mapping['added_prefix']}' added" if mapping["added_prefix"] else "",
-        f"{len(mapping['tied'])} tied" if mapping["tied"] else "",
-        f"{', '.join(mapping['zero_filled'])} zeros" if mapping["zero_filled"] else "",
-        f"{len(mapping['unexpected'])} ignored" if mapping["unexpected"] else "") if part)
-    msg.good(f"Imported {src} into {out} (keys: {renamed or 'as they were'}; "
-             f"max |logit diff| {record['verification']['max_abs_diff']:.2g}); record in {out / 'import.json'}")
+    renamed = " ".join(
+        part
+        for part in (
+            f"under '{mapping['container']}'" if mapping["container"] else "",
+            f"prefix '{mapping['stripped_prefix']}' stripped" if mapping["stripped_prefix"] else "",
+            f"prefix '{mapping['added_prefix']}' added" if mapping["added_prefix"] else "",
+            f"{len(mapping['tied'])} tied" if mapping["tied"] else "",
+            f"{', '.join(mapping['zero_filled'])} zeros" if mapping["zero_filled"] else "",
+            f"{len(mapping['unexpected'])} ignored" if mapping["unexpected"] else "",
+        )
+        if part
+    )
+    msg.good(
+        f"Imported {src} into {out} (keys: {renamed or 'as they were'}; "
+        f"max |logit diff| {record['verification']['max_abs_diff']:.2g}); record in {out / 'import.json'}"
+    )
     style = record["inputs_style"]
     if style["style"]:
         msg.info(f"inputs.style {style['style']} ({style['from']}): `package` applies it")
     else:
-        msg.warn("No input style recorded (the corpus the weights were trained on is not known): import again with "
-                 "--inputs.style genbioel-released-<corpus>.v1, or give it to `package`")
+        msg.warn(
+            "No input style recorded (the corpus the weights were trained on is not known): import again with "
+            "--inputs.style genbioel-released-<corpus>.v1, or give it to `package`"
+        )
     if record["tokenizer"] is None:
-        msg.warn(f"No tokenizer in {out}: copy facebook/bart-large's tokenizer files into it, "
-                 "or give the tokenizer folder whenever the model is loaded")
+        msg.warn(
+            f"No tokenizer in {out}: copy facebook/bart-large's tokenizer files into it, "
+            "or give the tokenizer folder whenever the model is loaded"
+        )

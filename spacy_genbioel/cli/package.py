@@ -1,6 +1,7 @@
 """``package``: a trained model and its KB as a spaCy pipeline directory
 (:func:`spacy_genbioel.training.package.package`); ``package-wheel``: that
 directory as an installable wheel (:func:`spacy_genbioel.training.wheel.build_wheel`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,24 +16,50 @@ from spacy_genbioel.cli._util import OVERRIDES, app, component_settings, setup_l
 @app.command("package", context_settings=OVERRIDES)
 def package_cmd(
     ctx: typer.Context,
-    model: Optional[Path] = typer.Option(None, help="Trained model directory (none: the retrievers link, fused by the package's default weights or --fusion)"),
+    model: Optional[Path] = typer.Option(
+        None,
+        help="Trained model directory (none: the retrievers link, fused by the package's default weights or --fusion)",
+    ),
     kb: Path = typer.Option(..., help="KB the model decodes into"),
     out: Path = typer.Option(..., help="Output spaCy pipeline directory"),
     config: Optional[Path] = typer.Option(None, help="The fine-tuning config (encoder-input settings)"),
     name: str = typer.Option("genbioel_pipeline", help="Pipeline name in meta.json"),
     version: str = typer.Option("0.0.0", help="Pipeline version in meta.json"),
-    entity_label: Optional[str] = typer.Option(None, help="Label of the entity ruler's spans (default: the concept's type)"),
+    entity_label: Optional[str] = typer.Option(
+        None, help="Label of the entity ruler's spans (default: the concept's type)"
+    ),
     entity_ruler: bool = typer.Option(True, help="Add an entity ruler over the KB names"),
     abbreviations: bool = typer.Option(True, help="Add scispacy's abbreviation detector when installed"),
-    min_name_chars: int = typer.Option(3, help="Shortest KB name the entity ruler matches (abbreviations, matched case-sensitively, from 2 characters)"),
-    entity_types: Optional[str] = typer.Option(None, help="The entity ruler matches only names of concepts with one of these comma-separated types (and untyped ones): C,D,F for BC5CDR's CTD + MeSH KB"),
+    min_name_chars: int = typer.Option(
+        3, help="Shortest KB name the entity ruler matches (abbreviations, matched case-sensitively, from 2 characters)"
+    ),
+    entity_types: Optional[str] = typer.Option(
+        None,
+        help="The entity ruler matches only names of concepts with one of these comma-separated types (and untyped ones): C,D,F for BC5CDR's CTD + MeSH KB",
+    ),
     lang: str = typer.Option("en"),
-    ner: Optional[Path] = typer.Option(None, help="Trained spaCy NER pipeline whose tokenizer, tok2vec and ner replace the entity ruler"),
-    threshold: Optional[float] = typer.Option(None, help="Abstain below this top score (output.threshold): the span keeps its candidates, kb_id is None"),
-    calibration: Optional[Path] = typer.Option(None, help="Take the threshold from a curve written by `evaluate --calibration`: the one reaching --target-precision on that data"),
-    target_precision: Optional[float] = typer.Option(None, help="With --calibration: the precision to reach (default: the file's)"),
-    kb_url: Optional[str] = typer.Option(None, "--kb-url", help="The KB's concept pages, recorded in meta.json for visualize: schemes (mesh,omim,umls,snomedct) or a template with {} for the ID"),
-    fusion: Optional[Path] = typer.Option(None, help="Score fusion weights from `fit-fusion` (reranker.fusion): rerank the generator's candidates with its retrievers'; decode freely as the fusion was fitted"),
+    ner: Optional[Path] = typer.Option(
+        None, help="Trained spaCy NER pipeline whose tokenizer, tok2vec and ner replace the entity ruler"
+    ),
+    threshold: Optional[float] = typer.Option(
+        None, help="Abstain below this top score (output.threshold): the span keeps its candidates, kb_id is None"
+    ),
+    calibration: Optional[Path] = typer.Option(
+        None,
+        help="Take the threshold from a curve written by `evaluate --calibration`: the one reaching --target-precision on that data",
+    ),
+    target_precision: Optional[float] = typer.Option(
+        None, help="With --calibration: the precision to reach (default: the file's)"
+    ),
+    kb_url: Optional[str] = typer.Option(
+        None,
+        "--kb-url",
+        help="The KB's concept pages, recorded in meta.json for visualize: schemes (mesh,omim,umls,snomedct) or a template with {} for the ID",
+    ),
+    fusion: Optional[Path] = typer.Option(
+        None,
+        help="Score fusion weights from `fit-fusion` (reranker.fusion): rerank the generator's candidates with its retrievers'; decode freely as the fusion was fitted",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """A spaCy pipeline directory (abbreviation detector, entity ruler or trained NER, genbioel) for spacy.load /
@@ -47,21 +74,37 @@ def package_cmd(
     from spacy_genbioel.training.package import EntitySource, PackageError, PipelineMeta, package
 
     threshold, source = _threshold(threshold, calibration, target_precision)
-    settings = component_settings(ctx.args, **{"output.threshold": threshold,
-                                               "reranker.fusion": str(fusion) if fusion else None})
-    entities = EntitySource(ner=ner, entity_ruler=entity_ruler, entity_label=entity_label, min_name_chars=min_name_chars,
-                            abbreviations=abbreviations, lang=lang,
-                            entity_types=tuple(t for t in entity_types.split(",") if t) if entity_types else None)
+    settings = component_settings(
+        ctx.args, **{"output.threshold": threshold, "reranker.fusion": str(fusion) if fusion else None}
+    )
+    entities = EntitySource(
+        ner=ner,
+        entity_ruler=entity_ruler,
+        entity_label=entity_label,
+        min_name_chars=min_name_chars,
+        abbreviations=abbreviations,
+        lang=lang,
+        entity_types=tuple(t for t in entity_types.split(",") if t) if entity_types else None,
+    )
     try:
-        path = package(model, kb, out, config_path=config, settings=settings, entities=entities,
-                       meta=PipelineMeta(name=name, version=version, kb_url=kb_url, calibration=source))
+        path = package(
+            model,
+            kb,
+            out,
+            config_path=config,
+            settings=settings,
+            entities=entities,
+            meta=PipelineMeta(name=name, version=version, kb_url=kb_url, calibration=source),
+        )
     except (PackageError, ModelFormatError, KBFormatError, FusionFormatError, FileNotFoundError) as err:
         msg.fail(str(err), exits=1)
         return
     msg.good(f"Pipeline saved to {path}")
 
 
-def _threshold(threshold: Optional[float], calibration: Optional[Path], target: Optional[float]) -> Tuple[Optional[float], Optional[dict]]:
+def _threshold(
+    threshold: Optional[float], calibration: Optional[Path], target: Optional[float]
+) -> Tuple[Optional[float], Optional[dict]]:
     """``--threshold`` as given, or the one ``--calibration`` reaches ``--target-precision`` with (and its source)."""
     if calibration is None:
         if target is not None:
@@ -76,10 +119,14 @@ def _threshold(threshold: Optional[float], calibration: Optional[Path], target: 
     except (CalibrationError, FileNotFoundError) as err:
         msg.fail(str(err), exits=1)
     if threshold is None:
-        msg.warn(f"No threshold in {calibration} reaches precision {source['target_precision']}: the pipeline links every mention")
+        msg.warn(
+            f"No threshold in {calibration} reaches precision {source['target_precision']}: the pipeline links every mention"
+        )
     else:
-        msg.info(f"Threshold {threshold:.6g}: precision {source['dev_precision']:.4f} at coverage "
-                 f"{source['dev_coverage']:.4f} on the {source['dev_mentions']} calibration mentions")
+        msg.info(
+            f"Threshold {threshold:.6g}: precision {source['dev_precision']:.4f} at coverage "
+            f"{source['dev_coverage']:.4f} on the {source['dev_mentions']} calibration mentions"
+        )
     return threshold, source
 
 

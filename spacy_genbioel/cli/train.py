@@ -4,6 +4,7 @@ that order). Each parses its options, calls the step in
 :mod:`spacy_genbioel.training` and prints the outcome; the training commands
 take config overrides as extra options (``--training.max_seconds 600``).
 Library imports wait until a command runs, so ``--help`` stays fast."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,7 +33,9 @@ def stage_overrides(ctx: typer.Context) -> Dict[str, Any]:
 # -- data and model --------------------------------------------------------------------------------
 @app.command("corpus")
 def corpus_cmd(
-    train: List[Path] = typer.Option(..., help="Training split (PubTator); repeat to read several as one (the published protocol: train + dev)"),
+    train: List[Path] = typer.Option(
+        ..., help="Training split (PubTator); repeat to read several as one (the published protocol: train + dev)"
+    ),
     dev: Path = typer.Option(..., help="Dev split (PubTator)"),
     fmt: str = typer.Option("pubtator", "--format", help="pubtator | askapatient (mentions without context)"),
     kb: Path = typer.Option(..., help="KB (.jsonl or target_kb.json)"),
@@ -42,7 +45,9 @@ def corpus_cmd(
     crosswalk: Optional[Path] = typer.Option(None, help="Old -> new ID TSV applied to gold IDs"),
     context_chars: int = typer.Option(2000, help="Characters of context kept on each side"),
     labels: List[str] = typer.Option([], help="Only mentions with these entity types"),
-    targets: str = typer.Option("tfidf", help="Target synonym: tfidf (synonyms-aware) | shortest | random | first (ablations)"),
+    targets: str = typer.Option(
+        "tfidf", help="Target synonym: tfidf (synonyms-aware) | shortest | random | first (ablations)"
+    ),
     seed: int = typer.Option(0, help="Seed of --targets random"),
     verbose: bool = VERBOSE_FLAG,
 ) -> None:
@@ -53,13 +58,23 @@ def corpus_cmd(
 
     if targets not in TARGET_STRATEGIES:
         raise typer.BadParameter(f"--targets must be one of {', '.join(TARGET_STRATEGIES)}")
-    settings = CorpusSettings(fmt=fmt, crosswalk=crosswalk, labels=labels, abbreviations=abbreviations, context_chars=context_chars,
-                              top_k_targets=top_k_targets, target_strategy=targets, seed=seed)
+    settings = CorpusSettings(
+        fmt=fmt,
+        crosswalk=crosswalk,
+        labels=labels,
+        abbreviations=abbreviations,
+        context_chars=context_chars,
+        top_k_targets=top_k_targets,
+        target_strategy=targets,
+        seed=seed,
+    )
     stats = make_corpus(train, dev, kb, out, settings)
     t = stats["targets"]
-    msg.good(f"{stats['train_lines']} training examples from {t['used']} of {t['mentions']} mentions "
-             f"(composite {t['composite']}, no gold {t['no_gold']}, not in KB {t['not_in_kb']}); "
-             f"{stats['dev_lines']} dev mentions -> {out}")
+    msg.good(
+        f"{stats['train_lines']} training examples from {t['used']} of {t['mentions']} mentions "
+        f"(composite {t['composite']}, no gold {t['no_gold']}, not in KB {t['not_in_kb']}); "
+        f"{stats['dev_lines']} dev mentions -> {out}"
+    )
 
 
 @app.command("tokenizer")
@@ -67,7 +82,9 @@ def tokenizer_cmd(
     kb: Optional[Path] = typer.Option(None, help="KB whose names the tokenizer learns (not needed for minilm)"),
     out: Path = typer.Option(..., help="Output tokenizer directory"),
     texts: Optional[Path] = typer.Option(None, help="Extra text, one document per line"),
-    preset: str = typer.Option("tiny", help="Preset whose vocabulary size to use; minilm: save its pretrained tokenizer"),
+    preset: str = typer.Option(
+        "tiny", help="Preset whose vocabulary size to use; minilm: save its pretrained tokenizer"
+    ),
     vocab_size: Optional[int] = typer.Option(None, help="Vocabulary size (default: the preset's)"),
     verbose: bool = VERBOSE_FLAG,
 ) -> None:
@@ -100,7 +117,9 @@ def pretrain_cmd(
     setup_logging(verbose)
     from spacy_genbioel.training.stages import StageRun, pretrain
 
-    result = pretrain(model, kb, config, out, dev_jsonl=dev, overrides=stage_overrides(ctx), run=StageRun(device, resume))
+    result = pretrain(
+        model, kb, config, out, dev_jsonl=dev, overrides=stage_overrides(ctx), run=StageRun(device, resume)
+    )
     msg.good(f"Pre-trained {result.step} steps ({result.stopped_by}, {result.seconds:.0f}s) -> {result.model_dir}")
 
 
@@ -112,7 +131,9 @@ def finetune_cmd(
     kb: Path = DECODED_KB,
     config: Path = typer.Option(..., help="Stage config, e.g. configs/finetune_tiny.cfg"),
     out: Path = STAGE_OUT,
-    dev: Optional[Path] = typer.Option(None, help="Dev mentions (corpus output dev.jsonl) for evaluation and best model"),
+    dev: Optional[Path] = typer.Option(
+        None, help="Dev mentions (corpus output dev.jsonl) for evaluation and best model"
+    ),
     device: str = DEVICE,
     resume: bool = RESUME,
     verbose: bool = VERBOSE_FLAG,
@@ -134,9 +155,14 @@ def angel_cmd(
     kb: Path = DECODED_KB,
     config: Path = typer.Option(..., help="Stage config, e.g. configs/angel_tiny.cfg"),
     out: Path = typer.Option(..., help="Output folder (model, best, pairs, log, curve)"),
-    dev: Optional[Path] = typer.Option(None, help="Dev mentions (corpus output dev.jsonl): recall@1 after each round, best model kept"),
+    dev: Optional[Path] = typer.Option(
+        None, help="Dev mentions (corpus output dev.jsonl): recall@1 after each round, best model kept"
+    ),
     device: str = DEVICE,
-    kb_negatives: Optional[int] = typer.Option(None, help="KB-guided pre-training pairs (other concepts' most similar names as negatives) mixed into each round (overrides angel.kb_negatives)"),
+    kb_negatives: Optional[int] = typer.Option(
+        None,
+        help="KB-guided pre-training pairs (other concepts' most similar names as negatives) mixed into each round (overrides angel.kb_negatives)",
+    ),
     verbose: bool = VERBOSE_FLAG,
 ) -> None:
     """ANGEL negative-aware training: mine the model's own wrong candidates, DPO, rounds until dev recall@1 stops improving."""
@@ -150,8 +176,10 @@ def angel_cmd(
     best = ""
     if result.best_metric is not None:
         best = f", dev {result.best_metric:.4f} at round {result.best_round} (start {result.baseline_metric:.4f})"
-    msg.good(f"ANGEL: {len(result.rounds)} rounds, {result.step} steps ({result.stopped_by}, {result.seconds:.0f}s{best}) "
-             f"-> {result.model_dir}")
+    msg.good(
+        f"ANGEL: {len(result.rounds)} rounds, {result.step} steps ({result.stopped_by}, {result.seconds:.0f}s{best}) "
+        f"-> {result.model_dir}"
+    )
 
 
 # -- the dense retriever ----------------------------------------------------------------------------
@@ -161,8 +189,12 @@ def train_dense_cmd(
     kb: Path = typer.Option(..., help="KB whose synonyms make the positive pairs"),
     out: Path = typer.Option(..., help="Output folder: model/, train_log.jsonl, config.cfg, result.json"),
     config: Path = typer.Option(Path("configs/dense_minilm.cfg"), help="Settings, e.g. configs/dense_minilm.cfg"),
-    model: Optional[Path] = typer.Option(None, help="Encoder directory to start from (default: the installed all-MiniLM-L6-v2)"),
-    train: Optional[Path] = typer.Option(None, help="Training examples (corpus output train.jsonl): mention -> gold name pairs"),
+    model: Optional[Path] = typer.Option(
+        None, help="Encoder directory to start from (default: the installed all-MiniLM-L6-v2)"
+    ),
+    train: Optional[Path] = typer.Option(
+        None, help="Training examples (corpus output train.jsonl): mention -> gold name pairs"
+    ),
     device: str = DEVICE,
     verbose: bool = VERBOSE_FLAG,
 ) -> None:
@@ -170,7 +202,11 @@ def train_dense_cmd(
     setup_logging(verbose)
     from spacy_genbioel.training.sapbert import train_dense
 
-    result = train_dense(kb, out, config, model_dir=model, train_jsonl=train, overrides=stage_overrides(ctx), device=device)
+    result = train_dense(
+        kb, out, config, model_dir=model, train_jsonl=train, overrides=stage_overrides(ctx), device=device
+    )
     last = sum(result.losses[-50:]) / max(1, len(result.losses[-50:]))
-    msg.good(f"Trained {result.step} steps, {result.epoch} full epochs ({result.stopped_by}, {result.seconds:.0f}s, "
-             f"loss {last:.4f}) -> {result.model_dir}")
+    msg.good(
+        f"Trained {result.step} steps, {result.epoch} full epochs ({result.stopped_by}, {result.seconds:.0f}s, "
+        f"loss {last:.4f}) -> {result.model_dir}"
+    )

@@ -9,6 +9,7 @@
 * :mod:`.spacy_docs` -- documents as spaCy ``Doc`` objects;
 * :mod:`.load` -- a corpus file by format name (:func:`load_corpus`).
 """
+
 from spacy_genbioel.corpus.askapatient import read_askapatient
 from spacy_genbioel.corpus.bioc import bioc_document, read_bioc
 from spacy_genbioel.corpus.jsonl import read_jsonl_corpus

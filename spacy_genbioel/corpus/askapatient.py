@@ -1,5 +1,6 @@
 """AskAPatient folds (``concept_id<TAB>concept_name<TAB>mention``) as
 :class:`~spacy_genbioel.ty.Mention` records without context."""
+
 from __future__ import annotations
 
 import logging

@@ -10,6 +10,7 @@ must have an ID; a document ID seen twice is kept twice with a warning (as
 :func:`~spacy_genbioel.corpus.pubtator.read_pubtator` does); passage offsets in
 BioC JSON must be JSON integers.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,12 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from spacy_genbioel.corpus.pubtator import CorpusFormatError, PubTatorAnnotation, PubTatorDocument, check_mention_offsets
+from spacy_genbioel.corpus.pubtator import (
+    CorpusFormatError,
+    PubTatorAnnotation,
+    PubTatorDocument,
+    check_mention_offsets,
+)
 from spacy_genbioel.kb.crosswalk import split_ids
 from spacy_genbioel.kb.safe_xml import parse_xml, safe_default_parser
 from spacy_genbioel.util import PathLike, read_text, text_lines
@@ -58,14 +64,18 @@ def read_bioc(
         if not doc_id:
             raise CorpusFormatError(f"{path}: document #{index} has no ID")
         if doc_id in seen:
-            logger.warning("%s: document #%d: ID %s seen before (document #%d); kept both", path, index, doc_id, seen[doc_id])
+            logger.warning(
+                "%s: document #%d: ID %s seen before (document #%d); kept both", path, index, doc_id, seen[doc_id]
+            )
         seen.setdefault(doc_id, index)
         try:
             yield bioc_document(bdoc, path, id_keys, check_offsets)
         except CorpusFormatError:
             raise
         except (TypeError, ValueError, AttributeError) as err:  # e.g. an offset that is not a number
-            raise CorpusFormatError(f"{path}: document {getattr(bdoc, 'id', '?')}: could not read BioC ({err})") from err
+            raise CorpusFormatError(
+                f"{path}: document {getattr(bdoc, 'id', '?')}: could not read BioC ({err})"
+            ) from err
 
 
 def _bioc_documents(content: str, path: Path) -> List[Any]:

@@ -10,6 +10,7 @@ fold), both PubTator, so that every existing step (``corpus``, ``build-kb``,
 byte for byte; the assignment of documents to folds depends on their IDs and
 the seed only, not on file order.
 """
+
 from __future__ import annotations
 
 import hashlib

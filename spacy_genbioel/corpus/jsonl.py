@@ -6,11 +6,17 @@ a boolean, a list or an object: those would be turned into other IDs), ``text``
 a string, ``mentions`` a list of objects with integer ``start``/``end``; anything
 else raises :class:`~spacy_genbioel.corpus.pubtator.CorpusFormatError` with file and line.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterator, List
 
-from spacy_genbioel.corpus.pubtator import CorpusFormatError, PubTatorAnnotation, PubTatorDocument, check_mention_offsets
+from spacy_genbioel.corpus.pubtator import (
+    CorpusFormatError,
+    PubTatorAnnotation,
+    PubTatorDocument,
+    check_mention_offsets,
+)
 from spacy_genbioel.kb.crosswalk import split_ids
 from spacy_genbioel.util import PathLike, iter_json_lines
 
@@ -53,7 +59,9 @@ def read_jsonl_corpus(path: PathLike, check_offsets: bool = True) -> Iterator[Pu
             raise CorpusFormatError(f"{where}: expected an object with 'id', 'text' and 'mentions'")
         raw_id = record.get("id", lineno)
         if not (isinstance(raw_id, str) or _is_int(raw_id)):
-            raise CorpusFormatError(f"{where}: 'id' must be a string or an integer, got {type(raw_id).__name__} {raw_id!r}")
+            raise CorpusFormatError(
+                f"{where}: 'id' must be a string or an integer, got {type(raw_id).__name__} {raw_id!r}"
+            )
         if not isinstance(record["text"], str):
             raise CorpusFormatError(f"{where}: 'text' must be a string, got {type(record['text']).__name__}")
         doc_id = str(raw_id)
@@ -68,7 +76,9 @@ def read_jsonl_corpus(path: PathLike, check_offsets: bool = True) -> Iterator[Pu
             try:
                 start, end = _offset(item, "start"), _offset(item, "end")
             except (KeyError, TypeError, ValueError):
-                raise CorpusFormatError(f"{where}: document {doc_id}: mention needs integer 'start' and 'end'") from None
+                raise CorpusFormatError(
+                    f"{where}: document {doc_id}: mention needs integer 'start' and 'end'"
+                ) from None
             ids, composite, nil = split_ids("|".join(_mention_ids(item.get("ids"), f"{where}: document {doc_id}")))
             text = item.get("text", doc.text[start:end] if 0 <= start < end <= len(doc.text) else "")
             label = item.get("label")

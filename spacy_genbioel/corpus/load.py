@@ -3,6 +3,7 @@ document texts, as evaluation and the command line load them. A corpus file
 without a single document (or AskAPatient mention) is refused
 (:class:`~spacy_genbioel.corpus.pubtator.CorpusFormatError` naming it): an
 empty gold split would evaluate to nothing without a word."""
+
 from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -47,9 +48,7 @@ def _not_empty(items: List, path: PathLike, fmt: str, what: str) -> List:
     return items
 
 
-def load_corpus(
-    path: PathLike, fmt: str, crosswalk: Optional[PathLike] = None
-) -> Tuple[List[Mention], Dict[str, str]]:
+def load_corpus(path: PathLike, fmt: str, crosswalk: Optional[PathLike] = None) -> Tuple[List[Mention], Dict[str, str]]:
     """Gold mentions (with context) and document texts (by document ID) of a
     corpus file; ``crosswalk`` is a TSV of old -> new IDs. AskAPatient has no
     texts. An unknown ``fmt`` raises :class:`UnknownFormatError`."""

@@ -24,6 +24,7 @@ Decisions:
   with a warning: the published counts (593 docs, 5,145 mentions) include both.
   A second abstract line in one document is an error (it would replace the first).
 """
+
 from __future__ import annotations
 
 import logging
@@ -100,14 +101,16 @@ def check_mention_offsets(doc: PubTatorDocument, ann: PubTatorAnnotation, where:
         raise CorpusFormatError(
             f"{where}: PMID {doc.pmid}: offsets {ann.start}-{ann.end} outside the text (length {len(text)})"
         )
-    span = text[ann.start:ann.end]
+    span = text[ann.start : ann.end]
     if not _same_text(span, ann.text):
         raise CorpusFormatError(
             f"{where}: PMID {doc.pmid}: mention {ann.text!r} does not match the text at "
             f"{ann.start}-{ann.end} ({span!r})"
         )
     if span != ann.text:
-        logger.debug("%s: PMID %s: mention %r differs from the text %r in whitespace only", where, doc.pmid, ann.text, span)
+        logger.debug(
+            "%s: PMID %s: mention %r differs from the text %r in whitespace only", where, doc.pmid, ann.text, span
+        )
 
 
 _INT = re.compile(r"^\s*[-+]?[0-9]+\s*$")
@@ -120,7 +123,9 @@ def _is_relation(fields: List[str]) -> bool:
     mention line has its start offset, and 4 or 5 columns. Anything else is read
     as a mention line, whose offsets must then be integers (``154.0`` or ``abc``
     in a 6-column line is an error, not a relation)."""
-    return len(fields) in (4, 5) and bool(_RELATION_TYPE.match(fields[1].strip())) and all(f.strip() for f in fields[2:4])
+    return (
+        len(fields) in (4, 5) and bool(_RELATION_TYPE.match(fields[1].strip())) and all(f.strip() for f in fields[2:4])
+    )
 
 
 # -- PubTator -------------------------------------------------------------------
@@ -182,7 +187,9 @@ def read_pubtator(
                 if doc.annotations:
                     raise CorpusFormatError(f"{where}: PMID {pmid}: abstract line after mention lines")
                 if abstract_line:
-                    raise CorpusFormatError(f"{where}: PMID {pmid}: a second abstract line (the first is line {abstract_line})")
+                    raise CorpusFormatError(
+                        f"{where}: PMID {pmid}: a second abstract line (the first is line {abstract_line})"
+                    )
                 doc.abstract, abstract_line = text, lineno
             continue
         fields = line.split("\t")
@@ -204,15 +211,15 @@ def read_pubtator(
                 raise ValueError
             start, end = int(fields[1]), int(fields[2])
         except ValueError:
-            raise CorpusFormatError(f"{where}: PMID {pmid}: offsets {fields[1]!r}-{fields[2]!r} are not integers") from None
+            raise CorpusFormatError(
+                f"{where}: PMID {pmid}: offsets {fields[1]!r}-{fields[2]!r} are not integers"
+            ) from None
         raw_ids = fields[5] if len(fields) > 5 else ""
         ids, composite, nil = split_ids(raw_ids)
         if crosswalk:
             ids = apply_crosswalk(ids, crosswalk)
         parts = tuple(p for p in fields[6].split("|")) if len(fields) > 6 and fields[6] else ()
-        ann = PubTatorAnnotation(
-            start, end, fields[3], fields[4].strip(), ids, composite, nil, parts, raw_ids
-        )
+        ann = PubTatorAnnotation(start, end, fields[3], fields[4].strip(), ids, composite, nil, parts, raw_ids)
         if check_offsets:
             check_mention_offsets(doc, ann, where)
         doc.annotations.append(ann)
@@ -273,12 +280,12 @@ def document_mentions(
         if skip_nil and ann.nil:
             continue
         left = text[: ann.start]
-        right = text[ann.end:]
+        right = text[ann.end :]
         if context_chars is not None:
-            left = left[max(0, len(left) - context_chars):] if context_chars > 0 else ""
+            left = left[max(0, len(left) - context_chars) :] if context_chars > 0 else ""
             right = right[:context_chars]
         yield Mention(
-            text=text[ann.start:ann.end],
+            text=text[ann.start : ann.end],
             ids=ann.ids,
             left=left,
             right=right,

@@ -1,4 +1,5 @@
 """Corpus records as spaCy ``Doc`` objects: gold mentions in ``doc.spans`` and ``doc.ents``."""
+
 from __future__ import annotations
 
 import logging
@@ -28,11 +29,11 @@ def to_spacy_docs(documents: Iterable[PubTatorDocument], nlp: Any, span_key: str
         doc.user_data["doc_id"] = document.pmid
         spans: List[Span] = []
         for ann in document.annotations:
-            span = doc.char_span(
-                ann.start, ann.end, label=ann.type, kb_id="|".join(ann.ids), alignment_mode="expand"
-            )
+            span = doc.char_span(ann.start, ann.end, label=ann.type, kb_id="|".join(ann.ids), alignment_mode="expand")
             if span is None or len(span) == 0:
-                logger.warning("PMID %s: mention %r at %d-%d covers no token, skipped", document.pmid, ann.text, ann.start, ann.end)
+                logger.warning(
+                    "PMID %s: mention %r at %d-%d covers no token, skipped", document.pmid, ann.text, ann.start, ann.end
+                )
                 continue
             spans.append(span)
         doc.spans[span_key] = spans

@@ -8,6 +8,7 @@
 * :mod:`.run` -- the ``evaluate`` command's workflow, :func:`run_evaluation`;
 * :mod:`.end_to_end` -- NER + linking P/R/F1 on a pipeline's own entities.
 """
+
 from spacy_genbioel.evaluation.analysis import (
     DEFAULT_BINS,
     SimilarityBin,
@@ -16,7 +17,6 @@ from spacy_genbioel.evaluation.analysis import (
     similarity_bins,
     subpopulation_table,
 )
-from spacy_genbioel.evaluation.end_to_end import EndToEndReport, evaluate_end_to_end, run_end_to_end, score_end_to_end
 from spacy_genbioel.evaluation.calibration import (
     CalibrationCurve,
     CalibrationError,
@@ -26,6 +26,7 @@ from spacy_genbioel.evaluation.calibration import (
     read_calibration,
     write_calibration,
 )
+from spacy_genbioel.evaluation.end_to_end import EndToEndReport, evaluate_end_to_end, run_end_to_end, score_end_to_end
 from spacy_genbioel.evaluation.plots import plot_calibration, plot_similarity_bins
 from spacy_genbioel.evaluation.recall import NO_GOLD_IDS, KBCoverage, RecallResult, gold_id_set, hit_rank, recall_at_k
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
@@ -39,11 +40,38 @@ from spacy_genbioel.evaluation.run import (
 )
 
 __all__ = [
-    "CalibrationCurve", "CalibrationError", "CalibrationPoint", "calibration_curve", "compare_calibrations",
-    "plot_calibration", "read_calibration", "write_calibration",
-    "DEFAULT_BINS", "NO_GOLD_IDS", "EndToEndReport", "EvaluationReport", "EvaluationSetupError", "KBCoverage",
-    "GoldOptions", "RecallResult", "ReportOutputs", "SimilarityBin", "SimilarityBins", "SubpopulationRow",
-    "check_component_settings", "evaluate_end_to_end", "evaluate_linker", "gold_id_set", "hit_rank", "plot_similarity_bins",
-    "recall_at_k", "run_end_to_end", "run_evaluation", "score_end_to_end", "similarity_bins", "subpopulation_table",
-    "write_predictions", "write_report_json",
+    "CalibrationCurve",
+    "CalibrationError",
+    "CalibrationPoint",
+    "calibration_curve",
+    "compare_calibrations",
+    "plot_calibration",
+    "read_calibration",
+    "write_calibration",
+    "DEFAULT_BINS",
+    "NO_GOLD_IDS",
+    "EndToEndReport",
+    "EvaluationReport",
+    "EvaluationSetupError",
+    "KBCoverage",
+    "GoldOptions",
+    "RecallResult",
+    "ReportOutputs",
+    "SimilarityBin",
+    "SimilarityBins",
+    "SubpopulationRow",
+    "check_component_settings",
+    "evaluate_end_to_end",
+    "evaluate_linker",
+    "gold_id_set",
+    "hit_rank",
+    "plot_similarity_bins",
+    "recall_at_k",
+    "run_end_to_end",
+    "run_evaluation",
+    "score_end_to_end",
+    "similarity_bins",
+    "subpopulation_table",
+    "write_predictions",
+    "write_report_json",
 ]

@@ -6,6 +6,7 @@ bins of mention / gold-name TF-IDF similarity (ANGEL, Fig. 4).
 * :func:`similarity_bins` -- accuracy by bins of the max TF-IDF cosine between
   a mention and its gold concepts' names (:mod:`.plots` draws them).
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,6 +36,7 @@ DEFAULT_BINS: Tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
 # -- GenBioEL Table 9 ---------------------------------------------------------
+
 
 @dataclass
 class SubpopulationRow:
@@ -118,6 +120,7 @@ def subpopulation_table(
 
 
 # -- similarity bins (ANGEL Fig. 4) -----------------------------------------
+
 
 @dataclass
 class SimilarityBin:
@@ -212,5 +215,7 @@ def similarity_bins(
         n_hits = int(flags[members].sum()) if count else 0
         result.append(SimilarityBin(edges[i], edges[i + 1], count, n_hits, ratio(n_hits, count)))
     if n_no_gold_names:
-        logger.warning("similarity_bins: %d mentions have no gold concept name in the KB; left out of the bins", n_no_gold_names)
+        logger.warning(
+            "similarity_bins: %d mentions have no gold concept name in the KB; left out of the bins", n_no_gold_names
+        )
     return SimilarityBins(edges, result, n_no_gold, n_no_gold_names)

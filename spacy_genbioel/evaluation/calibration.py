@@ -32,6 +32,7 @@ written by ``evaluate --calibration``, :func:`calibrated_threshold` the
 threshold ``package --calibration`` ships, and :func:`compare_calibrations`
 tabulates several curves.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,16 @@ from spacy_genbioel.util import PathLike, atomic_json, parse_json, read_text
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DEFAULT_COVERAGES", "DEFAULT_TARGET_PRECISION", "CalibrationError", "CalibrationPoint", "CalibrationCurve",
-    "calibration_curve", "read_calibration", "write_calibration", "compare_calibrations", "calibrated_threshold",
+    "DEFAULT_COVERAGES",
+    "DEFAULT_TARGET_PRECISION",
+    "CalibrationError",
+    "CalibrationPoint",
+    "CalibrationCurve",
+    "calibration_curve",
+    "read_calibration",
+    "write_calibration",
+    "compare_calibrations",
+    "calibrated_threshold",
 ]
 
 DEFAULT_TARGET_PRECISION = 0.95
@@ -118,12 +127,17 @@ class CalibrationCurve:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "CalibrationCurve":
-        return cls(linker=str(data["linker"]), n_mentions=int(data["n_mentions"]), n_answered=int(data["n_answered"]),
-                   points=[CalibrationPoint(**p) for p in data["points"]],
-                   target_precision=float(data.get("target_precision", DEFAULT_TARGET_PRECISION)))
+        return cls(
+            linker=str(data["linker"]),
+            n_mentions=int(data["n_mentions"]),
+            n_answered=int(data["n_answered"]),
+            points=[CalibrationPoint(**p) for p in data["points"]],
+            target_precision=float(data.get("target_precision", DEFAULT_TARGET_PRECISION)),
+        )
 
     def format_rows(self, coverages: Sequence[float] = DEFAULT_COVERAGES) -> List[Tuple[str, str]]:
         """``(label, value)`` rows for a wasabi table."""
+
         def show(p: Optional[CalibrationPoint]) -> str:
             if p is None:
                 return "not reached"
@@ -182,16 +196,18 @@ def read_calibration(path: PathLike) -> CalibrationCurve:
     path = Path(path)
     data = parse_json(read_text(path, CalibrationError), path, CalibrationError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CalibrationError(f"{path}: not a calibration curve (expected \"format\": \"{FORMAT}\"; "
-                               "write one with `evaluate --calibration`)")
+        raise CalibrationError(
+            f'{path}: not a calibration curve (expected "format": "{FORMAT}"; write one with `evaluate --calibration`)'
+        )
     try:
         return CalibrationCurve.from_dict(data)
     except (KeyError, TypeError, ValueError) as err:
         raise CalibrationError(f"{path}: damaged calibration curve ({type(err).__name__}: {err})") from err
 
 
-def compare_calibrations(curves: Sequence[CalibrationCurve], target: Optional[float] = None,
-                         coverages: Sequence[float] = DEFAULT_COVERAGES) -> List[Dict[str, Any]]:
+def compare_calibrations(
+    curves: Sequence[CalibrationCurve], target: Optional[float] = None, coverages: Sequence[float] = DEFAULT_COVERAGES
+) -> List[Dict[str, Any]]:
     """One row per curve: linker, recall@1, precision at each coverage, threshold and coverage for ``target``."""
     rows = []
     for curve in curves:
@@ -206,7 +222,6 @@ def compare_calibrations(curves: Sequence[CalibrationCurve], target: Optional[fl
     return rows
 
 
-
 def calibrated_threshold(path: PathLike, target: Optional[float] = None) -> Tuple[Optional[float], Dict[str, Any]]:
     """The threshold of the curve in ``path`` that reaches ``target`` precision (default:
     the file's), and where it comes from (for the pipeline's ``meta.json``). None, with
@@ -214,10 +229,20 @@ def calibrated_threshold(path: PathLike, target: Optional[float] = None) -> Tupl
     curve = read_calibration(path)
     target = curve.target_precision if target is None else target
     point = curve.threshold_for(target)
-    source = {"file": str(path), "linker": curve.linker, "target_precision": target, "dev_mentions": curve.n_mentions,
-              "dev_coverage": point.coverage if point else None, "dev_precision": point.precision if point else None}
+    source = {
+        "file": str(path),
+        "linker": curve.linker,
+        "target_precision": target,
+        "dev_mentions": curve.n_mentions,
+        "dev_coverage": point.coverage if point else None,
+        "dev_precision": point.precision if point else None,
+    }
     if point is None:
-        logger.warning("%s: no threshold reaches precision %s (recall@1 %s); the pipeline will link every mention",
-                       path, target, curve.recall_at_1)
+        logger.warning(
+            "%s: no threshold reaches precision %s (recall@1 %s); the pipeline will link every mention",
+            path,
+            target,
+            curve.recall_at_1,
+        )
         return None, source
     return point.threshold, source

@@ -44,6 +44,7 @@ input, so a PMID that occurs twice is two documents):
   (so a prediction with the wrong label but the right concept is a true positive
   overall and an error in the per-label rows).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -127,7 +128,14 @@ class PRF:
         self.fn += other.fn
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"precision": self.precision, "recall": self.recall, "f1": self.f1, "tp": self.tp, "fp": self.fp, "fn": self.fn}
+        return {
+            "precision": self.precision,
+            "recall": self.recall,
+            "f1": self.f1,
+            "tp": self.tp,
+            "fp": self.fp,
+            "fn": self.fn,
+        }
 
 
 def _scores() -> Dict[str, Dict[str, PRF]]:
@@ -163,7 +171,8 @@ class EndToEndReport:
         def rows(label: str, scores: Dict[str, Dict[str, PRF]]) -> List[Tuple[Any, ...]]:
             return [
                 (label, task, mode, fmt(prf.precision), fmt(prf.recall), fmt(prf.f1), prf.tp, prf.fp, prf.fn)
-                for task, modes in scores.items() for mode, prf in modes.items()
+                for task, modes in scores.items()
+                for mode, prf in modes.items()
             ]
 
         lines = rows("all", self.scores)
@@ -276,7 +285,9 @@ def score_end_to_end(
         counts["predicted_without_id"] += sum(1 for p in pred_doc if not p.kb_id)
         _accumulate(report.scores, _score_document(gold_doc, pred_doc, counts))
         for label in {g.type for g in gold_doc} | {p.label for p in pred_doc}:
-            scores = _score_document([g for g in gold_doc if g.type == label], [p for p in pred_doc if p.label == label])
+            scores = _score_document(
+                [g for g in gold_doc if g.type == label], [p for p in pred_doc if p.label == label]
+            )
             _accumulate(per_label.setdefault(label, _scores()), scores)
     report.per_label = per_label
     for mode in MODES:
@@ -363,17 +374,21 @@ def evaluate_end_to_end(
     map_label = label_mapper(label_map, single_label)
     documents = list(documents)
     began = time.perf_counter()
-    predicted = predict_entities([d.text for d in documents], nlp, linker, abbreviations=abbreviations, batch_size=batch_size)
+    predicted = predict_entities(
+        [d.text for d in documents], nlp, linker, abbreviations=abbreviations, batch_size=batch_size
+    )
     seconds = time.perf_counter() - began
     gold = [[dataclasses.replace(a, type=map_label(a.type)) for a in d.annotations] for d in documents]
     report = score_end_to_end(gold, predicted, labels=labels)
-    report.meta.update({
-        "pipeline": nlp.pipe_names,
-        "linker": type(linker).__name__ if linker is not None else None,
-        "seconds": seconds,
-        "documents_per_second": len(documents) / seconds if seconds > 0 else None,
-        "labels": sorted(set(labels)),
-    })
+    report.meta.update(
+        {
+            "pipeline": nlp.pipe_names,
+            "linker": type(linker).__name__ if linker is not None else None,
+            "seconds": seconds,
+            "documents_per_second": len(documents) / seconds if seconds > 0 else None,
+            "labels": sorted(set(labels)),
+        }
+    )
     logger.info("End-to-end: %d documents in %.1f s", len(documents), seconds)
     return report
 
@@ -382,7 +397,8 @@ def evaluate_end_to_end(
 def read_documents(path: Any, fmt: str = "pubtator", crosswalk: Optional[Any] = None) -> List["PubTatorDocument"]:
     """Gold documents of a corpus file (``pubtator``, ``bioc`` or ``jsonl``);
     ``crosswalk`` (a TSV of old -> new IDs) applies to PubTator gold IDs."""
-    from spacy_genbioel.corpus.load import DOCUMENT_FORMATS, read_documents as read_corpus_documents
+    from spacy_genbioel.corpus.load import DOCUMENT_FORMATS
+    from spacy_genbioel.corpus.load import read_documents as read_corpus_documents
     from spacy_genbioel.kb.crosswalk import read_crosswalk
 
     walk = read_crosswalk(crosswalk) if crosswalk else None
@@ -391,7 +407,9 @@ def read_documents(path: Any, fmt: str = "pubtator", crosswalk: Optional[Any] = 
     return read_corpus_documents(path, fmt, walk)
 
 
-def load_pipeline(path: Any, *, without_linkers: bool = False, component_config: Optional[Mapping[str, Any]] = None) -> "Language":
+def load_pipeline(
+    path: Any, *, without_linkers: bool = False, component_config: Optional[Mapping[str, Any]] = None
+) -> "Language":
     """``spacy.load`` a pipeline directory; ``without_linkers`` leaves its
     ``genbioel`` components out (their model is not even loaded), otherwise
     ``component_config`` (None values dropped) overrides their settings."""
@@ -459,15 +477,30 @@ def run_end_to_end(
         peer = get_retriever(linker, knowledge_base, **dict(settings or {}))
         nlp = load_pipeline(pipeline, without_linkers=True)
     report = evaluate_end_to_end(
-        documents, nlp, peer, label_map=parse_label_map(label_map), single_label=single_label, labels=labels,
+        documents,
+        nlp,
+        peer,
+        label_map=parse_label_map(label_map),
+        single_label=single_label,
+        labels=labels,
         abbreviations=abbreviations,
     )
-    report.meta.update({
-        "corpus": str(corpus_path), "pipeline_path": str(pipeline), "linker": linker, "kb": kb_name,
-        "abbreviations": abbreviations, "label_map": label_map, "single_label": single_label,
-        "crosswalk": str(crosswalk) if crosswalk else None,
-        # abstention (issue 18): an entity its linker scores below the threshold is left without an ID
-        "thresholds": {name: nlp.get_pipe(name).output.threshold for name in nlp.pipe_names
-                       if linker == "genbioel" and nlp.get_pipe_meta(name).factory == "genbioel"},
-    })
+    report.meta.update(
+        {
+            "corpus": str(corpus_path),
+            "pipeline_path": str(pipeline),
+            "linker": linker,
+            "kb": kb_name,
+            "abbreviations": abbreviations,
+            "label_map": label_map,
+            "single_label": single_label,
+            "crosswalk": str(crosswalk) if crosswalk else None,
+            # abstention (issue 18): an entity its linker scores below the threshold is left without an ID
+            "thresholds": {
+                name: nlp.get_pipe(name).output.threshold
+                for name in nlp.pipe_names
+                if linker == "genbioel" and nlp.get_pipe_meta(name).factory == "genbioel"
+            },
+        }
+    )
     return report

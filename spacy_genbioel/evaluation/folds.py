@@ -13,6 +13,7 @@ it has). :func:`cascade_summary` reads ``METRICS/<prefix>_fold<k>_<kb><suffix>.j
   mean [min-max], and how many folds reach 5x the fusion (the speed goal);
 - the share of mentions per path, mean over the folds.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,12 @@ def collect_linker_reports(folds_dir: Path) -> Dict[str, Dict[str, Dict[str, lis
 
 def spread(values: Sequence[float]) -> Dict[str, float]:
     """Mean, sample standard deviation (0 for one value), minimum and maximum."""
-    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "min": min(values), "max": max(values)}
+    return {
+        "mean": statistics.fmean(values),
+        "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+    }
 
 
 def linker_summary(folds_dir: Path) -> Dict[str, Dict[str, dict]]:
@@ -60,9 +65,17 @@ def linker_summary(folds_dir: Path) -> Dict[str, Dict[str, dict]]:
     table = collect_linker_reports(folds_dir)
     if not table:
         raise ValueError(f"no fold reports under {folds_dir} (fold-<k>/<kb>_<linker>.json)")
-    return {kb: {linker: {"folds": len(row["folds"]), "recall@1": spread(row["recall@1"]), "recall@5": spread(row["recall@5"])}
-                 for linker, row in sorted(rows.items())}
-            for kb, rows in sorted(table.items())}
+    return {
+        kb: {
+            linker: {
+                "folds": len(row["folds"]),
+                "recall@1": spread(row["recall@1"]),
+                "recall@5": spread(row["recall@5"]),
+            }
+            for linker, row in sorted(rows.items())
+        }
+        for kb, rows in sorted(table.items())
+    }
 
 
 def linker_markdown(summary: Dict[str, Dict[str, dict]]) -> List[str]:
@@ -73,8 +86,10 @@ def linker_markdown(summary: Dict[str, Dict[str, dict]]) -> List[str]:
         for linker, s in rows.items():
             r1, r5 = s["recall@1"], s["recall@5"]
             folds = f"{s['folds']}" + ("" if s["folds"] == n_folds else f" of {n_folds}")
-            lines.append(f"| {kb} | {linker} | {r1['mean']:.4f} ± {r1['sd']:.4f} | {r1['min']:.4f}-{r1['max']:.4f} "
-                         f"| {r5['mean']:.4f} ± {r5['sd']:.4f} | {folds} |")
+            lines.append(
+                f"| {kb} | {linker} | {r1['mean']:.4f} ± {r1['sd']:.4f} | {r1['min']:.4f}-{r1['max']:.4f} "
+                f"| {r5['mean']:.4f} ± {r5['sd']:.4f} | {folds} |"
+            )
     return lines
 
 
@@ -96,17 +111,27 @@ def summarize_cascade(folds: Dict[int, dict], within: float = 0.2, speed_goal: f
     for name in names:
         rows = [folds[k][name] for k in folds]
         r1 = [r["recall@1"] for r in rows]
-        row: dict = {"folds": len(rows), "recall@1": statistics.fmean(r1), "recall@1_sd": statistics.pstdev(r1),
-                     "recall@5": statistics.fmean(r["recall@5"] for r in rows),
-                     "mentions_per_cpu_second": statistics.fmean(r["mentions_per_cpu_second"] for r in rows)}
+        row: dict = {
+            "folds": len(rows),
+            "recall@1": statistics.fmean(r1),
+            "recall@1_sd": statistics.pstdev(r1),
+            "recall@5": statistics.fmean(r["recall@5"] for r in rows),
+            "mentions_per_cpu_second": statistics.fmean(r["mentions_per_cpu_second"] for r in rows),
+        }
         for base in ("fusion", "generator"):
             if all(base in folds[k] for k in folds):
-                ratios = [folds[k][name]["mentions_per_cpu_second"] / folds[k][base]["mentions_per_cpu_second"] for k in folds]
+                ratios = [
+                    folds[k][name]["mentions_per_cpu_second"] / folds[k][base]["mentions_per_cpu_second"] for k in folds
+                ]
                 row[f"x_{base}"] = {"mean": statistics.fmean(ratios), "min": min(ratios), "max": max(ratios)}
                 if base == "fusion":
                     gaps = [100 * (folds[k][name]["recall@1"] - folds[k][base]["recall@1"]) for k in folds]
-                    row["points_vs_fusion"] = {"mean": statistics.fmean(gaps), "min": min(gaps), "max": max(gaps),
-                                               "folds_within": sum(g >= -within - 1e-9 for g in gaps)}
+                    row["points_vs_fusion"] = {
+                        "mean": statistics.fmean(gaps),
+                        "min": min(gaps),
+                        "max": max(gaps),
+                        "folds_within": sum(g >= -within - 1e-9 for g in gaps),
+                    }
                     row["folds_at_speed_goal"] = sum(x >= speed_goal for x in ratios)
         paths: Dict[str, float] = {}
         for r in rows:
@@ -117,8 +142,9 @@ def summarize_cascade(folds: Dict[int, dict], within: float = 0.2, speed_goal: f
     return out
 
 
-def cascade_summary(metrics: Path, prefix: str = "cascade_aap", suffix: str = "_loss",
-                    kbs: Iterable[str] = ("plain", "aug")) -> Dict[str, Dict[str, dict]]:
+def cascade_summary(
+    metrics: Path, prefix: str = "cascade_aap", suffix: str = "_loss", kbs: Iterable[str] = ("plain", "aug")
+) -> Dict[str, Dict[str, dict]]:
     """:func:`summarize_cascade` per KB that has benches (ValueError: none has)."""
     summary = {}
     for kb in kbs:
@@ -132,8 +158,11 @@ def cascade_summary(metrics: Path, prefix: str = "cascade_aap", suffix: str = "_
 
 def cascade_markdown(summary: Dict[str, Dict[str, dict]]) -> List[str]:
     """One markdown row per KB and row of the benches."""
-    lines = ["| KB | row | recall@1 | vs fusion (points; folds within 0.2) | per CPU s | x fusion [min-max] "
-             "(folds at 5x) | x generator | paths |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| KB | row | recall@1 | vs fusion (points; folds within 0.2) | per CPU s | x fusion [min-max] "
+        "(folds at 5x) | x generator | paths |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for kb, rows in summary.items():
         for name, r in rows.items():
             gap = r.get("points_vs_fusion")
@@ -142,6 +171,8 @@ def cascade_markdown(summary: Dict[str, Dict[str, dict]]) -> List[str]:
             xf_text = f"{xf['mean']:.2f} [{xf['min']:.2f}-{xf['max']:.2f}] ({r['folds_at_speed_goal']})" if xf else ""
             xg_text = f"{xg['mean']:.2f}" if xg else ""
             paths = ", ".join(f"{p} {100 * s:.1f}%" for p, s in r["paths"].items())
-            lines.append(f"| {kb} | {name} | {r['recall@1']:.4f} ± {r['recall@1_sd']:.4f} | {gap_text} "
-                         f"| {r['mentions_per_cpu_second']:.1f} | {xf_text} | {xg_text} | {paths} |")
+            lines.append(
+                f"| {kb} | {name} | {r['recall@1']:.4f} ± {r['recall@1_sd']:.4f} | {gap_text} "
+                f"| {r['mentions_per_cpu_second']:.1f} | {xf_text} | {xg_text} | {paths} |"
+            )
     return lines

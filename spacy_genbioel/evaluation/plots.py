@@ -1,5 +1,6 @@
 """Plots of evaluation results; the only module that touches matplotlib
 (imported when a plot is drawn, so evaluating never needs it)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,7 +36,9 @@ def plot_similarity_bins(
     ax = fig.add_subplot(1, 1, 1)
     bars = ax.bar(range(len(rows)), accuracy, color="#4c72b0")
     for bar, count in zip(bars, counts):
-        ax.annotate(f"n={count}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            f"n={count}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8
+        )
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylim(0, 1.1)
@@ -68,8 +71,14 @@ def plot_calibration(
     for curve in curves:
         points = [p for p in curve.points if p.precision is not None]
         label = f"{curve.linker} (recall@1 {curve.recall_at_1:.3f})" if curve.recall_at_1 is not None else curve.linker
-        ax.step([p.coverage for p in points], [p.precision for p in points], where="post", label=label,
-                marker="o" if len(points) < 30 else None, markersize=3)  # a few points (exact match: one) stay visible
+        ax.step(
+            [p.coverage for p in points],
+            [p.precision for p in points],
+            where="post",
+            label=label,
+            marker="o" if len(points) < 30 else None,
+            markersize=3,
+        )  # a few points (exact match: one) stay visible
     target = target_precision if target_precision is not None else (curves[0].target_precision if curves else None)
     if target is not None:
         ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)

@@ -11,6 +11,7 @@ The helpers here (:func:`gold_id_set`, :func:`hit_rank`) are the one place
 that rule is written; sub-populations, similarity bins, end-to-end scores
 and training-time evaluation all use them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,6 +66,7 @@ def ratio(num: int, den: int) -> Optional[float]:
 
 
 # -- recall@k ---------------------------------------------------------------
+
 
 @dataclass
 class KBCoverage:

@@ -5,6 +5,7 @@ precision-coverage curve of the top score (:mod:`.calibration`) into an
 :class:`EvaluationReport`; :func:`write_predictions` writes each mention's
 ranked candidates for error analysis.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from spacy_genbioel.evaluation.analysis import (
+    DEFAULT_BINS,
+    SimilarityBins,
+    SubpopulationRow,
+    similarity_bins,
+    subpopulation_table,
+)
 from spacy_genbioel.evaluation.calibration import DEFAULT_TARGET_PRECISION, CalibrationCurve, calibration_curve
-from spacy_genbioel.evaluation.analysis import DEFAULT_BINS, SimilarityBins, SubpopulationRow, similarity_bins, subpopulation_table
 from spacy_genbioel.evaluation.recall import RecallResult, check_lengths, gold_id_set, hit_rank, recall_at_k
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.ty import Candidate, Linker, Mention
@@ -57,7 +64,9 @@ class EvaluationReport:
             "seconds": self.seconds,
             "mentions_per_second": self.mentions_per_second,
             "recall": self.recall.to_dict(),
-            "subpopulations": [row.to_dict() for row in self.subpopulations] if self.subpopulations is not None else None,
+            "subpopulations": [row.to_dict() for row in self.subpopulations]
+            if self.subpopulations is not None
+            else None,
             "similarity_bins": self.similarity.to_dict() if self.similarity is not None else None,
             "calibration": self.calibration.summary() if self.calibration is not None else None,
             "meta": dict(self.meta),
@@ -90,11 +99,15 @@ class EvaluationReport:
         parts = [table(summary, header=("", "value"), divider=True)]
         if self.subpopulations is not None:
             rows = [(r.subset, r.count, _fmt(r.recall_at_1)) for r in self.subpopulations]
-            parts.append(table(rows, header=("subpopulation", "count", "recall@1"), divider=True, aligns=("l", "r", "r")))
+            parts.append(
+                table(rows, header=("subpopulation", "count", "recall@1"), divider=True, aligns=("l", "r", "r"))
+            )
         if self.similarity is not None:
             rows = [(b.label, b.count, _fmt(b.accuracy)) for b in self.similarity.bins]
             rows.append(("no gold name in KB", self.similarity.n_no_gold_names, "-"))
-            parts.append(table(rows, header=("tf-idf similarity", "count", "accuracy"), divider=True, aligns=("l", "r", "r")))
+            parts.append(
+                table(rows, header=("tf-idf similarity", "count", "accuracy"), divider=True, aligns=("l", "r", "r"))
+            )
         return "\n".join(parts)
 
 
@@ -174,7 +187,11 @@ def write_predictions(path: Any, mentions: Sequence[Mention], predictions: Seque
         for m, cands in zip(mentions, predictions):
             gold = gold_id_set(m)
             record = {
-                "doc_id": m.doc_id, "start": m.start, "end": m.end, "text": m.text, "gold": list(m.ids),
+                "doc_id": m.doc_id,
+                "start": m.start,
+                "end": m.end,
+                "text": m.text,
+                "gold": list(m.ids),
                 "hit_rank": hit_rank(gold, cands) if gold else None,
                 "candidates": [[list(c.ids), c.name, round(float(c.score), 6)] for c in cands],
             }

@@ -7,6 +7,7 @@ curve (:mod:`.calibration`: JSON and PNG).
 (``--end-to-end`` runs :func:`~spacy_genbioel.evaluation.end_to_end.run_end_to_end`);
 settings that cannot work together raise :class:`EvaluationSetupError`.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,15 @@ from spacy_genbioel.util import PathLike, resolve_device
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvaluationSetupError", "GoldOptions", "ReportOutputs", "check_component_settings", "run_evaluation",
-           "write_calibration_plot", "write_report_json"]
+__all__ = [
+    "EvaluationSetupError",
+    "GoldOptions",
+    "ReportOutputs",
+    "check_component_settings",
+    "run_evaluation",
+    "write_calibration_plot",
+    "write_report_json",
+]
 
 
 class EvaluationSetupError(ValueError):
@@ -77,15 +85,19 @@ def check_component_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
         raise EvaluationSetupError(str(err)) from None
     candidates = nested.get("candidates", {})
     if candidates.get("retriever") == NO_RETRIEVER and candidates.get("shortcut_threshold") is not None:
-        raise EvaluationSetupError("candidates.shortcut_threshold needs a retriever: candidates.retriever tfidf | dense")
+        raise EvaluationSetupError(
+            "candidates.shortcut_threshold needs a retriever: candidates.retriever tfidf | dense"
+        )
     fusion = nested.get("reranker", {}).get("fusion")
     try:
         fusion_file = resolve_fusion_path(fusion) if fusion is not None else None
     except FusionFormatError as err:
         raise EvaluationSetupError(str(err)) from None
     if fusion_file is not None and not fusion_file.is_file():  # else a pipeline's own fusion.json would stand in for it
-        raise EvaluationSetupError(f"reranker.fusion {fusion}: " + ("a folder, not a fusion file" if Path(fusion).is_dir()
-                                                                    else "fusion file not found"))
+        raise EvaluationSetupError(
+            f"reranker.fusion {fusion}: "
+            + ("a folder, not a fusion file" if Path(fusion).is_dir() else "fusion file not found")
+        )
     device = nested.get("device")
     if device is not None:
         try:
@@ -100,7 +112,9 @@ def write_report_json(path: PathLike, report: Any) -> None:
     Path(path).write_text(json.dumps(report.to_dict(), indent=2), encoding="utf8")
 
 
-def _pipeline_linker(pipeline: Optional[PathLike], settings: Mapping[str, Any]) -> Tuple[Linker, KnowledgeBase, Dict[str, Any]]:
+def _pipeline_linker(
+    pipeline: Optional[PathLike], settings: Mapping[str, Any]
+) -> Tuple[Linker, KnowledgeBase, Dict[str, Any]]:
     """The ``genbioel`` component of a pipeline (its lazy retrievers already fit), its KB and its settings."""
     if pipeline is None:
         raise EvaluationSetupError("a pipeline is required to evaluate the genbioel linker")
@@ -108,22 +122,28 @@ def _pipeline_linker(pipeline: Optional[PathLike], settings: Mapping[str, Any]) 
     import spacy
 
     if not (Path(pipeline) / "config.cfg").is_file() and not spacy.util.is_package(str(pipeline)):
-        raise EvaluationSetupError(f"pipeline {pipeline}: not a spaCy pipeline directory (no config.cfg) nor an installed one")
+        raise EvaluationSetupError(
+            f"pipeline {pipeline}: not a spaCy pipeline directory (no config.cfg) nor an installed one"
+        )
 
     nlp = spacy.load(pipeline, config={"components": {"genbioel": load_overrides(overrides)}})
     component = nlp.get_pipe("genbioel")
     generator = component.linker
     getattr(generator.retriever, "generator", None)  # fit a lazy retriever before the clock starts
-    for retriever in (component.reranker.retrievers.values() if component.reranker is not None else ()):
+    for retriever in component.reranker.retrievers.values() if component.reranker is not None else ():
         getattr(retriever, "generator", None)
     candidates = component.candidates
-    run_meta = {"candidates": candidates.retriever, "num_candidates": candidates.num_candidates,
-                "candidates_model": candidates.model, "exact_match": component.decoding.exact_match,
-                "restrict_to_candidates": candidates.restrict_to_candidates,
-                "shortcut_threshold": candidates.shortcut_threshold,
-                # the pipeline's abstention threshold: recall@k and the calibration curve use every top score regardless
-                "threshold": component.output.threshold,
-                "fusion": component.fusion.to_dict() if component.fusion is not None else None}
+    run_meta = {
+        "candidates": candidates.retriever,
+        "num_candidates": candidates.num_candidates,
+        "candidates_model": candidates.model,
+        "exact_match": component.decoding.exact_match,
+        "restrict_to_candidates": candidates.restrict_to_candidates,
+        "shortcut_threshold": candidates.shortcut_threshold,
+        # the pipeline's abstention threshold: recall@k and the calibration curve use every top score regardless
+        "threshold": component.output.threshold,
+        "fusion": component.fusion.to_dict() if component.fusion is not None else None,
+    }
     return component, generator.kb, run_meta
 
 
@@ -174,10 +194,23 @@ def run_evaluation(
         knowledge_base = KnowledgeBase.load(kb)
         retriever = get_retriever(linker, knowledge_base, **dict(settings or {}))
         run_meta = {}
-    report = evaluate_linker(retriever, mentions, top_k=top_k, train_mentions=train_mentions, kb=knowledge_base, name=linker,
-                             target_precision=outputs.target_precision)
-    report.meta.update({"corpus": str(corpus_path), "abbreviations": bool(gold.abbreviations),
-                        "kb_names": knowledge_base.n_names, **run_meta})
+    report = evaluate_linker(
+        retriever,
+        mentions,
+        top_k=top_k,
+        train_mentions=train_mentions,
+        kb=knowledge_base,
+        name=linker,
+        target_precision=outputs.target_precision,
+    )
+    report.meta.update(
+        {
+            "corpus": str(corpus_path),
+            "abbreviations": bool(gold.abbreviations),
+            "kb_names": knowledge_base.n_names,
+            **run_meta,
+        }
+    )
     report.abbreviations_expanded = n_expanded
     if outputs.json_path:
         write_report_json(outputs.json_path, report)
@@ -187,11 +220,15 @@ def run_evaluation(
         plot_similarity_bins(report.similarity, Path(outputs.plots) / f"similarity_bins_{linker}.png")
     if outputs.calibration and report.calibration is not None:
         write_calibration(outputs.calibration, report.calibration)
-        write_calibration_plot([report.calibration], Path(outputs.calibration).with_suffix(".png"), outputs.target_precision)
+        write_calibration_plot(
+            [report.calibration], Path(outputs.calibration).with_suffix(".png"), outputs.target_precision
+        )
     return report
 
 
-def write_calibration_plot(curves: Sequence[CalibrationCurve], path: PathLike, target_precision: Optional[float] = None) -> Optional[Path]:
+def write_calibration_plot(
+    curves: Sequence[CalibrationCurve], path: PathLike, target_precision: Optional[float] = None
+) -> Optional[Path]:
     """:func:`~spacy_genbioel.evaluation.plots.plot_calibration`, or a warning without matplotlib (extra ``plots``)."""
     try:
         return plot_calibration(curves, path, target_precision=target_precision)

@@ -14,8 +14,8 @@
 * :mod:`.build` -- reader by format, :func:`build_kb`, ``build-kb``'s
   augmentation steps, the check against GenBioEL's ``target_kb.json``.
 """
+
 from spacy_genbioel.kb.base import Concept, EmptyKBError, KBDrops, KBFormatError, KnowledgeBase
-from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.kb.build import (
     FORMATS,
     KBAugmentation,
@@ -27,10 +27,10 @@ from spacy_genbioel.kb.build import (
     iter_concepts,
     parse_source,
 )
+from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.kb.crosswalk import apply_crosswalk, normalize_id, read_crosswalk, split_ids
 from spacy_genbioel.kb.normalizers import NORMALIZER_ALIASES, Normalizer, genbioel_normalize, get_normalizer
 from spacy_genbioel.kb.obo import read_obo
-from spacy_genbioel.kb.umls import RRFFilters, read_rxnorm, read_umls
 from spacy_genbioel.kb.sources import (
     read_ctd,
     read_genbioel_target_kb,
@@ -40,6 +40,7 @@ from spacy_genbioel.kb.sources import (
     read_mesh_xml,
     read_scispacy_jsonl,
 )
+from spacy_genbioel.kb.umls import RRFFilters, read_rxnorm, read_umls
 
 __all__ = [
     "FORMATS",

@@ -32,6 +32,7 @@ PubTator and BioC have no escape, and an ID holding one would be written as a
 broken line or read back as several IDs. Names are stripped; a name left empty
 normalizes to nothing and is dropped and counted as above.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -140,8 +141,10 @@ class KnowledgeBase:
             logger.warning("KB %r: %s (nothing can be linked to them)", name, self.drops.summary())
         if not self._names:
             n_read = len(self._concepts) + self.drops.concepts
-            raise EmptyKBError(f"KB {name!r} has no usable name ({n_read} concept(s) read"
-                               + (f"; {self.drops.summary()})" if self.drops.summary() else ")"))
+            raise EmptyKBError(
+                f"KB {name!r} has no usable name ({n_read} concept(s) read"
+                + (f"; {self.drops.summary()})" if self.drops.summary() else ")")
+            )
 
     # -- construction -------------------------------------------------------
     def _add(self, concept: Concept, index: int) -> None:
@@ -359,8 +362,10 @@ def id_problem(cid: str) -> Optional[str]:
     bad = _NOT_IN_IDS.search(cid)
     if bad is None:
         return None
-    return (f"concept ID {cid[:60]!r} holds {bad.group()!r}: IDs may not hold whitespace, control characters "
-            f"or the ID separators | + , ; (PubTator and BioC output could not write the ID back)")
+    return (
+        f"concept ID {cid[:60]!r} holds {bad.group()!r}: IDs may not hold whitespace, control characters "
+        f"or the ID separators | + , ; (PubTator and BioC output could not write the ID back)"
+    )
 
 
 def clean_concept(concept: Concept, where: str) -> Tuple[str, List[str]]:
@@ -455,7 +460,9 @@ def read_target_kb_json(path: PathLike, clean_id: Callable[[str], str] = str) ->
         if isinstance(names, str):
             names = [names]
         if not _strings(names):
-            raise KBFormatError.at(path, _key_line(text, raw_id), f"concept {raw_id!r}: names must be a list of strings")
+            raise KBFormatError.at(
+                path, _key_line(text, raw_id), f"concept {raw_id!r}: names must be a list of strings"
+            )
         cid = clean_id(raw_id)
         if not cid.strip():
             raise KBFormatError.at(path, _key_line(text, raw_id), f"empty concept ID {raw_id!r}")
@@ -484,5 +491,8 @@ def _no_duplicate_ids(text: str, path: PathLike) -> None:
         json.loads(text, object_pairs_hook=_unique_keys)
     except _RepeatedKey as repeated:
         key = repeated.args[0]
-        raise KBFormatError.at(path, _key_line(text, key, nth=2),
-                               f"concept {key!r} is listed twice (JSON keeps the second list of names only: merge them)") from None
+        raise KBFormatError.at(
+            path,
+            _key_line(text, key, nth=2),
+            f"concept {key!r} is listed twice (JSON keeps the second list of names only: merge them)",
+        ) from None

@@ -10,6 +10,7 @@ the fewest names) is asked for with ``dedup=True`` (``build-kb --dedup``), and
 what it took is counted and logged as a warning (:func:`dedup_losses`): on
 MEDIC it leaves thousands of concepts without a name, which nothing can link to.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,9 +24,9 @@ from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.kb.crosswalk import apply_crosswalk, normalize_id, read_crosswalk
 from spacy_genbioel.kb.normalizers import Normalizer, get_normalizer
 from spacy_genbioel.kb.obo import read_obo
-from spacy_genbioel.kb.umls import read_rxnorm, read_umls
 from spacy_genbioel.kb.sources import (
     load_target_kb_json,
+    read_askapatient_kb,
     read_ctd,
     read_genbioel_target_kb,
     read_jsonl,
@@ -33,8 +34,8 @@ from spacy_genbioel.kb.sources import (
     read_mesh_tsv,
     read_mesh_xml,
     read_scispacy_jsonl,
-    read_askapatient_kb,
 )
+from spacy_genbioel.kb.umls import read_rxnorm, read_umls
 from spacy_genbioel.progress import InputProgress
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.util import PathLike
@@ -144,9 +145,15 @@ def build_kb(
     if dedup:
         names, nameless = dedup_losses(kb)
         if names:
-            logger.warning("KB %r: de-duplication (GenBioEL's rule) took %d name entries from their concepts and left %d of "
-                           "%d concepts without a name, which nothing can link to (keep every name: dedup=False, "
-                           "build-kb --no-dedup)", kb.name, names, nameless, len(kb))
+            logger.warning(
+                "KB %r: de-duplication (GenBioEL's rule) took %d name entries from their concepts and left %d of "
+                "%d concepts without a name, which nothing can link to (keep every name: dedup=False, "
+                "build-kb --no-dedup)",
+                kb.name,
+                names,
+                nameless,
+                len(kb),
+            )
     logger.info("Built %r", kb)
     return kb
 

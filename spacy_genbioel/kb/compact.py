@@ -40,6 +40,7 @@ checks the offsets it uses, so a damaged file raises
 :class:`~spacy_genbioel.kb.base.KBFormatError` naming it rather than an
 IndexError; :meth:`CompactKB.validate` checks every array's structure.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -102,7 +103,11 @@ class _Strings(Sequence[str]):
         return found
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, (list, tuple, _Strings)) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return (
+            isinstance(other, (list, tuple, _Strings))
+            and len(self) == len(other)
+            and all(a == b for a, b in zip(self, other))
+        )
 
     def __repr__(self) -> str:
         return f"<{self._len} {self._prefix} strings of {self._kb.name!r}>"
@@ -113,8 +118,15 @@ class CompactKB(KnowledgeBase):
     :meth:`build` or :meth:`from_kb`, save it with :meth:`save` and open it with
     :meth:`open` (or ``KnowledgeBase.load("kb.safetensors")``)."""
 
-    def __init__(self, arrays: Dict[str, np.ndarray], metadata: Dict[str, str], *, normalizer: Union[str, Normalizer, None] = None,
-                 name: Optional[str] = None, source: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        arrays: Dict[str, np.ndarray],
+        metadata: Dict[str, str],
+        *,
+        normalizer: Union[str, Normalizer, None] = None,
+        name: Optional[str] = None,
+        source: Optional[str] = None,
+    ) -> None:
         # KnowledgeBase.__init__ builds a dict index: not called on purpose
         self.source = source
         self.arrays = arrays
@@ -130,13 +142,22 @@ class CompactKB(KnowledgeBase):
         self.name = name or self.metadata.get("name", "kb")
         drops = json.loads(self.metadata.get("drops", "{}"))
         self.drops = KBDrops(**{k: drops[k] for k in ("names", "concepts", "nameless", "examples") if k in drops})
-        self._memo: Dict[Tuple[str, object], Any] = {}  # recent lookups: linking asks about the same names again and again
+        self._memo: Dict[
+            Tuple[str, object], Any
+        ] = {}  # recent lookups: linking asks about the same names again and again
         self._check()
 
     # -- construction --------------------------------------------------------------------------------------------
     @classmethod
-    def build(cls, concepts: Iterable[Concept], *, normalizer: Union[str, Normalizer] = "genbioel", dedup: bool = False,
-              name: str = "kb", normalizer_name: Optional[str] = None) -> "CompactKB":
+    def build(
+        cls,
+        concepts: Iterable[Concept],
+        *,
+        normalizer: Union[str, Normalizer] = "genbioel",
+        dedup: bool = False,
+        name: str = "kb",
+        normalizer_name: Optional[str] = None,
+    ) -> "CompactKB":
         """The KB ``KnowledgeBase(concepts, normalizer=..., dedup=..., name=...)`` would be, as
         arrays (as saved: see the module docstring); the same drops are logged and the same
         :class:`EmptyKBError` raised."""
@@ -149,10 +170,18 @@ class CompactKB(KnowledgeBase):
         n_names = len(arrays["name_offsets"]) - 1
         if not n_names:
             n_read = len(arrays["concept_offsets"]) - 1 + drops.concepts
-            raise EmptyKBError(f"KB {name!r} has no usable name ({n_read} concept(s) read"
-                               + (f"; {drops.summary()})" if drops.summary() else ")"))
-        meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "normalizer": label, "dedup": "true" if dedup else "false",
-                "name": name, "drops": json.dumps(drops.__dict__)}
+            raise EmptyKBError(
+                f"KB {name!r} has no usable name ({n_read} concept(s) read"
+                + (f"; {drops.summary()})" if drops.summary() else ")")
+            )
+        meta = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "normalizer": label,
+            "dedup": "true" if dedup else "false",
+            "name": name,
+            "drops": json.dumps(drops.__dict__),
+        }
         kb = cls(arrays, meta, normalizer=normalizer)
         kb.normalizer_name = label
         kb.metadata["normalizer"] = label
@@ -164,11 +193,14 @@ class CompactKB(KnowledgeBase):
         """``kb`` as a compact KB (as it would be read back from its JSONL file)."""
         if isinstance(kb, CompactKB):
             return kb
-        return cls.build(iter(kb), normalizer=kb.normalize, dedup=kb.dedup, name=kb.name, normalizer_name=kb.normalizer_name)
+        return cls.build(
+            iter(kb), normalizer=kb.normalize, dedup=kb.dedup, name=kb.name, normalizer_name=kb.normalizer_name
+        )
 
     def _rebuild(self, concepts: Iterable[Concept]) -> "CompactKB":
-        return CompactKB.build(concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name,
-                               normalizer_name=self.normalizer_name)
+        return CompactKB.build(
+            concepts, normalizer=self.normalize, dedup=self.dedup, name=self.name, normalizer_name=self.normalizer_name
+        )
 
     # -- files ---------------------------------------------------------------------------------------------------
     def save(self, path: PathLike, jsonl: Optional[PathLike] = None) -> None:  # type: ignore[override]
@@ -178,7 +210,9 @@ class CompactKB(KnowledgeBase):
         if Path(path).suffix != ".safetensors":
             return super().save(path)
         meta = {k: v for k, v in self.metadata.items() if not k.startswith("jsonl_")}
-        meta.update(normalizer=self.normalizer_name, name=self.name, n_names=str(self.n_names), n_concepts=str(len(self)))
+        meta.update(
+            normalizer=self.normalizer_name, name=self.name, n_names=str(self.n_names), n_concepts=str(len(self))
+        )
         meta[CONTENT_KEY] = content_digest(self.arrays)
         if jsonl is not None:
             size, digest = jsonl_fingerprint(jsonl)
@@ -186,8 +220,15 @@ class CompactKB(KnowledgeBase):
         write_arrays(path, self.arrays, meta)
 
     @classmethod
-    def open(cls, path: PathLike, *, normalizer: Union[str, Normalizer, None] = None, dedup: Optional[bool] = None,
-             name: Optional[str] = None, verify: bool = True) -> "CompactKB":
+    def open(
+        cls,
+        path: PathLike,
+        *,
+        normalizer: Union[str, Normalizer, None] = None,
+        dedup: Optional[bool] = None,
+        name: Optional[str] = None,
+        verify: bool = True,
+    ) -> "CompactKB":
         """Open ``kb.safetensors`` memory-mapped. ``normalizer`` / ``dedup`` other than
         those it was built with give the KB its JSONL file would give with them
         (rebuilt in memory); a damaged file raises :class:`KBFormatError` naming it,
@@ -200,8 +241,9 @@ class CompactKB(KnowledgeBase):
         if meta.get("format") != FORMAT:
             raise KBFormatError(f"{path}: not a compact KB file (format {meta.get('format')!r})")
         if meta.get("format_version") != FORMAT_VERSION:
-            raise KBFormatError(f"{path}: compact KB format_version {meta.get('format_version')!r}, this version reads "
-                                f"{FORMAT_VERSION}")
+            raise KBFormatError(
+                f"{path}: compact KB format_version {meta.get('format_version')!r}, this version reads {FORMAT_VERSION}"
+            )
         if "checksum" not in meta:
             raise KBFormatError(f"{path}: the compact KB's metadata lacks its checksum")
         kb = cls(arrays, meta, name=name or path.stem, source=str(path))
@@ -211,10 +253,20 @@ class CompactKB(KnowledgeBase):
         if dedup and not kb.dedup and len(kb.names) and int(np.diff(kb.arrays["name_concepts_ptr"]).max()) > 1:
             changed = True
         if changed:
-            logger.info("%s was built with normalizer %r, dedup %s: rebuilding it in memory with %r, dedup %s",
-                        path, kb.normalizer_name, kb.dedup, normalizer, dedup)
-            return CompactKB.build(iter(kb), normalizer=normalizer if normalizer is not None else kb.normalize,
-                                   dedup=bool(dedup) if dedup is not None else kb.dedup, name=kb.name)
+            logger.info(
+                "%s was built with normalizer %r, dedup %s: rebuilding it in memory with %r, dedup %s",
+                path,
+                kb.normalizer_name,
+                kb.dedup,
+                normalizer,
+                dedup,
+            )
+            return CompactKB.build(
+                iter(kb),
+                normalizer=normalizer if normalizer is not None else kb.normalize,
+                dedup=bool(dedup) if dedup is not None else kb.dedup,
+                name=kb.name,
+            )
         if isinstance(normalizer, str):
             kb.normalizer_name = normalizer
         return kb
@@ -277,12 +329,20 @@ class CompactKB(KnowledgeBase):
         return self._memoized("name", name, lambda: self.lookup("name", name))
 
     def ids_for_name_index(self, index: int) -> Tuple[str, ...]:
-        return self._memoized("ids", index, lambda: tuple(self.string("concept", c) for c in self._slice("name_concepts", index, len(self))))
+        return self._memoized(
+            "ids",
+            index,
+            lambda: tuple(self.string("concept", c) for c in self._slice("name_concepts", index, len(self))),
+        )
 
     def names_of(self, concept_id: str) -> List[str]:
         def read() -> Tuple[str, ...]:
             index = self.lookup("concept", concept_id)
-            return () if index is None else tuple(self.string("name", n) for n in self._slice("concept_names", index, self.n_names))
+            return (
+                ()
+                if index is None
+                else tuple(self.string("name", n) for n in self._slice("concept_names", index, self.n_names))
+            )
 
         return list(self._memoized("names_of", concept_id, read))
 
@@ -397,12 +457,18 @@ class CompactKB(KnowledgeBase):
         n_raw, n_types = len(a["raw_offsets"]) - 1, len(a["type_offsets"]) - 1
         optional = lambda key, n: 0 if not len(a[key]) else n  # noqa: E731 (empty: absent)
         return {
-            "name_hashes": (n_names, "i"), "name_order": (n_names, "i"), "name_concepts_ptr": (n_names + 1, "i"),
-            "concept_hashes": (n_concepts, "i"), "concept_order": (n_concepts, "i"),
-            "concept_names_ptr": (n_concepts + 1, "i"), "concept_raw_ptr": (n_concepts + 1, "i"),
+            "name_hashes": (n_names, "i"),
+            "name_order": (n_names, "i"),
+            "name_concepts_ptr": (n_names + 1, "i"),
+            "concept_hashes": (n_concepts, "i"),
+            "concept_order": (n_concepts, "i"),
+            "concept_names_ptr": (n_concepts + 1, "i"),
+            "concept_raw_ptr": (n_concepts + 1, "i"),
             "definition_offsets": (optional("definition_offsets", n_concepts + 1), "i"),
             "concept_types_ptr": (optional("concept_types_ptr", n_concepts + 1), "i"),
-            "priors": (optional("priors", n_concepts), "f"), "raw_offsets": (n_raw + 1, "i"), "type_offsets": (n_types + 1, "i"),
+            "priors": (optional("priors", n_concepts), "f"),
+            "raw_offsets": (n_raw + 1, "i"),
+            "type_offsets": (n_types + 1, "i"),
         }
 
     def _check(self) -> None:
@@ -410,8 +476,19 @@ class CompactKB(KnowledgeBase):
         length and end points (what each read then relies on is checked as it is read)."""
         a = self.arrays
         needed = [f"{p}_{s}" for p in _STRINGS for s in ("bytes", "offsets")] + [
-            "name_hashes", "name_order", "name_concepts_ptr", "name_concepts", "concept_hashes", "concept_order",
-            "concept_names_ptr", "concept_names", "concept_raw_ptr", "concept_types_ptr", "concept_types", "priors"]
+            "name_hashes",
+            "name_order",
+            "name_concepts_ptr",
+            "name_concepts",
+            "concept_hashes",
+            "concept_order",
+            "concept_names_ptr",
+            "concept_names",
+            "concept_raw_ptr",
+            "concept_types_ptr",
+            "concept_types",
+            "priors",
+        ]
         missing = [k for k in needed if k not in a]
         if missing:
             raise self._damaged(f"missing arrays {', '.join(missing)}")
@@ -431,8 +508,11 @@ class CompactKB(KnowledgeBase):
         for key, (length, kind) in self._shapes().items():
             if len(a[key]) != length or a[key].dtype.kind not in ("iu" if kind == "i" else "f"):
                 raise self._damaged(f"{key} has {len(a[key])} {a[key].dtype} entries, expected {length}")
-        for ptr, table in (("name_concepts_ptr", "name_concepts"), ("concept_names_ptr", "concept_names"),
-                           ("concept_types_ptr", "concept_types")):
+        for ptr, table in (
+            ("name_concepts_ptr", "name_concepts"),
+            ("concept_names_ptr", "concept_names"),
+            ("concept_types_ptr", "concept_types"),
+        ):
             if len(a[ptr]) and (int(a[ptr][0]) != 0 or int(a[ptr][-1]) != len(a[table])):
                 raise self._damaged(f"{ptr} does not span {table}")
         if int(a["concept_raw_ptr"][0]) != 0 or int(a["concept_raw_ptr"][-1]) != len(a["raw_offsets"]) - 1:
@@ -443,13 +523,24 @@ class CompactKB(KnowledgeBase):
         indices in range); O(size), for tests and tools rather than every load."""
         a = self.arrays
         n_names, n_concepts = self.n_names, len(self)
-        monotone = [f"{p}_offsets" for p in _STRINGS] + ["name_concepts_ptr", "concept_names_ptr", "concept_raw_ptr",
-                                                          "concept_types_ptr", "name_hashes", "concept_hashes"]
+        monotone = [f"{p}_offsets" for p in _STRINGS] + [
+            "name_concepts_ptr",
+            "concept_names_ptr",
+            "concept_raw_ptr",
+            "concept_types_ptr",
+            "name_hashes",
+            "concept_hashes",
+        ]
         for key in monotone:
             if len(a[key]) > 1 and bool((a[key][1:] < a[key][:-1]).any()):  # not np.diff: hashes span int64
                 raise self._damaged(f"{key} is not in order")
-        ranges = {"name_order": n_names, "concept_order": n_concepts, "name_concepts": n_concepts, "concept_names": n_names,
-                  "concept_types": len(a["type_offsets"]) - 1}
+        ranges = {
+            "name_order": n_names,
+            "concept_order": n_concepts,
+            "name_concepts": n_concepts,
+            "concept_names": n_names,
+            "concept_types": len(a["type_offsets"]) - 1,
+        }
         for key, bound in ranges.items():
             if len(a[key]) and (int(a[key].min()) < 0 or int(a[key].max()) >= bound):
                 raise self._damaged(f"{key} points outside 0..{bound - 1}")

@@ -23,11 +23,12 @@ is what :class:`~spacy_genbioel.kb.compact.CompactKB` serves and saves.
 :func:`content_digest` is the SHA-256 of the arrays that a saved compact KB is
 checked against when it is opened.
 """
+
 from __future__ import annotations
 
 import hashlib
 from array import array
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -134,7 +135,9 @@ def group_strings(hashes: np.ndarray, blob: _Blob) -> Tuple[np.ndarray, np.ndarr
     return np.searchsorted(firsts, first_of), firsts
 
 
-def _split_collisions(order: np.ndarray, rep: np.ndarray, starts: np.ndarray, sorted_h: np.ndarray, pos: int, blob: _Blob) -> None:
+def _split_collisions(
+    order: np.ndarray, rep: np.ndarray, starts: np.ndarray, sorted_h: np.ndarray, pos: int, blob: _Blob
+) -> None:
     """Relabel the hash group around ``pos`` by the actual strings (a 64-bit collision)."""
     g = int(np.searchsorted(starts, pos, side="right")) - 1
     lo = int(starts[g])
@@ -144,7 +147,9 @@ def _split_collisions(order: np.ndarray, rep: np.ndarray, starts: np.ndarray, so
         rep[p] = seen.setdefault(blob.get(int(order[p])), int(order[p]))
 
 
-def _merge(records: _Records, members: Sequence[int], raw_start: np.ndarray, type_start: np.ndarray) -> Tuple[List[int], List[str], int, float]:
+def _merge(
+    records: _Records, members: Sequence[int], raw_start: np.ndarray, type_start: np.ndarray
+) -> Tuple[List[int], List[str], int, float]:
     """Raw-name entries, types, definition record and prior of records that share
     an ID, merged as :meth:`KnowledgeBase._add` merges them."""
     entries: Dict[bytes, int] = {}
@@ -162,8 +167,9 @@ def _merge(records: _Records, members: Sequence[int], raw_start: np.ndarray, typ
     return list(entries.values()), types, definition, prior
 
 
-def _per_concept(counts: np.ndarray, values: np.ndarray, concept_of_rec: np.ndarray, merged: Dict[int, List[int]],
-                 n_concepts: int) -> Tuple[np.ndarray, np.ndarray]:
+def _per_concept(
+    counts: np.ndarray, values: np.ndarray, concept_of_rec: np.ndarray, merged: Dict[int, List[int]], n_concepts: int
+) -> Tuple[np.ndarray, np.ndarray]:
     """(values, count per concept) of a per-record list (raw names, types) for concepts:
     an unmerged concept's is its record's, a merged one's is given in ``merged``."""
     if not merged:
@@ -181,7 +187,9 @@ def _per_concept(counts: np.ndarray, values: np.ndarray, concept_of_rec: np.ndar
     return np.concatenate(parts)[perm], np.bincount(all_keys, minlength=n_concepts)
 
 
-def build_arrays(concepts: Iterable[Concept], normalize: Callable[[str], str], dedup: bool) -> Tuple[Dict[str, np.ndarray], KBDrops]:
+def build_arrays(
+    concepts: Iterable[Concept], normalize: Callable[[str], str], dedup: bool
+) -> Tuple[Dict[str, np.ndarray], KBDrops]:
     """The compact KB's arrays (see :class:`~spacy_genbioel.kb.compact.CompactKB`) and what was dropped."""
     records = _Records(normalize)
     for concept in concepts:
@@ -208,9 +216,12 @@ def build_arrays(concepts: Iterable[Concept], normalize: Callable[[str], str], d
         for c, recs in members.items():
             merged_raw[c], types, def_rec[c], priors[c] = _merge(records, recs, rec_ptr, type_start)
             merged_types[c] = [records.type_codes[t] for t in types]
-    craw, craw_count = _per_concept(raw_count, np.arange(rec_ptr[-1], dtype=np.int64), concept_of_rec, merged_raw, n_concepts)
-    ctype, ctype_count = _per_concept(type_count, np.frombuffer(records.type_flat, dtype=np.int32), concept_of_rec,
-                                      merged_types, n_concepts)
+    craw, craw_count = _per_concept(
+        raw_count, np.arange(rec_ptr[-1], dtype=np.int64), concept_of_rec, merged_raw, n_concepts
+    )
+    ctype, ctype_count = _per_concept(
+        type_count, np.frombuffer(records.type_flat, dtype=np.int32), concept_of_rec, merged_types, n_concepts
+    )
     del rec_ptr, type_start
     craw_concept = np.repeat(np.arange(n_concepts, dtype=np.int32), craw_count)
 
@@ -222,8 +233,10 @@ def build_arrays(concepts: Iterable[Concept], normalize: Callable[[str], str], d
     bad = np.flatnonzero(~usable)
     drops.names = len(bad)
     for e in bad[:5].tolist():
-        drops.examples.append(f"{records.ids.get(int(primary[craw_concept[e]])).decode('utf8', 'surrogatepass')}: "
-                              f"{records.raw.get(int(craw[e])).decode('utf8', 'surrogatepass')!r}")
+        drops.examples.append(
+            f"{records.ids.get(int(primary[craw_concept[e]])).decode('utf8', 'surrogatepass')}: "
+            f"{records.raw.get(int(craw[e])).decode('utf8', 'surrogatepass')!r}"
+        )
     n_usable = np.bincount(craw_concept[usable], minlength=n_concepts)
     dropped = (craw_count > 0) & (n_usable == 0)
     drops.concepts = int(dropped.sum())
@@ -306,7 +319,9 @@ def _strings(prefix: str, blob: _Blob, which: np.ndarray, hashed: bool) -> Dict[
     source = blob.data
     step = 1 << 17  # strings joined per chunk: bounds the temporary slice objects
     for begin in range(0, len(which), step):
-        joined = b"".join([source[a:b] for a, b in zip(starts[begin : begin + step].tolist(), stops[begin : begin + step].tolist())])
+        joined = b"".join(
+            [source[a:b] for a, b in zip(starts[begin : begin + step].tolist(), stops[begin : begin + step].tolist())]
+        )
         data[new_offsets[begin] : new_offsets[begin] + len(joined)] = np.frombuffer(joined, dtype=np.uint8)
     out = {f"{prefix}_bytes": data, f"{prefix}_offsets": new_offsets}
     if hashed:
@@ -333,11 +348,21 @@ def _types(names: List[str], codes: np.ndarray, counts: np.ndarray, keep: np.nda
     start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     kept_counts = counts[keep]
     if not kept_counts.any():
-        return {"type_bytes": np.zeros(0, dtype=np.uint8), "type_offsets": np.zeros(1, dtype=np.int64),
-                "concept_types_ptr": np.zeros(0, dtype=np.int64), "concept_types": np.zeros(0, dtype=np.int32)}
-    take = np.repeat(start[keep], kept_counts) + (np.arange(int(kept_counts.sum())) - np.repeat(_ptr(kept_counts)[:-1], kept_counts))
-    return {"type_bytes": np.frombuffer(bytes(table.data), dtype=np.uint8), "type_offsets": table.offsets(),
-            "concept_types_ptr": _ptr(kept_counts), "concept_types": codes[take].astype(np.int32)}
+        return {
+            "type_bytes": np.zeros(0, dtype=np.uint8),
+            "type_offsets": np.zeros(1, dtype=np.int64),
+            "concept_types_ptr": np.zeros(0, dtype=np.int64),
+            "concept_types": np.zeros(0, dtype=np.int32),
+        }
+    take = np.repeat(start[keep], kept_counts) + (
+        np.arange(int(kept_counts.sum())) - np.repeat(_ptr(kept_counts)[:-1], kept_counts)
+    )
+    return {
+        "type_bytes": np.frombuffer(bytes(table.data), dtype=np.uint8),
+        "type_offsets": table.offsets(),
+        "concept_types_ptr": _ptr(kept_counts),
+        "concept_types": codes[take].astype(np.int32),
+    }
 
 
 def checksum_of(pairs: Iterable[Tuple[str, Sequence[str]]]) -> str:

@@ -7,6 +7,7 @@ composite ID fields of the corpora. A crosswalk (:func:`read_crosswalk`) renames
 retired IDs (the BC5CDR legacy chemical IDs); :func:`apply_crosswalk` applies it
 to KB concepts and gold IDs alike.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -103,4 +104,3 @@ def apply_crosswalk(item: CrosswalkItem, crosswalk: Mapping[str, str]) -> Any:
     if isinstance(item, (list, tuple)):
         return tuple(dict.fromkeys(crosswalk.get(cid, cid) for cid in item))
     raise TypeError(f"Cannot apply a crosswalk to {type(item).__name__}")
-

@@ -25,6 +25,7 @@ KB files name them. Other packages add a normalizer with
 ``normalizer.vN``, and refuses one that does not make a ``str -> str`` function
 (a ``cfg.json`` naming another registered function calls nothing).
 """
+
 from __future__ import annotations
 
 import re
@@ -112,8 +113,11 @@ def get_normalizer(name_or_fn: Union[str, Normalizer]) -> Normalizer:
         normalizer = _spacy_misc.get(name)()
         probe = normalizer("Probe ö") if callable(normalizer) else None
     except Exception as err:  # noqa: BLE001  (a registered function of another package may raise anything)
-        raise ValueError(f"{name_or_fn!r} in registry.misc does not make a normalizer ({type(err).__name__}: {err})") from None
+        raise ValueError(
+            f"{name_or_fn!r} in registry.misc does not make a normalizer ({type(err).__name__}: {err})"
+        ) from None
     if not isinstance(probe, str):
-        raise ValueError(f"{name_or_fn!r} in registry.misc does not make a normalizer (str -> str; got "
-                         f"{type(normalizer).__name__})")
+        raise ValueError(
+            f"{name_or_fn!r} in registry.misc does not make a normalizer (str -> str; got {type(normalizer).__name__})"
+        )
     return normalizer

@@ -3,6 +3,7 @@
 The readers are in :mod:`~spacy_genbioel.kb.umls` (UMLS Metathesaurus and
 RxNorm RRF files) and :mod:`~spacy_genbioel.kb.obo` (OBO ontologies).
 """
+
 from spacy_genbioel.kb.obo import read_obo
 from spacy_genbioel.kb.umls import read_rxnorm, read_umls
 

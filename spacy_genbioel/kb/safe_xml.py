@@ -13,6 +13,7 @@ with entities unresolved lxml keeps them as ``Entity`` nodes. It lives in
 ``kb`` because ``kb`` is the lowest layer that parses XML (``corpus`` and
 ``annotate`` import ``kb``, not the other way round).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,16 @@ from typing import Any, Dict, Iterator, Tuple, Union
 
 from lxml import etree
 
-__all__ = ["SAFE_XML_OPTIONS", "XML_ERRORS", "UnsafeXMLError", "check_entities", "parse_xml", "safe_default_parser",
-           "safe_parser", "safe_pull_parser"]
+__all__ = [
+    "SAFE_XML_OPTIONS",
+    "XML_ERRORS",
+    "UnsafeXMLError",
+    "check_entities",
+    "parse_xml",
+    "safe_default_parser",
+    "safe_parser",
+    "safe_pull_parser",
+]
 
 #: the options every parser here is built with (a test checks them, and what they do, on the oldest lxml allowed)
 SAFE_XML_OPTIONS: Dict[str, Any] = {

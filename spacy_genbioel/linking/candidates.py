@@ -17,6 +17,7 @@ Generators are built from the component's KB on first use
 (:class:`LazyCandidateGenerator`), so nothing extra is stored with a pipeline:
 fitting the TF-IDF generator on MEDIC's 72k names takes about 2 s.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,13 +28,29 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.retrieval.registry import RetrieverBuilder, known_retrievers, make_retriever_builder, resolve_retriever, retriever_takes
+from spacy_genbioel.retrieval.registry import (
+    RetrieverBuilder,
+    known_retrievers,
+    make_retriever_builder,
+    resolve_retriever,
+    retriever_takes,
+)
 from spacy_genbioel.ty import Candidate, Linker, Mention
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CandidateSettings", "CandidateUnion", "LazyCandidateGenerator", "make_candidate_generator", "check_candidates", "known_candidates", "NO_CANDIDATES", "model_for",
-           "exact_matches", "allowed_name_sets"]
+__all__ = [
+    "CandidateSettings",
+    "CandidateUnion",
+    "LazyCandidateGenerator",
+    "make_candidate_generator",
+    "check_candidates",
+    "known_candidates",
+    "NO_CANDIDATES",
+    "model_for",
+    "exact_matches",
+    "allowed_name_sets",
+]
 
 NO_CANDIDATES = "none"
 
@@ -50,8 +67,9 @@ def check_candidates(name: str) -> None:
         try:
             resolve_retriever(part)
         except ValueError:
-            raise ValueError(f"Unknown candidate generator {part!r}; known: {', '.join(known_candidates())} "
-                             "(join several with '+')") from None
+            raise ValueError(
+                f"Unknown candidate generator {part!r}; known: {', '.join(known_candidates())} (join several with '+')"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -99,7 +117,12 @@ class LazyCandidateGenerator:
         if self._generator is None:
             began = time.perf_counter()
             self._generator = self._builder(self.kb)
-            logger.info("Candidate generator %r built on %d KB names in %.1f s", self.name, self.kb.n_names, time.perf_counter() - began)
+            logger.info(
+                "Candidate generator %r built on %d KB names in %.1f s",
+                self.name,
+                self.kb.n_names,
+                time.perf_counter() - began,
+            )
         return self._generator
 
     def link(self, mentions: Sequence[Mention], top_k: int = 5) -> List[List[Candidate]]:
@@ -167,7 +190,9 @@ def exact_matches(kb: KnowledgeBase, mentions: Sequence[Mention], which: Sequenc
     return out
 
 
-def allowed_name_sets(kb: KnowledgeBase, allowed: Sequence[Optional[Sequence[str]]]) -> Optional[List[Optional[np.ndarray]]]:
+def allowed_name_sets(
+    kb: KnowledgeBase, allowed: Sequence[Optional[Sequence[str]]]
+) -> Optional[List[Optional[np.ndarray]]]:
     """KB name indices of the allowed concepts, per mention (None: unrestricted; None
     overall when no mention is restricted). A mention whose allowed concepts have no
     name gets an empty set, which the decoder treats as unrestricted."""

@@ -41,6 +41,7 @@ fused pipeline's answer, paid only where retrieval is unsure (on NCBI dev the
 trained generator's beam proposes concepts retrieval misses, which forced
 scoring of retrieved names cannot: docs/benchmarks.md).
 """
+
 from __future__ import annotations
 
 import logging
@@ -74,7 +75,9 @@ def _weighted(model: FusionModel, weights: Any, what: str) -> FusionModel:
         values = [float(weights[f]) for f in model.features]
     except (TypeError, ValueError):
         raise CascadeError(f"the fusion's {what} must be numbers") from None
-    return FusionModel(list(model.sources), values, depth=model.depth, retrievers=model.retrievers, list_depth=model.list_depth)
+    return FusionModel(
+        list(model.sources), values, depth=model.depth, retrievers=model.retrievers, list_depth=model.list_depth
+    )
 
 
 def settle_model(model: FusionModel) -> FusionModel:
@@ -83,7 +86,9 @@ def settle_model(model: FusionModel) -> FusionModel:
     if model.retrieval_only and not model.cascade.get("settle_weights"):
         return model
     if not isinstance(model.cascade.get("settle_weights"), dict):
-        raise CascadeError("the fusion was not fitted for the cascade (fit-fusion --cascade): no retrieval-only weights")
+        raise CascadeError(
+            "the fusion was not fitted for the cascade (fit-fusion --cascade): no retrieval-only weights"
+        )
     return _weighted(model, model.cascade["settle_weights"], "cascade's retrieval-only weights")
 
 
@@ -95,8 +100,10 @@ def early_model(model: FusionModel) -> Optional[Tuple[FusionModel, List[str], An
         return None
     deferred = early.get("defer") if isinstance(early, dict) else None
     if not isinstance(deferred, list) or not deferred or not set(deferred) < set(model.retriever_sources):
-        raise CascadeError(f"the cascade's early step must defer some, not all, of the retrievers {model.retriever_sources}; "
-                           f"got {deferred!r}")
+        raise CascadeError(
+            f"the cascade's early step must defer some, not all, of the retrievers {model.retriever_sources}; "
+            f"got {deferred!r}"
+        )
     return _weighted(model, early.get("weights"), "early step's weights"), list(deferred), early.get("threshold")
 
 
@@ -113,19 +120,25 @@ def _threshold(setting: Optional[float], fitted: Any, name: str) -> float:
 class CascadeReranker:
     """Settle with retrieval, judge the rest with the generator's forced scores, search where needed."""
 
-    def __init__(self, model: FusionModel, kb: Any, retrievers: Mapping[str, Any], linker: Any,
-                 settings: RerankerSettings) -> None:
+    def __init__(
+        self, model: FusionModel, kb: Any, retrievers: Mapping[str, Any], linker: Any, settings: RerankerSettings
+    ) -> None:
         """``linker``: the generator; None with a retrieval-only ``model`` (a pipeline with no model)."""
         if linker is None and not model.retrieval_only:
-            raise CascadeError("a fusion fitted with a generator needs one: give the component a model, or a "
-                               "retrieval-only fusion (fit-fusion without genbioel predictions)")
+            raise CascadeError(
+                "a fusion fitted with a generator needs one: give the component a model, or a "
+                "retrieval-only fusion (fit-fusion without genbioel predictions)"
+            )
         self.fusion = FusionReranker(model, kb, retrievers)
         self.settle = settle_model(model)
         self.linker = linker
         self.settings = settings
         # retrieval only (no generator to ask): retrieval settles every mention it finds candidates for
-        self.settle_threshold = (float("-inf") if model.retrieval_only else
-                                 _threshold(settings.settle_threshold, model.cascade.get("settle_threshold"), "settle"))
+        self.settle_threshold = (
+            float("-inf")
+            if model.retrieval_only
+            else _threshold(settings.settle_threshold, model.cascade.get("settle_threshold"), "settle")
+        )
         self.beam_threshold = _threshold(settings.beam_threshold, model.cascade.get("beam_threshold"), "beam")
         early = early_model(model)
         self.early: Optional[FusionModel] = None
@@ -145,12 +158,16 @@ class CascadeReranker:
     def retrievers(self) -> Dict[str, Any]:
         return self.fusion.retrievers
 
-    def _retrieve(self, mentions: Sequence[Mention], positions: Sequence[int], sources: Sequence[str]
-                  ) -> List[Dict[str, List[Candidate]]]:
+    def _retrieve(
+        self, mentions: Sequence[Mention], positions: Sequence[int], sources: Sequence[str]
+    ) -> List[Dict[str, List[Candidate]]]:
         """Each of ``sources``' top ``depth`` candidates for the mentions at ``positions``."""
         if not positions:
             return []
-        found = {s: self.fusion.retrievers[s].link([mentions[i] for i in positions], self.model.retrieval_depth) for s in sources}
+        found = {
+            s: self.fusion.retrievers[s].link([mentions[i] for i in positions], self.model.retrieval_depth)
+            for s in sources
+        }
         return [{s: found[s][n] for s in sources} for n in range(len(positions))]
 
     def _needs_beam(self, probability: float) -> bool:
@@ -205,7 +222,9 @@ class CascadeReranker:
             generated: Dict[int, List[Candidate]] = {pos: [] for pos in judge}
             if model.generator == "forced":
                 proposals = [[c for found in lists[pos].values() for c in found] for pos in judge]
-                generated.update(zip(judge, rank_by_forced(self.linker, [mentions[todo[pos]] for pos in judge], proposals)))
+                generated.update(
+                    zip(judge, rank_by_forced(self.linker, [mentions[todo[pos]] for pos in judge], proposals))
+                )
             if beam:
                 beams = self.linker.link([mentions[todo[pos]] for pos in beam], self.linker.decoding.top_k)
                 for pos, found in zip(beam, beams):
@@ -230,16 +249,21 @@ def link_with_paths(linker: Any, reranker: Any, mentions: Sequence[Mention], top
     return results, ["beam" if found else "none" for found in results]
 
 
-def make_reranker(model: Optional[FusionModel], kb: Any, linker: Any, settings: RerankerSettings,
-                  retriever_factory: Any) -> Optional[Any]:
+def make_reranker(
+    model: Optional[FusionModel], kb: Any, linker: Any, settings: RerankerSettings, retriever_factory: Any
+) -> Optional[Any]:
     """The component's reranking stage for ``settings``: None (no fusion), a :class:`FusionReranker`
     or a :class:`CascadeReranker`; ``retriever_factory(source, model_dir)`` builds a retriever."""
     if model is None:
         if settings.cascade == "on":
-            raise CascadeError("reranker.cascade = 'on' needs a fusion fitted for it (reranker.fusion; fit-fusion --cascade)")
+            raise CascadeError(
+                "reranker.cascade = 'on' needs a fusion fitted for it (reranker.fusion; fit-fusion --cascade)"
+            )
         return None
-    retrievers = {source: retriever_factory(source, model.retrievers.get(source, {}).get("model"))
-                  for source in model.retriever_sources}
+    retrievers = {
+        source: retriever_factory(source, model.retrievers.get(source, {}).get("model"))
+        for source in model.retriever_sources
+    }
     if settings.cascade == "on":
         return CascadeReranker(model, kb, retrievers, linker, settings)
     return FusionReranker(model, kb, retrievers)

@@ -23,6 +23,7 @@ block); the generator (:class:`~.decoder.GenerativeLinker`) is built once with
 its settings and retriever (``candidates.retriever``: retrieve, then generate),
 and ``link`` applies the reranker (``reranker.fusion``) to its candidates.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,8 +32,8 @@ import io
 import json
 import logging
 import tarfile
-from collections import Counter
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -41,20 +42,26 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
+from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.linking.abbreviations import doc_long_forms
-from spacy_genbioel.linking.model_inputs import recorded_inputs, warn_on_input_style
-from spacy_genbioel.linking.released_style import expand_short_forms
-from spacy_genbioel.linking.short_forms import find_short_forms
 from spacy_genbioel.linking.candidates import make_candidate_generator
 from spacy_genbioel.linking.cascade import LinkPaths, link_with_paths, make_reranker
-from spacy_genbioel.linking.span_outputs import LongForms, concept_scores, register_extensions
-from spacy_genbioel.linking.paths import check_resource_paths, read_component_cfg
-from spacy_genbioel.linking.scispacy_compat import warn_on_scispacy_habits, written_candidates
-from spacy_genbioel.linking.scorer import ASSIGNS, REQUIRES, SCORE_WEIGHTS, SCORER_CONFIG, bind_scorer
 from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.fusion import SHIPPED, FusionFormatError, FusionModel
 from spacy_genbioel.linking.inputs import InputBuilder
-from spacy_genbioel.linking.retrieval_only import DEFAULT_RETRIEVAL_FUSION, RetrievalOnly, default_retrieval_fusion, retrieval_reranker
+from spacy_genbioel.linking.kb_view import LinkerKB
+from spacy_genbioel.linking.model_inputs import recorded_inputs, warn_on_input_style
+from spacy_genbioel.linking.paths import check_resource_paths, read_component_cfg
+from spacy_genbioel.linking.released_style import expand_short_forms
+from spacy_genbioel.linking.retrieval_only import (
+    DEFAULT_RETRIEVAL_FUSION,
+    RetrievalOnly,
+    default_retrieval_fusion,
+    retrieval_reranker,
+)
+from spacy_genbioel.linking.scispacy_compat import warn_on_scispacy_habits, written_candidates
+from spacy_genbioel.linking.scorer import ASSIGNS, REQUIRES, SCORE_WEIGHTS, SCORER_CONFIG, bind_scorer
 from spacy_genbioel.linking.settings import (
     DEFAULT_CONFIG,
     CandidateSettings,
@@ -64,13 +71,12 @@ from spacy_genbioel.linking.settings import (
     factory_signature,
     written_score,
 )
-from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.kb.compact import CompactKB
-from spacy_genbioel.linking.kb_view import LinkerKB
-from spacy_genbioel.ty import Candidate, Linker, Mention
-from spacy_genbioel.models import ModelFileNotFoundError, load_model, save_model
-from spacy_genbioel.util import resolve_device
+from spacy_genbioel.linking.short_forms import find_short_forms
+from spacy_genbioel.linking.span_outputs import LongForms, concept_scores, register_extensions
 from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError
+from spacy_genbioel.models import ModelFileNotFoundError, load_model, save_model
+from spacy_genbioel.ty import Candidate, Linker, Mention
+from spacy_genbioel.util import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -108,13 +114,22 @@ def warn_on_shared_outputs(nlp: Language, name: str, output: OutputSettings) -> 
             logger.warning(
                 "Components %r and %r both write %s: the later overwrites the earlier. Give one of them other "
                 "names and write_kb_id = false in its [output] block (docs/scispacy.md, 'Several linkers')",
-                other_name, name, ", ".join(shared))
+                other_name,
+                name,
+                ", ".join(shared),
+            )
 
 
 make_genbioel.__signature__ = factory_signature(  # type: ignore[attr-defined]
-    *list(inspect.signature(make_genbioel).parameters.values())[:3])
-Language.factory("genbioel", default_config={**DEFAULT_CONFIG, "scorer": SCORER_CONFIG}, assigns=ASSIGNS,
-                 requires=REQUIRES, default_score_weights=SCORE_WEIGHTS)(make_genbioel)
+    *list(inspect.signature(make_genbioel).parameters.values())[:3]
+)
+Language.factory(
+    "genbioel",
+    default_config={**DEFAULT_CONFIG, "scorer": SCORER_CONFIG},
+    assigns=ASSIGNS,
+    requires=REQUIRES,
+    default_score_weights=SCORE_WEIGHTS,
+)(make_genbioel)
 
 
 class GenBioELLinker(Pipe):
@@ -225,8 +240,16 @@ class GenBioELLinker(Pipe):
         candidates = self.candidates
         retriever = make_candidate_generator(candidates.retriever, kb, model=candidates.model)
         # with a fusion, the generator searches at the width its fold predictions were made with
-        beams = (self.settings.reranker.generator_beams or self.fusion.fit.get("generator_beams")) if self.fusion is not None else None
-        decoding = dataclasses.replace(self.decoding, num_beams=beams, top_k=min(self.decoding.top_k, beams)) if beams else self.decoding
+        beams = (
+            (self.settings.reranker.generator_beams or self.fusion.fit.get("generator_beams"))
+            if self.fusion is not None
+            else None
+        )
+        decoding = (
+            dataclasses.replace(self.decoding, num_beams=beams, top_k=min(self.decoding.top_k, beams))
+            if beams
+            else self.decoding
+        )
         parts = dict(inputs=self.inputs, decoding=decoding, candidates=candidates, retriever=retriever)
         try:
             linker = GenerativeLinker(model, tokenizer, kb, trie, **parts)
@@ -243,10 +266,18 @@ class GenBioELLinker(Pipe):
             raise self._fusion_missing
         if self.fusion is None:
             self.fusion = default_retrieval_fusion()
-            logger.info("The '%s' component has no model: linking with the retrievers, fused by %s",
-                        self.name, DEFAULT_RETRIEVAL_FUSION)
-        reranker = retrieval_reranker(self.fusion, kb, lambda source, model: make_candidate_generator(source, kb, model=model),
-                                      self.settings.reranker, self.name)
+            logger.info(
+                "The '%s' component has no model: linking with the retrievers, fused by %s",
+                self.name,
+                DEFAULT_RETRIEVAL_FUSION,
+            )
+        reranker = retrieval_reranker(
+            self.fusion,
+            kb,
+            lambda source, model: make_candidate_generator(source, kb, model=model),
+            self.settings.reranker,
+            self.name,
+        )
         self._linker, self._reranker = RetrievalOnly(kb), reranker  # type: ignore[assignment]
 
     @property
@@ -261,17 +292,36 @@ class GenBioELLinker(Pipe):
 
     def _make_reranker(self, kb: KnowledgeBase, linker: GenerativeLinker) -> Optional[Any]:
         """The fusion (or the cascade) over this KB with its retrievers (built lazily)."""
-        if self.fusion is not None and (self.decoding.exact_match or self.candidates.shortcut_threshold is not None
-                                        or self.candidates.enabled) and self.settings.reranker.cascade == "off":
-            logger.warning("The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
-                           "candidates change the generator's lists it reads", self.name)
-        width = (self.fusion.fit.get("generator_width") or 0) if self.fusion is not None and self.fusion.generator == "beam" else 0
+        if (
+            self.fusion is not None
+            and (self.decoding.exact_match or self.candidates.shortcut_threshold is not None or self.candidates.enabled)
+            and self.settings.reranker.cascade == "off"
+        ):
+            logger.warning(
+                "The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
+                "candidates change the generator's lists it reads",
+                self.name,
+            )
+        width = (
+            (self.fusion.fit.get("generator_width") or 0)
+            if self.fusion is not None and self.fusion.generator == "beam"
+            else 0
+        )
         if width and min(linker.decoding.top_k, self.fusion.depth) != min(width, self.fusion.depth):
-            logger.warning("The '%s' fusion was fitted on the generator's top %d; it now reads its top %d "
-                           "(reranker.generator_beams: the beam width its fold predictions were made with)",
-                           self.name, width, linker.decoding.top_k)
-        return make_reranker(self.fusion, kb, linker, self.settings.reranker,
-                             lambda source, model: make_candidate_generator(source, kb, model=model))
+            logger.warning(
+                "The '%s' fusion was fitted on the generator's top %d; it now reads its top %d "
+                "(reranker.generator_beams: the beam width its fold predictions were made with)",
+                self.name,
+                width,
+                linker.decoding.top_k,
+            )
+        return make_reranker(
+            self.fusion,
+            kb,
+            linker,
+            self.settings.reranker,
+            lambda source, model: make_candidate_generator(source, kb, model=model),
+        )
 
     def link(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> List[List[Candidate]]:
         """Ranked candidates per mention, as the component writes them: the generator's, reranked by
@@ -362,7 +412,10 @@ class GenBioELLinker(Pipe):
             kb_id = top.ids[0] if top is not None and out.links(top.score) else None
             span._.set(out.kb_id_attr, kb_id)
             # one tuple per concept ID (a name may map to several), at most top_k
-            span._.set(out.candidates_attr, [(cid, c.name, written_score(c.score)) for c in candidates for cid in c.ids][:top_k])
+            span._.set(
+                out.candidates_attr,
+                [(cid, c.name, written_score(c.score)) for c in candidates for cid in c.ids][:top_k],
+            )
             span._.set(out.ents_attr, concept_scores(candidates, top_k))
             linked[(span.start, span.end, span.label_)] = kb_id or ""
         if not out.write_kb_id:
@@ -440,7 +493,9 @@ class GenBioELLinker(Pipe):
         meta = read_component_cfg(path / "cfg.json")
         if not meta.get("has_linker"):
             return self
-        res = dataclasses.replace(self.settings.resources, kb_normalizer=meta["kb_normalizer"], kb_dedup=meta["kb_dedup"])
+        res = dataclasses.replace(
+            self.settings.resources, kb_normalizer=meta["kb_normalizer"], kb_dedup=meta["kb_dedup"]
+        )
         self.settings = self.settings.replace(resources=res)
         kb_file = "kb.jsonl" if not (path / "kb.safetensors").exists() else "kb.safetensors"
         has_model = meta.get("has_model", True)
@@ -451,7 +506,9 @@ class GenBioELLinker(Pipe):
         own = configured is None or configured == meta.get("fusion_config") or self._fusion_missing is not None
         if own and (path / "fusion.json").exists():  # else a fusion other than the saved one was asked for
             if self._fusion_missing is not None:
-                logger.warning("%s not found: using the fusion saved with the pipeline, %s", configured, path / "fusion.json")
+                logger.warning(
+                    "%s not found: using the fusion saved with the pipeline, %s", configured, path / "fusion.json"
+                )
             self.fusion = FusionModel.load(path / "fusion.json")
             self._fusion_missing = None
         kb = self._saved_kb(path)
@@ -469,7 +526,6 @@ class GenBioELLinker(Pipe):
         hf_model, tokenizer = load_model(path / "model", device=resolve_device(res.device), dtype=res.dtype)
         self.set_model(hf_model, tokenizer, kb, trie)
         return self
-
 
     def _saved_kb(self, path: Path) -> KnowledgeBase:
         """``kb.safetensors`` memory-mapped when it is there and ``kb.jsonl`` beside it is the

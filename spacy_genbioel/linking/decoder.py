@@ -31,13 +31,14 @@ normalized mention first (score 0) and ``shortcut_threshold`` does the same for
 a confident retriever; ``search="forced"`` ranks the retriever's names by their
 forced scores (:mod:`.forced`) without searching.
 """
+
 from __future__ import annotations
 
 import inspect
 import logging
 from collections import Counter
-from dataclasses import dataclass
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -46,15 +47,29 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.ty import Candidate, Linker, Mention
-from spacy_genbioel.models import check_vocabulary, special_ids
 from spacy_genbioel.linking.candidates import CandidateSettings, allowed_name_sets, exact_matches
 from spacy_genbioel.linking.forced import merge_lists, rank_by_forced
+from spacy_genbioel.linking.inputs import (
+    InputBuilder,
+    PromptTokenizer,
+    SourceEncoder,
+    has_linkable_text,
+    model_max_positions,
+)
 from spacy_genbioel.linking.prompt_batch import decoder_inputs, padded_prompts, prompt_batches, shiftable
-from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text, model_max_positions
-from spacy_genbioel.linking.stages import (EncodedWindows, StageClock, distinct_searches, encoded_blocks, finished_hypotheses,
-                                           length_chunks, mention_inputs, reorder_self_attention)
+from spacy_genbioel.linking.stages import (
+    EncodedWindows,
+    StageClock,
+    distinct_searches,
+    encoded_blocks,
+    finished_hypotheses,
+    length_chunks,
+    mention_inputs,
+    reorder_self_attention,
+)
 from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError, TrieRestriction
+from spacy_genbioel.models import check_vocabulary, special_ids
+from spacy_genbioel.ty import Candidate, Linker, Mention
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +109,6 @@ class DecodingSettings:
             raise ValueError(f"top_k ({self.top_k}) cannot exceed num_beams ({self.num_beams})")
         if min(self.num_beams, self.top_k, self.batch_size, self.max_source_tokens, self.block_batches) < 1:
             raise ValueError("num_beams, top_k, batch_size, max_source_tokens and block_batches must be at least 1")
-
 
 
 class GenerativeLinker:
@@ -140,20 +154,27 @@ class GenerativeLinker:
         start, eos, pad = special_ids(model, tokenizer)
         self.eos_token_id, self.pad_token_id = eos, pad
         self.max_positions = model_max_positions(model)
-        self.prompt_tokens = PromptTokenizer(tokenizer, start, eos, max_prompt_tokens=min(48, self.max_positions // 4),
-                                             inputs=self.inputs)
+        self.prompt_tokens = PromptTokenizer(
+            tokenizer, start, eos, max_prompt_tokens=min(48, self.max_positions // 4), inputs=self.inputs
+        )
         self.sources = SourceEncoder(tokenizer)
         root = self.prompt_tokens.root_token_id(self.inputs.prompt_suffix if self.inputs.decoder_prompt else None)
         if trie is not None:
-            reasons = trie.mismatch(tokenizer, vocab_size=self.vocab_size, eos_token_id=eos, root_token_id=root, names=kb.names)
+            reasons = trie.mismatch(
+                tokenizer, vocab_size=self.vocab_size, eos_token_id=eos, root_token_id=root, names=kb.names
+            )
             if reasons:
                 what = f"The trie {trie.source}" if trie.source else "The given trie"
                 message = f"{what} does not fit this model, tokenizer and KB: {'; '.join(reasons)}"
                 raise TrieMismatchError(message)
         if trie is None:
             trie = NameTrie.from_names(
-                kb.names, tokenizer, eos_token_id=eos, root_token_id=root,
-                vocab_size=self.vocab_size, max_name_tokens=min(128, self.max_positions - self.prompt_tokens.max_prompt_tokens),
+                kb.names,
+                tokenizer,
+                eos_token_id=eos,
+                root_token_id=root,
+                vocab_size=self.vocab_size,
+                max_name_tokens=min(128, self.max_positions - self.prompt_tokens.max_prompt_tokens),
             )
         self.trie = trie
         #: counts: ``mentions_decoded`` (sent to beam search), ``searches`` (distinct
@@ -207,8 +228,11 @@ class GenerativeLinker:
             todo = [i for i in todo if i not in firsts]
         cfg = self.candidates
         retrieved: Dict[int, List[Candidate]] = {}
-        if self.retriever is not None and todo and (
-                cfg.shortcut_threshold is not None or (allowed is None and cfg.restrict_to_candidates)):
+        if (
+            self.retriever is not None
+            and todo
+            and (cfg.shortcut_threshold is not None or (allowed is None and cfg.restrict_to_candidates))
+        ):
             retrieved = self._retrieve(mentions, todo)
         if cfg.shortcut_threshold is not None:
             for i, cands in retrieved.items():
@@ -221,7 +245,9 @@ class GenerativeLinker:
         if not todo or self.trie.n_names == 0:
             return results
         if self.decoding.search == "forced":  # score the retrieved names instead of searching
-            scored = rank_by_forced(self, [mentions[i] for i in todo], [(retrieved or self._retrieve(mentions, todo))[i] for i in todo])
+            scored = rank_by_forced(
+                self, [mentions[i] for i in todo], [(retrieved or self._retrieve(mentions, todo))[i] for i in todo]
+            )
             for i, cands in zip(todo, scored):
                 results[i] = merge_lists(results[i], cands)[:top_k]
             return results
@@ -233,8 +259,11 @@ class GenerativeLinker:
         self.stats["mentions_decoded"] += len(todo)
         self.stats["searches"] += len(unique)
         hyps_of: Dict[int, List[Tuple[float, int]]] = {}
-        for positions, hyps in self._decode([sources[p] for p in unique], [prompts[p] for p in unique],
-                                            [name_sets[p] for p in unique] if name_sets is not None else None):
+        for positions, hyps in self._decode(
+            [sources[p] for p in unique],
+            [prompts[p] for p in unique],
+            [name_sets[p] for p in unique] if name_sets is not None else None,
+        ):
             for pos, hyp in zip(positions, hyps):
                 hyps_of[pos] = hyp
         for pos, job in enumerate(job_of):
@@ -263,7 +292,9 @@ class GenerativeLinker:
         return list(dict.fromkeys(cid for c in candidates for cid in c.ids))
 
     # -- internals -----------------------------------------------------------
-    def _to_candidates(self, hyps: List[Tuple[float, int]], top_k: int, first: Optional[Candidate] = None) -> List[Candidate]:
+    def _to_candidates(
+        self, hyps: List[Tuple[float, int]], top_k: int, first: Optional[Candidate] = None
+    ) -> List[Candidate]:
         out: List[Candidate] = [first] if first is not None else []
         first_index = self.kb.name_index(first.name) if first is not None else None
         for score, node in hyps:
@@ -283,7 +314,9 @@ class GenerativeLinker:
         markers always in, the context trimmed around them), as training builds them."""
         return self.sources.ids(mentions, self.inputs, self.max_source_tokens)
 
-    def _decode(self, sources: List[List[int]], prompts: List[List[int]], name_sets: Optional[List[Optional[np.ndarray]]] = None):
+    def _decode(
+        self, sources: List[List[int]], prompts: List[List[int]], name_sets: Optional[List[Optional[np.ndarray]]] = None
+    ):
         """Yield (positions, hypotheses) per batch (of mixed prompt lengths where :attr:`mixes_prompts`).
         ``sources``: encoder token ids; ``name_sets`` (parallel to ``sources``)
         restricts mentions to those names.
@@ -298,8 +331,9 @@ class GenerativeLinker:
                     chunk = members[start : start + bs]
                     restriction = self.trie.restrict([name_sets[i] for i in chunk], self.device) if name_sets else None
                     with self._stage("beam"):
-                        hyps = self._search(windows, [row_of[i] for i in chunk], [prompts[i] for i in chunk],
-                                            restriction=restriction)
+                        hyps = self._search(
+                            windows, [row_of[i] for i in chunk], [prompts[i] for i in chunk], restriction=restriction
+                        )
                     yield chunk, hyps
 
     @property
@@ -328,7 +362,10 @@ class GenerativeLinker:
             for rows, length in chunks:
                 part, hidden = self._cross_kv(input_ids[rows, :length], attention_mask[rows, :length])
                 if not kv:
-                    kv = [tuple(t.new_zeros((len(input_ids), t.shape[1], width, *t.shape[3:])) for t in pair) for pair in part]
+                    kv = [
+                        tuple(t.new_zeros((len(input_ids), t.shape[1], width, *t.shape[3:])) for t in pair)
+                        for pair in part
+                    ]
                 for whole, piece in zip(kv, part):
                     for full, chunk in zip(whole, piece):
                         full[rows, :, :length] = chunk
@@ -337,8 +374,15 @@ class GenerativeLinker:
     def _cross_kv(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """The encoder's states and, per decoder layer, the cross-attention keys and values."""
         encoder_outputs = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
-        start = torch.full((input_ids.shape[0], 1), self.prompt_tokens.decoder_start_token_id, dtype=torch.long, device=input_ids.device)
-        out = self.model(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=start, use_cache=True)
+        start = torch.full(
+            (input_ids.shape[0], 1),
+            self.prompt_tokens.decoder_start_token_id,
+            dtype=torch.long,
+            device=input_ids.device,
+        )
+        out = self.model(
+            encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=start, use_cache=True
+        )
         cross = getattr(out, self._cache_arg).cross_attention_cache
         return [(layer.keys, layer.values) for layer in cross.layers], encoder_outputs.last_hidden_state
 
@@ -381,16 +425,21 @@ class GenerativeLinker:
         prompt_ids, pads = padded_prompts(prompts, self.pad_token_id, device)
         index = torch.tensor(rows, dtype=torch.long, device=device)
         # each mention's copy of its window's cross-attention keys and values
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache([(k.index_select(0, index), v.index_select(0, index))
-                                                                  for k, v in windows.kv]))
+        cache = EncoderDecoderCache(
+            DynamicCache(), DynamicCache([(k.index_select(0, index), v.index_select(0, index)) for k, v in windows.kv])
+        )
         enc_mask = windows.mask.index_select(0, index)
         # the decoder reads the encoder states' shape only: their keys and values
         # are in the cache, so a zero-stride view stands in for them
         placeholder = torch.zeros((), dtype=windows.dtype, device=device)
         with self._stage("decoder"):
-            out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(n, *windows.shape)),
-                        attention_mask=enc_mask, use_cache=True, **decoder_inputs(model, prompt_ids, pads, 0),
-                        **{self._cache_arg: cache})
+            out = model(
+                encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(n, *windows.shape)),
+                attention_mask=enc_mask,
+                use_cache=True,
+                **decoder_inputs(model, prompt_ids, pads, 0),
+                **{self._cache_arg: cache},
+            )
         cache = getattr(out, self._cache_arg)
         # the prompt is read once per mention; beams start from copies of its cache
         cache.batch_repeat_interleave(K)
@@ -453,7 +502,9 @@ class GenerativeLinker:
 
             # Hugging Face's stopping heuristic (early_stopping=False), per mention
             best_possible = running[:, :1] / float((step + 1) ** lp)
-            worst = torch.where(fin_done, fin_scores.min(dim=1, keepdim=True).values, torch.full_like(fin_scores, _DEAD))
+            worst = torch.where(
+                fin_done, fin_scores.min(dim=1, keepdim=True).values, torch.full_like(fin_scores, _DEAD)
+            )
             improvable = improvable & (best_possible > worst).any(dim=1) & ~hits.all(dim=1)
 
             next_tokens = torch.gather(token, 1, keep)
@@ -477,8 +528,12 @@ class GenerativeLinker:
                 reorder_self_attention(cache, keep_rows.view(-1))
             with self._stage("decoder"):
                 out = model(
-                    encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(enc_mask.shape[0], *windows.shape)),
-                    attention_mask=enc_mask, use_cache=True, **decoder_inputs(model, next_tokens.reshape(-1, 1), pads, past),
+                    encoder_outputs=BaseModelOutput(
+                        last_hidden_state=placeholder.expand(enc_mask.shape[0], *windows.shape)
+                    ),
+                    attention_mask=enc_mask,
+                    use_cache=True,
+                    **decoder_inputs(model, next_tokens.reshape(-1, 1), pads, past),
                     **{self._cache_arg: cache},
                 )
             past += 1

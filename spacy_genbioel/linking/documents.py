@@ -25,6 +25,7 @@ a corpus in chunks (training batches, mining, evaluation) first
 :meth:`~DocumentSources.register`\\ s all its mentions, so a chunk holding part
 of a document still reads the whole of it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -141,7 +142,9 @@ class DocumentSources:
         return out  # type: ignore[return-value]
 
     # -- one document ------------------------------------------------------------
-    def _windows(self, mentions: Sequence[Mention], inputs: InputBuilderLike, max_tokens: int) -> Dict[MentionKey, List[int]]:
+    def _windows(
+        self, mentions: Sequence[Mention], inputs: InputBuilderLike, max_tokens: int
+    ) -> Dict[MentionKey, List[int]]:
         unique = list({mention_key(m): m for m in mentions}.values())
         text, lo = document_text(unique)
         table: Dict[MentionKey, List[int]] = {}
@@ -149,16 +152,21 @@ class DocumentSources:
             table.update(self._layer_windows(text, lo, layer, inputs, max_tokens))
         return table
 
-    def _layer_windows(self, text: str, lo: int, layer: Sequence[Mention], inputs: InputBuilderLike,
-                       max_tokens: int) -> Dict[MentionKey, List[int]]:
+    def _layer_windows(
+        self, text: str, lo: int, layer: Sequence[Mention], inputs: InputBuilderLike, max_tokens: int
+    ) -> Dict[MentionKey, List[int]]:
         encoder = self.encoder
         budget = max_tokens - len(encoder.prefix) - len(encoder.suffix)
         # the pieces, joined with single spaces as InputBuilder.source joins them
         pieces: List[str] = []
         cursor = lo
         for m in layer:
-            pieces += [inputs.clean(text[cursor - lo : m.start - lo]), inputs.start_marker, inputs.mention_text(m),
-                       inputs.end_marker]
+            pieces += [
+                inputs.clean(text[cursor - lo : m.start - lo]),
+                inputs.start_marker,
+                inputs.mention_text(m),
+                inputs.end_marker,
+            ]
             cursor = m.end
         pieces.append(inputs.clean(text[cursor - lo :]))
         spaced = [(" " if k and any(pieces[:k]) else "") + p if p else "" for k, p in enumerate(pieces)]

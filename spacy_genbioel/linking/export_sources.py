@@ -22,6 +22,7 @@ KB it is the mention itself. Abbreviations come from :func:`.short_forms.find_sh
 (``"schwartz-hearst"``), from Ab3P's output for the corpus (a file), or nowhere
 (``"none"``).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,14 +33,26 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from spacy_genbioel.linking.inputs import INPUT_STYLES, InputBuilder
-from spacy_genbioel.linking.released_style import RELEASED_STYLES, expand_short_forms, split_bc5cdr_composite, split_composite
+from spacy_genbioel.linking.released_style import (
+    RELEASED_STYLES,
+    expand_short_forms,
+    split_bc5cdr_composite,
+    split_composite,
+)
 from spacy_genbioel.linking.short_forms import find_short_forms, read_ab3p_output
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SourceLine", "NameChooser", "source_lines", "write_genbioel_files", "export_sources", "ABBREVIATION_SOURCES"]
+__all__ = [
+    "SourceLine",
+    "NameChooser",
+    "source_lines",
+    "write_genbioel_files",
+    "export_sources",
+    "ABBREVIATION_SOURCES",
+]
 
 #: where abbreviations come from, besides an Ab3P output file
 ABBREVIATION_SOURCES = ("schwartz-hearst", "none")
@@ -113,17 +126,36 @@ def source_lines(
                 if kb is not None and any(cid not in kb for cid in label_ids):
                     stats["not_in_kb"] += 1
                     continue
-                mention = Mention(text=mention_text, ids=ids, left=lowered[:start], right=lowered[end:],
-                                  doc_id=doc.pmid, start=start, end=end, label=ann.type)
+                mention = Mention(
+                    text=mention_text,
+                    ids=ids,
+                    left=lowered[:start],
+                    right=lowered[end:],
+                    doc_id=doc.pmid,
+                    start=start,
+                    end=end,
+                    label=ann.type,
+                )
                 cleaned = inputs.mention_text(mention)
                 name = chooser.choose(cleaned, label_ids) if chooser is not None else cleaned
-                lines.append(SourceLine(inputs.source(mention, n_words), inputs.prompt(mention), name,
-                                        "|".join(label_ids), doc.pmid, start, end))
+                lines.append(
+                    SourceLine(
+                        inputs.source(mention, n_words),
+                        inputs.prompt(mention),
+                        name,
+                        "|".join(label_ids),
+                        doc.pmid,
+                        start,
+                        end,
+                    )
+                )
                 stats["lines"] += 1
     return lines
 
 
-def _pieces(ann, forms: Mapping[str, str], biosyn: bool, stats: Counter) -> List[Tuple[int, int, str, Tuple[str, ...], Tuple[str, ...]]]:
+def _pieces(
+    ann, forms: Mapping[str, str], biosyn: bool, stats: Counter
+) -> List[Tuple[int, int, str, Tuple[str, ...], Tuple[str, ...]]]:
     """``(start, end, mention text, IDs, label IDs)`` of the lines one annotation gives."""
     if biosyn:
         text = expand_short_forms(ann.text, forms)
@@ -154,9 +186,11 @@ def write_genbioel_files(lines: Sequence[SourceLine], out_dir: PathLike, split: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"source": out / f"{split}.source", "target": out / f"{split}.target", "label": out / f"{split}label.txt"}
-    with paths["source"].open("w", encoding="utf8", newline="\n") as src, \
-            paths["target"].open("w", encoding="utf8", newline="\n") as tgt, \
-            paths["label"].open("w", encoding="utf8", newline="\n") as lab:
+    with (
+        paths["source"].open("w", encoding="utf8", newline="\n") as src,
+        paths["target"].open("w", encoding="utf8", newline="\n") as tgt,
+        paths["label"].open("w", encoding="utf8", newline="\n") as lab,
+    ):
         for line in lines:
             src.write(json.dumps([line.source]) + "\n")
             tgt.write(json.dumps([line.prompt, line.name]) + "\n")
@@ -179,19 +213,33 @@ def export_sources(
     from spacy_genbioel.kb.base import KnowledgeBase
 
     if style not in RELEASED_STYLES:
-        raise ValueError(f"style must be a released style ({', '.join(RELEASED_STYLES)}); "
-                         f"{', '.join(s for s in INPUT_STYLES if s not in RELEASED_STYLES)} has no GenBioEL file form")
+        raise ValueError(
+            f"style must be a released style ({', '.join(RELEASED_STYLES)}); "
+            f"{', '.join(s for s in INPUT_STYLES if s not in RELEASED_STYLES)} has no GenBioEL file form"
+        )
     long_forms = None
     if abbreviations not in ABBREVIATION_SOURCES:
         if not Path(abbreviations).is_file():
-            raise ValueError(f"abbreviations must be {' or '.join(ABBREVIATION_SOURCES)}, or Ab3P's output file "
-                             f"(not found: {abbreviations})")
+            raise ValueError(
+                f"abbreviations must be {' or '.join(ABBREVIATION_SOURCES)}, or Ab3P's output file "
+                f"(not found: {abbreviations})"
+            )
         long_forms = read_ab3p_output(abbreviations)
     documents = read_documents(corpus, fmt)
     knowledge = KnowledgeBase.load(kb) if kb is not None else None
     stats: Counter = Counter()
-    lines = source_lines(documents, InputBuilder(style=style), knowledge, long_forms,
-                         find_abbreviations=abbreviations != "none", stats=stats)
+    lines = source_lines(
+        documents,
+        InputBuilder(style=style),
+        knowledge,
+        long_forms,
+        find_abbreviations=abbreviations != "none",
+        stats=stats,
+    )
     paths = write_genbioel_files(lines, out, split)
     logger.info("export-sources: %d lines from %d mentions (%s)", stats["lines"], stats["mentions"], dict(stats))
-    return {"counts": dict(stats), "paths": {key: str(path) for key, path in paths.items()}, "documents": len(documents)}
+    return {
+        "counts": dict(stats),
+        "paths": {key: str(path) for key, path in paths.items()},
+        "documents": len(documents),
+    }

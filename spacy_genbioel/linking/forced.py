@@ -21,6 +21,7 @@ float rounding.
 A name outside the trie (longer than the trie's limit, say) cannot be scored:
 its score is None.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -70,8 +71,9 @@ def _name_tokens(linker: Any) -> NameTokens:
     return cached
 
 
-def forced_scores(linker: Any, mentions: Sequence[Mention],
-                  names: Sequence[Sequence[str]]) -> List[List[Optional[float]]]:
+def forced_scores(
+    linker: Any, mentions: Sequence[Mention], names: Sequence[Sequence[str]]
+) -> List[List[Optional[float]]]:
     """Per mention, the generator's length-normalized log-probability of each of its ``names``
     (KB names; None for a name the trie does not hold, or a mention with nothing to link)."""
     if len(names) != len(mentions):
@@ -80,8 +82,11 @@ def forced_scores(linker: Any, mentions: Sequence[Mention],
     kb = linker.kb
     out: List[List[Optional[float]]] = [[None] * len(n) for n in names]
     seqs: List[List[Optional[Tuple[int, ...]]]] = [[tokens_of(kb.name_index(name)) for name in n] for n in names]
-    todo = [i for i, m in enumerate(mentions)
-            if any(s is not None for s in seqs[i]) and has_linkable_text(m.text, kb.normalize)]
+    todo = [
+        i
+        for i, m in enumerate(mentions)
+        if any(s is not None for s in seqs[i]) and has_linkable_text(m.text, kb.normalize)
+    ]
     if not todo:
         return out
     sources, prompts = mention_inputs(linker, mentions, todo)
@@ -91,8 +96,13 @@ def forced_scores(linker: Any, mentions: Sequence[Mention],
         for members in prompt_batches(groups, linker.mixes_prompts):
             sizes = [sum(s is not None for s in seqs[todo[p]]) for p in members]
             for chunk in _chunks(members, sizes, linker.decoding.batch_size, max_rows):
-                scores = _score_chunk(linker, windows, [row_of[p] for p in chunk], [prompts[p] for p in chunk],
-                                      [seqs[todo[p]] for p in chunk])
+                scores = _score_chunk(
+                    linker,
+                    windows,
+                    [row_of[p] for p in chunk],
+                    [prompts[p] for p in chunk],
+                    [seqs[todo[p]] for p in chunk],
+                )
                 for p, row in zip(chunk, scores):
                     out[todo[p]] = row
     return out
@@ -114,21 +124,32 @@ def _chunks(members: List[int], sizes: List[int], max_mentions: int, max_rows: i
 
 
 @torch.inference_mode()
-def _score_chunk(linker: Any, windows, rows: Sequence[int], prompts: Sequence[Sequence[int]],
-                 seqs: Sequence[Sequence[Optional[Tuple[int, ...]]]]) -> List[List[Optional[float]]]:
+def _score_chunk(
+    linker: Any,
+    windows,
+    rows: Sequence[int],
+    prompts: Sequence[Sequence[int]],
+    seqs: Sequence[Sequence[Optional[Tuple[int, ...]]]],
+) -> List[List[Optional[float]]]:
     """Forced scores of the names of a batch of mentions (prompts of one length, or left-padded, :mod:`.prompt_batch`)."""
     model, device = linker.model, linker.device
     n = len(rows)
     index = torch.tensor(list(rows), dtype=torch.long, device=device)
-    cache = EncoderDecoderCache(DynamicCache(), DynamicCache([(k.index_select(0, index), v.index_select(0, index))
-                                                              for k, v in windows.kv]))
+    cache = EncoderDecoderCache(
+        DynamicCache(), DynamicCache([(k.index_select(0, index), v.index_select(0, index)) for k, v in windows.kv])
+    )
     enc_mask = windows.mask.index_select(0, index)
     placeholder = torch.zeros((), dtype=windows.dtype, device=device)
     arg = linker._cache_arg
     prompt_ids, pads = padded_prompts(prompts, linker.pad_token_id, device)
     with linker._stage("decoder"):
-        out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(n, *windows.shape)),
-                    attention_mask=enc_mask, use_cache=True, **decoder_inputs(model, prompt_ids, pads, 0), **{arg: cache})
+        out = model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(n, *windows.shape)),
+            attention_mask=enc_mask,
+            use_cache=True,
+            **decoder_inputs(model, prompt_ids, pads, 0),
+            **{arg: cache},
+        )
     first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)  # (n, V): each name's first token
     cache = getattr(out, arg)
     del out
@@ -159,11 +180,18 @@ def _score_chunk(linker: Any, windows, rows: Sequence[int], prompts: Sequence[Se
             rows_t = torch.tensor(group, dtype=torch.long, device=device)
             owners, tokens = owner_t.index_select(0, rows_t), target.index_select(0, rows_t)[:, :span]
             with linker._stage("decoder"):  # each name starts from its mention's prompt cache
-                out = model(encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(len(group), *windows.shape)),
-                            attention_mask=enc_mask.index_select(0, owners), use_cache=True,
-                            **decoder_inputs(model, tokens[:, :-1], pads.index_select(0, owners) if pads is not None else None,
-                                             prompt_ids.shape[1]),
-                            **{arg: _rows_of(cache, owners)})
+                out = model(
+                    encoder_outputs=BaseModelOutput(last_hidden_state=placeholder.expand(len(group), *windows.shape)),
+                    attention_mask=enc_mask.index_select(0, owners),
+                    use_cache=True,
+                    **decoder_inputs(
+                        model,
+                        tokens[:, :-1],
+                        pads.index_select(0, owners) if pads is not None else None,
+                        prompt_ids.shape[1],
+                    ),
+                    **{arg: _rows_of(cache, owners)},
+                )
             logp[rows_t, 1:span] = torch.log_softmax(out.logits.float(), dim=-1).gather(2, tokens[:, 1:, None])[:, :, 0]
             del out
     valid = torch.arange(width, device=device)[None, :] < lengths[:, None]
@@ -180,8 +208,11 @@ def _score_chunk(linker: Any, windows, rows: Sequence[int], prompts: Sequence[Se
 
 def _rows_of(cache: EncoderDecoderCache, rows: torch.Tensor) -> EncoderDecoderCache:
     """A new cache of ``rows`` of ``cache``'s self- and cross-attention keys and values; ``cache`` is left as it is."""
+
     def pick(part):
-        return DynamicCache([(layer.keys.index_select(0, rows), layer.values.index_select(0, rows)) for layer in part.layers])
+        return DynamicCache(
+            [(layer.keys.index_select(0, rows), layer.values.index_select(0, rows)) for layer in part.layers]
+        )
 
     return EncoderDecoderCache(pick(cache.self_attention_cache), pick(cache.cross_attention_cache))
 
@@ -203,8 +234,9 @@ def length_groups(lengths: Sequence[int], slack: float = 1.25) -> List[List[int]
     return groups
 
 
-def rank_by_forced(linker: Any, mentions: Sequence[Mention],
-                   proposals: Sequence[Sequence[Candidate]]) -> List[List[Candidate]]:
+def rank_by_forced(
+    linker: Any, mentions: Sequence[Mention], proposals: Sequence[Sequence[Candidate]]
+) -> List[List[Candidate]]:
     """The names of each mention's ``proposals`` (any sources' candidates), each once, ranked
     by the generator's forced score (the scores replace the proposers'); names it cannot
     score are dropped. A candidate lists every concept of its name, as the beam's do."""
@@ -232,4 +264,3 @@ def merge_lists(first: Sequence[Candidate], second: Sequence[Candidate]) -> List
         if cand.name not in best or cand.score > best[cand.name].score:
             best[cand.name] = cand
     return sorted(best.values(), key=lambda c: -c.score)
-

@@ -27,6 +27,7 @@ saved as JSON beside the pipeline (``fusion.json``) and readable as they are.
 :func:`fusion_features` is the one feature function, shared by the fit
 (offline, from ``evaluate --predictions`` files) and the component (online).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,7 +46,15 @@ from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GENERATOR", "FusionFormatError", "FusionModel", "FusionReranker", "feature_names", "fusion_features", "concept_ranks"]
+__all__ = [
+    "GENERATOR",
+    "FusionFormatError",
+    "FusionModel",
+    "FusionReranker",
+    "feature_names",
+    "fusion_features",
+    "concept_ranks",
+]
 
 #: the source name of the generative linker's own candidates
 GENERATOR = "genbioel"
@@ -78,10 +87,12 @@ def resolve_fusion_path(value: PathLike) -> Path:
     text = str(value)
     if not text.startswith(SHIPPED):
         return Path(value)
-    name = text[len(SHIPPED):]
+    name = text[len(SHIPPED) :]
     path = _ASSETS / f"{name}.json"
     if not name or "/" in name or "\\" in name or not path.is_file():
-        raise FusionFormatError(f"{text}: no fusion of that name ships with spacy_genbioel (shipped: {', '.join(shipped_fusions())})")
+        raise FusionFormatError(
+            f"{text}: no fusion of that name ships with spacy_genbioel (shipped: {', '.join(shipped_fusions())})"
+        )
     return path
 
 
@@ -126,7 +137,9 @@ def fusion_features(
     exact = set(kb.ids_for_name(text)) if text.strip() else set()
     scores = {s: [score for _, score, _ in ranked[s].values()] for s in sources}
     best = {s: max(v, default=0.0) for s, v in scores.items()}
-    behind = {s: min(v, default=0.0) - best[s] for s, v in scores.items()}  # the gap of a concept a source does not list
+    behind = {
+        s: min(v, default=0.0) - best[s] for s, v in scores.items()
+    }  # the gap of a concept a source does not list
     for row, cid in enumerate(ids):
         for k, s in enumerate(sources):
             hit = ranked[s].get(cid)
@@ -192,20 +205,32 @@ class FusionModel:
             raise ValueError(f"{len(self.weights)} weights for {len(names)} features ({', '.join(names)})")
         if isinstance(self.depth, (bool, np.bool_)) or not isinstance(self.depth, (int, np.integer)) or self.depth < 1:
             raise ValueError(f"depth must be a whole number of at least 1, got {self.depth!r}")
-        bad = [n for n, w in zip(names, self.weights) if isinstance(w, (bool, np.bool_))
-               or not isinstance(w, (int, float, np.integer, np.floating)) or not math.isfinite(w)]
+        bad = [
+            n
+            for n, w in zip(names, self.weights)
+            if isinstance(w, (bool, np.bool_))
+            or not isinstance(w, (int, float, np.integer, np.floating))
+            or not math.isfinite(w)
+        ]
         if bad:
-            raise ValueError(f"weights must be finite numbers: {', '.join(bad)} ({[self.weights[names.index(n)] for n in bad]})")
+            raise ValueError(
+                f"weights must be finite numbers: {', '.join(bad)} ({[self.weights[names.index(n)] for n in bad]})"
+            )
         from spacy_genbioel.retrieval.registry import known_retrievers, resolve_retriever
 
         for source in self.sources[1:]:
             try:
                 resolve_retriever(source)
             except ValueError:
-                raise ValueError(f"unknown retriever source {source!r}; known: {', '.join(known_retrievers())}") from None
-        if self.list_depth is not None and (isinstance(self.list_depth, bool) or not isinstance(self.list_depth, int)
-                                            or self.list_depth < self.depth):
-            raise ValueError(f"list_depth must be a whole number of at least depth ({self.depth}), got {self.list_depth!r}")
+                raise ValueError(
+                    f"unknown retriever source {source!r}; known: {', '.join(known_retrievers())}"
+                ) from None
+        if self.list_depth is not None and (
+            isinstance(self.list_depth, bool) or not isinstance(self.list_depth, int) or self.list_depth < self.depth
+        ):
+            raise ValueError(
+                f"list_depth must be a whole number of at least depth ({self.depth}), got {self.list_depth!r}"
+            )
         if self.generator not in GENERATOR_LISTS:
             raise ValueError(f"generator must be one of {', '.join(GENERATOR_LISTS)}, got {self.generator!r}")
         if not isinstance(self.cascade, dict):
@@ -225,16 +250,28 @@ class FusionModel:
         this model, as :mod:`.cascade` stores them) for the features that remain: the early step of a
         retrieval-only fusion, where a deferred retriever is not installed, say."""
         kept = [s for s in self.sources if s not in set(sources)]
-        return FusionModel(kept, [float(weights[f]) for f in feature_names(kept)], depth=self.depth,
-                           retrievers={s: v for s, v in self.retrievers.items() if s in kept}, fit=self.fit,
-                           generator=self.generator, list_depth=self.list_depth)
+        return FusionModel(
+            kept,
+            [float(weights[f]) for f in feature_names(kept)],
+            depth=self.depth,
+            retrievers={s: v for s, v in self.retrievers.items() if s in kept},
+            fit=self.fit,
+            generator=self.generator,
+            list_depth=self.list_depth,
+        )
 
     @property
     def features(self) -> List[str]:
         return feature_names(self.sources)
 
-    def rank(self, text: str, lists: Mapping[str, Sequence[Candidate]], kb: Any, top_k: int,
-             priors: Optional[Dict[str, float]] = None) -> List[Candidate]:
+    def rank(
+        self,
+        text: str,
+        lists: Mapping[str, Sequence[Candidate]],
+        kb: Any,
+        top_k: int,
+        priors: Optional[Dict[str, float]] = None,
+    ) -> List[Candidate]:
         """The fused ranking of one mention: up to ``top_k`` candidates (a name, the fused concept first
         among its IDs), scores the concepts' softmax probabilities over the union."""
         ids, names, x = fusion_features(text, lists, self.sources, self.depth, kb, priors)
@@ -248,7 +285,9 @@ class FusionModel:
             if len(out) >= top_k:
                 break
             name = names[i]
-            if any(name == c.name for c in out):  # a shared name already ranked: this concept under another of its names
+            if any(
+                name == c.name for c in out
+            ):  # a shared name already ranked: this concept under another of its names
                 name = next((n for n in kb.names_of(ids[i]) if all(n != c.name for c in out)), "")
                 if not name:
                     continue
@@ -260,10 +299,17 @@ class FusionModel:
 
     # -- files -------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
-        return {"version": FORMAT_VERSION, "sources": self.sources, "depth": self.depth, "retrievers": self.retrievers,
-                "weights": dict(zip(self.features, (round(float(w), 8) for w in self.weights))), "fit": self.fit,
-                "generator": self.generator, "cascade": self.cascade,
-                **({"list_depth": self.list_depth} if self.list_depth is not None else {})}
+        return {
+            "version": FORMAT_VERSION,
+            "sources": self.sources,
+            "depth": self.depth,
+            "retrievers": self.retrievers,
+            "weights": dict(zip(self.features, (round(float(w), 8) for w in self.weights))),
+            "fit": self.fit,
+            "generator": self.generator,
+            "cascade": self.cascade,
+            **({"list_depth": self.list_depth} if self.list_depth is not None else {}),
+        }
 
     def save(self, path: PathLike) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -293,10 +339,14 @@ class FusionModel:
 
     def _resolved(self, folder: Path) -> "FusionModel":
         """Relative model paths that name a directory beside the fusion file, made absolute."""
-        retrievers = {source: {**settings, "model": str(folder / settings["model"])}
-                      if isinstance(settings.get("model"), str) and not Path(settings["model"]).is_absolute()
-                      and (folder / settings["model"]).is_dir() else settings
-                      for source, settings in self.retrievers.items()}
+        retrievers = {
+            source: {**settings, "model": str(folder / settings["model"])}
+            if isinstance(settings.get("model"), str)
+            and not Path(settings["model"]).is_absolute()
+            and (folder / settings["model"]).is_dir()
+            else settings
+            for source, settings in self.retrievers.items()
+        }
         return dataclasses.replace(self, retrievers=retrievers)
 
     @classmethod
@@ -308,9 +358,13 @@ class FusionModel:
         sources, weights = data.get("sources"), data.get("weights")
         if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
             raise FusionFormatError(f"{where}: 'sources' must be a list of source names")
-        if not isinstance(weights, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in weights.values()):
+        if not isinstance(weights, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in weights.values()
+        ):
             raise FusionFormatError(f"{where}: 'weights' must map feature names to numbers")
-        nested = [(data, 0)]  # a nesting JSON allows but no fusion file needs would overflow the stack where it is written out
+        nested = [
+            (data, 0)
+        ]  # a nesting JSON allows but no fusion file needs would overflow the stack where it is written out
         while nested:
             value, level = nested.pop()
             if level > _MAX_NESTING:
@@ -322,14 +376,23 @@ class FusionModel:
         expected = feature_names(sources)
         if sorted(weights) != sorted(expected):
             missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-            raise FusionFormatError(f"{where}: weights do not match the sources' features (missing {missing}, unknown {extra})")
+            raise FusionFormatError(
+                f"{where}: weights do not match the sources' features (missing {missing}, unknown {extra})"
+            )
         retrievers = data.get("retrievers", {})
         if not isinstance(retrievers, dict) or not all(isinstance(v, dict) for v in retrievers.values()):
             raise FusionFormatError(f"{where}: 'retrievers' must map retriever names to settings objects")
         try:
-            return cls(sources, [float(weights[f]) for f in expected], depth=data.get("depth", 5),
-                       retrievers=retrievers, fit=data.get("fit", {}), generator=data.get("generator", "beam"),
-                       cascade=data.get("cascade", {}), list_depth=data.get("list_depth"))
+            return cls(
+                sources,
+                [float(weights[f]) for f in expected],
+                depth=data.get("depth", 5),
+                retrievers=retrievers,
+                fit=data.get("fit", {}),
+                generator=data.get("generator", "beam"),
+                cascade=data.get("cascade", {}),
+                list_depth=data.get("list_depth"),
+            )
         except (TypeError, ValueError, OverflowError) as err:
             raise FusionFormatError(f"{where}: {err}") from None
 
@@ -338,6 +401,7 @@ class FusionModel:
         """Read a fusion file (or a shipped one, ``genbioel:<name>``: :func:`resolve_fusion_path`); a missing, unreadable or malformed one (a folder, NaN or Infinity, which
         JSON does not allow, numbers beyond float range, nesting too deep) raises
         :class:`FusionFormatError` naming it."""
+
         def refuse(text: str) -> float:
             raise ValueError(f"{text} is not a finite number")
 
@@ -374,13 +438,17 @@ class FusionReranker:
         self.retrievers = dict(retrievers)
         self._priors: Dict[str, float] = {}
 
-    def rerank(self, mentions: Sequence[Mention], generated: Sequence[Sequence[Candidate]], top_k: int) -> List[List[Candidate]]:
+    def rerank(
+        self, mentions: Sequence[Mention], generated: Sequence[Sequence[Candidate]], top_k: int
+    ) -> List[List[Candidate]]:
         """Fused candidates per mention; a mention the generator left empty (nothing to link) stays empty."""
         todo = [i for i, cands in enumerate(generated) if cands]
         retrieved: Dict[str, List[List[Candidate]]] = {}
         if todo:
             for source in self.model.retriever_sources:
-                retrieved[source] = self.retrievers[source].link([mentions[i] for i in todo], self.model.retrieval_depth)
+                retrieved[source] = self.retrievers[source].link(
+                    [mentions[i] for i in todo], self.model.retrieval_depth
+                )
         out: List[List[Candidate]] = [[] for _ in mentions]
         for pos, i in enumerate(todo):
             lists = {GENERATOR: generated[i], **{s: retrieved[s][pos] for s in retrieved}}

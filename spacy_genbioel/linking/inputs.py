@@ -15,6 +15,7 @@ link at all (not only control characters, whitespace or emoji).
 package's: whitespace collapsed, ``context_words`` each side) or one of the
 released styles of :mod:`~spacy_genbioel.linking.released_style`, which write
 exactly what the published GenBioEL and ANGEL models were trained on."""
+
 from __future__ import annotations
 
 import logging
@@ -25,7 +26,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from spacy_genbioel.linking.released_style import (
-    RELEASED_MAX_WORDS, RELEASED_STYLES, MentionRules, document_words, released_mention, released_parts,
+    RELEASED_MAX_WORDS,
+    RELEASED_STYLES,
+    MentionRules,
+    document_words,
+    released_mention,
+    released_parts,
 )
 from spacy_genbioel.models import MARKERS
 from spacy_genbioel.ty import Mention
@@ -90,8 +96,10 @@ class InputBuilder:
         if self.style not in INPUT_STYLES:
             raise ValueError(f"style must be one of {INPUT_STYLES} (got {self.style!r})")
         if self.released is not None and self.input_mode != "mention":
-            raise ValueError(f"style {self.style!r} writes one input per mention (input_mode 'mention'), "
-                             f"as the published models read them (got input_mode {self.input_mode!r})")
+            raise ValueError(
+                f"style {self.style!r} writes one input per mention (input_mode 'mention'), "
+                f"as the published models read them (got input_mode {self.input_mode!r})"
+            )
 
     @property
     def released(self) -> Optional[MentionRules]:
@@ -114,7 +122,6 @@ class InputBuilder:
         """Unicode NFC, whitespace collapsed (and lowercased when ``lowercase``), as the model reads text."""
         text = _SPACES.sub(" ", unicodedata.normalize("NFC", text)).strip()  # NFC: as the KB's names (kb.normalizers)
         return text.lower() if self.lowercase else text
-
 
     def mention_text(self, mention: Mention) -> str:
         """The mention as the model reads it between the markers and in the prompt."""
@@ -179,7 +186,9 @@ class SourceEncoder:
         full = tokenizer("x")["input_ids"]
         at = next((i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare), None)
         if at is None:
-            raise ValueError(f"Cannot tell the special tokens of {type(tokenizer).__name__}: {full} does not contain {bare}")
+            raise ValueError(
+                f"Cannot tell the special tokens of {type(tokenizer).__name__}: {full} does not contain {bare}"
+            )
         self.prefix, self.suffix = full[:at], full[at + len(bare) :]
         self._documents = None
 
@@ -250,15 +259,22 @@ class SourceEncoder:
             )
         return (text[:room], True) if len(text) > room else (text, False)
 
-    def _trimmed(self, parts: Sequence[Tuple[str, str, str, str, str]], max_tokens: int, prefix: str = "") -> List[List[int]]:
+    def _trimmed(
+        self, parts: Sequence[Tuple[str, str, str, str, str]], max_tokens: int, prefix: str = ""
+    ) -> List[List[int]]:
         cap = self.MAX_CHARS_PER_TOKEN * max_tokens
         texts: List[str] = []
         for left, start, text, end, right in parts:
             left = left[-cap:]
             # the pieces as source() joins them (single spaces, none before the first),
             # the text's prefix (a released style's leading space) before the first
-            texts += [prefix + left if left else "", (" " if left else prefix) + start, " " + text[:cap], " " + end,
-                      " " + right[:cap] if right else ""]
+            texts += [
+                prefix + left if left else "",
+                (" " if left else prefix) + start,
+                " " + text[:cap],
+                " " + end,
+                " " + right[:cap] if right else "",
+            ]
         pieces = self.pieces(texts)
         budget = max_tokens - len(self.prefix) - len(self.suffix)
         out: List[List[int]] = []
@@ -270,8 +286,10 @@ class SourceEncoder:
             rest = budget - len(start) - len(end) - len(text)
             left_quota, right_quota = rest // 2, rest - rest // 2
             # the part of one side's half the other side cannot use goes to it
-            left_quota, right_quota = (left_quota + max(0, right_quota - len(right)),
-                                       right_quota + max(0, left_quota - len(left)))
+            left_quota, right_quota = (
+                left_quota + max(0, right_quota - len(right)),
+                right_quota + max(0, left_quota - len(left)),
+            )
             kept_left = left[len(left) - min(left_quota, len(left)) :]
             kept_right = right[:right_quota]
             if len(kept_left) < len(left) or len(kept_right) < len(right):
@@ -281,7 +299,9 @@ class SourceEncoder:
         if shortened:
             logger.warning(
                 "%d mention(s) longer than max_source_tokens (%d) shortened to their first tokens (%d so far)",
-                shortened, max_tokens, self.stats["mention_shortened"],
+                shortened,
+                max_tokens,
+                self.stats["mention_shortened"],
             )
         logger.debug("%d encoder input(s) over %d tokens trimmed around their mention", len(parts), max_tokens)
         return out
@@ -296,8 +316,14 @@ class PromptTokenizer:
     prompt tokenized after a space (``" mention is"``), so that without a prompt the
     trie is rooted at the start token, as GenBioEL rooted it."""
 
-    def __init__(self, tokenizer, decoder_start_token_id: int, eos_token_id: int, max_prompt_tokens: int = 48,
-                 inputs: Optional[InputBuilder] = None) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        decoder_start_token_id: int,
+        eos_token_id: int,
+        max_prompt_tokens: int = 48,
+        inputs: Optional[InputBuilder] = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.decoder_start_token_id = decoder_start_token_id
         self.eos_token_id = eos_token_id
@@ -320,7 +346,9 @@ class PromptTokenizer:
         texts = list(texts)
         # no decoder prompt: empty texts, the prompt is the start tokens alone
         if any(texts):
-            encoded = self.tokenizer([self.text_prefix + t if t else t for t in texts], add_special_tokens=False)["input_ids"]
+            encoded = self.tokenizer([self.text_prefix + t if t else t for t in texts], add_special_tokens=False)[
+                "input_ids"
+            ]
         else:
             encoded = [[] for _ in texts]
         room = self.max_prompt_tokens - len(self.prefix)

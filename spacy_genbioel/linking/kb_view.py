@@ -10,6 +10,7 @@ per distinct name: the cost scispacy pays up front, paid here only by those who
 ask). It uses the KB's public API alone (iteration, ``[]``, ``in``, ``len``,
 ``preferred_name`` and the :class:`~spacy_genbioel.kb.base.Concept` fields).
 """
+
 from __future__ import annotations
 
 from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Set
@@ -30,11 +31,16 @@ class Entity(NamedTuple):
 
     def __repr__(self) -> str:  # scispacy's layout, so printed entities read the same
         n = len(self.aliases)
-        aliases = (f"Aliases (abbreviated, total: {n}): \n\t {', '.join(self.aliases[:10])}" if n > 10
-                   else f"Aliases: (total: {n}): \n\t {', '.join(self.aliases)}")
-        return (f"CUI: {self.concept_id}, Name: {self.canonical_name}\n"
-                f"Definition: {self.definition}\n"
-                f"TUI(s): {', '.join(self.types)}\n" + aliases)
+        aliases = (
+            f"Aliases (abbreviated, total: {n}): \n\t {', '.join(self.aliases[:10])}"
+            if n > 10
+            else f"Aliases: (total: {n}): \n\t {', '.join(self.aliases)}"
+        )
+        return (
+            f"CUI: {self.concept_id}, Name: {self.canonical_name}\n"
+            f"Definition: {self.definition}\n"
+            f"TUI(s): {', '.join(self.types)}\n" + aliases
+        )
 
 
 class EntityView(Mapping[str, Entity]):
@@ -46,8 +52,9 @@ class EntityView(Mapping[str, Entity]):
     def __getitem__(self, concept_id: str) -> Entity:
         concept = self._kb[concept_id]  # KeyError for an unknown ID, as a dict
         canonical = self._kb.preferred_name(concept_id)
-        return Entity(concept.id, canonical, [n for n in concept.names if n != canonical], list(concept.types),
-                      concept.definition)
+        return Entity(
+            concept.id, canonical, [n for n in concept.names if n != canonical], list(concept.types), concept.definition
+        )
 
     def __contains__(self, concept_id: object) -> bool:
         return concept_id in self._kb

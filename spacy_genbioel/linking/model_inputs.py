@@ -1,6 +1,7 @@
 """Which inputs a model is fed: the style a model imported from a released checkpoint records
 (``import-checkpoint`` writes ``config.genbioel_inputs``), applied unless the component is told
 otherwise, and a warning where model and inputs do not match."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,13 @@ def recorded_inputs(name: str, model: Any, settings: LinkerSettings) -> LinkerSe
     tokens = recorded_max_source_tokens(model)
     if tokens and decoding.max_source_tokens == DecodingSettings().max_source_tokens:
         decoding = dataclasses.replace(decoding, max_source_tokens=tokens)
-    logger.info("The '%s' component feeds its model the inputs.style it records, %s (decoding.max_source_tokens %d; "
-                "recorded_inputs = false or another inputs.style overrides it)", name, style, decoding.max_source_tokens)
+    logger.info(
+        "The '%s' component feeds its model the inputs.style it records, %s (decoding.max_source_tokens %d; "
+        "recorded_inputs = false or another inputs.style overrides it)",
+        name,
+        style,
+        decoding.max_source_tokens,
+    )
     return settings.replace(inputs=inputs, decoding=decoding)
 
 
@@ -42,6 +48,15 @@ def warn_on_input_style(name: str, model: Any, inputs: InputBuilder) -> None:
     by ``import-checkpoint``) is fed this package's inputs, or a model trained here the released ones."""
     trained_on = getattr(getattr(model, "config", None), "genbioel_inputs", None)
     if (trained_on is not None) != (inputs.released is not None):
-        expected = "GenBioEL's own (inputs.style genbioel-released-<corpus>.v1)" if trained_on else "this package's (genbioel.v1)"
-        logger.warning("The '%s' model was trained on %s inputs, but the component writes inputs.style %r: its links "
-                       "will be worse than they should (docs/published.md)", name, expected, inputs.style)
+        expected = (
+            "GenBioEL's own (inputs.style genbioel-released-<corpus>.v1)"
+            if trained_on
+            else "this package's (genbioel.v1)"
+        )
+        logger.warning(
+            "The '%s' model was trained on %s inputs, but the component writes inputs.style %r: its links "
+            "will be worse than they should (docs/published.md)",
+            name,
+            expected,
+            inputs.style,
+        )

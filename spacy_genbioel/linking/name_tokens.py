@@ -12,6 +12,7 @@ tokenizers of those kinds, and each chunk is compared with plain tokenization
 on a sample of its names; any difference (or any other tokenizer) tokenizes
 the names one by one, as before. Either way the result is the same ids.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -102,7 +103,9 @@ def _by_words(tokenizer, names: Sequence[str]) -> Optional[Tuple[np.ndarray, np.
     direct = _encode(tokenizer, [" " + names[int(i)] for i in sample])
     for i, ids in zip(sample.tolist(), direct):
         if tokens[starts[i] : starts[i] + lengths[i]].tolist() != ids:
-            logger.info("word-by-word tokenization differs from the tokenizer on %r; tokenizing names one by one", names[i])
+            logger.info(
+                "word-by-word tokenization differs from the tokenizer on %r; tokenizing names one by one", names[i]
+            )
             return None
     return tokens, lengths
 
@@ -112,8 +115,15 @@ def _chunks(names: Sequence[str], size: int) -> Iterator[Tuple[int, List[str]]]:
         yield begin, list(names[begin : begin + size])
 
 
-def tokenize_names(names: Sequence[str], tokenizer, *, eos_token_id: int, max_name_tokens: int, chunk_size: int = 20_000,
-                   on_chunk: Optional[Callable[[int], None]] = None) -> NameTokens:
+def tokenize_names(
+    names: Sequence[str],
+    tokenizer,
+    *,
+    eos_token_id: int,
+    max_name_tokens: int,
+    chunk_size: int = 20_000,
+    on_chunk: Optional[Callable[[int], None]] = None,
+) -> NameTokens:
     """Ids of ``" " + name`` + EOS for every name (see :class:`NameTokens`): words once each
     where the tokenizer allows it (chunks of 25 times ``chunk_size`` names), else name by name
     in chunks of ``chunk_size``. Names with no token or over ``max_name_tokens`` are left out."""
@@ -124,8 +134,14 @@ def tokenize_names(names: Sequence[str], tokenizer, *, eos_token_id: int, max_na
     skipped = 0
     for begin, chunk in _chunks(names, chunk_size * 25 if by_words else chunk_size):
         found = _by_words(tokenizer, chunk) if by_words else None
-        parts = [found] if found is not None else [_flat(_encode(tokenizer, [" " + name for name in chunk[i : i + chunk_size]]))
-                                                   for i in range(0, len(chunk), chunk_size)]
+        parts = (
+            [found]
+            if found is not None
+            else [
+                _flat(_encode(tokenizer, [" " + name for name in chunk[i : i + chunk_size]]))
+                for i in range(0, len(chunk), chunk_size)
+            ]
+        )
         by_words = found is not None
         flat = np.concatenate([f for f, _ in parts])
         lengths = np.concatenate([n for _, n in parts])
@@ -140,5 +156,9 @@ def tokenize_names(names: Sequence[str], tokenizer, *, eos_token_id: int, max_na
         if on_chunk is not None:
             on_chunk(len(chunk))
     empty = np.zeros(0, dtype=np.int64)
-    return NameTokens(np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.int32),
-                      np.concatenate(lens) if lens else empty, np.concatenate(kept) if kept else empty, skipped)
+    return NameTokens(
+        np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.int32),
+        np.concatenate(lens) if lens else empty,
+        np.concatenate(kept) if kept else empty,
+        skipped,
+    )

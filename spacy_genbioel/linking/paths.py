@@ -10,6 +10,7 @@ pipeline travels whole). spaCy gives a factory no flag for that; the sign is
 the pipeline's meta, which ``spacy.load`` sets from ``meta.json`` before it
 builds the components, while ``spacy.blank`` leaves it empty.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,8 +39,10 @@ def check_resource_paths(nlp: Any, name: str, resources: Any) -> None:
     for key in RESOURCE_PATHS:
         value = getattr(resources, key)
         if value and not Path(value).exists():
-            raise ModelFileNotFoundError(f"The '{name}' component's {key} {str(value)!r} does not exist "
-                                         f"(config '{key}', relative to {Path.cwd()})")
+            raise ModelFileNotFoundError(
+                f"The '{name}' component's {key} {str(value)!r} does not exist "
+                f"(config '{key}', relative to {Path.cwd()})"
+            )
 
 
 def read_component_cfg(path: Path) -> Dict[str, Any]:

@@ -17,6 +17,7 @@ share one batch. The log-probabilities equal those of the grouped search to
 float rounding (about 4e-6 on a tiny BART; tests check 1e-4 on scores).
 Other decoders (a BERT decoder, say) keep one group per length.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -36,8 +37,11 @@ def shiftable(model: Any) -> bool:
     except (AttributeError, NotImplementedError):
         return False
     positions = getattr(decoder, "embed_positions", None)
-    return (type(positions).__name__ in _SHIFTABLE and hasattr(positions, "offset")
-            and getattr(decoder, "embed_tokens", None) is not None)
+    return (
+        type(positions).__name__ in _SHIFTABLE
+        and hasattr(positions, "offset")
+        and getattr(decoder, "embed_tokens", None) is not None
+    )
 
 
 def prompt_batches(groups: Mapping[int, List[int]], mixed: bool) -> List[List[int]]:
@@ -50,8 +54,9 @@ def prompt_batches(groups: Mapping[int, List[int]], mixed: bool) -> List[List[in
     return [merged] if merged else []
 
 
-def padded_prompts(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device
-                   ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+def padded_prompts(
+    prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Prompts left-padded to the longest: ``(ids, pads)``; ``pads``: each row's padding, None when
     every prompt has one length (the batch needs no shifting)."""
     width = max(len(p) for p in prompts)
@@ -62,7 +67,9 @@ def padded_prompts(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.
     return ids, torch.tensor(pads, dtype=torch.long, device=device)
 
 
-def decoder_inputs(model: Any, tokens: torch.Tensor, pads: Optional[torch.Tensor], past: int) -> Dict[str, torch.Tensor]:
+def decoder_inputs(
+    model: Any, tokens: torch.Tensor, pads: Optional[torch.Tensor], past: int
+) -> Dict[str, torch.Tensor]:
     """Keyword arguments of a decoder pass over ``tokens`` (rows x new tokens) after ``past`` cached
     positions, row ``r`` left-padded by ``pads[r]`` (None: no row is): the ids as they are, or
     embeddings whose positions are each row's own, with an attention mask over the padding."""

@@ -6,6 +6,7 @@ KV cache of Hugging Face stays on). The benchmark runs it side by side with
 :class:`~spacy_genbioel.linking.decoder.GenerativeLinker`, and tests use it to prove
 that the batched decoder returns the same names.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence

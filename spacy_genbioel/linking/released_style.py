@@ -36,6 +36,7 @@ How the mention is written differs per corpus:
   by its long form; the caller does that too); composite annotations were split
   by their 7th PubTator column before (:func:`split_bc5cdr_composite`).
 """
+
 from __future__ import annotations
 
 import html
@@ -47,9 +48,22 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
-    "RELEASED_STYLES", "RELEASED_MAX_WORDS", "RELEASED_MAX_SOURCE_TOKENS", "BIOSYN_NCBI_SPELLING", "MentionRules",
-    "released_mention", "biosyn_clean", "expand_short_forms", "split_composite", "split_bc5cdr_composite", "cut_context",
-    "document_words", "released_parts", "recorded_input_style", "recorded_max_source_tokens", "style_named_in",
+    "RELEASED_STYLES",
+    "RELEASED_MAX_WORDS",
+    "RELEASED_MAX_SOURCE_TOKENS",
+    "BIOSYN_NCBI_SPELLING",
+    "MentionRules",
+    "released_mention",
+    "biosyn_clean",
+    "expand_short_forms",
+    "split_composite",
+    "split_bc5cdr_composite",
+    "cut_context",
+    "document_words",
+    "released_parts",
+    "recorded_input_style",
+    "recorded_max_source_tokens",
+    "style_named_in",
 ]
 
 #: GenBioEL's ``create_input(max_length=384)``: words of a document kept around a mention
@@ -65,7 +79,9 @@ RECORD_KEY = "genbioel_inputs"
 #: Korea University), the spelling corrections its NCBI-disease queries went through,
 #: applied to whole lower-cased words (``"tumour,"`` is left alone). Data, needed to
 #: write the inputs as the published NCBI models read them.
-BIOSYN_NCBI_SPELLING: Dict[str, str] = dict(pair.split("||") for pair in """
+BIOSYN_NCBI_SPELLING: Dict[str, str] = dict(
+    pair.split("||")
+    for pair in """
 hepatosplenomegally||hepatosplenomegaly hemmorhage||haemorrhage fist||first bactermia||bacteremia
 conolidation||consolidation three||triple pneumococcl||pneumococcal collectionan||collection
 cirrohsis||cirrhosis adomen||abdomen delerium||delirium atrialfibrillation||atrial_fibrillation
@@ -75,7 +91,8 @@ hernation||herniation edamatous||edematous smallbowel||small_bowel hyperpigement
 dispress||distress arrrest||arrest forhead||forehead le||leg leukaemia||leukemia abcess||abscess
 cerebeller||cerebellar sytem||system hemorrhage||haemorrhage parasthesias||paresthesias tumour||tumor
 tumours||tumors
-""".split())
+""".split()
+)
 # two corrections hold a space; "_" stands for it above (the list is split on whitespace)
 BIOSYN_NCBI_SPELLING = {typo: fix.replace("_", " ") for typo, fix in BIOSYN_NCBI_SPELLING.items()}
 
@@ -141,9 +158,9 @@ def expand_short_forms(text: str, long_forms: Mapping[str, str], max_rounds: int
 # 79 ovarian cancer" -> "breast ovarian cancer", which only a word pattern with digits gives)
 _WORD = "[a-zA-Z0-9-]+"
 _PREFIX_OF = re.compile(
-    rf"(?P<head>{_WORD}) of (both )?(the )?(?P<first>({_WORD} )+)(and|or) (the )?(?P<second>({_WORD} ?)+)")
-_NESTED_AND = re.compile(
-    rf"(?P<heads>({_WORD},? )+)(and|or|and/or) (?P<last>{_WORD} and {_WORD}) (?P<stem>.*)")
+    rf"(?P<head>{_WORD}) of (both )?(the )?(?P<first>({_WORD} )+)(and|or) (the )?(?P<second>({_WORD} ?)+)"
+)
+_NESTED_AND = re.compile(rf"(?P<heads>({_WORD},? )+)(and|or|and/or) (?P<last>{_WORD} and {_WORD}) (?P<stem>.*)")
 _LISTED = re.compile(rf"(?P<heads>({_WORD},? )+)(and|or|and/or) (?P<last>(the )?{_WORD}) (?P<stem>.*)")
 _SLASHED = re.compile(r"(?P<before>(.* )*)(?P<first>.*)/(?P<second>.*)?(?P<after>( .*)*)")
 
@@ -187,7 +204,9 @@ def _composite_parts(text: str, n_ids: int) -> List[str]:
     return words if len(words) == n_ids else [text]
 
 
-def split_bc5cdr_composite(start: int, text: str, ids: Sequence[str], parts: Sequence[str]) -> List[Tuple[int, int, str, str]]:
+def split_bc5cdr_composite(
+    start: int, text: str, ids: Sequence[str], parts: Sequence[str]
+) -> List[Tuple[int, int, str, str]]:
     """GenBioEL's reading of a BC5CDR composite annotation (several IDs, their texts in
     the 7th column): ``(start, end, text, id)`` per part, each part placed after the
     previous one and a space (parts joined by spaces make the mention), " and " or
@@ -253,7 +272,7 @@ def style_named_in(name: str) -> Optional[str]:
     """The released style whose corpus (``ncbi``, ``bc5cdr``) is a word of ``name`` (a
     checkpoint folder's name: ``ANGEL_ncbi``), when exactly one is; else None."""
     words = set(re.split(r"[^a-z0-9]+", name.lower()))
-    found = [style for style in RELEASED_STYLES if style[len("genbioel-released-"):].split(".")[0] in words]
+    found = [style for style in RELEASED_STYLES if style[len("genbioel-released-") :].split(".")[0] in words]
     return found[0] if len(found) == 1 else None
 
 
@@ -286,4 +305,8 @@ def recorded_max_source_tokens(model_or_config: Any) -> Optional[int]:
     if recorded_input_style(model_or_config) is None:
         return None
     positions = _config_value(model_or_config, "max_position_embeddings")
-    return min(RELEASED_MAX_SOURCE_TOKENS, positions) if isinstance(positions, int) and positions > 0 else RELEASED_MAX_SOURCE_TOKENS
+    return (
+        min(RELEASED_MAX_SOURCE_TOKENS, positions)
+        if isinstance(positions, int) and positions > 0
+        else RELEASED_MAX_SOURCE_TOKENS
+    )

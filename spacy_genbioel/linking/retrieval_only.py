@@ -18,6 +18,7 @@ once. Outputs are the component's usual ones: ``kb_id``, ``kb_candidates``,
 ``kb_ents``, scores that are the fusion's probabilities (``output.threshold``
 abstains below one), and ``span._.link_path`` ``early`` or ``retrieval``.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -30,8 +31,14 @@ from spacy_genbioel.linking.settings import RerankerSettings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_RETRIEVAL_FUSION", "RetrievalOnly", "build_indexes", "default_retrieval_fusion", "missing_retrievers",
-           "retrieval_reranker"]
+__all__ = [
+    "DEFAULT_RETRIEVAL_FUSION",
+    "RetrievalOnly",
+    "build_indexes",
+    "default_retrieval_fusion",
+    "missing_retrievers",
+    "retrieval_reranker",
+]
 
 #: the retrieval-only fusion a component without a model links with (``fit-retrieval``'s output), fitted on
 #: NCBI-disease, BC5CDR and AskAPatient training splits; ``genbioel:retrieval_phrases``, fitted on
@@ -53,8 +60,11 @@ def missing_retrievers(model: FusionModel, installed: Callable[[str], bool] = No
     """The retriever sources of ``model`` whose default encoder is not installed (MiniLM without
     the ``minilm`` extra); a source given a model directory of its own is never missing."""
     installed = installed or (lambda module: importlib.util.find_spec(module) is not None)
-    return [s for s in model.retriever_sources
-            if s in _OPTIONAL and not model.retrievers.get(s, {}).get("model") and not installed(_OPTIONAL[s][0])]
+    return [
+        s
+        for s in model.retriever_sources
+        if s in _OPTIONAL and not model.retrievers.get(s, {}).get("model") and not installed(_OPTIONAL[s][0])
+    ]
 
 
 def _at_hand(model: FusionModel, missing: Sequence[str]) -> FusionModel:
@@ -63,21 +73,30 @@ def _at_hand(model: FusionModel, missing: Sequence[str]) -> FusionModel:
     early = model.cascade.get("early") if isinstance(model.cascade, dict) else None
     if not isinstance(early, dict) or not set(missing) <= set(early.get("defer") or ()):
         extras = ", ".join(sorted({_OPTIONAL[s][1] for s in missing}))
-        raise CascadeError(f"the fusion reads {', '.join(missing)}, which is not installed "
-                           f"(pip install 'spacy_genbioel[{extras}]'), and has no fusion without it")
+        raise CascadeError(
+            f"the fusion reads {', '.join(missing)}, which is not installed "
+            f"(pip install 'spacy_genbioel[{extras}]'), and has no fusion without it"
+        )
     deferred = list(early["defer"])
     return model.without(deferred, early["weights"])
 
 
-def retrieval_reranker(model: FusionModel, kb: Any, retriever_factory: Callable[[str, Optional[str]], Any],
-                       settings: RerankerSettings, name: str = "genbioel",
-                       installed: Callable[[str], bool] = None) -> CascadeReranker:
+def retrieval_reranker(
+    model: FusionModel,
+    kb: Any,
+    retriever_factory: Callable[[str, Optional[str]], Any],
+    settings: RerankerSettings,
+    name: str = "genbioel",
+    installed: Callable[[str], bool] = None,
+) -> CascadeReranker:
     """The retrieval-only linking stage over ``kb``: ``model``'s retrievers (built by
     ``retriever_factory(source, model_dir)``) fused by it, the deferred ones only where the early
     step is unsure; the retrievers that are not installed are left out, saying so once."""
     if not model.retrieval_only:
-        raise CascadeError(f"the '{name}' component has no model, and its fusion was fitted with a generator "
-                           f"({model.generator} lists): give it a model, or a retrieval-only fusion (fit-retrieval)")
+        raise CascadeError(
+            f"the '{name}' component has no model, and its fusion was fitted with a generator "
+            f"({model.generator} lists): give it a model, or a retrieval-only fusion (fit-retrieval)"
+        )
     missing = missing_retrievers(model, installed)
     if missing:
         model = _at_hand(model, missing)
@@ -85,10 +104,16 @@ def retrieval_reranker(model: FusionModel, kb: Any, retriever_factory: Callable[
         if key not in _told:
             _told.add(key)
             extras = ", ".join(sorted({_OPTIONAL[s][1] for s in missing}))
-            logger.warning("The '%s' component links with %s: %s is not installed (pip install 'spacy_genbioel[%s]' "
-                           "adds it)", name, ", ".join(["exact match", *model.retriever_sources]), ", ".join(missing), extras)
-    retrievers: Mapping[str, Any] = {s: retriever_factory(s, model.retrievers.get(s, {}).get("model"))
-                                     for s in model.retriever_sources}
+            logger.warning(
+                "The '%s' component links with %s: %s is not installed (pip install 'spacy_genbioel[%s]' adds it)",
+                name,
+                ", ".join(["exact match", *model.retriever_sources]),
+                ", ".join(missing),
+                extras,
+            )
+    retrievers: Mapping[str, Any] = {
+        s: retriever_factory(s, model.retrievers.get(s, {}).get("model")) for s in model.retriever_sources
+    }
     return CascadeReranker(model, kb, retrievers, None, settings)
 
 

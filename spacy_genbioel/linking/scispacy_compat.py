@@ -28,6 +28,7 @@ not how similar mention and name are: calibrate a threshold on dev either way.
 of the component's config (``threshold = 0.7``) with where they live here, and
 :func:`warn_on_scispacy_habits` warns about a threshold no score can reach.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,22 +39,28 @@ from spacy_genbioel.ty import Candidate
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SCISPACY_SETTINGS", "scispacy_setting_hint", "written_candidates", "as_probabilities",
-           "keep_defined", "warn_on_scispacy_habits"]
+__all__ = [
+    "SCISPACY_SETTINGS",
+    "scispacy_setting_hint",
+    "written_candidates",
+    "as_probabilities",
+    "keep_defined",
+    "warn_on_scispacy_habits",
+]
 
 #: scispacy ``EntityLinker`` arguments (not settings here) -> where their meaning lives in this component
 SCISPACY_SETTINGS: Dict[str, str] = {
     "threshold": "the [output] block: config={'output': {'threshold': T}}. No kb_id below it, but the score is the "
-                 "linker's mean log-probability (<= 0) unless [output] probability = true: calibrate T on dev "
-                 "(evaluate --calibration; docs/scispacy.md)",
+    "linker's mean log-probability (<= 0) unless [output] probability = true: calibrate T on dev "
+    "(evaluate --calibration; docs/scispacy.md)",
     "max_entities_per_mention": "the [decoding] block, as top_k: config={'decoding': {'top_k': N}}",
     "k": "the [decoding] block, as num_beams (with a retriever, [candidates] num_candidates): "
-         "config={'decoding': {'num_beams': K}}",
+    "config={'decoding': {'num_beams': K}}",
     "filter_for_definitions": "the [output] block: config={'output': {'filter_for_definitions': True}}",
     "no_definition_threshold": "the [output] block: config={'output': {'filter_for_definitions': True, "
-                               "'no_definition_threshold': T}}",
+    "'no_definition_threshold': T}}",
     "linker_name": "nothing to download here: give 'model' (a trained model directory) and 'kb' (its KB file); "
-                   "docs/training.md trains one",
+    "docs/training.md trains one",
 }
 
 
@@ -87,7 +94,9 @@ def keep_defined(candidates: Sequence[Candidate], kb: Any, keeps_undefined: Call
     return kept
 
 
-def written_candidates(results: Sequence[Sequence[Candidate]], output: Any, kb: Any, fused: bool) -> List[List[Candidate]]:
+def written_candidates(
+    results: Sequence[Sequence[Candidate]], output: Any, kb: Any, fused: bool
+) -> List[List[Candidate]]:
     """The candidates per mention as the component writes them, after the ``[output]`` settings:
     ``probability`` (a fused list already holds probabilities; another one gets a softmax), then
     ``filter_for_definitions`` over ``kb``, comparing ``no_definition_threshold`` with that score."""
@@ -107,6 +116,10 @@ def warn_on_scispacy_habits(name: str, settings: Any) -> None:
     threshold = settings.output.threshold
     if threshold is None or threshold <= 0 or settings.output.probability or settings.reranker.fusion:
         return
-    logger.warning("The '%s' component's threshold %s is above every score it writes (mean log-probabilities, "
-                   "at most 0): no span will get an ID. Set [output] probability = true for scores in [0, 1], or "
-                   "calibrate the threshold (evaluate --calibration; docs/scispacy.md)", name, threshold)
+    logger.warning(
+        "The '%s' component's threshold %s is above every score it writes (mean log-probabilities, "
+        "at most 0): no span will get an ID. Set [output] probability = true for scores in [0, 1], or "
+        "calibrate the threshold (evaluate --calibration; docs/scispacy.md)",
+        name,
+        threshold,
+    )

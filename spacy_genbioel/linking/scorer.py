@@ -18,6 +18,7 @@ is read where the component writes it (``span._.<kb_id_attr>``, on
 component that writes ``kb_id``; another one's are ``nel_<kb_id_attr>_*``, so
 two linkers of a pipeline do not overwrite each other's scores.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,8 +28,17 @@ from spacy.scorer import PRFScore
 from spacy.training import Example
 from spacy.util import registry
 
-__all__ = ["SCORER", "SCORER_CONFIG", "ASSIGNS", "REQUIRES", "SCORE_WEIGHTS", "score_links", "make_linking_scorer",
-           "bind_scorer", "score_prefix"]
+__all__ = [
+    "SCORER",
+    "SCORER_CONFIG",
+    "ASSIGNS",
+    "REQUIRES",
+    "SCORE_WEIGHTS",
+    "score_links",
+    "make_linking_scorer",
+    "bind_scorer",
+    "score_prefix",
+]
 
 SCORER = "genbioel.linking_scorer.v1"
 #: the factory's default ``[scorer]`` block
@@ -45,8 +55,9 @@ def score_prefix(kb_id_attr: str) -> str:
     return "nel" if kb_id_attr == "kb_id" else f"nel_{kb_id_attr}"
 
 
-def score_links(examples: Iterable[Example], *, kb_id_attr: str = "kb_id", spans_key: Optional[str] = None,
-                **cfg: Any) -> Dict[str, Any]:
+def score_links(
+    examples: Iterable[Example], *, kb_id_attr: str = "kb_id", spans_key: Optional[str] = None, **cfg: Any
+) -> Dict[str, Any]:
     """P/R/F of the predicted IDs (``span._.<kb_id_attr>``) against gold ``kb_id``s, on the
     entities whose offsets match a gold one, micro, macro and per gold label (spaCy's rules)."""
     per_type: Dict[str, PRFScore] = {}
@@ -92,7 +103,9 @@ def make_linking_scorer() -> Callable[..., Dict[str, Any]]:
     return score_links
 
 
-def bind_scorer(scorer: Optional[Callable[..., Dict[str, Any]]], output: Any, spans_key: Optional[str]) -> Optional[Callable[..., Dict[str, Any]]]:
+def bind_scorer(
+    scorer: Optional[Callable[..., Dict[str, Any]]], output: Any, spans_key: Optional[str]
+) -> Optional[Callable[..., Dict[str, Any]]]:
     """``scorer`` told where this component writes its IDs (``Pipe.score`` calls it with the examples)."""
     if scorer is None:
         return None

@@ -28,6 +28,7 @@ factory's default config), the factory's signature (:func:`factory_signature`),
 pipelines saved by spacy_genbioel 0.1 and 0.2 (:data:`LEGACY_SETTINGS`) onto
 the blocks. Adding a setting is adding a field.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,9 +49,23 @@ from spacy_genbioel.linking.scispacy_compat import SCISPACY_SETTINGS, scispacy_s
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DecodingSettings", "CandidateSettings", "OutputSettings", "RerankerSettings", "ComponentResources",
-    "LinkerSettings", "BLOCKS", "DEFAULT_CONFIG", "SETTING_BLOCKS", "LEGACY_SETTINGS", "NO_RETRIEVER", "SCORE_DECIMALS",
-    "UnknownSettingError", "written_score", "nested_overrides", "load_overrides", "factory_signature",
+    "DecodingSettings",
+    "CandidateSettings",
+    "OutputSettings",
+    "RerankerSettings",
+    "ComponentResources",
+    "LinkerSettings",
+    "BLOCKS",
+    "DEFAULT_CONFIG",
+    "SETTING_BLOCKS",
+    "LEGACY_SETTINGS",
+    "NO_RETRIEVER",
+    "SCORE_DECIMALS",
+    "UnknownSettingError",
+    "written_score",
+    "nested_overrides",
+    "load_overrides",
+    "factory_signature",
 ]
 
 NO_RETRIEVER = NO_CANDIDATES
@@ -213,8 +228,11 @@ for _registered, _cls in BLOCKS.values():
 
 
 def _defaults(cls: type) -> Dict[str, Any]:
-    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            for f in dataclasses.fields(cls) if f.init}
+    return {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        for f in dataclasses.fields(cls)
+        if f.init
+    }
 
 
 DEFAULT_CONFIG: Dict[str, Any] = {
@@ -224,16 +242,17 @@ DEFAULT_CONFIG: Dict[str, Any] = {
 
 # block of each setting (None: top level); the one table overrides are checked against.
 # A top-level name wins over a block key of the same name ("model"); "block.key" reaches either.
-SETTING_BLOCKS: Dict[str, Optional[str]] = {
-    key: block for block, (_, cls) in BLOCKS.items() for key in _defaults(cls)
-}
+SETTING_BLOCKS: Dict[str, Optional[str]] = {key: block for block, (_, cls) in BLOCKS.items() for key in _defaults(cls)}
 SETTING_BLOCKS.update({key: None for key in _defaults(ComponentResources)})
 
 # flat settings of earlier versions: old name -> (block, new name). 0.1 wrote every setting at
 # the top level; 0.2 kept ``fusion`` there.
 LEGACY_SETTINGS: Dict[str, Tuple[str, str]] = {
     **{name: ("decoding", name) for name in ("batch_size", "num_beams", "top_k", "max_source_tokens", "exact_match")},
-    **{name: ("inputs", name) for name in ("context_words", "lowercase", "decoder_prompt", "start_marker", "end_marker")},
+    **{
+        name: ("inputs", name)
+        for name in ("context_words", "lowercase", "decoder_prompt", "start_marker", "end_marker")
+    },
     **{name: ("candidates", name) for name in ("num_candidates", "restrict_to_candidates", "shortcut_threshold")},
     "candidates_model": ("candidates", "model"),
     "fusion": ("reranker", "fusion"),
@@ -267,14 +286,21 @@ class LinkerSettings:
         unknown = set(config) - set(resources) - set(BLOCKS) - set(LEGACY_SETTINGS) - set(SCISPACY_SETTINGS)
         if unknown and SETTING_BLOCKS.get(min(unknown)):  # a block's setting given at the top level
             name, block = min(unknown), SETTING_BLOCKS[min(unknown)]
-            raise UnknownSettingError(f"{name!r} is a setting of the [{block}] block: config={{'{block}': {{'{name}': ...}}}}")
+            raise UnknownSettingError(
+                f"{name!r} is a setting of the [{block}] block: config={{'{block}': {{'{name}': ...}}}}"
+            )
         if unknown:
-            raise UnknownSettingError(f"Unknown genbioel setting {sorted(unknown)[0]!r}; known: "
-                                      f"{', '.join(sorted(SETTING_BLOCKS))}; block settings go in their block "
-                                      "([inputs], [decoding], [candidates], [output], [reranker])")
+            raise UnknownSettingError(
+                f"Unknown genbioel setting {sorted(unknown)[0]!r}; known: "
+                f"{', '.join(sorted(SETTING_BLOCKS))}; block settings go in their block "
+                "([inputs], [decoding], [candidates], [output], [reranker])"
+            )
         if legacy:
-            logger.info("Flat settings of an earlier spacy_genbioel pipeline (%s) mapped onto the config blocks "
-                        "(where a block keeps its default value)", ", ".join(sorted(legacy)))
+            logger.info(
+                "Flat settings of an earlier spacy_genbioel pipeline (%s) mapped onto the config blocks "
+                "(where a block keeps its default value)",
+                ", ".join(sorted(legacy)),
+            )
             for name, value in legacy.items():
                 block, key = LEGACY_SETTINGS[name]
                 current = _as_dict(blocks[block])
@@ -283,8 +309,11 @@ class LinkerSettings:
         built = {block: _build(BLOCKS[block][1], value) for block, value in blocks.items()}
         candidates = built["candidates"]
         if candidates.shortcut_threshold is not None and not candidates.enabled:
-            logger.warning("shortcut_threshold (%s) has no effect without a retriever (candidates.retriever = %r)",
-                           candidates.shortcut_threshold, candidates.retriever)
+            logger.warning(
+                "shortcut_threshold (%s) has no effect without a retriever (candidates.retriever = %r)",
+                candidates.shortcut_threshold,
+                candidates.retriever,
+            )
         return cls(resources=ComponentResources(**resources), **built)
 
     def replace(self, **blocks: Any) -> "LinkerSettings":
@@ -312,8 +341,10 @@ def factory_signature(*leading: inspect.Parameter) -> inspect.Signature:
     names must be parameters; deriving them keeps one definition."""
     hints = typing.get_type_hints(ComponentResources)
     params = list(leading)
-    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name])
-               for name in _defaults(ComponentResources)]
+    params += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name])
+        for name in _defaults(ComponentResources)
+    ]
     for block, (_, cls) in BLOCKS.items():
         annotation: Any = Union[cls, str] if block == "candidates" else cls  # 0.1: candidates = "tfidf"
         params.append(inspect.Parameter(block, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
@@ -321,8 +352,9 @@ def factory_signature(*leading: inspect.Parameter) -> inspect.Signature:
     # confection's "unexpected argument"): None, not given
     flat = [name for name in LEGACY_SETTINGS if name not in SETTING_BLOCKS or SETTING_BLOCKS[name] is not None]
     flat += [name for name in SCISPACY_SETTINGS if name not in flat]
-    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any])
-               for name in flat]
+    params += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any]) for name in flat
+    ]
     return inspect.Signature(params)
 
 
@@ -337,7 +369,9 @@ def nested_overrides(settings: Mapping[str, Any]) -> Dict[str, Any]:
         block, _, key = name.rpartition(".")
         if not block:
             if key not in SETTING_BLOCKS:
-                raise UnknownSettingError(f"Unknown genbioel setting {key!r}; known: {', '.join(sorted(SETTING_BLOCKS))}")
+                raise UnknownSettingError(
+                    f"Unknown genbioel setting {key!r}; known: {', '.join(sorted(SETTING_BLOCKS))}"
+                )
             block = SETTING_BLOCKS[key] or ""
         elif not isinstance(DEFAULT_CONFIG.get(block), dict) or key not in DEFAULT_CONFIG[block]:
             raise UnknownSettingError(f"Unknown genbioel setting {name!r}")
@@ -349,6 +383,9 @@ def load_overrides(nested: Mapping[str, Any]) -> Dict[str, Any]:
     """``nested`` (:func:`nested_overrides`) as ``spacy.load(path, config={"components": {name: ...}})``
     takes it: the flat name a 0.1 or 0.2 pipeline may hold for each block setting it sets is
     cleared, else the pipeline would read that setting from its flat name."""
-    cleared = {old: None for old, (block, key) in LEGACY_SETTINGS.items()
-               if isinstance(nested.get(block), Mapping) and key in nested[block]}
+    cleared = {
+        old: None
+        for old, (block, key) in LEGACY_SETTINGS.items()
+        if isinstance(nested.get(block), Mapping) and key in nested[block]
+    }
     return {**cleared, **nested}

@@ -13,6 +13,7 @@ released NCBI style expands mentions with (GenBioEL and BioSyn ran Ab3P).
   ``PMID|...`` opening each document, then ``  SF|LF|score`` lines), for an exact
   reproduction where Ab3P is at hand.
 """
+
 from __future__ import annotations
 
 import re
@@ -79,15 +80,25 @@ def _pair(text: str, open_at: int, close_at: int) -> Optional[Tuple[str, str]]:
         return None
     size = sum(ch.isalnum() for ch in short_form)
     words = len(best.split())
-    if (len(best) < len(short_form) or f"{short_form} " in best or best.endswith(short_form)
-            or words > 2 * size or words > size + 5 or size > 10 or best.count("(") != best.count(")")):
+    if (
+        len(best) < len(short_form)
+        or f"{short_form} " in best
+        or best.endswith(short_form)
+        or words > 2 * size
+        or words > size + 5
+        or size > 10
+        or best.count("(") != best.count(")")
+    ):
         return None
     return short_form, best
 
 
 def _valid_short_form(short_form: str) -> bool:
-    return (len(short_form) > 1 and any(ch.isalpha() for ch in short_form)
-            and (short_form[0].isalnum() or short_form[0] == "("))
+    return (
+        len(short_form) > 1
+        and any(ch.isalpha() for ch in short_form)
+        and (short_form[0].isalnum() or short_form[0] == "(")
+    )
 
 
 def initials_long_form(short_form: str, long_form: str) -> Optional[str]:
@@ -99,10 +110,10 @@ def initials_long_form(short_form: str, long_form: str) -> Optional[str]:
     words = list(_WORDS.finditer(long_form))
     if not letters or len(words) < len(letters):
         return None
-    last = words[len(words) - len(letters):]
+    last = words[len(words) - len(letters) :]
     if [w.group()[0].lower() for w in last] != letters:
         return None
-    return long_form[last[0].start():]
+    return long_form[last[0].start() :]
 
 
 def best_long_form(short_form: str, long_form: str) -> Optional[str]:
@@ -113,8 +124,7 @@ def best_long_form(short_form: str, long_form: str) -> Optional[str]:
         ch = short_form[k].lower()
         if not ch.isalnum():
             continue
-        while pos >= 0 and (long_form[pos].lower() != ch
-                            or (k == 0 and pos > 0 and long_form[pos - 1].isalnum())):
+        while pos >= 0 and (long_form[pos].lower() != ch or (k == 0 and pos > 0 and long_form[pos - 1].isalnum())):
             pos -= 1
         if pos < 0:
             return None

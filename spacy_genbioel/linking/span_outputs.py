@@ -1,6 +1,7 @@
 """What the component writes on spans: the extension attributes (``kb_id``, ``kb_candidates``,
 scispacy's ``kb_ents``, the cascade's ``link_path``), scispacy's per-concept scores, and the
 abbreviations a document's mentions are read with."""
+
 from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Sequence, Tuple

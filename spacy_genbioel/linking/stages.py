@@ -3,12 +3,12 @@
 (:func:`blocks_of_inputs`), the encoded windows every mention reading them
 decodes from (:class:`EncodedWindows`), and the seconds spent per stage when a
 benchmark asks (:class:`StageClock`)."""
+
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from contextlib import contextmanager
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -16,8 +16,11 @@ import numpy as np
 import torch
 
 
-def distinct_searches(sources: Sequence[Sequence[int]], prompts: Sequence[Sequence[int]],
-                      name_sets: Optional[Sequence[Optional[np.ndarray]]] = None) -> Tuple[List[int], List[int]]:
+def distinct_searches(
+    sources: Sequence[Sequence[int]],
+    prompts: Sequence[Sequence[int]],
+    name_sets: Optional[Sequence[Optional[np.ndarray]]] = None,
+) -> Tuple[List[int], List[int]]:
     """Mentions with the same encoder input, prompt and allowed names are one
     search (within a document: the same text in the same window). Returns the
     position of each search's first mention, and each mention's search."""
@@ -47,7 +50,9 @@ def blocks_of_inputs(sources: Sequence[Sequence[int]], keys: Sequence[int], size
         begin = end
 
 
-def mention_inputs(linker: Any, mentions: Sequence[Any], todo: Sequence[int]) -> Tuple[List[List[int]], List[List[int]]]:
+def mention_inputs(
+    linker: Any, mentions: Sequence[Any], todo: Sequence[int]
+) -> Tuple[List[List[int]], List[List[int]]]:
     """Encoder and prompt token ids of the mentions in ``todo`` (in document mode every mention
     is marked in its document, linked or not)."""
     with linker._stage("tokenize"):
@@ -60,8 +65,9 @@ def mention_inputs(linker: Any, mentions: Sequence[Any], todo: Sequence[int]) ->
     return sources, prompts
 
 
-def encoded_blocks(linker: Any, sources: List[List[int]], prompts: List[List[int]]
-                   ) -> Iterator[Tuple["EncodedWindows", Dict[int, int], Dict[int, List[int]]]]:
+def encoded_blocks(
+    linker: Any, sources: List[List[int]], prompts: List[List[int]]
+) -> Iterator[Tuple["EncodedWindows", Dict[int, int], Dict[int, List[int]]]]:
     """Per block of whole encoder inputs (:func:`blocks_of_inputs`; a document window is never
     split): the block's distinct inputs encoded once (:meth:`GenerativeLinker.encode_windows`), the
     window row of each position, and the positions grouped by prompt length (shortest first; BART's
@@ -160,7 +166,9 @@ class StageClock:
 
     def report(self) -> Dict[str, Dict[str, float]]:
         """``{stage: {"seconds": s, "calls": n}}``, stages by time spent."""
-        return {name: {"seconds": round(sec, 4), "calls": int(self.calls[name])} for name, sec in self.seconds.most_common()}
+        return {
+            name: {"seconds": round(sec, 4), "calls": int(self.calls[name])} for name, sec in self.seconds.most_common()
+        }
 
 
 def reorder_self_attention(cache, beam_idx: torch.Tensor) -> None:

@@ -29,27 +29,28 @@ stale trie is rebuilt or refused rather than silently used. Files are read
 memory-mapped and checked (:mod:`.trie_io`); a damaged file raises
 :class:`TrieFormatError` naming it.
 """
+
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
-
-from spacy_genbioel.models.hf import tokenizer_fingerprint
-from spacy_genbioel.arrayfile import release_pages
-from spacy_genbioel.linking.name_tokens import tokenize_names
-from spacy_genbioel.linking.trie_io import TrieFormatError, TrieMismatchError, read_trie, write_trie
-from spacy_genbioel.linking.trie_tensors import TrieRestriction, TrieTensors
-from spacy_genbioel.progress import LARGE, StepProgress
-from spacy_genbioel.util import PathLike
 
 import numpy as np
 import torch
 
+from spacy_genbioel.arrayfile import release_pages
+from spacy_genbioel.linking.name_tokens import tokenize_names
+from spacy_genbioel.linking.trie_io import TrieFormatError, TrieMismatchError, read_trie, write_trie
+from spacy_genbioel.linking.trie_tensors import TrieRestriction, TrieTensors
+from spacy_genbioel.models.hf import tokenizer_fingerprint
+from spacy_genbioel.progress import LARGE, StepProgress
+from spacy_genbioel.util import PathLike
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["NameTrie", "TrieArrays", "TrieFormatError", "TrieMismatchError", "TrieRestriction", "TrieTensors"]
+
 
 @dataclass(frozen=True)
 class TrieArrays:
@@ -105,19 +106,16 @@ class NameTrie:
     # -- construction -------------------------------------------------------
     @classmethod
     def from_sequences(
-        cls,
-        sequences: Iterable[Sequence[int]],
-        *,
-        vocab_size: int,
-        eos_token_id: int,
-        root_token_id: int,
+        cls, sequences: Iterable[Sequence[int]], *, vocab_size: int, eos_token_id: int, root_token_id: int
     ) -> "NameTrie":
         """Build from token-id sequences (without EOS; it is appended). Name
         index ``i`` is the ``i``-th sequence."""
         seqs = [np.asarray(s, dtype=np.int64) for s in sequences]
         lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
         flat = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
-        return cls.from_flat(flat, lengths, vocab_size=vocab_size, eos_token_id=eos_token_id, root_token_id=root_token_id)
+        return cls.from_flat(
+            flat, lengths, vocab_size=vocab_size, eos_token_id=eos_token_id, root_token_id=root_token_id
+        )
 
     @classmethod
     def from_flat(
@@ -203,7 +201,9 @@ class NameTrie:
             child_tokens=np.concatenate(child_tokens) if child_tokens else np.zeros(0, dtype=np.int32),
             child_ptr=child_ptr,
         )
-        return cls(arrays, vocab_size=vocab_size, eos_token_id=eos_token_id, root_token_id=root_token_id, max_depth=max_depth)
+        return cls(
+            arrays, vocab_size=vocab_size, eos_token_id=eos_token_id, root_token_id=root_token_id, max_depth=max_depth
+        )
 
     @classmethod
     def from_names(
@@ -224,12 +224,22 @@ class NameTrie:
         than ``max_name_tokens`` tokens cannot be generated and are left out.
         ``progress`` (None: from 100,000 names on, on a terminal) counts the names tokenized."""
         vocab_size = vocab_size or len(tokenizer)
-        bar = StepProgress.start("trie", len(names), unit="name", enabled=progress if progress is not None else len(names) >= LARGE)
-        found = tokenize_names(names, tokenizer, eos_token_id=eos_token_id, max_name_tokens=max_name_tokens,
-                               chunk_size=chunk_size, on_chunk=bar.update)
+        bar = StepProgress.start(
+            "trie", len(names), unit="name", enabled=progress if progress is not None else len(names) >= LARGE
+        )
+        found = tokenize_names(
+            names,
+            tokenizer,
+            eos_token_id=eos_token_id,
+            max_name_tokens=max_name_tokens,
+            chunk_size=chunk_size,
+            on_chunk=bar.update,
+        )
         bar.close()
         if found.skipped:
-            logger.warning("%d names left out of the trie (empty or longer than %d tokens)", found.skipped, max_name_tokens)
+            logger.warning(
+                "%d names left out of the trie (empty or longer than %d tokens)", found.skipped, max_name_tokens
+            )
         tokens = found.tokens
         if len(tokens) and (int(tokens.max()) >= vocab_size or int(tokens.min()) < 0):
             raise ValueError("Token id outside the vocabulary")
@@ -264,8 +274,10 @@ class NameTrie:
         if self.tokenizer_fingerprint is not None:
             current = tokenizer_fingerprint(tokenizer)
             if current != self.tokenizer_fingerprint:
-                reasons.append(f"built with another tokenizer (fingerprint {self.tokenizer_fingerprint[:12]}, "
-                               f"this tokenizer's {current[:12]})")
+                reasons.append(
+                    f"built with another tokenizer (fingerprint {self.tokenizer_fingerprint[:12]}, "
+                    f"this tokenizer's {current[:12]})"
+                )
         if reasons or names is None:
             return reasons
         if len(self.terminal_names) and int(self.terminal_names.max()) >= len(names):
@@ -275,9 +287,13 @@ class NameTrie:
             return reasons
         picked = in_trie[np.unique(np.linspace(0, len(in_trie) - 1, min(sample, len(in_trie))).astype(np.int64))]
         encoded = tokenizer([" " + names[int(i)] for i in picked], add_special_tokens=False)["input_ids"]
-        lost = sum(int(i) not in self.names_at(self.walk([*ids, eos_token_id])).tolist() for i, ids in zip(picked, encoded))
+        lost = sum(
+            int(i) not in self.names_at(self.walk([*ids, eos_token_id])).tolist() for i, ids in zip(picked, encoded)
+        )
         if lost:
-            reasons.append(f"{lost} of {len(picked)} sampled KB names are not paths in it as this tokenizer splits them")
+            reasons.append(
+                f"{lost} of {len(picked)} sampled KB names are not paths in it as this tokenizer splits them"
+            )
         return reasons
 
     # -- queries (numpy, single sequences; used by tests and tooling) -------
@@ -402,8 +418,10 @@ class NameTrie:
         meta = {k: str(getattr(self, k)) for k in ("vocab_size", "eos_token_id", "root_token_id", "max_depth")}
         if self.tokenizer_fingerprint is not None:
             meta["tokenizer_fingerprint"] = self.tokenizer_fingerprint
-        arrays = {k: getattr(self, k) for k in ("edge_keys", "terminal_nodes", "terminal_ptr", "terminal_names",
-                                                "child_tokens", "child_ptr")}
+        arrays = {
+            k: getattr(self, k)
+            for k in ("edge_keys", "terminal_nodes", "terminal_ptr", "terminal_names", "child_tokens", "child_ptr")
+        }
         write_trie(path, arrays, meta)
 
     @classmethod
@@ -417,11 +435,20 @@ class NameTrie:
         return trie
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.edge_keys, self.child_tokens, self.child_ptr, self.terminal_nodes, self.terminal_ptr, self.terminal_names))
+        return sum(
+            a.nbytes
+            for a in (
+                self.edge_keys,
+                self.child_tokens,
+                self.child_ptr,
+                self.terminal_nodes,
+                self.terminal_ptr,
+                self.terminal_names,
+            )
+        )
 
     def __repr__(self) -> str:
         return f"NameTrie({self.n_names} names, {self.n_nodes} nodes, depth {self.max_depth}, {self.nbytes() / 1e6:.1f} MB)"
-
 
 
 def _children(edge_keys: np.ndarray, vocab_size: int) -> Tuple[np.ndarray, np.ndarray]:

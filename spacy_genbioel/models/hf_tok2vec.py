@@ -20,6 +20,7 @@ pipeline is built; the pretrained weights are copied in by ``nlp.initialize``
 (``spacy train``), and a saved pipeline's weights come from its own files:
 ``to_bytes`` writes safetensors, never a pickle.
 """
+
 from __future__ import annotations
 
 import logging
@@ -110,7 +111,11 @@ def load_encoder_parts(name: str) -> Tuple[Any, Any, str]:
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"{path}: HFTok2Vec needs a fast tokenizer (tokenizer.json) for word alignment")
     config = AutoConfig.from_pretrained(str(path))
-    bert = AutoModel.from_config(config, add_pooling_layer=False) if config.model_type == "bert" else AutoModel.from_config(config)
+    bert = (
+        AutoModel.from_config(config, add_pooling_layer=False)
+        if config.model_type == "bert"
+        else AutoModel.from_config(config)
+    )
     return tokenizer, bert, str(path)
 
 
@@ -188,11 +193,21 @@ def doc_alignments(model: Model, docs: Sequence[Any]) -> List[DocAlignment]:
     tokenizer = model.attrs["tokenizer"]
     words = [[token.text for token in doc] for doc in docs]
     nonempty = [i for i, w in enumerate(words) if w]
-    encoded = tokenizer([words[i] for i in nonempty], is_split_into_words=True, add_special_tokens=False, verbose=False) if nonempty else None
-    out: List[DocAlignment] = [alignment([], [], 0, model.attrs["max_pieces"], model.attrs["min_overlap"]) for _ in docs]
+    encoded = (
+        tokenizer([words[i] for i in nonempty], is_split_into_words=True, add_special_tokens=False, verbose=False)
+        if nonempty
+        else None
+    )
+    out: List[DocAlignment] = [
+        alignment([], [], 0, model.attrs["max_pieces"], model.attrs["min_overlap"]) for _ in docs
+    ]
     for row, i in enumerate(nonempty):
         out[i] = alignment(
-            encoded.word_ids(row), encoded["input_ids"][row], len(words[i]), model.attrs["max_pieces"], model.attrs["min_overlap"]
+            encoded.word_ids(row),
+            encoded["input_ids"][row],
+            len(words[i]),
+            model.attrs["max_pieces"],
+            model.attrs["min_overlap"],
         )
     return out
 
@@ -243,8 +258,9 @@ def _convert_outputs(model: Model, inputs_outputs: Tuple[Sequence[Any], Any], is
 
     def backprop(d_arrays: List[Floats2d]) -> ArgsKwargs:
         ops = model.ops
-        d_states = xp2torch(ops.xp.concatenate([ops.asarray2f(d) for d in d_arrays]) if d_arrays else ops.alloc2f(0, states.shape[1]))
+        d_states = xp2torch(
+            ops.xp.concatenate([ops.asarray2f(d) for d in d_arrays]) if d_arrays else ops.alloc2f(0, states.shape[1])
+        )
         return ArgsKwargs(args=(states,), kwargs={"grad_tensors": d_states.to(states.device, states.dtype)})
 
     return arrays, backprop
-

@@ -1,6 +1,7 @@
 """One entry point for a new model: a from-scratch BART preset (``tiny``,
 ``base``, ``large``; :mod:`.bart`) or a warm start from pretrained weights
 (``minilm``; :mod:`.bert2bert`). It sits above both, so neither imports the other."""
+
 from __future__ import annotations
 
 import logging
@@ -39,5 +40,7 @@ def init_model(
     model = build_model(preset, tokenizer, seed=seed)
     save_model(model, tokenizer, out)
     n_params = sum(p.numel() for p in model.parameters())
-    logger.info("Built %s model with %.1fM parameters, vocabulary %d, at %s", preset, n_params / 1e6, len(tokenizer), out)
+    logger.info(
+        "Built %s model with %.1fM parameters, vocabulary %d, at %s", preset, n_params / 1e6, len(tokenizer), out
+    )
     return model, tokenizer

@@ -5,6 +5,7 @@ torch >= 2.10 deprecates the quantized tensor API (``quantize_per_tensor``,
 we use the API knowingly and keep its warnings out of users' logs
 (:func:`quantized_api_quiet`).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -36,7 +37,9 @@ class Int8Linear(nn.Module):
         weight = weight.detach().float().contiguous()
         scales = (weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0).double()
         with quantized_api_quiet():
-            qweight = torch.quantize_per_channel(weight, scales, torch.zeros(len(scales), dtype=torch.long), 0, torch.qint8)
+            qweight = torch.quantize_per_channel(
+                weight, scales, torch.zeros(len(scales), dtype=torch.long), 0, torch.qint8
+            )
             self._packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach().float())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

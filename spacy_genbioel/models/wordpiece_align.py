@@ -10,6 +10,7 @@ and with what weight: a token's vector is the mean of its pieces' states over
 every window that holds them. Tokens without pieces (whitespace) get no slot,
 hence a zero vector.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,11 +52,7 @@ class DocAlignment:
 
 
 def alignment(
-    word_ids: Sequence[Optional[int]],
-    piece_ids: Sequence[int],
-    n_tokens: int,
-    max_pieces: int,
-    min_overlap: int = 32,
+    word_ids: Sequence[Optional[int]], piece_ids: Sequence[int], n_tokens: int, max_pieces: int, min_overlap: int = 32
 ) -> DocAlignment:
     """The windows of one document and its token<-slot weights. ``word_ids[i]``
     is the spaCy token that piece ``i`` belongs to (the fast tokenizer's

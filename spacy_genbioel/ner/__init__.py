@@ -6,6 +6,7 @@
   (``package --ner DIR``), the extras they need, and the KB dictionary NER
   (``entity_ruler``) of the demo and of packages built without a trained NER.
 """
+
 from spacy_genbioel.ner.convert import (
     LABEL_MAPS,
     NCBI_LABEL_MAP,

@@ -38,6 +38,7 @@ Decisions:
   kept (``spacy.util.filter_spans``; same length: the earlier), the others are
   counted; every mention stays in ``doc.spans["gold"]``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -95,14 +96,14 @@ def parse_label_map(spec: Optional[str]) -> Dict[str, str]:
             continue
         source, sep, target = item.partition("=")
         if not sep or not source.strip() or not target.strip():
-            raise ValueError(
-                f"label map item {item!r}: expected FROM=TO (or one of {', '.join(sorted(LABEL_MAPS))})"
-            )
+            raise ValueError(f"label map item {item!r}: expected FROM=TO (or one of {', '.join(sorted(LABEL_MAPS))})")
         mapping[source.strip()] = target.strip()
     return mapping
 
 
-def label_mapper(label_map: Optional[Mapping[str, str]] = None, single_label: Optional[str] = None) -> Callable[[str], str]:
+def label_mapper(
+    label_map: Optional[Mapping[str, str]] = None, single_label: Optional[str] = None
+) -> Callable[[str], str]:
     """``label -> label``: everything to ``single_label`` when given, else through ``label_map``."""
     if single_label:
         return lambda label: single_label
@@ -122,7 +123,9 @@ def make_tokenizer_nlp(tokenizer: str = "default", lang: str = "en") -> "Languag
         try:
             from scispacy.custom_tokenizer import combined_rule_tokenizer
         except ImportError as err:
-            raise ImportError("The scispacy tokenizer needs scispacy (pip install scispacy), or use the default tokenizer") from err
+            raise ImportError(
+                "The scispacy tokenizer needs scispacy (pip install scispacy), or use the default tokenizer"
+            ) from err
         nlp.tokenizer = combined_rule_tokenizer(nlp)
     return nlp
 
@@ -191,7 +194,14 @@ def ner_docs(
                 stats.boundary_changed += 1
                 logger.info(
                     "%s: PMID %s: mention %r at %d-%d expanded to token boundaries %d-%d (%r)",
-                    source, document.pmid, ann.text, ann.start, ann.end, span.start_char, span.end_char, span.text,
+                    source,
+                    document.pmid,
+                    ann.text,
+                    ann.start,
+                    ann.end,
+                    span.start_char,
+                    span.end_char,
+                    span.text,
                 )
         dropped = len(spans) - len(doc.ents)
         if dropped:
@@ -199,7 +209,13 @@ def ner_docs(
             kept = {(e.start, e.end) for e in doc.ents}
             for span in spans:
                 if (span.start, span.end) not in kept:
-                    logger.info("%s: PMID %s: overlapping mention %r (%s) dropped", source, document.pmid, span.text, span.label_)
+                    logger.info(
+                        "%s: PMID %s: overlapping mention %r (%s) dropped",
+                        source,
+                        document.pmid,
+                        span.text,
+                        span.label_,
+                    )
         stats.entities += len(doc.ents)
         stats.labels.update(e.label_ for e in doc.ents)
         yield doc
@@ -239,7 +255,12 @@ def convert_pubtator(
         nlp.to_disk(tokenizer_out)
     logger.info(
         "%d documents, %d entities (%d mentions: %d expanded to token boundaries, %d overlapping dropped, %d skipped) -> %s",
-        stats.documents, stats.entities, stats.mentions, stats.boundary_changed, stats.overlaps_dropped, stats.skipped, out,
+        stats.documents,
+        stats.entities,
+        stats.mentions,
+        stats.boundary_changed,
+        stats.overlaps_dropped,
+        stats.skipped,
+        out,
     )
     return stats
-

@@ -22,6 +22,7 @@ Matches become ``doc.ents`` as spaCy's ``entity_ruler`` makes them: the longest 
 the earliest (then the label, for a stable order); a match that overlaps one already taken is
 dropped, and so is one over a token that already has an entity, unless ``overwrite_ents``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,9 +35,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 
 import numpy as np
 import srsly
+from spacy.attrs import LOWER, ORTH
 from spacy.language import Language
 from spacy.pipeline import Pipe
-from spacy.attrs import LOWER, ORTH
 from spacy.tokenizer import Tokenizer
 from spacy.tokens import Doc, Span
 from spacy.util import ensure_path
@@ -88,8 +89,9 @@ class KBEntityRuler(Pipe):
     ``case_sensitive`` patterns match the tokens' exact text (``ORTH``), the others their lower case
     (``LOWER``, as ``entity_ruler`` with ``phrase_matcher_attr = "LOWER"``)."""
 
-    def __init__(self, nlp: Language, name: str = FACTORY, *, overwrite_ents: bool = False,
-                 scorer: Optional[Callable] = None) -> None:
+    def __init__(
+        self, nlp: Language, name: str = FACTORY, *, overwrite_ents: bool = False, scorer: Optional[Callable] = None
+    ) -> None:
         self.nlp = nlp
         self.name = name
         self.overwrite = overwrite_ents
@@ -120,8 +122,10 @@ class KBEntityRuler(Pipe):
     @property
     def patterns(self) -> List[Dict[str, Any]]:
         """Every pattern as ``{"label", "pattern", "case_sensitive"}``, in the order added."""
-        return [{"label": self._labels[lab], "pattern": name, "case_sensitive": bool(exact)}
-                for lab, name, exact in zip(self._pattern_labels, self._name_list(), self._exact)]
+        return [
+            {"label": self._labels[lab], "pattern": name, "case_sensitive": bool(exact)}
+            for lab, name, exact in zip(self._pattern_labels, self._name_list(), self._exact)
+        ]
 
     def _name_list(self) -> List[str]:
         return self._names.decode("utf8").split("\n") if len(self) else []
@@ -176,7 +180,9 @@ class KBEntityRuler(Pipe):
 
     def _retokenize(self, why: str) -> None:
         logger.warning("%s: tokenizing its %d names again (%s)", self.name, len(self), why)
-        patterns = list(zip((self._labels[lab] for lab in self._pattern_labels), self._name_list(), map(bool, self._exact)))
+        patterns = list(
+            zip((self._labels[lab] for lab in self._pattern_labels), self._name_list(), map(bool, self._exact))
+        )
         self.clear()
         self._digest = tokenizer_digest(self.nlp)
         self._add(patterns)
@@ -211,8 +217,13 @@ class KBEntityRuler(Pipe):
             taken.update(range(start, end))
         doc.ents = entities + new
 
-    def initialize(self, get_examples: Callable[[], Iterable[Any]], *, nlp: Optional[Language] = None,
-                   patterns: Optional[Iterable[Mapping[str, Any]]] = None) -> None:
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Any]],
+        *,
+        nlp: Optional[Language] = None,
+        patterns: Optional[Iterable[Mapping[str, Any]]] = None,
+    ) -> None:
         """``nlp.initialize()``: the patterns stay unless ``patterns`` are given (they replace them)."""
         if patterns is not None:
             self.clear()
@@ -220,11 +231,19 @@ class KBEntityRuler(Pipe):
 
     # -- serialization ---------------------------------------------------------------------------
     def to_bytes(self, *, exclude: Iterable[str] = ()) -> bytes:
-        return srsly.msgpack_dumps({
-            "format": _FORMAT, "byteorder": sys.byteorder, "tokenizer": self._digest, "labels": self._labels,
-            "hashes": self._hashes.tobytes(), "lengths": self._lengths.tobytes(),
-            "pattern_labels": self._pattern_labels.tobytes(), "exact": self._exact.tobytes(), "names": bytes(self._names),
-        })
+        return srsly.msgpack_dumps(
+            {
+                "format": _FORMAT,
+                "byteorder": sys.byteorder,
+                "tokenizer": self._digest,
+                "labels": self._labels,
+                "hashes": self._hashes.tobytes(),
+                "lengths": self._lengths.tobytes(),
+                "pattern_labels": self._pattern_labels.tobytes(),
+                "exact": self._exact.tobytes(),
+                "names": bytes(self._names),
+            }
+        )
 
     def from_bytes(self, data: bytes, *, exclude: Iterable[str] = ()) -> "KBEntityRuler":
         state = srsly.msgpack_loads(data)
@@ -270,7 +289,7 @@ class _HashIndex:
         longest = int(lengths.max()) if len(lengths) else 0
         with np.errstate(over="ignore"):
             for j in range(longest):  # the patterns longer than j take their token j
-                active = by_length[:np.count_nonzero(lengths > j)]
+                active = by_length[: np.count_nonzero(lengths > j)]
                 keys[active] = keys[active] * np.uint64(_P) + self.hashes[self.offsets[active] + j]
             self.powers = np.cumprod(np.full(longest + 1, _P, dtype=np.uint64)) if longest else np.ones(1, np.uint64)
         self.powers = np.concatenate([np.ones(1, dtype=np.uint64), self.powers])  # powers[n] = P**n
@@ -298,10 +317,12 @@ class _HashIndex:
             prefix = np.array(prefix, dtype=np.uint64)
             lengths = [length for length in self.lengths[attr].tolist() if length <= len(doc)]
             # every window of every pattern length at once; a long document one length at a time
-            for group in ([lengths] if len(doc) * len(lengths) <= _WINDOWS else [[length] for length in lengths]):
+            for group in [lengths] if len(doc) * len(lengths) <= _WINDOWS else [[length] for length in lengths]:
                 yield from self._find(attr, group, prefix, column)
 
-    def _find(self, attr: int, lengths: List[int], prefix: np.ndarray, column: np.ndarray) -> Iterator[Tuple[int, int, int]]:
+    def _find(
+        self, attr: int, lengths: List[int], prefix: np.ndarray, column: np.ndarray
+    ) -> Iterator[Tuple[int, int, int]]:
         keys, n = self.keys[attr], len(column)
         with np.errstate(over="ignore"):  # hashed as the patterns are
             windows = np.concatenate([prefix[length:] - prefix[:-length] * self.powers[length] for length in lengths])
@@ -309,16 +330,20 @@ class _HashIndex:
         window_starts = np.concatenate([np.arange(n - length + 1) for length in lengths])
         where = np.searchsorted(keys, windows)
         for i in np.flatnonzero(keys[np.minimum(where, len(keys) - 1)] == windows).tolist():
-            yield from self._hits(attr, int(where[i]), windows[i], column, int(window_starts[i]), int(window_lengths[i]))
+            yield from self._hits(
+                attr, int(where[i]), windows[i], column, int(window_starts[i]), int(window_lengths[i])
+            )
 
-    def _hits(self, attr: int, at: int, key: np.uint64, column: np.ndarray, start: int,
-              length: int) -> Iterator[Tuple[int, int, int]]:
+    def _hits(
+        self, attr: int, at: int, key: np.uint64, column: np.ndarray, start: int, length: int
+    ) -> Iterator[Tuple[int, int, int]]:
         keys, patterns = self.keys[attr], self.patterns[attr]
         while at < len(keys) and keys[at] == key:
             pattern = int(patterns[at])
             offset = self.offsets[pattern]
             if self.offsets[pattern + 1] - offset == length and np.array_equal(
-                    self.hashes[offset:offset + length], column[start:start + length]):
+                self.hashes[offset : offset + length], column[start : start + length]
+            ):
                 yield pattern, start, start + length
             at += 1
 

@@ -8,6 +8,7 @@
   names are patterns and how they match (:func:`name_patterns`, :data:`STOP_WORDS`),
   matched by the :mod:`~spacy_genbioel.ner.kb_ruler` component.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,18 @@ if TYPE_CHECKING:
 
     from spacy_genbioel.kb.base import KnowledgeBase
 
-__all__ = ["HF_TOK2VEC", "STOP_WORDS", "RulerRules", "add_kb_entity_ruler", "is_abbreviation", "is_gene_like",
-           "name_patterns", "ner_extras", "ruler_patterns", "source_ner"]
+__all__ = [
+    "HF_TOK2VEC",
+    "STOP_WORDS",
+    "RulerRules",
+    "add_kb_entity_ruler",
+    "is_abbreviation",
+    "is_gene_like",
+    "name_patterns",
+    "ner_extras",
+    "ruler_patterns",
+    "source_ner",
+]
 
 
 def source_ner(nlp: "Language", ner_nlp: Union["Language", PathLike]) -> List[str]:
@@ -161,7 +172,9 @@ def name_patterns(name: str, rules: RulerRules = RulerRules()) -> List[Tuple[str
     if not any(ch.isalpha() for ch in name):
         return []
     if is_abbreviation(name):
-        if len(name) < min(rules.min_chars, rules.min_abbreviation_chars) or (is_gene_like(name) and not rules.gene_like):
+        if len(name) < min(rules.min_chars, rules.min_abbreviation_chars) or (
+            is_gene_like(name) and not rules.gene_like
+        ):
             return []
         return [(name, True)]
     if len(name) < rules.min_chars or name.lower() in rules.stop_words:
@@ -174,7 +187,9 @@ def name_patterns(name: str, rules: RulerRules = RulerRules()) -> List[Tuple[str
     return [(text, True) for text in dict.fromkeys((name[0].upper() + rest, name[0].lower() + rest))]
 
 
-def ruler_patterns(kb: "KnowledgeBase", label: Optional[str] = None, rules: RulerRules = RulerRules()) -> Iterator[Dict[str, Any]]:
+def ruler_patterns(
+    kb: "KnowledgeBase", label: Optional[str] = None, rules: RulerRules = RulerRules()
+) -> Iterator[Dict[str, Any]]:
     """The KB's names as :class:`~spacy_genbioel.ner.kb_ruler.KBEntityRuler` patterns
     (``{"label", "pattern", "case_sensitive"}``) under ``rules`` (:func:`name_patterns`), each
     (label, text) once: ``label``, or the concept's first type (``ENTITY``). With ``rules.types``, only
@@ -193,8 +208,15 @@ def ruler_patterns(kb: "KnowledgeBase", label: Optional[str] = None, rules: Rule
                     yield {"label": tag, "pattern": text, "case_sensitive": exact}
 
 
-def add_kb_entity_ruler(nlp: "Language", kb: "KnowledgeBase", label: Optional[str] = None, min_chars: Optional[int] = None, *,
-                        rules: RulerRules = RulerRules(), name: str = "entity_ruler") -> int:
+def add_kb_entity_ruler(
+    nlp: "Language",
+    kb: "KnowledgeBase",
+    label: Optional[str] = None,
+    min_chars: Optional[int] = None,
+    *,
+    rules: RulerRules = RulerRules(),
+    name: str = "entity_ruler",
+) -> int:
     """A dictionary NER over the KB's names (the entity source until a trained NER is available), added
     to ``nlp`` as a :data:`~spacy_genbioel.ner.kb_ruler.FACTORY` pipe called ``name``; returns the
     pattern count. Every entity gets ``label``, or its concept's first type (``ENTITY`` if it has none).

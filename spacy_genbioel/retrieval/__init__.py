@@ -7,6 +7,7 @@ and one registry (:mod:`.registry`) through which both
 build them. Importing this package registers the retrievers in spaCy's
 ``registry.misc``.
 """
+
 from spacy_genbioel.retrieval.registry import get_retriever, known_retrievers
 
 __all__ = ["get_retriever", "known_retrievers"]

@@ -26,6 +26,7 @@ any directory written by ``train-dense``
 (:mod:`spacy_genbioel.training.sapbert`), whose ``dense_config.json`` names
 the pooling it was trained with.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -49,8 +50,19 @@ from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint
 logger = logging.getLogger(__name__)
 
 
-__all__ = ["DenseEncoder", "DenseLinker", "DenseSettings", "pool", "autocast_dtype", "detect_pooling", "minilm_model_dir", "default_cache_dir",
-           "faiss_flat_index", "POOLINGS", "DENSE_CONFIG"]
+__all__ = [
+    "DenseEncoder",
+    "DenseLinker",
+    "DenseSettings",
+    "pool",
+    "autocast_dtype",
+    "detect_pooling",
+    "minilm_model_dir",
+    "default_cache_dir",
+    "faiss_flat_index",
+    "POOLINGS",
+    "DENSE_CONFIG",
+]
 
 POOLINGS = ("cls", "mean")
 # written next to a trained encoder: {"pooling", "max_length", ...}
@@ -123,8 +135,15 @@ class DenseEncoder:
     machine), and returns a float32 CPU matrix in the input order.
     """
 
-    def __init__(self, model, tokenizer, pooling: str = "cls", max_length: int = DEFAULT_MAX_LENGTH,
-                 source_dir: Optional[PathLike] = None, precision: str = "fp32") -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        pooling: str = "cls",
+        max_length: int = DEFAULT_MAX_LENGTH,
+        source_dir: Optional[PathLike] = None,
+        precision: str = "fp32",
+    ) -> None:
         if pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {pooling!r}; use one of {POOLINGS}")
         self.model = model
@@ -136,8 +155,14 @@ class DenseEncoder:
         self._fingerprint: Optional[str] = None
 
     @classmethod
-    def load(cls, path: Optional[PathLike] = None, pooling: str = "auto", max_length: Optional[int] = None,
-             device: str = "cpu", precision: str = "fp32") -> "DenseEncoder":
+    def load(
+        cls,
+        path: Optional[PathLike] = None,
+        pooling: str = "auto",
+        max_length: Optional[int] = None,
+        device: str = "cpu",
+        precision: str = "fp32",
+    ) -> "DenseEncoder":
         """Read a local encoder directory (default: the installed all-MiniLM-L6-v2).
 
         ``pooling="auto"`` and ``max_length=None`` take the directory's own
@@ -179,9 +204,12 @@ class DenseEncoder:
         return self._fingerprint
 
     def tokenize(self, texts: Sequence[str]) -> Dict[str, torch.Tensor]:
-        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
-                               return_tensors="pt")
-        return {k: v.to(self.device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        batch = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        return {
+            k: v.to(self.device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")
+        }
 
     def embed(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
         """Normalized vectors of a tokenized batch (with gradients when enabled)."""
@@ -209,14 +237,16 @@ class DenseEncoder:
         try:
             with torch.no_grad(), torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
                 for start in range(0, n, batch_size):
-                    rows = order[start:start + batch_size]
+                    rows = order[start : start + batch_size]
                     width = len(ids[rows[-1]])
                     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
                     mask = torch.zeros((len(rows), width), dtype=torch.long)
                     for r, i in enumerate(rows):
                         input_ids[r, : len(ids[i])] = torch.tensor(ids[i])
                         mask[r, : len(ids[i])] = 1
-                    vectors = self.embed({"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)})
+                    vectors = self.embed(
+                        {"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)}
+                    )
                     out[torch.tensor(rows)] = vectors.cpu()
                     bar.update(len(rows))
         finally:
@@ -273,8 +303,12 @@ class DenseLinker:
 
     name = "dense"
 
-    def __init__(self, kb: KnowledgeBase, model: Union[PathLike, DenseEncoder, None] = None,
-                 settings: Optional[DenseSettings] = None) -> None:
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        model: Union[PathLike, DenseEncoder, None] = None,
+        settings: Optional[DenseSettings] = None,
+    ) -> None:
         s = settings or DenseSettings()
         if s.cache_dtype not in _STORAGE_DTYPES:
             raise ValueError(f"cache_dtype must be one of {sorted(_STORAGE_DTYPES)}")
@@ -283,8 +317,13 @@ class DenseLinker:
         model = model if model is not None else s.model
         self.kb = kb
         self.settings = s
-        self.encoder = model if isinstance(model, DenseEncoder) else DenseEncoder.load(
-            model, pooling=s.pooling, max_length=s.max_length, device=s.device, precision=s.precision)
+        self.encoder = (
+            model
+            if isinstance(model, DenseEncoder)
+            else DenseEncoder.load(
+                model, pooling=s.pooling, max_length=s.max_length, device=s.device, precision=s.precision
+            )
+        )
         self.batch_size = int(s.batch_size)
         self.cache_dtype = s.cache_dtype
         self.cache_dir = Path(s.cache_dir) if s.cache_dir is not None else default_cache_dir()
@@ -306,8 +345,14 @@ class DenseLinker:
         fingerprint = self.encoder.fingerprint
         if fingerprint is None:
             return None
-        head = {"v": 1, "model": fingerprint, "pooling": self.encoder.pooling, "max_length": self.encoder.max_length,
-                "dtype": self.cache_dtype, "precision": self.encoder.precision}
+        head = {
+            "v": 1,
+            "model": fingerprint,
+            "pooling": self.encoder.pooling,
+            "max_length": self.encoder.max_length,
+            "dtype": self.cache_dtype,
+            "precision": self.encoder.precision,
+        }
         return json.dumps(head, sort_keys=True).encode("utf8")
 
     def cache_key(self) -> Optional[str]:
@@ -327,7 +372,11 @@ class DenseLinker:
 
         def encode(indices: np.ndarray) -> Dict[str, np.ndarray]:
             texts = [names[i] for i in indices]
-            return {"names": self.encoder.encode(texts, batch_size=self.batch_size, progress=self.progress).to(storage).numpy()}
+            return {
+                "names": self.encoder.encode(texts, batch_size=self.batch_size, progress=self.progress)
+                .to(storage)
+                .numpy()
+            }
 
         spec = self.cache_spec() if self.use_cache else None
         if spec is None:
@@ -335,13 +384,19 @@ class DenseLinker:
         else:
             cache = self.cache = NameCache(self.cache_dir, spec, names, kb_name=self.kb.name)
             self.cache_path = cache.path
-            found = cache.read(lambda arrays: arrays.get("names") is not None and arrays["names"].shape == (len(names), dim))
+            found = cache.read(
+                lambda arrays: arrays.get("names") is not None and arrays["names"].shape == (len(names), dim)
+            )
             self.from_cache = found is not None
             if found is None:
                 began = time.monotonic()
                 built = cache.build(encode)
-                logger.info("Name vectors of %d KB names in %.1fs (%d taken from the cache)", len(names),
-                            time.monotonic() - began, cache.reused)
+                logger.info(
+                    "Name vectors of %d KB names in %.1fs (%d taken from the cache)",
+                    len(names),
+                    time.monotonic() - began,
+                    cache.reused,
+                )
                 found = cache.write(built, {"pooling": self.encoder.pooling, "model": str(self.encoder.source_dir)})
             stored = found["names"]
         return torch.from_numpy(np.asarray(stored)).float().to(self.encoder.device)

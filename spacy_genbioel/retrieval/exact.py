@@ -4,6 +4,7 @@ The simplest retriever (:class:`~spacy_genbioel.ty.Linker` protocol): mention
 texts are normalized with ``kb.normalize``, as every retriever does, so its
 recall@1 is the floor the others are measured against.
 """
+
 from __future__ import annotations
 
 from typing import List, Sequence

@@ -23,6 +23,7 @@ Entries written before the hashes existed are given them the first time they
 are read (the file is rewritten in place, atomically); a cache folder that
 cannot be written is read all the same.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -175,8 +176,9 @@ class NameCache:
         todo = np.flatnonzero(rows < 0)
         fresh = encode(todo)
         lent = {k: v for k, v in theirs.items() if k != HASHES}
-        if sorted(fresh) != sorted(lent) or any(fresh[k].dtype != lent[k].dtype or fresh[k].shape[1:] != lent[k].shape[1:]
-                                                for k in fresh):
+        if sorted(fresh) != sorted(lent) or any(
+            fresh[k].dtype != lent[k].dtype or fresh[k].shape[1:] != lent[k].shape[1:] for k in fresh
+        ):
             logger.warning("Name cache %s holds other arrays than this encoder makes; encoding every name", path)
             return encode(np.arange(len(self.names), dtype=np.int64))
         out = {k: np.empty((len(self.names),) + v.shape[1:], dtype=v.dtype) for k, v in lent.items()}

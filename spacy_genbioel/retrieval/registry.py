@@ -47,6 +47,7 @@ without being imported first::
 Then ``evaluate --linker mypkg.bm25_retriever.v1`` and the component setting
 ``candidates = "mypkg.bm25_retriever.v1"`` both use it.
 """
+
 from __future__ import annotations
 
 import importlib

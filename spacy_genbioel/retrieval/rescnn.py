@@ -27,6 +27,7 @@
 
 Trained by ``train-rescnn`` (:mod:`spacy_genbioel.training.rescnn`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,18 +43,27 @@ import torch
 from torch import nn
 
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.models.quantize import Int8Linear
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.dense import DenseLinker, default_cache_dir, faiss_flat_index, minilm_model_dir
 from spacy_genbioel.retrieval.name_cache import NameCache
 from spacy_genbioel.retrieval.search import nearest_rows
 from spacy_genbioel.retrieval.settings import ResCNNSettings
-from spacy_genbioel.models.quantize import Int8Linear
 from spacy_genbioel.util import PathLike, atomic_json, fingerprint
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ResCNNArch", "ResCNN", "ResCNNEncoder", "ResCNNLinker", "ResCNNSettings", "minilm_wordpieces",
-           "RESCNN_CONFIG", "RESCNN_WEIGHTS", "INDEX_DTYPES"]
+__all__ = [
+    "ResCNNArch",
+    "ResCNN",
+    "ResCNNEncoder",
+    "ResCNNLinker",
+    "ResCNNSettings",
+    "minilm_wordpieces",
+    "RESCNN_CONFIG",
+    "RESCNN_WEIGHTS",
+    "INDEX_DTYPES",
+]
 
 RESCNN_CONFIG = "rescnn_config.json"
 RESCNN_WEIGHTS = "rescnn.safetensors"
@@ -87,7 +97,9 @@ class _Block(nn.Module):
         self.convs = nn.ModuleList(nn.Conv1d(arch.hidden, arch.filters, k, padding=k // 2) for k in arch.kernel_sizes)
         wide = arch.filters * len(arch.kernel_sizes)
         middle = (wide + arch.hidden) // 2
-        self.ffnn = nn.Sequential(nn.Linear(wide, middle), nn.ReLU(), nn.Dropout(arch.dropout), nn.Linear(middle, arch.hidden))
+        self.ffnn = nn.Sequential(
+            nn.Linear(wide, middle), nn.ReLU(), nn.Dropout(arch.dropout), nn.Linear(middle, arch.hidden)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: (batch, length, hidden), zero at padded positions.
@@ -107,16 +119,16 @@ class _Block(nn.Module):
         for conv in self.convs:
             width, filters = conv.kernel_size[0], conv.out_channels
             centre = column + (width // 2) * filters
-            out = products[:, :, centre:centre + filters] + conv.bias
+            out = products[:, :, centre : centre + filters] + conv.bias
             for tap in range(width):
-                shift, part = tap - width // 2, products[:, :, column:column + filters]
+                shift, part = tap - width // 2, products[:, :, column : column + filters]
                 column += filters
                 if shift == 0 or abs(shift) >= length:
                     continue
                 if shift > 0:  # position t reads t + shift; the last ``shift`` positions read padding (zero)
-                    out[:, :length - shift] += part[:, shift:]
+                    out[:, : length - shift] += part[:, shift:]
                 else:
-                    out[:, -shift:] += part[:, :length + shift]
+                    out[:, -shift:] += part[:, : length + shift]
             features.append(torch.relu(out))
         return x + (int8[1] if int8 is not None else self.ffnn)(torch.cat(features, dim=-1))
 
@@ -144,8 +156,11 @@ class ResCNN(nn.Module):
         keep = mask.unsqueeze(-1).to(self.wordpieces.dtype)  # (batch, length, 1): channels last throughout
         project = self.__dict__.get("int8")  # an int8 inference copy (ResCNNEncoder.int8)
         embedded = self.wordpieces[input_ids]
-        x = (project(embedded) if project is not None else
-             nn.functional.linear(embedded, self.project.weight.squeeze(-1), self.project.bias)) * keep
+        x = (
+            project(embedded)
+            if project is not None
+            else nn.functional.linear(embedded, self.project.weight.squeeze(-1), self.project.bias)
+        ) * keep
         for block in self.blocks:
             # re-mask: padding stays zero, so a text's vector does not depend on its batch's width
             x = block(x) * keep
@@ -175,7 +190,9 @@ def minilm_wordpieces(path: Optional[PathLike] = None):
 class ResCNNEncoder:
     """A :class:`ResCNN` with its WordPiece tokenizer; ``source_dir`` is where it was loaded from."""
 
-    def __init__(self, model: ResCNN, tokenizer, source_dir: Optional[PathLike] = None, sparse_ratio: float = 0.0) -> None:
+    def __init__(
+        self, model: ResCNN, tokenizer, source_dir: Optional[PathLike] = None, sparse_ratio: float = 0.0
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.source_dir = Path(source_dir) if source_dir is not None else None
@@ -187,7 +204,9 @@ class ResCNNEncoder:
         self._fingerprint: Optional[str] = None
 
     @classmethod
-    def from_wordpieces(cls, path: Optional[PathLike] = None, arch: ResCNNArch = ResCNNArch(), seed: int = 0) -> "ResCNNEncoder":
+    def from_wordpieces(
+        cls, path: Optional[PathLike] = None, arch: ResCNNArch = ResCNNArch(), seed: int = 0
+    ) -> "ResCNNEncoder":
         """A fresh network on the word pieces of ``path`` (default: the installed all-MiniLM-L6-v2)."""
         tokenizer, table = minilm_wordpieces(path)
         torch.manual_seed(seed)
@@ -203,7 +222,9 @@ class ResCNNEncoder:
         path = Path(path)
         config_file = path / RESCNN_CONFIG
         if not config_file.exists():
-            raise FileNotFoundError(f"{path}: not a ResCNN model directory (no {RESCNN_CONFIG}; train one with train-rescnn)")
+            raise FileNotFoundError(
+                f"{path}: not a ResCNN model directory (no {RESCNN_CONFIG}; train one with train-rescnn)"
+            )
         config = json.loads(config_file.read_text(encoding="utf8"))
         arch = ResCNNArch(**config["arch"])
         state = load_file(str(path / RESCNN_WEIGHTS))
@@ -212,9 +233,15 @@ class ResCNNEncoder:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model.to(resolve_device(device)).eval()
         sparse, scale = config.get("sparse_weight", 0.0), config.get("scale", 0.0)
-        ratio = float(sparse) / float(scale) if isinstance(scale, (int, float)) and scale > 0 and isinstance(sparse, (int, float)) else 0.0
+        ratio = (
+            float(sparse) / float(scale)
+            if isinstance(scale, (int, float)) and scale > 0 and isinstance(sparse, (int, float))
+            else 0.0
+        )
         if not np.isfinite(ratio) or ratio < 0:
-            raise ValueError(f"{config_file}: sparse_weight / scale must be a finite number >= 0, got {sparse!r} / {scale!r}")
+            raise ValueError(
+                f"{config_file}: sparse_weight / scale must be a finite number >= 0, got {sparse!r} / {scale!r}"
+            )
         return cls(model, tokenizer, source_dir=path, sparse_ratio=ratio)
 
     def save(self, out_dir: PathLike, **meta) -> Path:
@@ -226,7 +253,10 @@ class ResCNNEncoder:
         state = {k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
         save_file(state, str(out / RESCNN_WEIGHTS))
         self.tokenizer.save_pretrained(str(out))
-        atomic_json(out / RESCNN_CONFIG, {"arch": asdict(self.model.arch), "trainable_parameters": self.model.n_trainable, **meta})
+        atomic_json(
+            out / RESCNN_CONFIG,
+            {"arch": asdict(self.model.arch), "trainable_parameters": self.model.n_trainable, **meta},
+        )
         return out
 
     @property
@@ -248,7 +278,9 @@ class ResCNNEncoder:
         object.__setattr__(model, "int8", Int8Linear(model.project.weight.squeeze(-1), model.project.bias))
         for block in model.blocks:
             first, second = block.ffnn[0], block.ffnn[-1]
-            ffnn = nn.Sequential(Int8Linear(first.weight, first.bias), nn.ReLU(), Int8Linear(second.weight, second.bias))
+            ffnn = nn.Sequential(
+                Int8Linear(first.weight, first.bias), nn.ReLU(), Int8Linear(second.weight, second.bias)
+            )
             object.__setattr__(block, "int8", (Int8Linear(block.taps().T, None), ffnn))
         out = ResCNNEncoder(model, self.tokenizer, source_dir=self.source_dir, sparse_ratio=self.sparse_ratio)
         out.dtype = "int8"
@@ -275,8 +307,9 @@ class ResCNNEncoder:
             self._backend.enable_truncation(self.model.arch.max_length)
         if self._backend is not None:
             return [e.ids for e in self._backend.encode_batch(list(texts), add_special_tokens=False)]
-        return self.tokenizer(list(texts), add_special_tokens=False, truncation=True,
-                              max_length=self.model.arch.max_length)["input_ids"]
+        return self.tokenizer(
+            list(texts), add_special_tokens=False, truncation=True, max_length=self.model.arch.max_length
+        )["input_ids"]
 
     def padded(self, rows: Sequence[Sequence[int]]) -> Tuple[torch.Tensor, torch.Tensor]:
         """(ids, mask) of a batch, padded to its longest row (at least one position)."""
@@ -297,13 +330,15 @@ class ResCNNEncoder:
         ids = self.token_ids(texts)
         out = torch.empty(len(ids), self.dim, dtype=torch.float32)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        bar = StepProgress.start("encode", len(ids), unit="text", enabled=progress if progress is not None else len(ids) >= 10_000)
+        bar = StepProgress.start(
+            "encode", len(ids), unit="text", enabled=progress if progress is not None else len(ids) >= 10_000
+        )
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.inference_mode():
                 for start in range(0, len(order), batch_size):
-                    rows = order[start:start + batch_size]
+                    rows = order[start : start + batch_size]
                     out[torch.tensor(rows)] = self.model(*self.padded([ids[i] for i in rows])).float().cpu()
                     bar.update(len(rows))
         finally:
@@ -343,8 +378,12 @@ class ResCNNLinker(DenseLinker):
 
     name = "rescnn"
 
-    def __init__(self, kb: KnowledgeBase, model: Union[PathLike, ResCNNEncoder, None] = None,
-                 settings: Optional[ResCNNSettings] = None) -> None:
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        model: Union[PathLike, ResCNNEncoder, None] = None,
+        settings: Optional[ResCNNSettings] = None,
+    ) -> None:
         s = settings or ResCNNSettings()
         if s.index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {s.index_dtype!r}")
@@ -357,8 +396,10 @@ class ResCNNLinker(DenseLinker):
         model = model if model is not None else s.model
         if model is None:
             # a missing file, so that commands report it in one line
-            raise FileNotFoundError("The rescnn retriever needs a model directory (setting `model`, `evaluate --model DIR`): "
-                                    "train one with `train-rescnn`")
+            raise FileNotFoundError(
+                "The rescnn retriever needs a model directory (setting `model`, `evaluate --model DIR`): "
+                "train one with `train-rescnn`"
+            )
         self.kb = kb
         self.settings = s
         self.encoder = model if isinstance(model, ResCNNEncoder) else ResCNNEncoder.load(model, device=s.device)
@@ -383,7 +424,9 @@ class ResCNNLinker(DenseLinker):
 
             self._tfidf = TfidfLinker(kb)
         self._float: Optional[torch.Tensor] = None  # the whole index in float32, when it fits one chunk
-        self._faiss = faiss_flat_index(dequantize(self.index, 0, len(kb.names)), self.encoder.dim) if s.index == "faiss" else None
+        self._faiss = (
+            faiss_flat_index(dequantize(self.index, 0, len(kb.names)), self.encoder.dim) if s.index == "faiss" else None
+        )
 
     def cache_spec(self) -> Optional[bytes]:
         """The model's files, the storage dtype (and a quantized encoder's): the cache key's first part
@@ -410,7 +453,9 @@ class ResCNNLinker(DenseLinker):
         else:
             entry = self.cache = NameCache(self.index_dir, spec, names, kb_name=self.kb.name, infix=".rescnn")
             self.index_path = entry.path
-            found = entry.read(lambda arrays: arrays.get("vectors") is not None and arrays["vectors"].shape == (len(names), dim))
+            found = entry.read(
+                lambda arrays: arrays.get("vectors") is not None and arrays["vectors"].shape == (len(names), dim)
+            )
             if found is not None:
                 self.from_cache = True
                 logger.info("ResCNN index of %d names memory-mapped from the cache", len(names))
@@ -419,22 +464,32 @@ class ResCNNLinker(DenseLinker):
         self.build_seconds = time.monotonic() - began
         logger.info("ResCNN index of %d names built in %.1fs", len(names), self.build_seconds)
         if spec is not None:
-            arrays = self.cache.write(arrays, {"model": str(self.encoder.source_dir), "dtype": self.settings.index_dtype})
+            arrays = self.cache.write(
+                arrays, {"model": str(self.encoder.source_dir), "dtype": self.settings.index_dtype}
+            )
         return arrays
 
     def _encode_names(self, indices: np.ndarray) -> Dict[str, np.ndarray]:
         """The stored rows of the names at ``indices``, encoded and quantized ``chunk_names`` names at a
         time: the float32 vectors of a large KB (788k names: 800 MB) never exist whole."""
         names, dtype = self.kb.names, self.settings.index_dtype
-        out = {key: np.empty((len(indices),) + value.shape[1:], dtype=value.dtype)
-               for key, value in quantize(torch.zeros((1, self.encoder.dim)), dtype).items()}
-        bar = StepProgress.start("index", len(indices), unit="name",
-                                 enabled=self.progress if self.progress is not None else len(indices) >= 10_000)
+        out = {
+            key: np.empty((len(indices),) + value.shape[1:], dtype=value.dtype)
+            for key, value in quantize(torch.zeros((1, self.encoder.dim)), dtype).items()
+        }
+        bar = StepProgress.start(
+            "index",
+            len(indices),
+            unit="name",
+            enabled=self.progress if self.progress is not None else len(indices) >= 10_000,
+        )
         try:
             for start in range(0, len(indices), self.chunk_names):
-                chunk = [names[i] for i in indices[start:start + self.chunk_names]]
-                for key, value in quantize(self.encoder.encode(chunk, batch_size=self.batch_size, progress=False), dtype).items():
-                    out[key][start:start + len(chunk)] = value
+                chunk = [names[i] for i in indices[start : start + self.chunk_names]]
+                for key, value in quantize(
+                    self.encoder.encode(chunk, batch_size=self.batch_size, progress=False), dtype
+                ).items():
+                    out[key][start : start + len(chunk)] = value
                 bar.update(len(chunk))
         finally:
             bar.close()
@@ -471,5 +526,9 @@ class ResCNNLinker(DenseLinker):
         sparse = self._tfidf.pair_scores(texts, index, normalize=False)
         hybrid = np.where(index >= 0, (scores + self.sparse_ratio * sparse) / (1.0 + self.sparse_ratio), -np.inf)
         # best first, ties in KB name order (as DenseLinker.link sorts them)
-        order = np.lexsort((np.where(index >= 0, index, np.iinfo(np.int64).max), -hybrid), axis=1) if hybrid.size else hybrid.astype(int)
+        order = (
+            np.lexsort((np.where(index >= 0, index, np.iinfo(np.int64).max), -hybrid), axis=1)
+            if hybrid.size
+            else hybrid.astype(int)
+        )
         return np.take_along_axis(hybrid, order, axis=1).astype(np.float32), np.take_along_axis(index, order, axis=1)

@@ -5,6 +5,7 @@ against on the same KB; :func:`kb_to_scispacy_entities` and
 :func:`write_scispacy_jsonl` give our KB in scispacy's own record / file format.
 scispacy and nmslib are imported only when a linker is built.
 """
+
 from __future__ import annotations
 
 import json
@@ -158,7 +159,9 @@ class ScispacyLinker:
         if n_dropped:
             # scispacy drops them too (nmslib cannot index all-zero vectors)
             level = logging.WARNING if n_dropped > 0.01 * len(aliases) else logging.INFO
-            logger.log(level, "ScispacyLinker: dropping %d/%d aliases with an empty TF-IDF vector", n_dropped, len(aliases))
+            logger.log(
+                level, "ScispacyLinker: dropping %d/%d aliases with an empty TF-IDF vector", n_dropped, len(aliases)
+            )
         aliases = [a for a, flag in zip(aliases, keep) if flag]
         vectors = vectors[keep]
         if not aliases:
@@ -167,7 +170,12 @@ class ScispacyLinker:
         index = nmslib.init(method="hnsw", space="cosinesimil_sparse", data_type=nmslib.DataType.SPARSE_VECTOR)
         index.addDataPointBatch(vectors)
         index.createIndex(
-            {"M": int(s.m_parameter), "indexThreadQty": int(s.index_threads), "efConstruction": int(s.ef_construction), "post": 0},
+            {
+                "M": int(s.m_parameter),
+                "indexThreadQty": int(s.index_threads),
+                "efConstruction": int(s.ef_construction),
+                "post": 0,
+            },
             print_progress=False,
         )
         index.setQueryTimeParams({"efSearch": int(s.ef_search)})
@@ -218,8 +226,10 @@ class ScispacyLinker:
                     entry = grouped.setdefault(alias, [[], score])
                     entry[0].append(cid)
                 # concepts of a shared name in the KB's order (priors first), not scispacy's ID order
-                ranked = [Candidate(tuple(self._kb_order(alias, ids)), alias, min(score, 1.0))
-                          for alias, (ids, score) in grouped.items()]
+                ranked = [
+                    Candidate(tuple(self._kb_order(alias, ids)), alias, min(score, 1.0))
+                    for alias, (ids, score) in grouped.items()
+                ]
             else:
                 ranked = [Candidate((cid,), alias, min(score, 1.0)) for cid, alias, score in predicted]
             results.append(ranked[:top_k])

@@ -7,6 +7,7 @@ matrix streams from memory a few times rather than once per handful of queries. 
 of 131,072 names take 128 queries a block (1.8x less CPU for 534 queries on one thread,
 docs/benchmarks.md). Used by the dense and ResCNN linkers.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Tuple
@@ -20,8 +21,14 @@ __all__ = ["CHUNK_NAMES", "nearest_rows"]
 CHUNK_NAMES = 131072
 
 
-def nearest_rows(queries: torch.Tensor, rows: Callable[[int, int], torch.Tensor], n_names: int, k: int,
-                 chunk_names: int = CHUNK_NAMES, max_block: int = 1 << 24) -> Tuple[np.ndarray, np.ndarray]:
+def nearest_rows(
+    queries: torch.Tensor,
+    rows: Callable[[int, int], torch.Tensor],
+    n_names: int,
+    k: int,
+    chunk_names: int = CHUNK_NAMES,
+    max_block: int = 1 << 24,
+) -> Tuple[np.ndarray, np.ndarray]:
     """``(scores, name indices)`` of the ``k`` best names per query row, best first; an index is -1
     where fewer than ``k`` names exist. ``rows(start, stop)``: the float rows of those names (on the
     device the product should run on)."""
@@ -39,11 +46,11 @@ def nearest_rows(queries: torch.Tensor, rows: Callable[[int, int], torch.Tensor]
                 best_scores = torch.full((n_queries, k), float("-inf"), device=names.device)
                 best_index = torch.zeros((n_queries, k), dtype=torch.long, device=names.device)
             for q in range(0, n_queries, step):
-                block = queries[q:q + step].to(names.dtype) @ names.T
+                block = queries[q : q + step].to(names.dtype) @ names.T
                 scores, index = block.float().topk(min(k, block.shape[1]), dim=1)
-                merged = torch.cat([best_scores[q:q + step], scores], dim=1)
-                merged_index = torch.cat([best_index[q:q + step], index + lo], dim=1)
+                merged = torch.cat([best_scores[q : q + step], scores], dim=1)
+                merged_index = torch.cat([best_index[q : q + step], index + lo], dim=1)
                 top, pick = merged.topk(k, dim=1)
-                best_scores[q:q + step], best_index[q:q + step] = top, merged_index.gather(1, pick)
+                best_scores[q : q + step], best_index[q : q + step] = top, merged_index.gather(1, pick)
     scores = best_scores.cpu().numpy()
     return scores, np.where(np.isfinite(scores), best_index.cpu().numpy(), -1)

@@ -14,6 +14,7 @@ torch or scispacy)::
 The retrievers take the same dataclass: ``DenseLinker(kb, model, DenseSettings(cache=False))``,
 ``ScispacyLinker(kb, ScispacySettings(threshold=0.7))``.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -5,6 +5,7 @@ protocol) and, through :meth:`TfidfLinker.similarity`, the similarity measure
 of the evaluation's mention / gold-name similarity bins and of ANGEL's
 negative mining.
 """
+
 from __future__ import annotations
 
 import logging
@@ -68,8 +69,12 @@ class TfidfLinker:
         names = kb.names
         if names:
             # (n_names, vocab), rows L2-normalized by the vectorizer; the fit reads the names once, counted as it goes
-            with StepProgress.start("tfidf index", len(names), unit="name",
-                                    enabled=progress if progress is not None else len(names) >= LARGE) as bar:
+            with StepProgress.start(
+                "tfidf index",
+                len(names),
+                unit="name",
+                enabled=progress if progress is not None else len(names) >= LARGE,
+            ) as bar:
                 self._name_vectors = self.vectorizer.fit_transform(bar.wrap(names, every=4096)).tocsr()
             # (vocab, n_names) CSR: X @ names_t is a CSR x CSR product
             self._names_t = self._name_vectors.T.tocsr()
@@ -78,7 +83,9 @@ class TfidfLinker:
             self._names_t = None
         self.max_block = max(1, int(max_block))
         self.chunk_size = chunk_size
-        logger.debug("TfidfLinker: %d names, vocabulary %d", len(names), len(getattr(self.vectorizer, "vocabulary_", {}) or {}))
+        logger.debug(
+            "TfidfLinker: %d names, vocabulary %d", len(names), len(getattr(self.vectorizer, "vocabulary_", {}) or {})
+        )
 
     # -- vectors ------------------------------------------------------------
     def transform(self, texts: Sequence[str], normalize: bool = True) -> sp.csr_matrix:
@@ -109,7 +116,9 @@ class TfidfLinker:
         vectors = self.transform(texts, normalize=normalize)
         rows = np.repeat(np.arange(len(texts)), name_index.shape[1])
         flat = name_index.reshape(-1)
-        scores = np.asarray(vectors[rows].multiply(self._name_vectors[np.maximum(flat, 0)]).sum(axis=1), dtype=np.float32)
+        scores = np.asarray(
+            vectors[rows].multiply(self._name_vectors[np.maximum(flat, 0)]).sum(axis=1), dtype=np.float32
+        )
         return np.where(flat >= 0, scores.reshape(-1), 0.0).reshape(name_index.shape).astype(np.float32)
 
     # -- linking ------------------------------------------------------------
@@ -148,17 +157,11 @@ class TfidfLinker:
                 if exact_idx is not None:
                     ranked = [(exact_idx, 1.0)] + [(i, s) for i, s in ranked if i != exact_idx]
                     ranked = ranked[:k]
-                results.append(
-                    [Candidate(tuple(kb.ids_for_name_index(i)), names[i], min(s, 1.0)) for i, s in ranked]
-                )
+                results.append([Candidate(tuple(kb.ids_for_name_index(i)), names[i], min(s, 1.0)) for i, s in ranked])
         found = dict(zip(texts, results))
         return [list(found[text]) for text in all_texts]
 
-    def similarity(
-        self,
-        mention_texts: Sequence[str],
-        names: Sequence[Union[str, Sequence[str]]],
-    ) -> np.ndarray:
+    def similarity(self, mention_texts: Sequence[str], names: Sequence[Union[str, Sequence[str]]]) -> np.ndarray:
         """Max cosine between each mention and its own names.
 
         ``names`` runs parallel to ``mention_texts``; each item is a name or a

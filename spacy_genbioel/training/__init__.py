@@ -9,6 +9,7 @@ dense-encoder training (:mod:`.sapbert`).
 Names are imported on first use (PEP 562), so that importing the package
 does not load torch.
 """
+
 from importlib import import_module
 from typing import Any, Dict
 

@@ -32,6 +32,7 @@ empty too, and its own threshold chosen the same way (``cascade["early"]``).
 Mentions at or above it are linked before the deferred retrievers run; the rest
 get every retriever and the steps above.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,7 +46,15 @@ from spacy_genbioel.training.fusion_fit import FusionExample, fit_fusion
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CascadeTargets", "fit_cascade", "settle_threshold", "settle_for_recall", "beam_threshold", "top1", "without_lists"]
+__all__ = [
+    "CascadeTargets",
+    "fit_cascade",
+    "settle_threshold",
+    "settle_for_recall",
+    "beam_threshold",
+    "top1",
+    "without_lists",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +93,9 @@ def settle_threshold(probability: np.ndarray, correct: np.ndarray, target: float
     return float(p[ok[-1]]) if len(ok) else None
 
 
-def settle_for_recall(probability: np.ndarray, correct: np.ndarray, fused_correct: np.ndarray, max_loss: float,
-                      min_mentions: int) -> Optional[float]:
+def settle_for_recall(
+    probability: np.ndarray, correct: np.ndarray, fused_correct: np.ndarray, max_loss: float, min_mentions: int
+) -> Optional[float]:
     """The lowest probability such that settling every mention at or above it (retrieval's answer, ``correct``)
     and fusing the rest (``fused_correct``) loses at most ``max_loss`` recall@1 against fusing them all
     (None: no set of at least ``min_mentions`` does)."""
@@ -119,8 +129,17 @@ def without_lists(examples: Sequence[FusionExample], sources: Sequence[str]) -> 
 
 def _reached(model: FusionModel, examples: Sequence[FusionExample]) -> np.ndarray:
     """Whether some retriever's top ``depth`` concepts hold a gold concept, per example."""
-    return np.asarray([any(cid in ex.gold for s in model.retriever_sources for cid in concept_ranks(ex.lists.get(s, ()), model.depth))
-                       for ex in examples], dtype=bool)
+    return np.asarray(
+        [
+            any(
+                cid in ex.gold
+                for s in model.retriever_sources
+                for cid in concept_ranks(ex.lists.get(s, ()), model.depth)
+            )
+            for ex in examples
+        ],
+        dtype=bool,
+    )
 
 
 def top1(model: FusionModel, examples: Sequence[FusionExample], kb: Any) -> Tuple[np.ndarray, np.ndarray]:
@@ -135,15 +154,24 @@ def top1(model: FusionModel, examples: Sequence[FusionExample], kb: Any) -> Tupl
     return np.asarray(probability, dtype=np.float64), np.asarray(correct, dtype=bool)
 
 
-def _settle_fit(model: FusionModel, examples: Sequence[FusionExample], kb: Any, targets: CascadeTargets,
-                fused_correct: np.ndarray, l2: float, left_out: Sequence[str]):
+def _settle_fit(
+    model: FusionModel,
+    examples: Sequence[FusionExample],
+    kb: Any,
+    targets: CascadeTargets,
+    fused_correct: np.ndarray,
+    l2: float,
+    left_out: Sequence[str],
+):
     """A fusion without the lists of ``left_out`` fitted on ``examples``, its top-1 probability and
     correctness per example, and the threshold from which it settles a mention (``targets``)."""
     partial = without_lists(examples, left_out)
     settle = fit_fusion(partial, kb, model.sources, depth=model.depth, l2=l2, retrievers=model.retrievers)
     probability, correct = top1(settle, partial, kb)
     if targets.max_recall_loss is not None:
-        settle_at = settle_for_recall(probability, correct, fused_correct, targets.max_recall_loss, targets.min_mentions)
+        settle_at = settle_for_recall(
+            probability, correct, fused_correct, targets.max_recall_loss, targets.min_mentions
+        )
     else:
         settle_at = settle_threshold(probability, correct, targets.target_precision, targets.min_mentions)
     return settle, probability, correct, settle_at
@@ -153,8 +181,15 @@ def _weights(model: FusionModel) -> Dict[str, float]:
     return dict(zip(model.features, (round(float(w), 8) for w in model.weights)))
 
 
-def fit_cascade(model: FusionModel, examples: Sequence[FusionExample], kb: Any,
-                targets: CascadeTargets = CascadeTargets(), *, l2: float = 1e-3, defer: Sequence[str] = ()) -> FusionModel:
+def fit_cascade(
+    model: FusionModel,
+    examples: Sequence[FusionExample],
+    kb: Any,
+    targets: CascadeTargets = CascadeTargets(),
+    *,
+    l2: float = 1e-3,
+    defer: Sequence[str] = (),
+) -> FusionModel:
     """``model`` with its ``cascade`` fitted on ``examples`` (those ``model`` was fitted on); ``defer``:
     retrievers that run only for mentions the others do not settle (none of ``model``'s: no early step)."""
     fused_p, fused_correct = top1(model, examples, kb)
@@ -174,16 +209,22 @@ def fit_cascade(model: FusionModel, examples: Sequence[FusionExample], kb: Any,
         "retrieval_reach": round(float(reached.mean()) if len(reached) else 0.0, 4),
         "retrieval_recall@1": round(float(correct.mean()) if len(correct) else 0.0, 4),
         "fusion_recall@1": round(float(fused_correct.mean()) if len(fused_correct) else 0.0, 4),
-        "cascade_recall@1_without_beam": round(float(np.where(settled, correct, fused_correct).mean()) if n else 0.0, 4),
+        "cascade_recall@1_without_beam": round(
+            float(np.where(settled, correct, fused_correct).mean()) if n else 0.0, 4
+        ),
     }
     cascade: Dict[str, Any] = {
-        "settle_weights": _weights(settle), "settle_threshold": settle_at, "beam_threshold": beam_below,
-        "targets": dataclasses.asdict(targets), "report": report,
+        "settle_weights": _weights(settle),
+        "settle_threshold": settle_at,
+        "beam_threshold": beam_below,
+        "targets": dataclasses.asdict(targets),
+        "report": report,
     }
     deferred = [s for s in model.retriever_sources if s in set(defer)]
     if deferred and len(deferred) < len(model.retriever_sources):
-        early, early_p, early_correct, early_at = _settle_fit(model, examples, kb, targets, fused_correct, l2,
-                                                              [GENERATOR, *deferred])
+        early, early_p, early_correct, early_at = _settle_fit(
+            model, examples, kb, targets, fused_correct, l2, [GENERATOR, *deferred]
+        )
         first = early_p >= early_at if early_at is not None else np.zeros(len(early_p), dtype=bool)
         report["early_share"] = round(float(first.mean()) if len(first) else 0.0, 4)
         report["early_precision"] = round(float(early_correct[first].mean()), 4) if first.any() else None

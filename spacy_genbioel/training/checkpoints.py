@@ -8,6 +8,7 @@ weights a resumed run reads back.
 RNG states as plain tensors and dicts, saved with ``torch.save`` and read
 back with ``weights_only=True``.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,12 +49,14 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     if state.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     np_state = state["numpy"]
-    np.random.set_state({
-        "bit_generator": "MT19937",
-        "state": {"key": np_state["key"].numpy().astype(np.uint32), "pos": np_state["pos"]},
-        "has_gauss": np_state["has_gauss"],
-        "gauss": np_state["gauss"],
-    })
+    np.random.set_state(
+        {
+            "bit_generator": "MT19937",
+            "state": {"key": np_state["key"].numpy().astype(np.uint32), "pos": np_state["pos"]},
+            "has_gauss": np_state["has_gauss"],
+            "gauss": np_state["gauss"],
+        }
+    )
     py = state["python"]
     random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
 
@@ -123,8 +126,14 @@ def fresh_tmp(final: Path) -> Path:
     return tmp
 
 
-def save_snapshot(model, tokenizer, final: Path, *, json_files: Optional[Mapping[str, Any]] = None,
-                  state: Optional[Dict[str, Any]] = None) -> None:
+def save_snapshot(
+    model,
+    tokenizer,
+    final: Path,
+    *,
+    json_files: Optional[Mapping[str, Any]] = None,
+    state: Optional[Dict[str, Any]] = None,
+) -> None:
     """The model and tokenizer in ``final`` (replaced whole), with ``json_files``
     (file name -> data) and, when given, the trainer ``state``."""
     tmp = fresh_tmp(final)

@@ -14,6 +14,7 @@ fusion and the cascade fitted on the *other* folds' predictions minus this fold'
 Every step is a :class:`Step` (the words after ``python -m spacy_genbioel``), skipped when its output exists
 (rerun after a crash to finish), run by a *runner*: :func:`run_subprocess`, or the caller's (the CLI runs
 sequential steps in its own process; tests record them)."""
+
 from __future__ import annotations
 
 import json
@@ -74,7 +75,9 @@ def run_subprocess(job: Step, log: Optional[Path] = None) -> None:
         with log.open("a", encoding="utf8") as out:
             out.write(f"$ {job}\n")
             out.flush()
-            code = subprocess.run([sys.executable, *job.command], env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(
+                [sys.executable, *job.command], env=env, stdout=out, stderr=subprocess.STDOUT
+            ).returncode
     if code:
         raise StepError(f"`{job}` failed (exit {code})" + (f": see {log}" if log else ""))
 
@@ -136,10 +139,17 @@ class CorpusInputs:
 #: any other corpus names its inputs (CrossfitSettings.train, kb_sources, kb_format, crosswalk)
 CORPORA = {
     "ncbi": CorpusInputs("{data}/ncbi_disease/NCBItrainset_corpus.txt", ("{data}/vocab/medic_06Jul2012.txt",), "medic"),
-    "bc5cdr": CorpusInputs("{data}/bc5cdr/CDR_TrainingSet.PubTator.txt",
-                           ("{data}/vocab/CTD_diseases_2017.tsv.gz", "mesh-tsv:{data}/vocab/mesh/mesh_id_label_mappings.tsv",
-                            "mesh-tsv:{data}/vocab/mesh/mesh_supp_id_label_mappings.tsv"), "ctd",
-                           crosswalk="{data}/vocab/bc5cdr_legacy_id_crosswalk.tsv", refresh_pool=50),  # 788k names
+    "bc5cdr": CorpusInputs(
+        "{data}/bc5cdr/CDR_TrainingSet.PubTator.txt",
+        (
+            "{data}/vocab/CTD_diseases_2017.tsv.gz",
+            "mesh-tsv:{data}/vocab/mesh/mesh_id_label_mappings.tsv",
+            "mesh-tsv:{data}/vocab/mesh/mesh_supp_id_label_mappings.tsv",
+        ),
+        "ctd",
+        crosswalk="{data}/vocab/bc5cdr_legacy_id_crosswalk.tsv",
+        refresh_pool=50,
+    ),  # 788k names
 }
 
 
@@ -176,28 +186,44 @@ class CrossfitSettings:
     def __post_init__(self) -> None:
         inputs = CORPORA.get(self.corpus)
         if inputs is None and not (self.train and self.kb_sources and self.kb_format):
-            raise ValueError(f"unknown corpus {self.corpus!r} ({' | '.join(CORPORA)}): give its training split, "
-                             "KB sources and KB format")
+            raise ValueError(
+                f"unknown corpus {self.corpus!r} ({' | '.join(CORPORA)}): give its training split, "
+                "KB sources and KB format"
+            )
         data = str(self.data_dir)
         base = Path("training") / self.corpus / self.preset
-        defaults = {"out": base / "crossfit", "pretrained": base / "pretrain" / "model",
-                    "config": Path(f"configs/finetune_{self.preset}.cfg"),
-                    "rescnn_model": Path("training") / self.corpus / "rescnn" / "model",
-                    "dev": Path("corpus") / self.corpus / "dev.jsonl", "refresh_pool": inputs.refresh_pool if inputs else 0}
+        defaults = {
+            "out": base / "crossfit",
+            "pretrained": base / "pretrain" / "model",
+            "config": Path(f"configs/finetune_{self.preset}.cfg"),
+            "rescnn_model": Path("training") / self.corpus / "rescnn" / "model",
+            "dev": Path("corpus") / self.corpus / "dev.jsonl",
+            "refresh_pool": inputs.refresh_pool if inputs else 0,
+        }
         if inputs is not None:
-            defaults.update(train=Path(inputs.train.format(data=data)), kb_format=inputs.kb_format,
-                            kb_sources=tuple(s.format(data=data) for s in inputs.kb_sources),
-                            crosswalk=Path(inputs.crosswalk.format(data=data)) if inputs.crosswalk else None)
+            defaults.update(
+                train=Path(inputs.train.format(data=data)),
+                kb_format=inputs.kb_format,
+                kb_sources=tuple(s.format(data=data) for s in inputs.kb_sources),
+                crosswalk=Path(inputs.crosswalk.format(data=data)) if inputs.crosswalk else None,
+            )
         for name, value in defaults.items():
             if getattr(self, name) in (None, ()):
                 object.__setattr__(self, name, value)
-        _check("crossfit", (self.k < 2, f"k {self.k}: at least 2 folds"),
-               (self.seconds < 0 or self.rescnn_seconds < 0, "negative seconds"),
-               (self.beams is not None and self.beams < 1, f"beams {self.beams}: at least 1"),
-               (not self.variants or not set(self.variants) <= set(VARIANTS) or len(set(self.variants)) < len(self.variants),
-                f"variants {' '.join(self.variants)}: some of {' '.join(VARIANTS)}, each once"),
-               (any(not 0 <= i < self.k for i in self.folds), f"folds {list(self.folds)}: each in 0..{self.k - 1}"),
-               (self.jobs < 0, f"jobs {self.jobs}: 0 (every fold at once) or more"))
+        _check(
+            "crossfit",
+            (self.k < 2, f"k {self.k}: at least 2 folds"),
+            (self.seconds < 0 or self.rescnn_seconds < 0, "negative seconds"),
+            (self.beams is not None and self.beams < 1, f"beams {self.beams}: at least 1"),
+            (
+                not self.variants
+                or not set(self.variants) <= set(VARIANTS)
+                or len(set(self.variants)) < len(self.variants),
+                f"variants {' '.join(self.variants)}: some of {' '.join(VARIANTS)}, each once",
+            ),
+            (any(not 0 <= i < self.k for i in self.folds), f"folds {list(self.folds)}: each in 0..{self.k - 1}"),
+            (self.jobs < 0, f"jobs {self.jobs}: 0 (every fold at once) or more"),
+        )
 
     @property
     def fold_indices(self) -> Tuple[int, ...]:
@@ -245,30 +271,89 @@ def fold_train_steps(s: CrossfitSettings, i: int) -> Iterator[Step]:
     fold, models = s.fold_dir(i), s.model_dir(i)
     kb, train = fold / "kb_plain.jsonl", fold / "corpus" / "train.jsonl"
     yield step(*_build_fold_kb(s, "--prior-pubtator", fold / "train.txt", "--out", kb), done_when=kb)
-    yield step("corpus", "--train", fold / "train.txt", "--dev", fold / "heldout.txt", "--kb", kb, "--out", fold / "corpus",
-               *s.walk(), _flag("abbreviations", s.abbreviations), done_when=train)
-    yield step("finetune", "--model", s.pretrained, "--train", train, "--dev", s.dev, "--kb", kb, "--config", s.config,
-               "--out", models, "--device", s.device, "--training.max_seconds", s.seconds, "--training.seed", i,
-               done_when=models / "result.json")
+    yield step(
+        "corpus",
+        "--train",
+        fold / "train.txt",
+        "--dev",
+        fold / "heldout.txt",
+        "--kb",
+        kb,
+        "--out",
+        fold / "corpus",
+        *s.walk(),
+        _flag("abbreviations", s.abbreviations),
+        done_when=train,
+    )
+    yield step(
+        "finetune",
+        "--model",
+        s.pretrained,
+        "--train",
+        train,
+        "--dev",
+        s.dev,
+        "--kb",
+        kb,
+        "--config",
+        s.config,
+        "--out",
+        models,
+        "--device",
+        s.device,
+        "--training.max_seconds",
+        s.seconds,
+        "--training.seed",
+        i,
+        done_when=models / "result.json",
+    )
     if s.rescnn_seconds:
-        yield step("train-rescnn", "--kb", kb, "--train", train, "--config", s.rescnn_config, "--out", models / "rescnn",
-                   "--training.max_seconds", s.rescnn_seconds, "--training.seed", i, "--data.refresh_pool", s.refresh_pool,
-                   done_when=models / "rescnn" / "model")
+        yield step(
+            "train-rescnn",
+            "--kb",
+            kb,
+            "--train",
+            train,
+            "--config",
+            s.rescnn_config,
+            "--out",
+            models / "rescnn",
+            "--training.max_seconds",
+            s.rescnn_seconds,
+            "--training.seed",
+            i,
+            "--data.refresh_pool",
+            s.refresh_pool,
+            done_when=models / "rescnn" / "model",
+        )
 
 
 def fold_score_steps(s: CrossfitSettings, i: int) -> Iterator[Step]:
     """A fold's pipelines and held-out predictions (``OUT/fold-<i>/<variant>_<row>.jsonl``)."""
     fold, models, rows = s.fold_dir(i), s.model_dir(i), s.out / f"fold-{i}"
     train = fold / "train.txt"
-    yield step(*_build_fold_kb(s, "--prior-pubtator", train, "--augment-pubtator", train, "--out", fold / "kb_aug.jsonl"),
-               done_when=fold / "kb_aug.jsonl")
+    yield step(
+        *_build_fold_kb(s, "--prior-pubtator", train, "--augment-pubtator", train, "--out", fold / "kb_aug.jsonl"),
+        done_when=fold / "kb_aug.jsonl",
+    )
     rescnn, model = s.rescnn_on(), models / "rescnn" / "model"
     width = ("--decoding.num_beams", s.beams, "--decoding.top_k", s.beams) if s.beams is not None else ()
     for variant in s.variants:
         kb, pipeline = fold / f"kb_{variant}.jsonl", models / f"pipeline_{variant}"
         # scored on gold mentions: no NER, and no ruler over 788k names to build
-        yield step("package", "--model", models / "model", "--kb", kb, "--config", models / "config.cfg", "--out", pipeline,
-                   "--no-entity-ruler", done_when=pipeline)
+        yield step(
+            "package",
+            "--model",
+            models / "model",
+            "--kb",
+            kb,
+            "--config",
+            models / "config.cfg",
+            "--out",
+            pipeline,
+            "--no-entity-ruler",
+            done_when=pipeline,
+        )
         rows.mkdir(parents=True, exist_ok=True)
         evaluate = ("--corpus", fold / "heldout.txt", *s.walk(), _flag("abbreviations", s.abbreviations))
         generator = ("--linker", "genbioel", "--pipeline", pipeline, "--device", s.device)
@@ -276,14 +361,28 @@ def fold_score_steps(s: CrossfitSettings, i: int) -> Iterator[Step]:
         def row(name: str, *words: object) -> Step:
             return _evaluate(rows / f"{variant}_{name}", *evaluate, *words)
 
-        yield row(s.generator_row, *generator, "--candidates.retriever", "none", "--decoding.exact_match", "false", *width)
+        yield row(
+            s.generator_row, *generator, "--candidates.retriever", "none", "--decoding.exact_match", "false", *width
+        )
         yield row("tfidf", "--linker", "tfidf", "--kb", kb)
         yield row("dense", "--linker", "dense", "--kb", kb)
         if rescnn:
             yield row("rescnn", "--linker", "rescnn", "--kb", kb, "--model", model)
         for retrievers in retriever_sets(rescnn) if s.forced else ():  # what the forced-score cascade reads
-            yield row(forced_row(retrievers), *generator, "--decoding.search", "forced", "--candidates.retriever", retrievers,
-                      "--candidates.model", f"rescnn={model}", "--candidates.num_candidates", 5, "--decoding.exact_match", "false")
+            yield row(
+                forced_row(retrievers),
+                *generator,
+                "--decoding.search",
+                "forced",
+                "--candidates.retriever",
+                retrievers,
+                "--candidates.model",
+                f"rescnn={model}",
+                "--candidates.num_candidates",
+                5,
+                "--decoding.exact_match",
+                "false",
+            )
 
 
 def fit_steps(s: CrossfitSettings) -> Iterator[Step]:
@@ -291,24 +390,50 @@ def fit_steps(s: CrossfitSettings) -> Iterator[Step]:
     the cascade judged by forced scores of the chosen retrievers' candidates."""
     rescnn = s.rescnn_on()
     for variant in s.variants:
+
         def files(row: str) -> str:
             return _files(s.out / f"fold-{i}" / f"{variant}_{row}.jsonl" for i in range(s.k))
 
         kbs = [w for i in range(s.k) for w in ("--kb", s.fold_dir(i) / f"kb_{variant}.jsonl")]
-        retrievers = [w for name in ("tfidf", "dense", *(("rescnn",) if rescnn else ())) for w in ("--source", f"{name}={files(name)}")]
+        retrievers = [
+            w
+            for name in ("tfidf", "dense", *(("rescnn",) if rescnn else ()))
+            for w in ("--source", f"{name}={files(name)}")
+        ]
         choose = []
         if rescnn:
             retrievers += ["--retriever-model", f"rescnn={s.rescnn_model}"]
             choose = [w for sources in retriever_sets(True) for w in ("--alternative", sources.replace("+", ","))]
         fusion = s.out / f"fusion_{variant}.json"
         width = ("--generator-beams", s.beams) if s.beams is not None else ()
-        yield step("fit-fusion", "--source", f"genbioel={files(s.generator_row)}", *retrievers, *kbs, *choose, *width, *DEFER,
-                   "--out", fusion)
+        yield step(
+            "fit-fusion",
+            "--source",
+            f"genbioel={files(s.generator_row)}",
+            *retrievers,
+            *kbs,
+            *choose,
+            *width,
+            *DEFER,
+            "--out",
+            fusion,
+        )
         if s.forced:
             chosen = "+".join(json.loads(fusion.read_text(encoding="utf8"))["sources"][1:])
-            yield step("fit-fusion", "--source", f"genbioel={files(forced_row(chosen))}", *retrievers, *kbs,
-                       "--alternative", chosen.replace("+", ","), "--generator", "forced", *DEFER,
-                       "--out", s.out / f"cascade_{variant}.json")
+            yield step(
+                "fit-fusion",
+                "--source",
+                f"genbioel={files(forced_row(chosen))}",
+                *retrievers,
+                *kbs,
+                "--alternative",
+                chosen.replace("+", ","),
+                "--generator",
+                "forced",
+                *DEFER,
+                "--out",
+                s.out / f"cascade_{variant}.json",
+            )
 
 
 def _stages(stage: str, known: Sequence[str]) -> Sequence[str]:
@@ -326,8 +451,12 @@ def crossfit_stage(settings: CrossfitSettings, stage: str, runner: Runner = run_
     run_steps([folds_step(s)], runner)
     for name in stages:
         if name == "train":
-            run_parallel({i: fold_train_steps(s, i) for i in s.fold_indices}, runner, s.jobs or s.k,
-                         lambda i: s.out / f"train-fold-{i}.log")
+            run_parallel(
+                {i: fold_train_steps(s, i) for i in s.fold_indices},
+                runner,
+                s.jobs or s.k,
+                lambda i: s.out / f"train-fold-{i}.log",
+            )
         elif name == "score":
             for i in s.fold_indices:
                 run_steps(fold_score_steps(s, i), runner)
@@ -366,9 +495,13 @@ class FoldsSettings:
     rescnn_config: Path = Path("configs/rescnn.cfg")
 
     def __post_init__(self) -> None:
-        _check("crossfit-folds", (not self.folds, "no folds"), (self.jobs < 1, f"jobs {self.jobs}: at least 1"),
-               (len(self.folds_fit) < 2, "a fusion needs the predictions of two folds at least (folds_fit)"),
-               (self.max_recall_loss is not None and self.max_recall_loss < 0, "max_recall_loss below 0"))
+        _check(
+            "crossfit-folds",
+            (not self.folds, "no folds"),
+            (self.jobs < 1, f"jobs {self.jobs}: at least 1"),
+            (len(self.folds_fit) < 2, "a fusion needs the predictions of two folds at least (folds_fit)"),
+            (self.max_recall_loss is not None and self.max_recall_loss < 0, "max_recall_loss below 0"),
+        )
 
     def fold_dir(self, i: int) -> Path:
         return self.out / "folds" / f"fold-{i}"
@@ -384,11 +517,34 @@ def prepare_steps(s: FoldsSettings) -> Iterator[Step]:
     """The KB, a tokenizer on its names only (no fold's mentions), the model and its KB-guided pre-training."""
     kb, tokenizer, init, pretrain = s.out / "kb.jsonl", s.out / "tokenizer", s.out / "init", s.out / "pretrain"
     yield step("build-kb", s.source(), "--format", s.kb_format, "--no-dedup", "--out", kb, done_when=kb)
-    yield step("tokenizer", "--kb", kb, "--preset", s.preset, "--out", tokenizer, done_when=tokenizer / "tokenizer.json")
-    yield step("init-model", "--tokenizer", tokenizer, "--preset", s.preset, "--seed", s.seed, "--out", init, done_when=init)
-    yield step("pretrain", "--model", init, "--kb", kb, "--config", f"configs/pretrain_{s.preset}.cfg", "--out", pretrain,
-               "--device", s.device, "--training.max_steps", s.pretrain_steps, "--training.max_seconds", s.pretrain_seconds,
-               "--training.seed", s.seed, "--training.eval_every", 100000, done_when=pretrain / "result.json")
+    yield step(
+        "tokenizer", "--kb", kb, "--preset", s.preset, "--out", tokenizer, done_when=tokenizer / "tokenizer.json"
+    )
+    yield step(
+        "init-model", "--tokenizer", tokenizer, "--preset", s.preset, "--seed", s.seed, "--out", init, done_when=init
+    )
+    yield step(
+        "pretrain",
+        "--model",
+        init,
+        "--kb",
+        kb,
+        "--config",
+        f"configs/pretrain_{s.preset}.cfg",
+        "--out",
+        pretrain,
+        "--device",
+        s.device,
+        "--training.max_steps",
+        s.pretrain_steps,
+        "--training.max_seconds",
+        s.pretrain_seconds,
+        "--training.seed",
+        s.seed,
+        "--training.eval_every",
+        100000,
+        done_when=pretrain / "result.json",
+    )
 
 
 def fold_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
@@ -398,29 +554,114 @@ def fold_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
     kb, examples = fold / "kb_plain.jsonl", fold / "corpus" / "train.jsonl"
     build = ("build-kb", s.source(), "--format", s.kb_format, "--no-dedup", "--prior-pubtator", train)
     yield step(*build, "--mentions-format", s.corpus_format, "--out", kb, done_when=kb)
-    yield step(*build, "--augment-pubtator", train, "--mentions-format", s.corpus_format, "--out", fold / "kb_aug.jsonl",
-               done_when=fold / "kb_aug.jsonl")
-    yield step("corpus", "--format", s.corpus_format, "--train", train, "--dev", valid, "--kb", kb, "--out", fold / "corpus",
-               done_when=examples)
-    yield step("finetune", "--model", s.out / "pretrain" / "model", "--train", examples, "--dev", fold / "corpus" / "dev.jsonl",
-               "--kb", kb, "--config", f"configs/finetune_{s.preset}.cfg", "--out", fold / "finetune", "--device", s.device,
-               "--training.max_steps", s.finetune_steps, "--training.max_seconds", s.finetune_seconds,
-               "--training.seed", s.seed, "--training.eval_every", 100000, done_when=fold / "finetune" / "result.json")
-    yield step("train-rescnn", "--kb", kb, "--train", examples, "--config", s.rescnn_config, "--out", fold / "rescnn",
-               "--no-index", "--training.max_seconds", s.rescnn_seconds, "--training.seed", s.seed,
-               "--training.progress", "false", done_when=fold / "rescnn" / "result.json")
+    yield step(
+        *build,
+        "--augment-pubtator",
+        train,
+        "--mentions-format",
+        s.corpus_format,
+        "--out",
+        fold / "kb_aug.jsonl",
+        done_when=fold / "kb_aug.jsonl",
+    )
+    yield step(
+        "corpus",
+        "--format",
+        s.corpus_format,
+        "--train",
+        train,
+        "--dev",
+        valid,
+        "--kb",
+        kb,
+        "--out",
+        fold / "corpus",
+        done_when=examples,
+    )
+    yield step(
+        "finetune",
+        "--model",
+        s.out / "pretrain" / "model",
+        "--train",
+        examples,
+        "--dev",
+        fold / "corpus" / "dev.jsonl",
+        "--kb",
+        kb,
+        "--config",
+        f"configs/finetune_{s.preset}.cfg",
+        "--out",
+        fold / "finetune",
+        "--device",
+        s.device,
+        "--training.max_steps",
+        s.finetune_steps,
+        "--training.max_seconds",
+        s.finetune_seconds,
+        "--training.seed",
+        s.seed,
+        "--training.eval_every",
+        100000,
+        done_when=fold / "finetune" / "result.json",
+    )
+    yield step(
+        "train-rescnn",
+        "--kb",
+        kb,
+        "--train",
+        examples,
+        "--config",
+        s.rescnn_config,
+        "--out",
+        fold / "rescnn",
+        "--no-index",
+        "--training.max_seconds",
+        s.rescnn_seconds,
+        "--training.seed",
+        s.seed,
+        "--training.progress",
+        "false",
+        done_when=fold / "rescnn" / "result.json",
+    )
     for variant in VARIANTS:
         kb, pipeline = fold / f"kb_{variant}.jsonl", fold / f"pipeline_{variant}"
-        yield step("package", "--model", fold / "finetune" / "model", "--kb", kb, "--config", fold / "finetune" / "config.cfg",
-                   "--out", pipeline, "--no-entity-ruler", "--no-abbreviations", done_when=pipeline)
-        generator = ("--linker", "genbioel", "--pipeline", pipeline, "--device", s.device, "--candidates.retriever", "none",
-                     "--decoding.exact_match", "false")
-        for name, words in (("exact", ("--linker", "exact", "--kb", kb)), ("tfidf", ("--linker", "tfidf", "--kb", kb)),
-                            ("dense", ("--linker", "dense", "--kb", kb)),
-                            ("rescnn", ("--linker", "rescnn", "--kb", kb, "--model", fold / "rescnn" / "model")),
-                            ("genbioel", generator),  # and the 2-beam lists the cascade's fusion is fitted on
-                            ("genbioel_b2", (*generator, "--decoding.num_beams", 2, "--decoding.top_k", 2))):
-            yield _evaluate(fold / f"{variant}_{name}", "--corpus", valid, "--format", s.corpus_format, *words, done=".json")
+        yield step(
+            "package",
+            "--model",
+            fold / "finetune" / "model",
+            "--kb",
+            kb,
+            "--config",
+            fold / "finetune" / "config.cfg",
+            "--out",
+            pipeline,
+            "--no-entity-ruler",
+            "--no-abbreviations",
+            done_when=pipeline,
+        )
+        generator = (
+            "--linker",
+            "genbioel",
+            "--pipeline",
+            pipeline,
+            "--device",
+            s.device,
+            "--candidates.retriever",
+            "none",
+            "--decoding.exact_match",
+            "false",
+        )
+        for name, words in (
+            ("exact", ("--linker", "exact", "--kb", kb)),
+            ("tfidf", ("--linker", "tfidf", "--kb", kb)),
+            ("dense", ("--linker", "dense", "--kb", kb)),
+            ("rescnn", ("--linker", "rescnn", "--kb", kb, "--model", fold / "rescnn" / "model")),
+            ("genbioel", generator),  # and the 2-beam lists the cascade's fusion is fitted on
+            ("genbioel_b2", (*generator, "--decoding.num_beams", 2, "--decoding.top_k", 2)),
+        ):
+            yield _evaluate(
+                fold / f"{variant}_{name}", "--corpus", valid, "--format", s.corpus_format, *words, done=".json"
+            )
 
 
 def _others(s: FoldsSettings, i: int, variant: str, row: str) -> Tuple[str, Tuple[str, ...]]:
@@ -435,12 +676,39 @@ def fusion_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
     fold = s.fold_dir(i)
     for variant in VARIANTS:
         fusion = fold / f"fusion_{variant}.json"
-        sources = [w for row in ("genbioel", "tfidf", "dense") for w in ("--source", f"{row}={_others(s, i, variant, row)[0]}")]
-        yield step("fit-fusion", *sources, *_others(s, i, variant, "genbioel")[1], "--exclude", fold / f"{variant}_genbioel.jsonl",
-                   "--out", fusion, done_when=fusion)
-        yield _evaluate(fold / f"{variant}_fusion", "--corpus", s.split(i, "validation"), "--format", s.corpus_format,
-                        "--device", s.device, "--linker", "genbioel", "--pipeline", fold / f"pipeline_{variant}",
-                        "--candidates.retriever", "none", "--decoding.exact_match", "false", "--fusion", fusion, done=".json")
+        sources = [
+            w for row in ("genbioel", "tfidf", "dense") for w in ("--source", f"{row}={_others(s, i, variant, row)[0]}")
+        ]
+        yield step(
+            "fit-fusion",
+            *sources,
+            *_others(s, i, variant, "genbioel")[1],
+            "--exclude",
+            fold / f"{variant}_genbioel.jsonl",
+            "--out",
+            fusion,
+            done_when=fusion,
+        )
+        yield _evaluate(
+            fold / f"{variant}_fusion",
+            "--corpus",
+            s.split(i, "validation"),
+            "--format",
+            s.corpus_format,
+            "--device",
+            s.device,
+            "--linker",
+            "genbioel",
+            "--pipeline",
+            fold / f"pipeline_{variant}",
+            "--candidates.retriever",
+            "none",
+            "--decoding.exact_match",
+            "false",
+            "--fusion",
+            fusion,
+            done=".json",
+        )
 
 
 def cascade_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
@@ -449,31 +717,75 @@ def cascade_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
     fold = s.fold_dir(i)
     for variant in VARIANTS:
         generator, kbs = _others(s, i, variant, "genbioel_b2")
-        sources = ["--source", f"genbioel={generator}",
-                   *(w for row in ("tfidf", "dense", "rescnn") for w in ("--source", f"{row}={_others(s, i, variant, row)[0]}"))]
+        sources = [
+            "--source",
+            f"genbioel={generator}",
+            *(
+                w
+                for row in ("tfidf", "dense", "rescnn")
+                for w in ("--source", f"{row}={_others(s, i, variant, row)[0]}")
+            ),
+        ]
 
         def fit(out: Path, *words: object) -> Step:
-            return step("fit-fusion", *sources, *kbs, "--retriever-model", f"rescnn={fold / 'rescnn' / 'model'}",
-                        "--alternative", "tfidf,dense", "--alternative", "tfidf,rescnn", "--alternative", "tfidf,dense,rescnn",
-                        "--generator-beams", 2, *DEFER, "--exclude", fold / f"{variant}_genbioel.jsonl", *words, "--out", out,
-                        done_when=out)
+            return step(
+                "fit-fusion",
+                *sources,
+                *kbs,
+                "--retriever-model",
+                f"rescnn={fold / 'rescnn' / 'model'}",
+                "--alternative",
+                "tfidf,dense",
+                "--alternative",
+                "tfidf,rescnn",
+                "--alternative",
+                "tfidf,dense,rescnn",
+                "--generator-beams",
+                2,
+                *DEFER,
+                "--exclude",
+                fold / f"{variant}_genbioel.jsonl",
+                *words,
+                "--out",
+                out,
+                done_when=out,
+            )
 
         cascade = fold / f"beamcascade_b2_{variant}.json"
         yield fit(cascade)
-        bench = (s.cascade_bench, "--pipeline", fold / f"pipeline_{variant}", "--corpus", s.split(i, "validation"),
-                 "--format", s.corpus_format, "--no-abbreviations", "--fusion", fold / f"fusion_{variant}.json",
-                 "--cascade", cascade, "--variant", f"b2={cascade},{cascade},2")
+        bench = (
+            s.cascade_bench,
+            "--pipeline",
+            fold / f"pipeline_{variant}",
+            "--corpus",
+            s.split(i, "validation"),
+            "--format",
+            s.corpus_format,
+            "--no-abbreviations",
+            "--fusion",
+            fold / f"fusion_{variant}.json",
+            "--cascade",
+            cascade,
+            "--variant",
+            f"b2={cascade},{cascade},2",
+        )
         rows = ("generator", "fusion", "fusion_b2", "cascade_b2", "cascade_int8_b2")
         report, tag = s.metrics / f"{s.report_prefix}_fold{i}_{variant}.json", ()
-        if s.max_recall_loss is not None:  # as many settled mentions as keep the cross-fitted recall@1 within the budget
+        if (
+            s.max_recall_loss is not None
+        ):  # as many settled mentions as keep the cross-fitted recall@1 within the budget
             budget = fold / f"beamcascade_b2_{variant}_loss.json"
             yield fit(budget, "--max-recall-loss", s.max_recall_loss)
             rows = ("generator", "fusion", "cascade_b2", "cascade_loss", "cascade_int8_loss")
             report, tag = report.with_name(report.stem + "_loss.json"), ("--variant", f"loss={budget},{budget},2")
         if not report.exists() and not s.cascade_bench.is_file():
-            raise FileNotFoundError(f"{s.cascade_bench}: the cascade stage benches each fold with bench/cascade.py of a "
-                                    "repository checkout (run it from the checkout, or give its path)")
-        yield step(*bench, *tag, "--rows", ",".join((*rows, *s.extra_rows)), "--out", report, done_when=report, script=True)
+            raise FileNotFoundError(
+                f"{s.cascade_bench}: the cascade stage benches each fold with bench/cascade.py of a "
+                "repository checkout (run it from the checkout, or give its path)"
+            )
+        yield step(
+            *bench, *tag, "--rows", ",".join((*rows, *s.extra_rows)), "--out", report, done_when=report, script=True
+        )
 
 
 def given_folds_stage(settings: FoldsSettings, stage: str, runner: Runner = run_subprocess) -> None:

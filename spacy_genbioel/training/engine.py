@@ -35,6 +35,7 @@ resumed run produces the same parameters as an uninterrupted one. The best
 model by the evaluation metric is kept in ``out_dir/best``; ``out_dir/model``
 is the final export (best when evaluated, else last).
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,15 +48,20 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.training.checkpoints import (
-    STATE_FILE, export_model, load_weights, rng_state, save_snapshot, set_rng_state,
+    STATE_FILE,
+    export_model,
+    load_weights,
+    rng_state,
+    save_snapshot,
+    set_rng_state,
 )
 from spacy_genbioel.training.evaluator import Evaluator
 from spacy_genbioel.training.examples import TrainingExample
-from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.training.loop import budget_clock, build_optimizer, log_due, lr_factor, set_seed, train_step
-from spacy_genbioel.training.settings import EngineConfig
 from spacy_genbioel.training.seq2seq import Seq2SeqLoss
+from spacy_genbioel.training.settings import EngineConfig
 from spacy_genbioel.training.sources import EpochSampler, ExampleSource, as_source
 from spacy_genbioel.training.trainlog import CURVE_FILE, LOG_FILE, append_log, plot_training_curve, truncate_log
 from spacy_genbioel.util import PathLike, autocast_dtype, resolve_device
@@ -87,7 +93,11 @@ class TrainResult:
 
 
 def _metric(value: Union[float, Dict[str, float]], name: str) -> Tuple[Dict[str, float], float]:
-    metrics = {name: float(value)} if isinstance(value, (int, float)) else {k: float(v) for k, v in value.items() if v is not None}
+    metrics = (
+        {name: float(value)}
+        if isinstance(value, (int, float))
+        else {k: float(v) for k, v in value.items() if v is not None}
+    )
     if name not in metrics:
         raise KeyError(f"The evaluator returned {sorted(metrics)}, not the metric {name!r}")
     return metrics, metrics[name]
@@ -130,8 +140,15 @@ class TrainingEngine:
         if self.config.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"Unknown precision {self.config.precision!r}; use auto, fp32 or bf16")
         self.autocast_dtype = autocast_dtype(self.config.precision, self.device, cpu_bf16=False)
-        self.loss = Seq2SeqLoss(model, tokenizer, self.inputs, self.device, max_source_tokens=config.max_source_tokens,
-                                label_smoothing=config.label_smoothing, autocast_dtype=self.autocast_dtype)
+        self.loss = Seq2SeqLoss(
+            model,
+            tokenizer,
+            self.inputs,
+            self.device,
+            max_source_tokens=config.max_source_tokens,
+            label_smoothing=config.label_smoothing,
+            autocast_dtype=self.autocast_dtype,
+        )
         self.pad_id, self.prompts = self.loss.pad_id, self.loss.prompts
 
     # -- paths ------------------------------------------------------------------------
@@ -206,31 +223,52 @@ class TrainingEngine:
                 spent[0] = (elapsed_before + clock() - began) / cfg.max_seconds
 
         last_eval_step = step if resumed_from is not None else -1
-        bar = StepProgress.start("train", stop_at, initial=step, max_seconds=cfg.max_seconds, budget_before=elapsed_before,
-                           clock=clock, budget_name="cpu budget" if cfg.budget_clock == "cpu" else "budget",
-                           enabled=cfg.progress and step < stop_at)
+        bar = StepProgress.start(
+            "train",
+            stop_at,
+            initial=step,
+            max_seconds=cfg.max_seconds,
+            budget_before=elapsed_before,
+            clock=clock,
+            budget_name="cpu budget" if cfg.budget_clock == "cpu" else "budget",
+            enabled=cfg.progress and step < stop_at,
+        )
         window: List[float] = []
         ended = False
         self.model.train()
         try:
             while step < stop_at:
-                step_loss, lr = train_step(self.model, optimizer, scheduler,
-                                           lambda: self._micro_batch_loss(sampler.take(cfg.batch_size)),
-                                           grad_accumulation=cfg.grad_accumulation, max_grad_norm=cfg.max_grad_norm,
-                                           before_schedule=record_time)
+                step_loss, lr = train_step(
+                    self.model,
+                    optimizer,
+                    scheduler,
+                    lambda: self._micro_batch_loss(sampler.take(cfg.batch_size)),
+                    grad_accumulation=cfg.grad_accumulation,
+                    max_grad_norm=cfg.max_grad_norm,
+                    before_schedule=record_time,
+                )
                 step += 1
                 result.losses.append(step_loss)
                 window.append(step_loss)
                 bar.update(1, loss=f"{step_loss:.4f}", lr=f"{lr:.2e}")
                 if log_due(step, cfg.log_every):
-                    self.log({"step": step, "loss": sum(window) / len(window), "lr": lr, "epoch": sampler.epoch,
-                              "elapsed": round(elapsed_before + clock() - began, 2)})
+                    self.log(
+                        {
+                            "step": step,
+                            "loss": sum(window) / len(window),
+                            "lr": lr,
+                            "epoch": sampler.epoch,
+                            "elapsed": round(elapsed_before + clock() - began, 2),
+                        }
+                    )
                     window = []
                 # the budget covers the whole run, resumed parts included
                 out_of_time = cfg.max_seconds is not None and elapsed_before + clock() - began > cfg.max_seconds
                 finished = step >= stop_at or out_of_time
                 if self.evaluate is not None and (
-                    (cfg.eval_every and step % cfg.eval_every == 0) or (finished and step >= cfg.max_steps) or out_of_time
+                    (cfg.eval_every and step % cfg.eval_every == 0)
+                    or (finished and step >= cfg.max_steps)
+                    or out_of_time
                 ):
                     best_metric, best_step = self.run_evaluation(step, result, best_metric, best_step)
                     last_eval_step = step
@@ -238,8 +276,9 @@ class TrainingEngine:
                 if self.out_dir is not None and (
                     finished or evaluated_now or (cfg.save_every and step % cfg.save_every == 0)
                 ):
-                    self._save_checkpoint(optimizer, scheduler, sampler, step, elapsed_before + clock() - began,
-                                          best_metric, best_step)
+                    self._save_checkpoint(
+                        optimizer, scheduler, sampler, step, elapsed_before + clock() - began, best_metric, best_step
+                    )
                 if out_of_time:
                     result.stopped_by = "max_seconds"
                     logger.info("Time budget of %.0fs reached at step %d", cfg.max_seconds, step)
@@ -260,8 +299,9 @@ class TrainingEngine:
         return result
 
     # -- evaluation, checkpoints, logs ------------------------------------------------------
-    def run_evaluation(self, step: int, result: TrainResult, best_metric: Optional[float],
-                       best_step: Optional[int]) -> Tuple[Optional[float], Optional[int]]:
+    def run_evaluation(
+        self, step: int, result: TrainResult, best_metric: Optional[float], best_step: Optional[int]
+    ) -> Tuple[Optional[float], Optional[int]]:
         """Evaluate now (recorded in ``result`` and the log); a better model is
         saved to ``best/``. Returns the best metric and step so far."""
         cfg = self.config
@@ -274,15 +314,23 @@ class TrainingEngine:
         if improved:
             best_metric, best_step = value, step
             if self.best_dir is not None:
-                save_snapshot(self.model, self.tokenizer, self.best_dir, json_files={"best.json": {"step": step, "metrics": metrics}})
+                save_snapshot(
+                    self.model,
+                    self.tokenizer,
+                    self.best_dir,
+                    json_files={"best.json": {"step": step, "metrics": metrics}},
+                )
         record = {"step": step, "eval": metrics, "best": improved, "eval_seconds": round(time.monotonic() - began, 2)}
         result.evaluations.append(record)
         self.log(record)
-        logger.info("step %d: %s%s", step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()), " (best)" if improved else "")
+        logger.info(
+            "step %d: %s%s", step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()), " (best)" if improved else ""
+        )
         return best_metric, best_step
 
-    def _save_checkpoint(self, optimizer, scheduler, sampler: EpochSampler, step: int, elapsed: float, best_metric,
-                         best_step) -> None:
+    def _save_checkpoint(
+        self, optimizer, scheduler, sampler: EpochSampler, step: int, elapsed: float, best_metric, best_step
+    ) -> None:
         state = {
             "step": step,
             "epoch": sampler.epoch,
@@ -294,9 +342,16 @@ class TrainingEngine:
             "scheduler": scheduler.state_dict(),
             "rng": rng_state(),
         }
-        info = {"step": step, "epoch": sampler.epoch, "best_step": best_step, "best_metric": best_metric,
-                "config": asdict(self.config)}
-        save_snapshot(self.model, self.tokenizer, self.checkpoint_dir, state=state, json_files={"checkpoint.json": info})
+        info = {
+            "step": step,
+            "epoch": sampler.epoch,
+            "best_step": best_step,
+            "best_metric": best_metric,
+            "config": asdict(self.config),
+        }
+        save_snapshot(
+            self.model, self.tokenizer, self.checkpoint_dir, state=state, json_files={"checkpoint.json": info}
+        )
 
     def export(self) -> Path:
         """``out_dir/model``: the best model when there was an evaluation, else the last weights."""
@@ -306,7 +361,12 @@ class TrainingEngine:
         """A fresh run must not inherit an older run's best model, checkpoint,
         export or log (nor the folders named in ``extra``)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in (self.checkpoint_dir, self.best_dir, self.out_dir / "model", *(self.out_dir / name for name in extra)):
+        for stale in (
+            self.checkpoint_dir,
+            self.best_dir,
+            self.out_dir / "model",
+            *(self.out_dir / name for name in extra),
+        ):
             if stale.exists():
                 shutil.rmtree(stale)
         if self.log_path.exists():

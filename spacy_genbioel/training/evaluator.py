@@ -2,6 +2,7 @@
 trie-constrained decoding, as a plain ``evaluate(model, tokenizer)`` function
 the training engine calls every ``eval_every`` steps and ANGEL after each
 round."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Union
@@ -39,10 +40,18 @@ def linking_evaluator(
 
     def evaluate(model, tokenizer) -> Dict[str, float]:
         linker = GenerativeLinker(
-            model, tokenizer, kb, cache.get(id(tokenizer)), inputs=inputs,
+            model,
+            tokenizer,
+            kb,
+            cache.get(id(tokenizer)),
+            inputs=inputs,
             # recall@k past the beam counts the beam's names only (link's top_k asks for max(ks))
-            decoding=DecodingSettings(num_beams=num_beams, top_k=min(max(ks), num_beams), batch_size=batch_size,
-                                      max_source_tokens=max_source_tokens),
+            decoding=DecodingSettings(
+                num_beams=num_beams,
+                top_k=min(max(ks), num_beams),
+                batch_size=batch_size,
+                max_source_tokens=max_source_tokens,
+            ),
         )
         cache[id(tokenizer)] = linker.trie
         if linker.inputs.input_mode == "document":  # a first-N slice still reads whole documents
@@ -64,7 +73,11 @@ def stage_evaluator(stage: StageConfig, kb: KnowledgeBase, dev_jsonl: Optional[P
         return None
     mentions = [m for m, _ in read_mentions_jsonl(dev_jsonl)]
     return linking_evaluator(
-        kb, mentions, inputs=stage.inputs, num_beams=int(stage.data["eval_beams"]),
-        batch_size=int(stage.data["eval_batch_size"]), max_mentions=int(stage.data["eval_mentions"]) or None,
+        kb,
+        mentions,
+        inputs=stage.inputs,
+        num_beams=int(stage.data["eval_beams"]),
+        batch_size=int(stage.data["eval_batch_size"]),
+        max_mentions=int(stage.data["eval_mentions"]) or None,
         max_source_tokens=stage.training.max_source_tokens,
     )

@@ -5,6 +5,7 @@ fields (``text``, ``ids``, ``left``, ``right``, ``doc_id``, ``start``, ``end``,
 ``label``, ``composite``) and ``target`` (a normalized KB name; absent or
 null for evaluation-only mentions, e.g. composite dev mentions).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from spacy_genbioel.util import PathLike
-
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.ty import Mention
+from spacy_genbioel.util import PathLike
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,7 @@ def mention_from_dict(data: Dict[str, Any], where: str = "") -> Mention:
     return Mention(ids=tuple(str(i) for i in ids), **kwargs)
 
 
-def write_examples_jsonl(
-    records: Iterable[Tuple[Mention, Optional[str]]], path: PathLike
-) -> int:
+def write_examples_jsonl(records: Iterable[Tuple[Mention, Optional[str]]], path: PathLike) -> int:
     """Write ``(mention, target or None)`` pairs; returns the number of lines."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ of the sources' top concepts, maximising the probability of the gold concepts,
 with an L2 penalty on standardized features. Mentions whose gold concept is in
 no source's list teach nothing and are counted apart (``unreachable``).
 """
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,9 @@ def _records(path: Path) -> List[Tuple[Tuple[Any, ...], dict]]:
             try:
                 record = json.loads(line)
                 key = (record["doc_id"], record["start"], record["end"], record["text"])
-                record["candidates"] = [Candidate(tuple(ids), name, float(score)) for ids, name, score in record["candidates"]]
+                record["candidates"] = [
+                    Candidate(tuple(ids), name, float(score)) for ids, name, score in record["candidates"]
+                ]
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{path}:{lineno}: not an `evaluate --predictions` line ({err!r})") from None
             out.append((key, record))
@@ -87,7 +90,9 @@ def read_fusion_examples(files: Mapping[str, Sequence[PathLike]], kb: Any = None
         lists = {}
         for source, table in by_source.items():
             if key not in table:
-                raise ValueError(f"source {source!r} has no prediction for mention {key} (files {list(map(str, files[source]))})")
+                raise ValueError(
+                    f"source {source!r} has no prediction for mention {key} (files {list(map(str, files[source]))})"
+                )
             lists[source] = table[key]["candidates"]
         examples.append(FusionExample(record["text"], gold, lists, kb))
     return examples
@@ -97,10 +102,14 @@ def mention_pair(text: str, gold: Sequence[str]) -> Tuple[str, FrozenSet[str]]:
     return " ".join(text.lower().split()), frozenset(g.strip() for g in gold if g.strip() not in NO_GOLD_IDS)
 
 
-def drop_examples(examples: Sequence[FusionExample], prediction_files: Sequence[PathLike]) -> Tuple[List[FusionExample], int]:
+def drop_examples(
+    examples: Sequence[FusionExample], prediction_files: Sequence[PathLike]
+) -> Tuple[List[FusionExample], int]:
     """``examples`` minus those whose (case- and space-folded text, gold concepts) pair is a mention of
     ``prediction_files`` (the evaluation set a fusion will be reported on); also the number dropped."""
-    held = {mention_pair(record["text"], record["gold"]) for path in prediction_files for _, record in _records(Path(path))}
+    held = {
+        mention_pair(record["text"], record["gold"]) for path in prediction_files for _, record in _records(Path(path))
+    }
     kept = [ex for ex in examples if mention_pair(ex.text, sorted(ex.gold)) not in held]
     return kept, len(examples) - len(kept)
 
@@ -169,8 +178,12 @@ def fit_fusion(
     weights = result.x / scale
     model = FusionModel(list(sources), [float(w) for w in weights], depth=depth, retrievers=dict(retrievers or {}))
     model.fit = {
-        "mentions": len(examples), "reachable": n, "unreachable": len(examples) - n, "l2": l2,
-        "converged": bool(result.success), "loss": round(float(result.fun), 6),
+        "mentions": len(examples),
+        "reachable": n,
+        "unreachable": len(examples) - n,
+        "l2": l2,
+        "converged": bool(result.success),
+        "loss": round(float(result.fun), 6),
         "standardized_weights": dict(zip(model.features, (round(float(w), 4) for w in result.x))),
         "recall": score_fusion(model, examples, kb),
         # candidates per mention in the generator's lists it was fitted on (beam search: its top_k); the
@@ -181,7 +194,9 @@ def fit_fusion(
     return model
 
 
-def score_fusion(model: FusionModel, examples: Sequence[FusionExample], kb: Any, ks: Sequence[int] = (1, 5)) -> Dict[str, Dict[str, float]]:
+def score_fusion(
+    model: FusionModel, examples: Sequence[FusionExample], kb: Any, ks: Sequence[int] = (1, 5)
+) -> Dict[str, Dict[str, float]]:
     """recall@k of each source alone, of the fusion, and of the union (``oracle``: the gold concept is in
     some source's top ``depth`` concepts); a candidate hits when any of its IDs is gold, ``evaluate``'s rule."""
     priors: Dict[int, Dict[str, float]] = {}

@@ -9,6 +9,7 @@ seq2seq loop (:mod:`~spacy_genbioel.training.seq2seq`), ANGEL's DPO rounds
 the step itself (accumulate, clip, step, schedule) is :func:`train_step` in
 all of them. Their progress bars are :class:`spacy_genbioel.progress.StepProgress`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -70,7 +71,9 @@ def lr_factor(config: Any, step: int, time_fraction: float = 0.0) -> float:
     elif config.scheduler == "polynomial":
         shape = (1.0 - progress) ** config.poly_power
     else:
-        raise ValueError(f"Unknown scheduler {config.scheduler!r}; use cosine, linear, polynomial, clipped_cosine or constant")
+        raise ValueError(
+            f"Unknown scheduler {config.scheduler!r}; use cosine, linear, polynomial, clipped_cosine or constant"
+        )
     return floor + (1.0 - floor) * shape
 
 
@@ -82,7 +85,9 @@ def build_optimizer(model, config: Any) -> torch.optim.Optimizer:
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
+        lr=config.learning_rate,
+        betas=(config.adam_beta1, config.adam_beta2),
+        eps=config.adam_eps,
     )
 
 

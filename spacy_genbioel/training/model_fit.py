@@ -19,6 +19,7 @@ The model is a model folder (a Hugging Face directory: ``import-checkpoint`` out
 packaged here without NER or abbreviation detector for the scoring, or a pipeline ``package`` wrote
 without a fusion (used as it is, over its own KB).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,19 @@ from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FitOptions", "FittedFusion", "HeldOutSplit", "ModelFitError", "Packaging", "fit_model_fusion", "fit_predictions",
-           "generator_row", "model_kb", "score_model", "scoring_pipeline"]
+__all__ = [
+    "FitOptions",
+    "FittedFusion",
+    "HeldOutSplit",
+    "ModelFitError",
+    "Packaging",
+    "fit_model_fusion",
+    "fit_predictions",
+    "generator_row",
+    "model_kb",
+    "score_model",
+    "scoring_pipeline",
+]
 
 #: how the generator's lists are made: beam search, or forced scores of the retrievers' candidates
 GENERATOR_LISTS = ("beam", "forced")
@@ -85,8 +97,14 @@ class FittedFusion:
     dropped: int = 0
 
 
-def fit_predictions(files: Mapping[str, Sequence[PathLike]], kbs: Sequence[Any], options: FitOptions = FitOptions(), *,
-                    exclude: Sequence[PathLike] = (), alternatives: Sequence[Sequence[str]] = ()) -> FittedFusion:
+def fit_predictions(
+    files: Mapping[str, Sequence[PathLike]],
+    kbs: Sequence[Any],
+    options: FitOptions = FitOptions(),
+    *,
+    exclude: Sequence[PathLike] = (),
+    alternatives: Sequence[Sequence[str]] = (),
+) -> FittedFusion:
     """The fusion (and cascade) fitted on ``evaluate --predictions`` files per source (fold ``i``'s file
     ``i``-th), each fold scored with ``kbs[i]`` (one KB: every fold's); ``exclude``: prediction files whose
     (mention, gold) pairs are kept out; ``alternatives``: retriever sets to choose among on the folds."""
@@ -96,8 +114,10 @@ def fit_predictions(files: Mapping[str, Sequence[PathLike]], kbs: Sequence[Any],
     folds_count = n_folds.pop()
     if len(kbs) not in (1, folds_count):
         raise ModelFitError(f"give one KB, or one per fold ({folds_count}); got {len(kbs)}")
-    folds = [read_fusion_examples({s: [paths[i]] for s, paths in files.items()}, kbs[min(i, len(kbs) - 1)])
-             for i in range(folds_count)]
+    folds = [
+        read_fusion_examples({s: [paths[i]] for s, paths in files.items()}, kbs[min(i, len(kbs) - 1)])
+        for i in range(folds_count)
+    ]
     dropped = 0
     if exclude:
         kept = [drop_examples(fold, exclude) for fold in folds]
@@ -107,8 +127,14 @@ def fit_predictions(files: Mapping[str, Sequence[PathLike]], kbs: Sequence[Any],
     choice = None
     if alternatives:
         sources, choice = choose_sources(folds, kbs[0], alternatives, depth=options.depth, l2=options.l2)
-    model = fit_fusion(examples, kbs[0], sources, depth=options.depth, l2=options.l2,
-                       retrievers={s: dict(options.retrievers.get(s, {})) for s in sources[1:]})
+    model = fit_fusion(
+        examples,
+        kbs[0],
+        sources,
+        depth=options.depth,
+        l2=options.l2,
+        retrievers={s: dict(options.retrievers.get(s, {})) for s in sources[1:]},
+    )
     model = dataclasses.replace(model, generator=options.generator)
     if choice is not None:
         model.fit["choice"] = choice
@@ -137,8 +163,13 @@ def _is_pipeline(path: Path) -> bool:
     return (path / "config.cfg").is_file() and (path / "genbioel" / "cfg.json").is_file()
 
 
-def model_kb(model: PathLike, kb: Optional[PathLike], *, config: Optional[PathLike] = None,
-             settings: Optional[Mapping[str, Any]] = None) -> Path:
+def model_kb(
+    model: PathLike,
+    kb: Optional[PathLike],
+    *,
+    config: Optional[PathLike] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+) -> Path:
     """The KB file every source links into, once ``model`` is checked: a pipeline ``package`` wrote without a
     fusion links into its own KB (``kb``, if given, must hold the same names and IDs) with its own settings; a
     model folder into ``kb`` (required)."""
@@ -151,27 +182,42 @@ def model_kb(model: PathLike, kb: Optional[PathLike], *, config: Optional[PathLi
         component = model / "genbioel"
         meta = read_component_cfg(component / "cfg.json")
         if not meta.get("has_model", meta.get("has_linker")):
-            raise ModelFitError(f"{model}: a pipeline without a generator (its retrieval-only fusion comes from fit-retrieval)")
+            raise ModelFitError(
+                f"{model}: a pipeline without a generator (its retrieval-only fusion comes from fit-retrieval)"
+            )
         if (component / "fusion.json").exists():
-            raise ModelFitError(f"{model}: the pipeline links through its own fusion ({component / 'fusion.json'}), which "
-                                "would rerank the generator's lists: give its model folder with --kb, or a pipeline "
-                                "packaged without --fusion")
+            raise ModelFitError(
+                f"{model}: the pipeline links through its own fusion ({component / 'fusion.json'}), which "
+                "would rerank the generator's lists: give its model folder with --kb, or a pipeline "
+                "packaged without --fusion"
+            )
         if config is not None or settings:
-            raise ModelFitError(f"{model}: a packaged pipeline keeps its own settings: --config and component settings "
-                                "are for a model folder")
+            raise ModelFitError(
+                f"{model}: a packaged pipeline keeps its own settings: --config and component settings "
+                "are for a model folder"
+            )
         if kb is not None and KnowledgeBase.load(kb).checksum() != meta.get("kb_checksum"):
-            raise ModelFitError(f"{kb}: not the KB the pipeline {model} links into: package the model with this KB, or "
-                                "leave out --kb")
+            raise ModelFitError(
+                f"{kb}: not the KB the pipeline {model} links into: package the model with this KB, or leave out --kb"
+            )
         return Path(kb) if kb is not None else component / "kb.jsonl"
     if not (model / "config.json").is_file():
-        raise ModelFitError(f"{model}: neither a model folder (config.json) nor a pipeline package wrote (config.cfg, genbioel/)")
+        raise ModelFitError(
+            f"{model}: neither a model folder (config.json) nor a pipeline package wrote (config.cfg, genbioel/)"
+        )
     if kb is None:
         raise ModelFitError(f"{model}: a model folder needs the KB it links into (--kb)")
     return Path(kb)
 
 
-def scoring_pipeline(model: PathLike, kb: Optional[PathLike], folder: PathLike, *,
-                     config: Optional[PathLike] = None, settings: Optional[Mapping[str, Any]] = None) -> Path:
+def scoring_pipeline(
+    model: PathLike,
+    kb: Optional[PathLike],
+    folder: PathLike,
+    *,
+    config: Optional[PathLike] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+) -> Path:
     """The pipeline the generator is scored with: a pipeline ``package`` wrote, as it is (:func:`model_kb`); a
     model folder packaged into ``folder/pipeline`` with ``kb``, ``config`` (the fine-tuning config, for a model
     trained here) and ``settings`` (``inputs.style``...), as ``package`` would, but with no entity ruler nor
@@ -181,8 +227,14 @@ def scoring_pipeline(model: PathLike, kb: Optional[PathLike], folder: PathLike, 
         return Path(model)
     from spacy_genbioel.training.package import EntitySource, package
 
-    return package(model, kb_file, Path(folder) / "pipeline", config_path=config, settings=settings,
-                   entities=EntitySource(entity_ruler=False, abbreviations=False))
+    return package(
+        model,
+        kb_file,
+        Path(folder) / "pipeline",
+        config_path=config,
+        settings=settings,
+        entities=EntitySource(entity_ruler=False, abbreviations=False),
+    )
 
 
 def generator_row(options: FitOptions, retrievers: Sequence[str], device: str) -> Tuple[str, Dict[str, Any]]:
@@ -191,9 +243,17 @@ def generator_row(options: FitOptions, retrievers: Sequence[str], device: str) -
     what the cascade's forced step scores)."""
     settings: Dict[str, Any] = {"device": device, "decoding.exact_match": False}
     if options.generator == "forced":
-        models = ",".join(f"{s}={v['model']}" for s, v in options.retrievers.items() if v.get("model") and s in retrievers)
-        settings.update({"decoding.search": "forced", "candidates.retriever": "+".join(retrievers),
-                         "candidates.num_candidates": options.depth, "candidates.model": models or None})
+        models = ",".join(
+            f"{s}={v['model']}" for s, v in options.retrievers.items() if v.get("model") and s in retrievers
+        )
+        settings.update(
+            {
+                "decoding.search": "forced",
+                "candidates.retriever": "+".join(retrievers),
+                "candidates.num_candidates": options.depth,
+                "candidates.model": models or None,
+            }
+        )
         return f"genbioel_forced_{'+'.join(retrievers)}_{options.depth}", settings
     settings["candidates.retriever"] = "none"
     if options.generator_beams is not None:
@@ -201,9 +261,15 @@ def generator_row(options: FitOptions, retrievers: Sequence[str], device: str) -
     return f"genbioel_beam{options.generator_beams or ''}", settings
 
 
-def score_model(pipeline: Union[PathLike, Callable[[], PathLike]], kb: PathLike, split: HeldOutSplit,
-                retrievers: Sequence[str], folder: PathLike, options: FitOptions = FitOptions(),
-                device: str = "cpu") -> Dict[str, Path]:
+def score_model(
+    pipeline: Union[PathLike, Callable[[], PathLike]],
+    kb: PathLike,
+    split: HeldOutSplit,
+    retrievers: Sequence[str],
+    folder: PathLike,
+    options: FitOptions = FitOptions(),
+    device: str = "cpu",
+) -> Dict[str, Path]:
     """``evaluate --predictions`` files of the generator (as ``options.generator`` says, :func:`generator_row`) and
     of each retriever over ``split``, by source; written to ``folder/<row>.jsonl`` (the report beside, ``.json``).
     A row whose two files are there already is not scored again (rerun after a crash to finish; a folder per
@@ -212,9 +278,13 @@ def score_model(pipeline: Union[PathLike, Callable[[], PathLike]], kb: PathLike,
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    gold = GoldOptions(fmt=split.fmt, labels=tuple(split.labels), crosswalk=split.crosswalk, abbreviations=split.abbreviations)
-    rows = {GENERATOR: ("genbioel", *generator_row(options, retrievers, device)),
-            **{s: (s, s, dict(options.retrievers.get(s, {}))) for s in retrievers}}
+    gold = GoldOptions(
+        fmt=split.fmt, labels=tuple(split.labels), crosswalk=split.crosswalk, abbreviations=split.abbreviations
+    )
+    rows = {
+        GENERATOR: ("genbioel", *generator_row(options, retrievers, device)),
+        **{s: (s, s, dict(options.retrievers.get(s, {}))) for s in retrievers},
+    }
     files = {}
     for source, (linker, row, settings) in rows.items():
         predictions, report = folder / f"{row}.jsonl", folder / f"{row}.json"
@@ -225,12 +295,19 @@ def score_model(pipeline: Union[PathLike, Callable[[], PathLike]], kb: PathLike,
         if linker == "genbioel" and callable(pipeline):
             pipeline = pipeline()
         partial = folder / f".{row}.jsonl"  # renamed into place once whole: a crash leaves no half file to reuse
-        result = run_evaluation(split.corpus, linker=linker, pipeline=pipeline if linker == "genbioel" else None,
-                                kb=None if linker == "genbioel" else kb, settings=settings, gold=gold,
-                                outputs=ReportOutputs(json_path=report, predictions=partial))
+        result = run_evaluation(
+            split.corpus,
+            linker=linker,
+            pipeline=pipeline if linker == "genbioel" else None,
+            kb=None if linker == "genbioel" else kb,
+            settings=settings,
+            gold=gold,
+            outputs=ReportOutputs(json_path=report, predictions=partial),
+        )
         partial.replace(predictions)
-        logger.info("%s on %s: recall@1 %s over %d mentions", row, split.corpus, result.recall.recall.get(1),
-                    result.n_mentions)
+        logger.info(
+            "%s on %s: recall@1 %s over %d mentions", row, split.corpus, result.recall.recall.get(1), result.n_mentions
+        )
     return files
 
 
@@ -257,10 +334,17 @@ class Packaging:
     device: str = "cpu"
 
 
-def fit_model_fusion(model: PathLike, split: HeldOutSplit, *, kb: Optional[PathLike] = None,
-                     retrievers: Sequence[str] = ("tfidf", "dense"), options: FitOptions = FitOptions(),
-                     exclude: Sequence[PathLike] = (), packaging: Packaging = Packaging(),
-                     work: Optional[PathLike] = None) -> FittedFusion:
+def fit_model_fusion(
+    model: PathLike,
+    split: HeldOutSplit,
+    *,
+    kb: Optional[PathLike] = None,
+    retrievers: Sequence[str] = ("tfidf", "dense"),
+    options: FitOptions = FitOptions(),
+    exclude: Sequence[PathLike] = (),
+    packaging: Packaging = Packaging(),
+    work: Optional[PathLike] = None,
+) -> FittedFusion:
     """Score ``split`` with ``model`` and ``retrievers`` (:func:`score_model`; the predictions kept in ``work``, or
     a temporary folder) and fit the fusion on them (:func:`fit_predictions`); the file's ``fit["scored"]`` says
     what was scored."""
@@ -280,12 +364,22 @@ def fit_model_fusion(model: PathLike, split: HeldOutSplit, *, kb: Optional[PathL
     with _work_folder(work) as folder:
         config, settings = packaging.config, packaging.settings
         kb_file = model_kb(model, kb, config=config, settings=settings)
-        pipeline = Path(model) if _is_pipeline(Path(model)) else (
-            lambda: scoring_pipeline(model, kb_file, folder, config=config, settings=settings))
+        pipeline = (
+            Path(model)
+            if _is_pipeline(Path(model))
+            else (lambda: scoring_pipeline(model, kb_file, folder, config=config, settings=settings))
+        )
         files = score_model(pipeline, kb_file, split, retrievers, folder / "predictions", options, packaging.device)
-        fitted = fit_predictions({s: [path] for s, path in files.items()}, [KnowledgeBase.load(kb_file)], options,
-                                 exclude=exclude)
-    fitted.model.fit["scored"] = {"model": str(model), "corpus": str(split.corpus), "format": split.fmt,
-                                  "abbreviations": split.abbreviations, "labels": list(split.labels), "kb": str(kb_file),
-                                  "generator": options.generator}
+        fitted = fit_predictions(
+            {s: [path] for s, path in files.items()}, [KnowledgeBase.load(kb_file)], options, exclude=exclude
+        )
+    fitted.model.fit["scored"] = {
+        "model": str(model),
+        "corpus": str(split.corpus),
+        "format": split.fmt,
+        "abbreviations": split.abbreviations,
+        "labels": list(split.labels),
+        "kb": str(kb_file),
+        "generator": options.generator,
+    }
     return fitted

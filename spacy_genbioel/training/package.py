@@ -6,6 +6,7 @@ entity source (an ``entity_ruler`` over the KB names, or a trained NER's
 tokenizer, ``tok2vec`` and ``ner``) and the ``genbioel`` component, whose
 settings :func:`component_config` writes in one place.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,9 +21,9 @@ from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.linking.released_style import recorded_input_style, recorded_max_source_tokens
+from spacy_genbioel.linking.retrieval_only import build_indexes
 from spacy_genbioel.linking.settings import nested_overrides
 from spacy_genbioel.models import load_model
-from spacy_genbioel.linking.retrieval_only import build_indexes
 from spacy_genbioel.ner import add_kb_entity_ruler, ner_extras, source_ner
 from spacy_genbioel.ner.pipes import RulerRules
 from spacy_genbioel.training.settings import load_stage_config
@@ -70,8 +71,9 @@ class PipelineMeta:
     calibration: Optional[Dict[str, Any]] = None
 
 
-def component_config(inputs: InputBuilder, max_source_tokens: int = 256,
-                     settings: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+def component_config(
+    inputs: InputBuilder, max_source_tokens: int = 256, settings: Optional[Mapping[str, Any]] = None
+) -> Dict[str, Any]:
     """The ``genbioel`` component's config in a packaged pipeline: the encoder-input settings
     the model was trained with, then ``settings`` (dotted or bare names, as
     :func:`~spacy_genbioel.linking.settings.nested_overrides` takes them) over them."""
@@ -124,19 +126,32 @@ def package(
     config = component_config(inputs, max_source_tokens, settings)
     if "style" in nested_overrides(settings or {}).get("inputs", {}):
         config["recorded_inputs"] = False  # the style asked for, even genbioel.v1, not the one the model records
-    if model_dir is not None and (Path(model_dir) / "import.json").is_file() and config["inputs"].get("style") == InputBuilder().style:
-        logger.warning("%s was imported from a released checkpoint, which was trained on GenBioEL's own inputs: package it "
-                       "with inputs.style genbioel-released-<corpus>.v1 (docs/published.md)", model_dir)
+    if (
+        model_dir is not None
+        and (Path(model_dir) / "import.json").is_file()
+        and config["inputs"].get("style") == InputBuilder().style
+    ):
+        logger.warning(
+            "%s was imported from a released checkpoint, which was trained on GenBioEL's own inputs: package it "
+            "with inputs.style genbioel-released-<corpus>.v1 (docs/published.md)",
+            model_dir,
+        )
     kb = KnowledgeBase.load(kb_path)
     model, tokenizer = load_model(model_dir, device="cpu", dtype="fp32") if model_dir is not None else (None, None)
     ner_nlp = spacy.load(entities.ner) if entities.ner is not None else None
     lang = entities.lang
     if ner_nlp is not None and ner_nlp.lang != lang:
-        logger.warning("The NER pipeline's language is %r, not %r: the package uses %r", ner_nlp.lang, lang, ner_nlp.lang)
+        logger.warning(
+            "The NER pipeline's language is %r, not %r: the package uses %r", ner_nlp.lang, lang, ner_nlp.lang
+        )
         lang = ner_nlp.lang
     nlp = spacy.blank(lang)
     source = f"the NER trained in {entities.ner}" if ner_nlp is not None else "a dictionary entity source"
-    linking = "Generative biomedical entity linking (GenBioEL)" if model is not None else "Biomedical entity linking (retrievers fused, no generator)"
+    linking = (
+        "Generative biomedical entity linking (GenBioEL)"
+        if model is not None
+        else "Biomedical entity linking (retrievers fused, no generator)"
+    )
     nlp.meta.update({"name": meta.name, "version": meta.version, "description": f"{linking} with {source}"})
     threshold = config.get("output", {}).get("threshold")
     if threshold is not None or meta.calibration is not None:
@@ -155,8 +170,9 @@ def package(
     if ner_nlp is not None:
         logger.info("Sourced %s from %s", source_ner(nlp, ner_nlp), entities.ner)
     elif entities.entity_ruler:
-        n_patterns = add_kb_entity_ruler(nlp, kb, entities.entity_label, entities.min_name_chars,
-                                         rules=RulerRules(types=entities.entity_types))
+        n_patterns = add_kb_entity_ruler(
+            nlp, kb, entities.entity_label, entities.min_name_chars, rules=RulerRules(types=entities.entity_types)
+        )
         logger.info("entity_ruler with %d patterns", n_patterns)
     component = nlp.add_pipe("genbioel", config=config)
     if model is not None:
@@ -167,7 +183,10 @@ def package(
     if component.fusion is not None:
         if "dense" in component.fusion.sources:
             extras.append("minilm")  # the fusion's dense retriever encodes with all-MiniLM-L6-v2 from that extra
-        nlp.meta["genbioel_fusion"] = {"sources": component.fusion.sources, "fit": component.fusion.fit.get("recall", {})}
+        nlp.meta["genbioel_fusion"] = {
+            "sources": component.fusion.sources,
+            "fit": component.fusion.fit.get("recall", {}),
+        }
     nlp.meta["requirements"] = requirements(extras=extras)
     if out.exists():
         shutil.rmtree(out)
@@ -175,8 +194,9 @@ def package(
     return out
 
 
-def _recorded_inputs(model_dir: PathLike, inputs: InputBuilder, max_source_tokens: int,
-                     settings: Optional[Mapping[str, Any]]) -> Tuple[InputBuilder, int]:
+def _recorded_inputs(
+    model_dir: PathLike, inputs: InputBuilder, max_source_tokens: int, settings: Optional[Mapping[str, Any]]
+) -> Tuple[InputBuilder, int]:
     """The released input style the model records it was trained on (``import-checkpoint`` writes
     it), and the ``max_source_tokens`` it needs, unless ``settings`` give them."""
     style = recorded_input_style(model_dir)

@@ -35,6 +35,7 @@ Decisions:
   and needs no materialized list: :class:`PretrainingExamples` is a lazy
   sequence over (concept, synonym) pairs, light even for MeSH-sized KBs.
 """
+
 from __future__ import annotations
 
 import random
@@ -42,8 +43,8 @@ from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.ty import Mention
 from spacy_genbioel.training.examples import TrainingExample
+from spacy_genbioel.ty import Mention
 
 
 @dataclass(frozen=True)

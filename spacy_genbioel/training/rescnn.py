@@ -23,6 +23,7 @@ files), ``train_log.jsonl``, ``config.cfg``, ``result.json``. Settings:
 ``configs/rescnn.cfg`` (``[model]``, ``[training]``, ``[data]``), every one of
 them a field of :class:`ResCNNTrainConfig`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,19 @@ from spacy_genbioel.util import PathLike, atomic_json
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RESCNN_SECTIONS", "Query", "ResCNNTrainConfig", "ResCNNTrainResult", "epoch_queries", "load_rescnn_config",
-           "marginal_nll", "PoolSearch", "refresh_candidates", "train_rescnn", "train_rescnn_step"]
+__all__ = [
+    "RESCNN_SECTIONS",
+    "Query",
+    "ResCNNTrainConfig",
+    "ResCNNTrainResult",
+    "epoch_queries",
+    "load_rescnn_config",
+    "marginal_nll",
+    "PoolSearch",
+    "refresh_candidates",
+    "train_rescnn",
+    "train_rescnn_step",
+]
 
 
 @dataclass
@@ -87,33 +99,55 @@ class ResCNNTrainConfig:
     refresh_pool: int = 0
 
     def arch(self) -> ResCNNArch:
-        return ResCNNArch(self.hidden, self.blocks, self.filters, tuple(self.kernel_sizes), self.dropout, self.max_length)
+        return ResCNNArch(
+            self.hidden, self.blocks, self.filters, tuple(self.kernel_sizes), self.dropout, self.max_length
+        )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.dense_ratio <= 1.0 or self.topk < 2 or self.batch_size < 1:
             raise ValueError("rescnn: need 0 <= dense_ratio <= 1, topk >= 2 and batch_size >= 1")
         if self.refresh_pool < 0 or (0 < self.refresh_pool <= self.topk):
-            raise ValueError(f"rescnn: refresh_pool must be 0 (the whole KB) or more than topk ({self.topk}), got {self.refresh_pool}")
+            raise ValueError(
+                f"rescnn: refresh_pool must be 0 (the whole KB) or more than topk ({self.topk}), got {self.refresh_pool}"
+            )
 
 
 RESCNN_SECTIONS: Dict[str, Sequence[str]] = {
     "model": ("hidden", "blocks", "filters", "kernel_sizes", "dropout", "max_length"),
-    "training": ("epochs", "max_seconds", "batch_size", "learning_rate", "weight_decay", "sparse_learning_rate",
-                 "initial_sparse_weight", "initial_scale", "topk", "dense_ratio", "max_grad_norm", "seed", "log_every", "progress"),
+    "training": (
+        "epochs",
+        "max_seconds",
+        "batch_size",
+        "learning_rate",
+        "weight_decay",
+        "sparse_learning_rate",
+        "initial_sparse_weight",
+        "initial_scale",
+        "topk",
+        "dense_ratio",
+        "max_grad_norm",
+        "seed",
+        "log_every",
+        "progress",
+    ),
     "data": ("kb_queries", "mention_repeats", "encode_batch", "refresh_pool"),
 }
 assert {f.name for f in fields(ResCNNTrainConfig)} == {n for names in RESCNN_SECTIONS.values() for n in names}
 
 
-def load_rescnn_config(path: Optional[PathLike], overrides: Optional[Mapping[str, Any]] = None) -> Tuple[ResCNNTrainConfig, str]:
+def load_rescnn_config(
+    path: Optional[PathLike], overrides: Optional[Mapping[str, Any]] = None
+) -> Tuple[ResCNNTrainConfig, str]:
     """``configs/rescnn.cfg`` (None: the defaults) with dotted overrides (``{"training.epochs": 3}``)."""
     if path is None:
         values: Dict[str, Dict[str, Any]] = {}
         for key, value in (overrides or {}).items():
             section, _, name = key.partition(".")
             if name not in RESCNN_SECTIONS.get(section, ()):
-                raise ValueError(f"Unknown setting {key!r}; known: "
-                                 + ", ".join(f"{s}.{n}" for s, names in RESCNN_SECTIONS.items() for n in names))
+                raise ValueError(
+                    f"Unknown setting {key!r}; known: "
+                    + ", ".join(f"{s}.{n}" for s, names in RESCNN_SECTIONS.items() for n in names)
+                )
             values.setdefault(section, {})[name] = value
         config = ResCNNTrainConfig(**{k: v for settings in values.values() for k, v in settings.items()})
         return config, ""
@@ -129,7 +163,9 @@ def marginal_nll(scores: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
     if not bool(keep.any()):
         return scores.sum() * 0.0
     scores, positive = scores[keep], positive[keep]
-    return (torch.logsumexp(scores, dim=1) - torch.logsumexp(scores.masked_fill(~positive, float("-inf")), dim=1)).mean()
+    return (
+        torch.logsumexp(scores, dim=1) - torch.logsumexp(scores.masked_fill(~positive, float("-inf")), dim=1)
+    ).mean()
 
 
 # -- queries and candidates --------------------------------------------------------------------------
@@ -150,7 +186,13 @@ def epoch_queries(kb: KnowledgeBase, pairs: SynonymPairs, config: ResCNNTrainCon
     queries = []
     for name in drawn:
         own = kb.name_index(name)
-        queries.append(Query(name, frozenset(kb.ids_for_name_index(own)) if own is not None else frozenset(), own if own is not None else -1))
+        queries.append(
+            Query(
+                name,
+                frozenset(kb.ids_for_name_index(own)) if own is not None else frozenset(),
+                own if own is not None else -1,
+            )
+        )
     queries += [Query(p.left, p.left_ids) for p in pairs.mention_pairs] * config.mention_repeats
     rng.shuffle(queries)
     return queries
@@ -160,8 +202,15 @@ class PoolSearch:
     """``nearest_names`` over a pool of KB names only (``refresh_pool``), answering in the KB's name indices:
     each query's ``size`` nearest names by TF-IDF and the names of its gold concepts, encoded once."""
 
-    def __init__(self, kb: KnowledgeBase, encoder: ResCNNEncoder, tfidf, queries: Sequence[Query], size: int,
-                 batch_size: int = 256) -> None:
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        encoder: ResCNNEncoder,
+        tfidf,
+        queries: Sequence[Query],
+        size: int,
+        batch_size: int = 256,
+    ) -> None:
         pool = {kb.name_index(c.name) for row in tfidf.link([q.text for q in queries], top_k=size) for c in row}
         pool.update(kb.name_index(name) for q in queries for cid in sorted(q.gold) for name in kb.names_of(cid))
         self.kb, self.encoder, self.batch_size = kb, encoder, batch_size
@@ -176,22 +225,24 @@ class PoolSearch:
         take = min(k, len(self.pool))
         with torch.inference_mode():
             for start in range(0, n, self.batch_size):
-                top = (queries[start:start + self.batch_size] @ self.vectors.T).topk(take, dim=1) if take else None
+                top = (queries[start : start + self.batch_size] @ self.vectors.T).topk(take, dim=1) if take else None
                 if top is not None:
-                    scores[start:start + self.batch_size, :take] = top.values.numpy()
-                    index[start:start + self.batch_size, :take] = self.pool[top.indices.numpy()]
+                    scores[start : start + self.batch_size, :take] = top.values.numpy()
+                    index[start : start + self.batch_size, :take] = self.pool[top.indices.numpy()]
         return scores, index
 
 
-def refresh_candidates(linker: Union[ResCNNLinker, PoolSearch], tfidf, queries: Sequence[Query], config: ResCNNTrainConfig,
-                       ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def refresh_candidates(
+    linker: Union[ResCNNLinker, PoolSearch], tfidf, queries: Sequence[Query], config: ResCNNTrainConfig
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(candidate name indices, their TF-IDF scores, positive mask), each (queries, topk): the
     ``topk * dense_ratio`` nearest names by cosine, then TF-IDF's nearest, a query's own name left out."""
     kb, k = linker.kb, config.topk
     texts = [q.text for q in queries]
     n_dense = int(round(k * config.dense_ratio))
-    _, dense = linker.nearest_names(linker.encoder.encode(texts, batch_size=config.encode_batch, progress=False),
-                                    min(len(kb.names), k + 1))
+    _, dense = linker.nearest_names(
+        linker.encoder.encode(texts, batch_size=config.encode_batch, progress=False), min(len(kb.names), k + 1)
+    )
     sparse = tfidf.link(texts, top_k=k + 1)
     chosen = np.zeros((len(queries), k), dtype=np.int64)
     for row, query in enumerate(queries):
@@ -205,8 +256,13 @@ def refresh_candidates(linker: Union[ResCNNLinker, PoolSearch], tfidf, queries: 
         picked += [picked[-1] if picked else 0] * (k - len(picked))  # a tiny KB: repeat the last
         chosen[row] = picked
     sparse_scores = tfidf.pair_scores(texts, chosen, normalize=False)
-    positive = np.array([[bool(query.gold.intersection(kb.ids_for_name_index(int(i)))) for i in chosen[row]]
-                         for row, query in enumerate(queries)], dtype=bool).reshape(chosen.shape)
+    positive = np.array(
+        [
+            [bool(query.gold.intersection(kb.ids_for_name_index(int(i)))) for i in chosen[row]]
+            for row, query in enumerate(queries)
+        ],
+        dtype=bool,
+    ).reshape(chosen.shape)
     return chosen, sparse_scores, positive
 
 
@@ -232,16 +288,27 @@ class _Weights(torch.nn.Module):
         self.scale = torch.nn.Parameter(torch.tensor(float(scale)))
 
 
-def _step_loss(encoder: ResCNNEncoder, weights: _Weights, texts: Sequence[str], names: Sequence[str],
-               sparse: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+def _step_loss(
+    encoder: ResCNNEncoder,
+    weights: _Weights,
+    texts: Sequence[str],
+    names: Sequence[str],
+    sparse: torch.Tensor,
+    positive: torch.Tensor,
+) -> torch.Tensor:
     queries = encoder.embed(texts)
     candidates = encoder.embed(names).view(len(texts), -1, queries.shape[1])
     scores = weights.sparse * sparse + weights.scale * torch.einsum("bd,bkd->bk", queries, candidates)
     return marginal_nll(scores, positive)
 
 
-def train_rescnn(encoder: ResCNNEncoder, kb: KnowledgeBase, pairs: SynonymPairs, config: ResCNNTrainConfig,
-                 out_dir: Optional[PathLike] = None) -> ResCNNTrainResult:
+def train_rescnn(
+    encoder: ResCNNEncoder,
+    kb: KnowledgeBase,
+    pairs: SynonymPairs,
+    config: ResCNNTrainConfig,
+    out_dir: Optional[PathLike] = None,
+) -> ResCNNTrainResult:
     """Train ``encoder`` in place for ``epochs`` (or until ``max_seconds``); with ``out_dir``,
     write the log and save the network to ``out_dir/model``."""
     from spacy_genbioel.retrieval.tfidf import TfidfLinker
@@ -254,25 +321,42 @@ def train_rescnn(encoder: ResCNNEncoder, kb: KnowledgeBase, pairs: SynonymPairs,
         log_path.unlink(missing_ok=True)
     model = encoder.model
     weights = _Weights(config.initial_sparse_weight, config.initial_scale).to(encoder.device)
-    optimizer = torch.optim.Adam([
-        {"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": config.weight_decay},
-        {"params": list(weights.parameters()), "lr": config.sparse_learning_rate, "weight_decay": 0.0}], lr=config.learning_rate)
+    optimizer = torch.optim.Adam(
+        [
+            {"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": config.weight_decay},
+            {"params": list(weights.parameters()), "lr": config.sparse_learning_rate, "weight_decay": 0.0},
+        ],
+        lr=config.learning_rate,
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     tfidf = TfidfLinker(kb)
     result = ResCNNTrainResult(trainable_parameters=model.n_trainable)
-    append_log(log_path, {"event": "start", "config": asdict(config), "trainable_parameters": result.trainable_parameters,
-                          "kb_names": len(kb.names), "mention_queries": len(pairs.mention_pairs)})
+    append_log(
+        log_path,
+        {
+            "event": "start",
+            "config": asdict(config),
+            "trainable_parameters": result.trainable_parameters,
+            "kb_names": len(kb.names),
+            "mention_queries": len(pairs.mention_pairs),
+        },
+    )
     began = time.monotonic()
-    bar = StepProgress.start("train-rescnn", config.epochs, unit="epoch", max_seconds=config.max_seconds, enabled=config.progress)
+    bar = StepProgress.start(
+        "train-rescnn", config.epochs, unit="epoch", max_seconds=config.max_seconds, enabled=config.progress
+    )
     try:
         for epoch in range(config.epochs):
             refresh_began = time.monotonic()
             queries = epoch_queries(kb, pairs, config, epoch)
             if config.refresh_pool:
-                search: Union[ResCNNLinker, PoolSearch] = PoolSearch(kb, encoder, tfidf, queries, config.refresh_pool,
-                                                                     config.encode_batch)
+                search: Union[ResCNNLinker, PoolSearch] = PoolSearch(
+                    kb, encoder, tfidf, queries, config.refresh_pool, config.encode_batch
+                )
             else:
-                search = ResCNNLinker(kb, encoder, ResCNNSettings(cache=False, batch_size=config.encode_batch, progress=False))
+                search = ResCNNLinker(
+                    kb, encoder, ResCNNSettings(cache=False, batch_size=config.encode_batch, progress=False)
+                )
             chosen, sparse, positive = refresh_candidates(search, tfidf, queries, config)
             del search
             result.refresh_seconds += time.monotonic() - refresh_began
@@ -284,16 +368,28 @@ def train_rescnn(encoder: ResCNNEncoder, kb: KnowledgeBase, pairs: SynonymPairs,
                 names = [kb.names[int(i)] for i in chosen[rows].reshape(-1)]
                 batch_sparse = torch.from_numpy(sparse[rows]).to(encoder.device)
                 batch_positive = torch.from_numpy(positive[rows]).to(encoder.device)
-                value, _ = train_step(model, optimizer, scheduler,
-                                      lambda: _step_loss(encoder, weights, texts, names, batch_sparse, batch_positive),
-                                      max_grad_norm=config.max_grad_norm)
+                value, _ = train_step(
+                    model,
+                    optimizer,
+                    scheduler,
+                    lambda: _step_loss(encoder, weights, texts, names, batch_sparse, batch_positive),
+                    max_grad_norm=config.max_grad_norm,
+                )
                 result.step += 1
                 result.losses.append(value)
                 window.append(value)
                 if log_due(result.step, config.log_every):
-                    append_log(log_path, {"step": result.step, "epoch": epoch, "loss": sum(window) / len(window),
-                                          "sparse_weight": weights.sparse.item(), "scale": weights.scale.item(),
-                                          "elapsed": round(time.monotonic() - began, 2)})
+                    append_log(
+                        log_path,
+                        {
+                            "step": result.step,
+                            "epoch": epoch,
+                            "loss": sum(window) / len(window),
+                            "sparse_weight": weights.sparse.item(),
+                            "scale": weights.scale.item(),
+                            "elapsed": round(time.monotonic() - began, 2),
+                        },
+                    )
                     window = []
                 if config.max_seconds is not None and time.monotonic() - began > config.max_seconds:
                     result.stopped_by = "max_seconds"
@@ -301,9 +397,19 @@ def train_rescnn(encoder: ResCNNEncoder, kb: KnowledgeBase, pairs: SynonymPairs,
             model.eval()
             result.epoch = epoch + 1
             positives = float(positive.any(axis=1).mean()) if len(queries) else 0.0
-            append_log(log_path, {"event": "epoch", "epoch": epoch + 1, "queries": len(queries), "with_positive": round(positives, 4),
-                                  "elapsed": round(time.monotonic() - began, 2)})
-            bar.update(1, loss=f"{(sum(result.losses[-50:]) / max(1, len(result.losses[-50:]))):.4f}", pos=f"{positives:.3f}")
+            append_log(
+                log_path,
+                {
+                    "event": "epoch",
+                    "epoch": epoch + 1,
+                    "queries": len(queries),
+                    "with_positive": round(positives, 4),
+                    "elapsed": round(time.monotonic() - began, 2),
+                },
+            )
+            bar.update(
+                1, loss=f"{(sum(result.losses[-50:]) / max(1, len(result.losses[-50:]))):.4f}", pos=f"{positives:.3f}"
+            )
             if result.stopped_by == "max_seconds":
                 logger.info("Time budget of %.0fs reached in epoch %d", config.max_seconds, epoch + 1)
                 break
@@ -339,8 +445,9 @@ class ResCNNRun:
     device: str = "cpu"
 
 
-def train_rescnn_step(kb_path: PathLike, out_dir: PathLike, run: ResCNNRun = ResCNNRun(),
-                      overrides: Optional[Mapping[str, Any]] = None) -> ResCNNTrainResult:
+def train_rescnn_step(
+    kb_path: PathLike, out_dir: PathLike, run: ResCNNRun = ResCNNRun(), overrides: Optional[Mapping[str, Any]] = None
+) -> ResCNNTrainResult:
     """The ``train-rescnn`` step: KB (+ training mentions) -> ``out_dir/model`` (and the KB's index beside it)."""
     from spacy_genbioel.util import resolve_device
 
@@ -357,5 +464,7 @@ def train_rescnn_step(kb_path: PathLike, out_dir: PathLike, run: ResCNNRun = Res
     result = train_rescnn(encoder, kb, pairs, config, out)
     atomic_json(out / "result.json", result.to_dict())
     if run.index and result.model_dir is not None:
-        ResCNNLinker(kb, result.model_dir, ResCNNSettings(index_dir=str(Path(kb_path).resolve().parent), device=run.device))
+        ResCNNLinker(
+            kb, result.model_dir, ResCNNSettings(index_dir=str(Path(kb_path).resolve().parent), device=run.device)
+        )
     return result

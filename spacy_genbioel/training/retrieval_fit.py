@@ -18,29 +18,38 @@ weights are one set for any biomedical vocabulary. ``exclude`` drops the
 (mention, gold) pairs of evaluation files (AskAPatient's folds share pairs
 across training and validation splits).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
-
-import numpy as np
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from spacy_genbioel.corpus.folds import assign_folds
 from spacy_genbioel.evaluation.recall import NO_GOLD_IDS
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.kb.build import augment_kb
-from spacy_genbioel.linking.fusion import GENERATOR, FusionModel
 from spacy_genbioel.linking.cascade import early_model
-from spacy_genbioel.training.cascade_fit import CascadeTargets, top1, without_lists, fit_cascade, settle_for_recall
+from spacy_genbioel.linking.fusion import GENERATOR, FusionModel
+from spacy_genbioel.training.cascade_fit import CascadeTargets, fit_cascade, settle_for_recall, top1, without_lists
 from spacy_genbioel.training.fusion_fit import FusionExample, fit_fusion, mention_pair, score_fusion
 from spacy_genbioel.ty import Mention
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FitCorpus", "SplitSpec", "VARIANTS", "crossfit_retrieval", "fit_retrieval_fusion", "fold_of_mentions", "read_fit_corpus",
-           "read_splits"]
+__all__ = [
+    "FitCorpus",
+    "SplitSpec",
+    "VARIANTS",
+    "crossfit_retrieval",
+    "fit_retrieval_fusion",
+    "fold_of_mentions",
+    "read_fit_corpus",
+    "read_splits",
+]
 
 #: the dictionaries a training split is scored against
 VARIANTS = ("plain", "aug")
@@ -102,7 +111,9 @@ class SplitSpec:
             return KnowledgeBase.load(self.kb)
         from spacy_genbioel.kb.build import build_kb, parse_source
 
-        return build_kb(self.kb_format, [parse_source(s) for s in self.kb_sources], crosswalk=self.crosswalk, name=self.name)
+        return build_kb(
+            self.kb_format, [parse_source(s) for s in self.kb_sources], crosswalk=self.crosswalk, name=self.name
+        )
 
 
 def read_splits(path: Any, data_dir: Optional[Any] = None) -> List[SplitSpec]:
@@ -120,8 +131,10 @@ def read_splits(path: Any, data_dir: Optional[Any] = None) -> List[SplitSpec]:
     for name, block in blocks.items():
         unknown = sorted(set(block) - known)
         if unknown or "train" not in block:
-            raise ValueError(f"{path}: [splits.{name}] " + (f"has unknown keys {unknown} (known: {sorted(known)})" if unknown
-                                                             else "needs a train file"))
+            raise ValueError(
+                f"{path}: [splits.{name}] "
+                + (f"has unknown keys {unknown} (known: {sorted(known)})" if unknown else "needs a train file")
+            )
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in block.items()}
         out.append(SplitSpec(name=name, **values))
     return out
@@ -147,15 +160,26 @@ def read_fit_corpus(spec: SplitSpec, *, abbreviations: bool = True) -> FitCorpus
     return FitCorpus(name, spec.load_kb(), list(mentions), held)
 
 
-def _score(mentions: Sequence[Mention], kb: KnowledgeBase, sources: Sequence[str], retrieve: Retrieve,
-           depth: int) -> List[FusionExample]:
+def _score(
+    mentions: Sequence[Mention], kb: KnowledgeBase, sources: Sequence[str], retrieve: Retrieve, depth: int
+) -> List[FusionExample]:
     lists = {source: retrieve(source, kb).link(list(mentions), depth) for source in sources}
-    return [FusionExample(m.text, _gold(m), {GENERATOR: [], **{s: lists[s][n] for s in sources}}, kb)
-            for n, m in enumerate(mentions)]
+    return [
+        FusionExample(m.text, _gold(m), {GENERATOR: [], **{s: lists[s][n] for s in sources}}, kb)
+        for n, m in enumerate(mentions)
+    ]
 
 
-def crossfit_retrieval(corpus: FitCorpus, sources: Sequence[str], retrieve: Retrieve, *, variants: Sequence[str] = VARIANTS,
-                       k: int = 2, seed: int = 0, depth: int = LIST_DEPTH) -> Dict[str, List[FusionExample]]:
+def crossfit_retrieval(
+    corpus: FitCorpus,
+    sources: Sequence[str],
+    retrieve: Retrieve,
+    *,
+    variants: Sequence[str] = VARIANTS,
+    k: int = 2,
+    seed: int = 0,
+    depth: int = LIST_DEPTH,
+) -> Dict[str, List[FusionExample]]:
     """Held-out predictions of ``sources`` over ``corpus``'s mentions, per variant (:data:`VARIANTS`);
     ``retrieve(source, kb)`` builds a retriever. Mentions without a gold ID, or excluded, are left out
     of the examples (an excluded mention still names its concept in the other folds' dictionaries)."""
@@ -175,16 +199,25 @@ def crossfit_retrieval(corpus: FitCorpus, sources: Sequence[str], retrieve: Retr
             others = [m for m in corpus.mentions if fold_of[id(m)] != fold]
             held = [m for m in kept if fold_of[id(m)] == fold]
             kb, _ = augment_kb(corpus.kb, augment_mentions=others, prior_mentions=others)
-            logger.info("%s %s fold %d: %d held-out mentions, %d names", corpus.name, variant, fold, len(held), kb.n_names)
+            logger.info(
+                "%s %s fold %d: %d held-out mentions, %d names", corpus.name, variant, fold, len(held), kb.n_names
+            )
             examples.extend(_score(held, kb, sources, retrieve, depth))
         out[variant] = examples
     return out
 
 
-def fit_retrieval_fusion(groups: Dict[str, List[FusionExample]], sources: Sequence[str], *, defer: Sequence[str] = ("dense",),
-                         targets: CascadeTargets = CascadeTargets(max_recall_loss=0.002), depth: int = 5,
-                         list_depth: Optional[int] = LIST_DEPTH, l2: float = 1e-3,
-                         provenance: Optional[Dict[str, Any]] = None) -> FusionModel:
+def fit_retrieval_fusion(
+    groups: Dict[str, List[FusionExample]],
+    sources: Sequence[str],
+    *,
+    defer: Sequence[str] = ("dense",),
+    targets: CascadeTargets = CascadeTargets(max_recall_loss=0.002),
+    depth: int = 5,
+    list_depth: Optional[int] = LIST_DEPTH,
+    l2: float = 1e-3,
+    provenance: Optional[Dict[str, Any]] = None,
+) -> FusionModel:
     """A retrieval-only fusion (``generator = "none"``) fitted on every group's examples pooled
     (``{"ncbi/plain": [...], ...}``), with the early step that defers ``defer`` (its threshold chosen for
     ``targets``); the fit report gives each group's recall@1/@5 per source and fused, on the fit data."""
@@ -196,8 +229,9 @@ def fit_retrieval_fusion(groups: Dict[str, List[FusionExample]], sources: Sequen
     deferred = [s for s in defer if s in sources]
     if deferred:
         model = _early_step(fit_cascade(model, examples, None, targets, l2=l2, defer=deferred), groups, targets)
-    model.fit["groups"] = {name: {"mentions": len(group), **score_fusion(model, group, None)}
-                           for name, group in groups.items()}
+    model.fit["groups"] = {
+        name: {"mentions": len(group), **score_fusion(model, group, None)} for name, group in groups.items()
+    }
     for name in model.fit["groups"]:
         model.fit["groups"][name].pop(GENERATOR, None)
     model.fit["recall"].pop(GENERATOR, None)
@@ -226,11 +260,17 @@ def _early_step(model: FusionModel, groups: Dict[str, List[FusionExample]], targ
     report = {}
     for name, (early_p, early_correct, full_correct) in per_group.items():
         settled = early_p >= threshold
-        report[name] = {"early_share": round(float(settled.mean()), 4) if len(settled) else 0.0,
-                        "recall@1": round(float(full_correct.mean()), 4) if len(settled) else 0.0,
-                        "recall@1_with_early": round(float(np.where(settled, early_correct, full_correct).mean()), 4)
-                        if len(settled) else 0.0}
-    cascade = {"early": {**model.cascade["early"], "threshold": None if threshold == float("inf") else threshold},
-               "targets": dataclasses.asdict(targets), "report": report}
+        report[name] = {
+            "early_share": round(float(settled.mean()), 4) if len(settled) else 0.0,
+            "recall@1": round(float(full_correct.mean()), 4) if len(settled) else 0.0,
+            "recall@1_with_early": round(float(np.where(settled, early_correct, full_correct).mean()), 4)
+            if len(settled)
+            else 0.0,
+        }
+    cascade = {
+        "early": {**model.cascade["early"], "threshold": None if threshold == float("inf") else threshold},
+        "targets": dataclasses.asdict(targets),
+        "report": report,
+    }
     logger.info("Early step: %s deferred, settle at p >= %s: %s", deferred, threshold, report)
     return dataclasses.replace(model, cascade=cascade)

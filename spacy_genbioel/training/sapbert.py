@@ -48,6 +48,7 @@ Outputs in ``OUT``: ``model/`` (safetensors weights, tokenizer and
 step, schedule and seed are the other training loops' own
 (:mod:`~spacy_genbioel.training.loop`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,7 +65,8 @@ from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.dense import DenseEncoder
 from spacy_genbioel.training.checkpoints import fresh_tmp, replace_dir
 from spacy_genbioel.training.examples import read_examples_jsonl
-from spacy_genbioel.training.loop import autocast as autocast_to, log_due, lr_factor, set_seed, train_step
+from spacy_genbioel.training.loop import autocast as autocast_to
+from spacy_genbioel.training.loop import log_due, lr_factor, set_seed, train_step
 from spacy_genbioel.training.settings import DENSE_SECTIONS, MINERS, DenseTrainConfig, load_dense_config
 from spacy_genbioel.training.trainlog import LOG_FILE, append_log
 from spacy_genbioel.util import PathLike, atomic_json, autocast_dtype
@@ -72,9 +74,22 @@ from spacy_genbioel.util import PathLike, atomic_json, autocast_dtype
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DENSE_SECTIONS", "MINERS", "DenseTrainConfig", "DenseTrainResult", "SynonymPair", "SynonymPairs", "batch_loss",
-    "load_dense_config", "mention_pairs_from_jsonl", "mine", "ms_mine", "multi_similarity_loss", "same_concept",
-    "train_dense", "train_sapbert", "triplet_mine",
+    "DENSE_SECTIONS",
+    "MINERS",
+    "DenseTrainConfig",
+    "DenseTrainResult",
+    "SynonymPair",
+    "SynonymPairs",
+    "batch_loss",
+    "load_dense_config",
+    "mention_pairs_from_jsonl",
+    "mine",
+    "ms_mine",
+    "multi_similarity_loss",
+    "same_concept",
+    "train_dense",
+    "train_sapbert",
+    "triplet_mine",
 ]
 
 
@@ -103,7 +118,9 @@ def ms_mine(sim: "torch.Tensor", same: "torch.Tensor", epsilon: float = 0.1) -> 
     return pos & (sim - epsilon < hardest_neg), neg & (sim + epsilon > easiest_pos)
 
 
-def triplet_mine(sim: "torch.Tensor", same: "torch.Tensor", margin: float = 0.2) -> Tuple["torch.Tensor", "torch.Tensor"]:
+def triplet_mine(
+    sim: "torch.Tensor", same: "torch.Tensor", margin: float = 0.2
+) -> Tuple["torch.Tensor", "torch.Tensor"]:
     """The pairs of all triplets ``(a, p, n)`` with ``d(a, n) - d(a, p) <= margin``,
     ``d`` the Euclidean distance of unit vectors (SapBERT's miner)."""
     pos, neg = _pairs(same)
@@ -113,8 +130,9 @@ def triplet_mine(sim: "torch.Tensor", same: "torch.Tensor", margin: float = 0.2)
     return pos & (nearest_neg - dist <= margin), neg & (dist - farthest_pos <= margin)
 
 
-def mine(sim: "torch.Tensor", same: "torch.Tensor", miner: str = "ms", epsilon: float = 0.1,
-         triplet_margin: float = 0.2) -> Tuple["torch.Tensor", "torch.Tensor"]:
+def mine(
+    sim: "torch.Tensor", same: "torch.Tensor", miner: str = "ms", epsilon: float = 0.1, triplet_margin: float = 0.2
+) -> Tuple["torch.Tensor", "torch.Tensor"]:
     """Hard (positive, negative) pair masks by ``miner`` (``ms``, ``triplet`` or ``none``)."""
     if miner == "ms":
         return ms_mine(sim, same, epsilon)
@@ -125,8 +143,14 @@ def mine(sim: "torch.Tensor", same: "torch.Tensor", miner: str = "ms", epsilon: 
     raise ValueError(f"Unknown miner {miner!r}; use one of {MINERS}")
 
 
-def multi_similarity_loss(sim: "torch.Tensor", pos: "torch.Tensor", neg: "torch.Tensor", alpha: float = 2.0,
-                          beta: float = 50.0, base: float = 0.5) -> "torch.Tensor":
+def multi_similarity_loss(
+    sim: "torch.Tensor",
+    pos: "torch.Tensor",
+    neg: "torch.Tensor",
+    alpha: float = 2.0,
+    beta: float = 50.0,
+    base: float = 0.5,
+) -> "torch.Tensor":
     """Mean over items of the multi-similarity loss on the masked pairs (an item
     without pairs adds 0, as in pytorch-metric-learning)."""
     zero = sim.new_zeros(sim.shape[0], 1)
@@ -158,8 +182,15 @@ class SynonymPairs:
     ``mention_repeats`` times per epoch.
     """
 
-    def __init__(self, kb: KnowledgeBase, mention_pairs: Iterable[Tuple[str, str, Iterable[str]]] = (), *,
-                 kb_pairs: bool = True, mention_repeats: int = 1, seed: int = 0) -> None:
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        mention_pairs: Iterable[Tuple[str, str, Iterable[str]]] = (),
+        *,
+        kb_pairs: bool = True,
+        mention_repeats: int = 1,
+        seed: int = 0,
+    ) -> None:
         self.kb, self.seed = kb, seed
         self.mention_repeats = max(0, int(mention_repeats))
         self.groups: List[List[str]] = []
@@ -180,7 +211,9 @@ class SynonymPairs:
             unique.add((left, target))
             self.mention_pairs.append(SynonymPair(left, target, gold | self._ids(left), self._ids(target)))
         if not self.groups and not self.mention_pairs:
-            raise ValueError("No positive pairs: the KB has no concept with two names and no training mentions were given")
+            raise ValueError(
+                "No positive pairs: the KB has no concept with two names and no training mentions were given"
+            )
 
     def _ids(self, name: str) -> FrozenSet[str]:
         return frozenset(self.kb.ids_for_name(name, normalize=False))
@@ -222,8 +255,12 @@ class DenseTrainResult:
         return data
 
 
-def batch_loss(encoder: DenseEncoder, pairs: Sequence[SynonymPair], config: DenseTrainConfig,
-               autocast: Optional["torch.dtype"] = None) -> Tuple["torch.Tensor", Dict[str, int]]:
+def batch_loss(
+    encoder: DenseEncoder,
+    pairs: Sequence[SynonymPair],
+    config: DenseTrainConfig,
+    autocast: Optional["torch.dtype"] = None,
+) -> Tuple["torch.Tensor", Dict[str, int]]:
     """The multi-similarity loss of one batch of pairs, and the mined pair counts.
     ``autocast`` covers the encoder only: similarities and loss stay in float32."""
     texts = [p.left for p in pairs] + [p.right for p in pairs]
@@ -237,8 +274,9 @@ def batch_loss(encoder: DenseEncoder, pairs: Sequence[SynonymPair], config: Dens
     return loss, {"hard_pos": int(pos.sum()), "hard_neg": int(neg.sum())}
 
 
-def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrainConfig,
-                  out_dir: Optional[PathLike] = None) -> DenseTrainResult:
+def train_sapbert(
+    encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrainConfig, out_dir: Optional[PathLike] = None
+) -> DenseTrainResult:
     """Train ``encoder`` in place until ``max_steps`` or ``max_seconds``; with
     ``out_dir``, write the log and save the encoder to ``out_dir/model``."""
     set_seed(config.seed)
@@ -250,8 +288,16 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
             log_path.unlink()
     device = encoder.device
     autocast = autocast_dtype(config.precision, device)
-    append_log(log_path, {"event": "start", "config": asdict(config), "device": str(device), "autocast": str(autocast),
-                          "pairs_per_epoch": len(pairs)})
+    append_log(
+        log_path,
+        {
+            "event": "start",
+            "config": asdict(config),
+            "device": str(device),
+            "autocast": str(autocast),
+            "pairs_per_epoch": len(pairs),
+        },
+    )
     model = encoder.model
     # SapBERT's recipe: weight decay on every parameter (not the seq2seq stages' grouping)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
@@ -271,7 +317,7 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
                 # the tail of an epoch that does not fill a batch is dropped
                 result.epoch += 1
                 epoch_pairs, position = pairs.epoch(result.epoch), 0
-            batch = epoch_pairs[position:position + config.batch_size]
+            batch = epoch_pairs[position : position + config.batch_size]
             position += config.batch_size
 
             def micro_batch_loss() -> torch.Tensor:
@@ -285,8 +331,17 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
             window.append(value)
             bar.update(1, loss=f"{value:.4f}", pos=counts["hard_pos"], neg=counts["hard_neg"])
             if log_due(result.step, config.log_every):
-                append_log(log_path, {"step": result.step, "loss": sum(window) / len(window), "lr": lr, "epoch": result.epoch,
-                                      **counts, "elapsed": round(time.monotonic() - began, 2)})
+                append_log(
+                    log_path,
+                    {
+                        "step": result.step,
+                        "loss": sum(window) / len(window),
+                        "lr": lr,
+                        "epoch": result.epoch,
+                        **counts,
+                        "elapsed": round(time.monotonic() - began, 2),
+                    },
+                )
                 window = []
             if config.max_seconds is not None and time.monotonic() - began > config.max_seconds:
                 result.stopped_by = "max_seconds"
@@ -307,16 +362,29 @@ def train_sapbert(encoder: DenseEncoder, pairs: SynonymPairs, config: DenseTrain
     return result
 
 
-def train_dense(kb_path: PathLike, out_dir: PathLike, config_path: PathLike, model_dir: Optional[PathLike] = None,
-                train_jsonl: Optional[PathLike] = None, overrides: Optional[Mapping[str, Any]] = None,
-                device: str = "auto") -> DenseTrainResult:
+def train_dense(
+    kb_path: PathLike,
+    out_dir: PathLike,
+    config_path: PathLike,
+    model_dir: Optional[PathLike] = None,
+    train_jsonl: Optional[PathLike] = None,
+    overrides: Optional[Mapping[str, Any]] = None,
+    device: str = "auto",
+) -> DenseTrainResult:
     """The ``train-dense`` step: KB (+ training mentions) -> ``out_dir/model``.
     ``overrides`` are dotted config keys (``{"training.max_seconds": 900}``)."""
     config, text = load_dense_config(config_path, overrides)
     kb = KnowledgeBase.load(kb_path)
     mentions = mention_pairs_from_jsonl(train_jsonl) if train_jsonl else []
-    pairs = SynonymPairs(kb, mentions, kb_pairs=config.kb_pairs, mention_repeats=config.mention_repeats, seed=config.seed)
-    logger.info("%d synonym groups, %d mention pairs: %d pairs per epoch", len(pairs.groups), len(pairs.mention_pairs), len(pairs))
+    pairs = SynonymPairs(
+        kb, mentions, kb_pairs=config.kb_pairs, mention_repeats=config.mention_repeats, seed=config.seed
+    )
+    logger.info(
+        "%d synonym groups, %d mention pairs: %d pairs per epoch",
+        len(pairs.groups),
+        len(pairs.mention_pairs),
+        len(pairs),
+    )
     encoder = DenseEncoder.load(model_dir, pooling=config.pooling, max_length=config.max_length, device=device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

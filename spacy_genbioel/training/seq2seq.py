@@ -16,6 +16,7 @@ benchmark's quick model: no checkpoints, no evaluation) says that more
 plainly than trainer callbacks. Longer runs use
 :class:`~spacy_genbioel.training.engine.TrainingEngine`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -60,12 +61,19 @@ def encode_examples(
         dec[row, : len(seq) - 1] = torch.tensor(seq[:-1])
         first = len(prompt) - 1  # position whose next token is the first name token
         labels[row, first : len(seq) - 1] = torch.tensor(seq[len(prompt) :])
-    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "decoder_input_ids": dec, "labels": labels}
+    return {
+        "input_ids": enc["input_ids"],
+        "attention_mask": enc["attention_mask"],
+        "decoder_input_ids": dec,
+        "labels": labels,
+    }
 
 
 def sequence_loss(model, batch: Dict[str, torch.Tensor], label_smoothing: float = 0.0) -> torch.Tensor:
     out = model(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        decoder_input_ids=batch["decoder_input_ids"],
     )
     logits = out.logits.float()
     return torch.nn.functional.cross_entropy(
@@ -78,17 +86,31 @@ class Seq2SeqLoss:
     moved to ``device``, the forward pass under autocast to ``autocast_dtype``
     (``None``: fp32), label-smoothed cross-entropy on the name tokens."""
 
-    def __init__(self, model, tokenizer, inputs: InputBuilder, device: torch.device, *, max_source_tokens: int = 256,
-                 label_smoothing: float = 0.0, autocast_dtype: Optional[torch.dtype] = None) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        inputs: InputBuilder,
+        device: torch.device,
+        *,
+        max_source_tokens: int = 256,
+        label_smoothing: float = 0.0,
+        autocast_dtype: Optional[torch.dtype] = None,
+    ) -> None:
         self.model, self.tokenizer, self.inputs, self.device = model, tokenizer, inputs, device
-        self.max_source_tokens, self.label_smoothing, self.autocast_dtype = max_source_tokens, label_smoothing, autocast_dtype
+        self.max_source_tokens, self.label_smoothing, self.autocast_dtype = (
+            max_source_tokens,
+            label_smoothing,
+            autocast_dtype,
+        )
         start_id, eos_id, self.pad_id = special_ids(model, tokenizer)
         self.prompts = PromptTokenizer(tokenizer, start_id, eos_id, inputs=inputs)
         self.sources = SourceEncoder(tokenizer)
 
     def __call__(self, batch: Sequence[TrainingExample]) -> torch.Tensor:
-        tensors = encode_examples(batch, self.tokenizer, self.prompts, self.inputs, self.pad_id, self.max_source_tokens,
-                                  self.sources)
+        tensors = encode_examples(
+            batch, self.tokenizer, self.prompts, self.inputs, self.pad_id, self.max_source_tokens, self.sources
+        )
         tensors = {k: v.to(self.device, non_blocking=True) for k, v in tensors.items()}
         with autocast(self.device, self.autocast_dtype):
             return sequence_loss(self.model, tensors, self.label_smoothing)
@@ -111,10 +133,20 @@ def train_seq2seq(
         raise ValueError("No training examples")
     set_seed(config.seed)
     device = device or next(model.parameters()).device
-    batch_loss = Seq2SeqLoss(model, tokenizer, inputs or InputBuilder(), device, max_source_tokens=config.max_source_tokens,
-                             label_smoothing=config.label_smoothing)
-    schedule = EngineConfig(**{f.name: getattr(config, f.name) for f in fields(TrainConfig)}, scheduler="clipped_cosine",
-                            min_lr_ratio=0.05, schedule_horizon="steps")
+    batch_loss = Seq2SeqLoss(
+        model,
+        tokenizer,
+        inputs or InputBuilder(),
+        device,
+        max_source_tokens=config.max_source_tokens,
+        label_smoothing=config.label_smoothing,
+    )
+    schedule = EngineConfig(
+        **{f.name: getattr(config, f.name) for f in fields(TrainConfig)},
+        scheduler="clipped_cosine",
+        min_lr_ratio=0.05,
+        schedule_horizon="steps",
+    )
     optimizer = build_optimizer(model, schedule)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(schedule, s))
     stream = iterate_forever(examples, config.seed)

@@ -24,6 +24,7 @@ The seq2seq stages (``pretrain``, ``finetune``, ``angel``:
 This module imports neither torch nor the model code: the settings of a run
 can be read and checked before anything heavy loads.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -68,8 +69,10 @@ def read_config(
     config = Config().from_disk(str(path), overrides=dict(overrides or {}))
     unknown = [name for name in config if name not in sections]
     if unknown:
-        raise ValueError(f"{path}: Unknown sections {', '.join(f'[{s}]' for s in unknown)}; "
-                         f"use {', '.join(f'[{s}]' for s in sections)}")
+        raise ValueError(
+            f"{path}: Unknown sections {', '.join(f'[{s}]' for s in unknown)}; "
+            f"use {', '.join(f'[{s}]' for s in sections)}"
+        )
     values: Dict[str, Dict[str, Any]] = {}
     for name, settings in config.items():
         check_settings(name, settings, sections[name], str(path))
@@ -194,7 +197,11 @@ class StageConfig:
     angel: AngelConfig = field(default_factory=AngelConfig)  # [angel]; defaults when the file has none
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"training": asdict(self.training), "inputs": {k: getattr(self.inputs, k) for k in INPUT_KEYS}, "data": self.data}
+        return {
+            "training": asdict(self.training),
+            "inputs": {k: getattr(self.inputs, k) for k in INPUT_KEYS},
+            "data": self.data,
+        }
 
 
 def load_stage_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> StageConfig:
@@ -255,8 +262,22 @@ class DenseTrainConfig:
 
 DENSE_SECTIONS: Dict[str, Sequence[str]] = {
     "encoder": ("pooling", "max_length"),
-    "training": ("max_steps", "max_seconds", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "scheduler",
-                 "min_lr_ratio", "poly_power", "max_grad_norm", "seed", "log_every", "precision", "progress"),
+    "training": (
+        "max_steps",
+        "max_seconds",
+        "batch_size",
+        "learning_rate",
+        "weight_decay",
+        "warmup_steps",
+        "scheduler",
+        "min_lr_ratio",
+        "poly_power",
+        "max_grad_norm",
+        "seed",
+        "log_every",
+        "precision",
+        "progress",
+    ),
     "loss": ("miner", "alpha", "beta", "base", "epsilon", "triplet_margin"),
     "data": ("kb_pairs", "mention_repeats"),
 }

@@ -2,6 +2,7 @@
 examples of an epoch, and the seeded sampler that shuffles each epoch and
 remembers its position (saved in checkpoints, so a resumed run sees the same
 batches as an uninterrupted one)."""
+
 from __future__ import annotations
 
 import random
@@ -15,8 +16,7 @@ from spacy_genbioel.training.examples import TrainingExample
 class ExampleSource(Protocol):
     """Examples per epoch; the engine shuffles each epoch itself."""
 
-    def epoch(self, epoch: int) -> Sequence[TrainingExample]:
-        ...
+    def epoch(self, epoch: int) -> Sequence[TrainingExample]: ...
 
 
 class FixedExamples:

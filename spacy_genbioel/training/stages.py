@@ -11,6 +11,7 @@ already parsed dotted-key dict: ``{"training.max_seconds": 600}``), trains
 with the :class:`~spacy_genbioel.training.engine.TrainingEngine` and leaves
 ``config.cfg`` and ``result.json`` next to the engine's outputs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,12 +43,16 @@ logger = logging.getLogger(__name__)
 
 
 # -- corpus ---------------------------------------------------------------------------
-def _read_corpus(paths: Union[PathLike, Sequence[PathLike]], crosswalk: Optional[Mapping[str, str]],
-                 context_chars: Optional[int], fmt: str = "pubtator"):
+def _read_corpus(
+    paths: Union[PathLike, Sequence[PathLike]],
+    crosswalk: Optional[Mapping[str, str]],
+    context_chars: Optional[int],
+    fmt: str = "pubtator",
+):
     """Documents and mentions of one split, or of several read as one (the published protocol's train + dev);
     ``askapatient`` files have mentions only."""
     documents, mentions = [], []
-    for path in ([paths] if isinstance(paths, (str, Path)) else paths):
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
         if fmt == "askapatient":
             mentions.extend(read_askapatient(path))
             continue
@@ -117,10 +122,15 @@ def make_corpus(
     context_chars = s.context_chars
 
     def cut(m: Mention) -> Mention:
-        return dataclasses.replace(m, left=m.left[max(0, len(m.left) - context_chars):] if context_chars else "",
-                                   right=m.right[:context_chars])
+        return dataclasses.replace(
+            m,
+            left=m.left[max(0, len(m.left) - context_chars) :] if context_chars else "",
+            right=m.right[:context_chars],
+        )
 
-    examples, target_stats = select_targets(kb, train_mentions, top_k=s.top_k_targets, strategy=s.target_strategy, seed=s.seed)
+    examples, target_stats = select_targets(
+        kb, train_mentions, top_k=s.top_k_targets, strategy=s.target_strategy, seed=s.seed
+    )
     stats["targets"] = {**target_stats, "strategy": s.target_strategy}
     stats["train_lines"] = write_examples_jsonl(((cut(e.mention), e.target) for e in examples), out / "train.jsonl")
     stats["dev_lines"] = write_examples_jsonl(((cut(m), None) for m in dev_mentions), out / "dev.jsonl")
@@ -161,7 +171,9 @@ def train_tokenizer_step(
     return out
 
 
-def init_model_step(tokenizer_dir: PathLike, out_dir: PathLike, preset: Union[str, Any] = "tiny", seed: int = 0) -> Path:
+def init_model_step(
+    tokenizer_dir: PathLike, out_dir: PathLike, preset: Union[str, Any] = "tiny", seed: int = 0
+) -> Path:
     """A randomly initialized preset model (a name or a :class:`~spacy_genbioel.models.bart.Preset`)
     for a saved tokenizer, saved with it; a warm-start preset (``minilm``) builds a
     BERT2BERT from its checkpoint with that tokenizer (the ``tokenizer`` step's output)."""
@@ -208,8 +220,14 @@ class StageData:
     dev_jsonl: Optional[PathLike] = None
 
 
-def run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, data: StageData, out_dir: PathLike,
-              run: Optional[StageRun] = None) -> TrainResult:
+def run_stage(
+    stage: StageConfig,
+    model_dir: PathLike,
+    kb: KnowledgeBase,
+    data: StageData,
+    out_dir: PathLike,
+    run: Optional[StageRun] = None,
+) -> TrainResult:
     """Train ``model_dir`` on ``data.source`` with the training engine into ``out_dir``
     (``config.cfg``, ``inputs.sha256``, ``result.json`` and the engine's files);
     a checkpoint there is resumed only when the start model and ``data.inputs`` are
@@ -228,8 +246,15 @@ def run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, data: 
     stamp.write_text(stamp_value + "\n", encoding="utf8")
     model, tokenizer, dev = load_for_training(model_dir, run.device)
     (out / "config.cfg").write_text(stage.text, encoding="utf8")
-    engine = TrainingEngine(model, tokenizer, stage.training, inputs=stage.inputs, out_dir=out,
-                            evaluate=stage_evaluator(stage, kb, data.dev_jsonl), device=dev)
+    engine = TrainingEngine(
+        model,
+        tokenizer,
+        stage.training,
+        inputs=stage.inputs,
+        out_dir=out,
+        evaluate=stage_evaluator(stage, kb, data.dev_jsonl),
+        device=dev,
+    )
     if stage.inputs.input_mode == "document":
         engine.loss.sources.documents.register(data.documents)
     result = engine.train(data.source, resume=resume)
@@ -237,13 +262,19 @@ def run_stage(stage: StageConfig, model_dir: PathLike, kb: KnowledgeBase, data: 
     return result
 
 
-def kb_guided_examples(stage: StageConfig, kb: KnowledgeBase,
-                       max_synonyms_per_concept: Optional[int] = None) -> PretrainingExamples:
+def kb_guided_examples(
+    stage: StageConfig, kb: KnowledgeBase, max_synonyms_per_concept: Optional[int] = None
+) -> PretrainingExamples:
     """KB-guided pre-training examples with the stage's ``[data]`` template
     settings (pre-training; fine-tuning and ANGEL mix some in)."""
     d = stage.data
-    return PretrainingExamples(kb, stage.training.seed, max_context_synonyms=int(d["max_context_synonyms"]),
-                               use_definitions=bool(d["use_definitions"]), max_synonyms_per_concept=max_synonyms_per_concept)
+    return PretrainingExamples(
+        kb,
+        stage.training.seed,
+        max_context_synonyms=int(d["max_context_synonyms"]),
+        use_definitions=bool(d["use_definitions"]),
+        max_synonyms_per_concept=max_synonyms_per_concept,
+    )
 
 
 def pretrain(

@@ -31,6 +31,7 @@ one: GenBioEL trained NCBI on BioSyn's preprocessed *train + dev* documents
 mentions removed, and it offered MEDIC names plus MeSH entry terms as
 synonyms. The comparison is therefore keyed by (normalized mention, gold ID).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,13 +40,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from spacy_genbioel.util import PathLike
-
 import numpy as np
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.ty import Mention
 from spacy_genbioel.training.examples import TrainingExample
+from spacy_genbioel.ty import Mention
+from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,15 @@ def select_targets(
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     if strategy not in TARGET_STRATEGIES:
         raise ValueError(f"Unknown target strategy {strategy!r}; choose from {', '.join(TARGET_STRATEGIES)}")
-    stats = {"mentions": len(mentions), "used": 0, "examples": 0, "composite": 0, "no_gold": 0, "not_in_kb": 0, "exact": 0}
+    stats = {
+        "mentions": len(mentions),
+        "used": 0,
+        "examples": 0,
+        "composite": 0,
+        "no_gold": 0,
+        "not_in_kb": 0,
+        "exact": 0,
+    }
     kept: List[int] = []
     kept_cid: List[str] = []
     for i, mention in enumerate(mentions):
@@ -136,7 +144,9 @@ def select_targets(
         sims = np.asarray(mention_vectors[owner_arr].multiply(name_vectors[name_rows]).sum(axis=1)).ravel()
         # char_wb n-grams ignore word order ("ovarian cancer" and "cancer ovarian"
         # tie exactly): among equal scores the mention's own string goes first
-        not_exact = np.fromiter((n != texts[r] for n, r in zip(cand_names, owner)), dtype=np.int8, count=len(cand_names))
+        not_exact = np.fromiter(
+            (n != texts[r] for n, r in zip(cand_names, owner)), dtype=np.int8, count=len(cand_names)
+        )
         # by mention, then similarity (desc), then the exact string, then shorter name, then KB order
         order = np.lexsort((order_in_kb, lengths, not_exact, -np.round(sims, 5), owner_arr))
     elif strategy == "shortest":
@@ -162,7 +172,12 @@ def select_targets(
     stats["examples"] = len(examples)
     logger.info(
         "Targets: %d examples from %d of %d mentions (composite %d, no gold %d, gold not in KB %d)",
-        stats["examples"], stats["used"], stats["mentions"], stats["composite"], stats["no_gold"], stats["not_in_kb"],
+        stats["examples"],
+        stats["used"],
+        stats["mentions"],
+        stats["composite"],
+        stats["no_gold"],
+        stats["not_in_kb"],
     )
     return examples, stats
 
@@ -284,4 +299,4 @@ def _default_normalize():
 
 def _reference_id(cid: str) -> str:
     # GenBioEL's labels write OMIM IDs bare, as MEDIC does
-    return cid[len("OMIM:"):] if cid.startswith("OMIM:") else cid
+    return cid[len("OMIM:") :] if cid.startswith("OMIM:") else cid

@@ -1,6 +1,7 @@
 """The training log every stage writes (``train_log.jsonl``: one JSON record
 per line: start, loss every ``log_every`` steps, evaluations, end) and the
 loss/metric curve drawn from it (``curve.png``)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,11 @@ def append_log(path: Optional[Path], record: Dict[str, Any]) -> None:
 def truncate_log(path: Path, step: int) -> None:
     """Drop the records written after ``step`` (and any end record): a run resumed
     from the checkpoint of ``step`` writes them again."""
-    kept = [line for line in path.read_text(encoding="utf8").splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= step and json.loads(line).get("event") != "end"]
+    kept = [
+        line
+        for line in path.read_text(encoding="utf8").splitlines()
+        if line.strip() and json.loads(line).get("step", 0) <= step and json.loads(line).get("event") != "end"
+    ]
     path.write_text("".join(line + "\n" for line in kept), encoding="utf8")
 
 

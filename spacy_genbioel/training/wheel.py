@@ -10,6 +10,7 @@ needs the ``build`` package (the ``[package]`` extra). The wheel is moved to
 ``out_dir`` and its ``Requires-Dist`` checked for this package, so a wheel that
 would install without the code it needs is refused.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,10 +63,14 @@ def wheel_requirements(wheel: PathLike) -> List[str]:
 
 
 def _declares_package(requirements: List[str]) -> bool:
-    return any(_canonical(re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0]) == _canonical(PACKAGE) for req in requirements)
+    return any(
+        _canonical(re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0]) == _canonical(PACKAGE) for req in requirements
+    )
 
 
-def build_wheel(pipeline_dir: PathLike, out_dir: PathLike, name: Optional[str] = None, version: Optional[str] = None) -> Path:
+def build_wheel(
+    pipeline_dir: PathLike, out_dir: PathLike, name: Optional[str] = None, version: Optional[str] = None
+) -> Path:
     """Build the wheel of the pipeline in ``pipeline_dir`` with ``spacy package`` and
     move it into ``out_dir`` (``name``/``version`` override ``meta.json``'s).
     Returns the wheel's path; :class:`WheelError` names what went wrong."""
@@ -93,7 +98,9 @@ def build_wheel(pipeline_dir: PathLike, out_dir: PathLike, name: Optional[str] =
     import spacy_genbioel
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(spacy_genbioel.__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(spacy_genbioel.__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
+    )
     logger.info("running %s", " ".join(command))
     try:
         proc = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -101,7 +108,9 @@ def build_wheel(pipeline_dir: PathLike, out_dir: PathLike, name: Optional[str] =
             raise WheelError(f"spacy package failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
         wheels = sorted(work.glob("*/dist/*.whl"))
         if len(wheels) != 1:
-            raise WheelError(f"spacy package left {len(wheels)} wheels in {work}, expected one:\n{(proc.stdout + proc.stderr)[-3000:]}")
+            raise WheelError(
+                f"spacy package left {len(wheels)} wheels in {work}, expected one:\n{(proc.stdout + proc.stderr)[-3000:]}"
+            )
         requirements = wheel_requirements(wheels[0])
         if not _declares_package(requirements):
             raise WheelError(f"{wheels[0].name} does not require {PACKAGE} (Requires-Dist: {requirements})")

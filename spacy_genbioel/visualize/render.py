@@ -9,6 +9,7 @@ preferred name and the link is chosen per ID (:mod:`.urls`). displaCy inserts
 labels, IDs, URLs and titles into its HTML as they are, so they are escaped
 here; the text it escapes itself.
 """
+
 from __future__ import annotations
 
 import html
@@ -27,7 +28,16 @@ from spacy_genbioel.visualize.urls import TemplateSpec, concept_url, resolve_tem
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LABEL_MODES", "Names", "displacy_input", "entity_label", "genbioel_kb", "pipeline_templates", "render_html", "type_colors"]
+__all__ = [
+    "LABEL_MODES",
+    "Names",
+    "displacy_input",
+    "entity_label",
+    "genbioel_kb",
+    "pipeline_templates",
+    "render_html",
+    "type_colors",
+]
 
 LABEL_MODES = ("both", "name", "type")
 
@@ -59,7 +69,9 @@ def genbioel_kb(nlp: Language, component: Optional[str] = None) -> KnowledgeBase
     linkers = {name: pipe for name, pipe in nlp.pipeline if isinstance(pipe, GenBioELLinker)}
     if component is not None:
         if component not in linkers:
-            raise ValueError(f"no genbioel component named {component!r} in the pipeline (it has: {', '.join(linkers) or 'none'})")
+            raise ValueError(
+                f"no genbioel component named {component!r} in the pipeline (it has: {', '.join(linkers) or 'none'})"
+            )
         return linkers[component].linker.kb
     if not linkers:
         raise ValueError(f"the pipeline has no genbioel component (its pipes: {', '.join(nlp.pipe_names) or 'none'})")
@@ -143,7 +155,9 @@ def displacy_input(
         raise ValueError(f"unknown label mode {label!r}; use one of {', '.join(LABEL_MODES)}")
     resolved = resolve_templates(templates)
     lookup = _name_lookup(names)
-    spans: Sequence[Span] = doc.ents if spans_key is None else filter_spans(doc.spans[spans_key]) if spans_key in doc.spans else []
+    spans: Sequence[Span] = (
+        doc.ents if spans_key is None else filter_spans(doc.spans[spans_key]) if spans_key in doc.spans else []
+    )
     palette = type_colors((span.label_ for span in spans), colors)
     ents: List[Dict[str, Any]] = []
     for span in spans:
@@ -151,14 +165,16 @@ def displacy_input(
         first = _COMPOSITE.split(kb_id)[0] if kb_id else None  # a gold "D001|D002" shows the first concept
         name = (lookup(first) or _candidate_name(span, first)) if first else None
         url = concept_url(first, resolved) if first else None
-        ents.append({
-            "start": span.start_char,
-            "end": span.end_char,
-            "label": html.escape(entity_label(span.label_, name, label), quote=False),
-            "kb_id": html.escape(kb_id, quote=False) if kb_id else "",
-            "kb_url": html.escape(url, quote=True) if url else "#",
-            "params": {"bg": palette[span.label_.upper()]},
-        })
+        ents.append(
+            {
+                "start": span.start_char,
+                "end": span.end_char,
+                "label": html.escape(entity_label(span.label_, name, label), quote=False),
+                "kb_id": html.escape(kb_id, quote=False) if kb_id else "",
+                "kb_url": html.escape(url, quote=True) if url else "#",
+                "params": {"bg": palette[span.label_.upper()]},
+            }
+        )
     if title is None:
         title = doc.user_data.get("title") if doc.user_data else None
     return {"text": doc.text, "ents": ents, "title": html.escape(str(title), quote=False) if title else None}
@@ -181,7 +197,10 @@ def render_html(
         raise ValueError(f"{len(titles)} titles for {len(docs)} docs")
     spans_key = options.get("spans_key")
     labels = (s.label_ for doc in docs for s in (doc.ents if spans_key is None else doc.spans.get(spans_key, [])))
-    options = {**options, "templates": resolve_templates(options.get("templates")),
-               "colors": type_colors(labels, options.get("colors"))}
+    options = {
+        **options,
+        "templates": resolve_templates(options.get("templates")),
+        "colors": type_colors(labels, options.get("colors")),
+    }
     parsed = [displacy_input(doc, title=title, **options) for doc, title in zip(docs, titles)]
     return displacy.render(parsed, style="ent", manual=True, page=page, jupyter=False)

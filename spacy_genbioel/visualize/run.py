@@ -8,6 +8,7 @@ are counted and skipped); gold documents by :mod:`spacy_genbioel.corpus.load`.
 The sample is the first ``n_docs`` documents, a seeded random sample of them
 (``seed``) or the documents named by ``ids``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -75,7 +76,9 @@ def sample(items: Iterable[T], n_docs: int, seed: Optional[int] = None) -> List[
     return [item for _, item in sorted(reservoir, key=lambda pair: pair[0])]
 
 
-def _select(pairs: Iterable[Tuple[str, T]], n_docs: int, seed: Optional[int], ids: Optional[Sequence[str]]) -> Tuple[List[Tuple[str, T]], List[str]]:
+def _select(
+    pairs: Iterable[Tuple[str, T]], n_docs: int, seed: Optional[int], ids: Optional[Sequence[str]]
+) -> Tuple[List[Tuple[str, T]], List[str]]:
     """Pairs ``(doc_id, item)``: those named by ``ids`` (in that order; missing ones listed), else a sample."""
     if not ids:
         return sample(pairs, n_docs, seed), []
@@ -89,7 +92,9 @@ def _select(pairs: Iterable[Tuple[str, T]], n_docs: int, seed: Optional[int], id
     return [found[i] for i in wanted if i in found], [i for i in wanted if i not in found]
 
 
-def _input_records(inputs: Sequence[PathLike], input_format: Optional[str], skipped: List[RecordError]) -> Iterable[Tuple[str, InputRecord]]:
+def _input_records(
+    inputs: Sequence[PathLike], input_format: Optional[str], skipped: List[RecordError]
+) -> Iterable[Tuple[str, InputRecord]]:
     for item in read_records(inputs, input_format):
         if isinstance(item, RecordError):
             logger.warning("skipped a record of %s (line %s): %s", item.file, item.line, item.reason)
@@ -218,7 +223,9 @@ def visualize(
                 chosen, missing = [(None, text) for text in src.texts], []
                 titles = [None] * len(src.texts)
             else:
-                chosen, missing = _select(_input_records(src.inputs or (), src.input_format, skipped), src.n_docs, src.seed, src.ids)
+                chosen, missing = _select(
+                    _input_records(src.inputs or (), src.input_format, skipped), src.n_docs, src.seed, src.ids
+                )
                 titles = [doc_id for doc_id, _ in chosen]
             docs = list(nlp.pipe(item if isinstance(item, str) else item.text for _, item in chosen))
             if names is None:
@@ -232,8 +239,15 @@ def visualize(
         logger.warning("document %s not found in the inputs", doc_id)
     spans_key, kb_id_attr = page.spans_key, page.kb_id_attr
     try:
-        html = render_html(docs, templates=resolved, names=names, label=page.label, titles=titles, spans_key=spans_key,
-                           kb_id_attr=kb_id_attr)
+        html = render_html(
+            docs,
+            templates=resolved,
+            names=names,
+            label=page.label,
+            titles=titles,
+            spans_key=spans_key,
+            kb_id_attr=kb_id_attr,
+        )
     except AttributeError as err:  # an extension attribute that is not registered
         raise VisualizeError(f"kb_id attribute {kb_id_attr!r}: {err}") from err
     try:
@@ -243,7 +257,11 @@ def visualize(
         raise VisualizeError(f"{target}: cannot write the page ({err.strerror or err})") from None
     ents = [e for doc in docs for e in (doc.ents if spans_key is None else doc.spans.get(spans_key, []))]
     return VisualizeSummary(
-        out=target, documents=len(docs), entities=len(ents),
+        out=target,
+        documents=len(docs),
+        entities=len(ents),
         linked=sum(1 for e in ents if (getattr(e._, kb_id_attr) if kb_id_attr else e.kb_id_)),
-        with_page=html.count('href="http'), skipped_records=len(skipped), missing_ids=missing,
+        with_page=html.count('href="http'),
+        skipped_records=len(skipped),
+        missing_ids=missing,
     )

@@ -27,6 +27,7 @@ Why not bioregistry or curies: they expand a CURIE whose prefix is written
 ``613097``), so the work of this module, telling the scheme from an ID's form,
 is not theirs; for four templates neither is worth a new dependency.
 """
+
 from __future__ import annotations
 
 import html
@@ -129,9 +130,13 @@ def resolve_templates(spec: TemplateSpec = None) -> Dict[str, str]:
             if template is None and key in KNOWN_TEMPLATES:
                 template = KNOWN_TEMPLATES[key]
             if key not in KNOWN_TEMPLATES and key != "*" and not _PREFIX_KEY.match(key):
-                raise ValueError(f"kb_url key {key!r} is neither a scheme ({', '.join(KNOWN_TEMPLATES)}), "
-                                 "an ID prefix (DOID, HP:) nor '*'")
-            resolved[key if key in KNOWN_TEMPLATES or key == "*" or key.endswith(":") else key + ":"] = _check_template(key, template)
+                raise ValueError(
+                    f"kb_url key {key!r} is neither a scheme ({', '.join(KNOWN_TEMPLATES)}), "
+                    "an ID prefix (DOID, HP:) nor '*'"
+                )
+            resolved[key if key in KNOWN_TEMPLATES or key == "*" or key.endswith(":") else key + ":"] = _check_template(
+                key, template
+            )
         return resolved
     resolved = {}
     for item in [spec] if isinstance(spec, str) else list(spec):
@@ -143,8 +148,10 @@ def resolve_templates(spec: TemplateSpec = None) -> Dict[str, str]:
             elif "{" in part:
                 resolved["*"] = _check_template("*", part)
             else:
-                raise ValueError(f"unknown kb_url scheme {part!r}: use one of {', '.join(KNOWN_TEMPLATES)} "
-                                 "or a template with '{}' for the ID")
+                raise ValueError(
+                    f"unknown kb_url scheme {part!r}: use one of {', '.join(KNOWN_TEMPLATES)} "
+                    "or a template with '{}' for the ID"
+                )
     return resolved
 
 

@@ -5,6 +5,7 @@ build time and memory of the trie over the full MeSH KB; with a packaged
 pipeline, the annotation benchmark of :mod:`.benchmark_annotate` too.
 :class:`BenchmarkSettings` says what to measure (``python -m spacy_genbioel
 benchmark`` builds it from its flags) and :func:`run_benchmark` measures it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,13 +24,18 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.ty import Mention
-from spacy_genbioel.models import init_model, load_model
+from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.reference import ReferenceLinker
-from spacy_genbioel.workflows.benchmark_annotate import DEFAULT_SETTINGS, InputSetting, benchmark_texts, run_annotation_benchmark
+from spacy_genbioel.linking.settings import DecodingSettings
+from spacy_genbioel.models import init_model, load_model
+from spacy_genbioel.ty import Mention
+from spacy_genbioel.workflows.benchmark_annotate import (
+    DEFAULT_SETTINGS,
+    InputSetting,
+    benchmark_texts,
+    run_annotation_benchmark,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +53,27 @@ def default_data_dir() -> Optional[Path]:
 
 def _synthetic_kb(n_concepts: int = 30_000, seed: int = 0) -> KnowledgeBase:
     rng = random.Random(seed)
-    syll = ["ar", "thri", "tis", "car", "ci", "no", "ma", "neu", "ro", "pa", "thy", "he", "pa", "to", "my", "o", "sis", "lym", "pho"]
+    syll = [
+        "ar",
+        "thri",
+        "tis",
+        "car",
+        "ci",
+        "no",
+        "ma",
+        "neu",
+        "ro",
+        "pa",
+        "thy",
+        "he",
+        "pa",
+        "to",
+        "my",
+        "o",
+        "sis",
+        "lym",
+        "pho",
+    ]
     words = ["".join(rng.choices(syll, k=rng.randint(2, 4))) for _ in range(3000)]
     return KnowledgeBase(
         Concept(f"S{i:06d}", [" ".join(rng.choices(words, k=rng.randint(1, 4))) for _ in range(rng.randint(1, 6))])
@@ -68,7 +94,9 @@ def benchmark_mentions(data_dir: Optional[Path], kb: KnowledgeBase, n: int, seed
     if data_dir and (data_dir / "ncbi_disease" / "NCBIdevelopset_corpus.txt").exists():
         from spacy_genbioel.corpus.pubtator import mentions_from_pubtator
 
-        mentions = list(mentions_from_pubtator(data_dir / "ncbi_disease" / "NCBIdevelopset_corpus.txt", context_chars=1000))
+        mentions = list(
+            mentions_from_pubtator(data_dir / "ncbi_disease" / "NCBIdevelopset_corpus.txt", context_chars=1000)
+        )
         return mentions[:n], "NCBI-disease dev"
     rng = random.Random(seed)
     names = kb.names
@@ -80,7 +108,12 @@ def _train_quick(kb: KnowledgeBase, out: Path, seconds: float, seed: int = 0):
 
     model, tokenizer = init_model("tiny", kb.names, out, seed=seed)
     examples = kb_name_examples(kb, seed=seed)
-    losses = train_seq2seq(model, tokenizer, examples, TrainConfig(max_steps=100_000, max_seconds=seconds, batch_size=64, learning_rate=1e-3, seed=seed))
+    losses = train_seq2seq(
+        model,
+        tokenizer,
+        examples,
+        TrainConfig(max_steps=100_000, max_seconds=seconds, batch_size=64, learning_rate=1e-3, seed=seed),
+    )
     logger.info("benchmark model: %d steps, final loss %.3f", len(losses), losses[-1])
     return model, tokenizer
 
@@ -90,8 +123,8 @@ def measure_mesh_trie(data_dir: Path, tokenizer_dir: Path) -> Dict:
     import psutil
 
     from spacy_genbioel.kb.sources import read_mesh_tsv
-    from spacy_genbioel.models import load_tokenizer
     from spacy_genbioel.linking.trie import NameTrie
+    from spacy_genbioel.models import load_tokenizer
 
     mesh = data_dir / "vocab" / "mesh"
     tokenizer = load_tokenizer(tokenizer_dir)
@@ -117,7 +150,12 @@ def measure_mesh_trie(data_dir: Path, tokenizer_dir: Path) -> Dict:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     began = time.monotonic()
-    trie = NameTrie.from_names(kb.names, tokenizer, eos_token_id=tokenizer.eos_token_id, root_token_id=tokenizer(" is", add_special_tokens=False)["input_ids"][-1])
+    trie = NameTrie.from_names(
+        kb.names,
+        tokenizer,
+        eos_token_id=tokenizer.eos_token_id,
+        root_token_id=tokenizer(" is", add_special_tokens=False)["input_ids"][-1],
+    )
     build_seconds = time.monotonic() - began
     stop.set()
     sampler.join()
@@ -196,12 +234,23 @@ def run_benchmark(settings: BenchmarkSettings = BenchmarkSettings()) -> Dict:
     and one JSON object."""
     data_dir = settings.data_dir or default_data_dir()
     num_beams, batch_size, device = settings.num_beams, settings.batch_size, settings.device
-    result: Dict = {"date": time.strftime("%Y-%m-%d"),
-                    "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, threads {torch.get_num_threads()}"}
+    result: Dict = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, threads {torch.get_num_threads()}",
+    }
     if settings.pipeline is not None:
         texts, source = benchmark_texts(data_dir, settings.n_docs, settings.corpus)
-        result["annotation"] = {"texts": source, **run_annotation_benchmark(
-            settings.pipeline, texts, settings.input_settings, threads=settings.threads, batch_size=batch_size, device=device)}
+        result["annotation"] = {
+            "texts": source,
+            **run_annotation_benchmark(
+                settings.pipeline,
+                texts,
+                settings.input_settings,
+                threads=settings.threads,
+                batch_size=batch_size,
+                device=device,
+            ),
+        }
     if not settings.decoders:
         return result
     torch.manual_seed(0)
@@ -216,27 +265,33 @@ def run_benchmark(settings: BenchmarkSettings = BenchmarkSettings()) -> Dict:
         save_model(model, tokenizer, model_dir)
     model, tokenizer = load_model(model_dir, device=device)
     began = time.monotonic()
-    linker = GenerativeLinker(model, tokenizer, kb, decoding=DecodingSettings(num_beams=num_beams, top_k=num_beams, batch_size=batch_size))
+    linker = GenerativeLinker(
+        model, tokenizer, kb, decoding=DecodingSettings(num_beams=num_beams, top_k=num_beams, batch_size=batch_size)
+    )
     trie_seconds = time.monotonic() - began
     mentions, mentions_name = benchmark_mentions(data_dir, kb, settings.n_mentions)
-    result.update({
-        "device": str(linker.device),
-        "kb": kb_name,
-        "kb_names": kb.n_names,
-        "trie_build_s": round(trie_seconds, 2),
-        "mentions": len(mentions),
-        "mentions_source": mentions_name,
-        "num_beams": num_beams,
-        "batch_size": batch_size,
-        "runs": [compare_decoders(linker, mentions, cw) for cw in settings.context_words],
-    })
+    result.update(
+        {
+            "device": str(linker.device),
+            "kb": kb_name,
+            "kb_names": kb.n_names,
+            "trie_build_s": round(trie_seconds, 2),
+            "mentions": len(mentions),
+            "mentions_source": mentions_name,
+            "num_beams": num_beams,
+            "batch_size": batch_size,
+            "runs": [compare_decoders(linker, mentions, cw) for cw in settings.context_words],
+        }
+    )
     if settings.mesh and data_dir and (data_dir / "vocab" / "mesh").is_dir():
         tok_dir = work / "tokenizer"
         tokenizer.save_pretrained(str(tok_dir))
         # a fresh process, so the RSS growth is the trie's alone
         proc = subprocess.run(
             [sys.executable, "-m", "spacy_genbioel", "mesh-trie-memory", str(data_dir), str(tok_dir)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         result.update(json.loads(proc.stdout.strip().splitlines()[-1]))
     return result

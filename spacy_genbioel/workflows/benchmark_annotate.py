@@ -11,6 +11,7 @@ setting is visible. Top-1 IDs are compared with the first run's.
 first abstracts of BC5CDR train + dev) are the one copy of those measurements:
 ``bench/ner_pipelines.py`` and ``bench/annotate_scale.py`` call them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,12 +60,20 @@ def parse_settings(text: str) -> List[InputSetting]:
     return out
 
 
-def benchmark_documents(data_dir: Optional[Path], n: int, corpus: Optional[Path] = None) -> Tuple[List["PubTatorDocument"], str]:
+def benchmark_documents(
+    data_dir: Optional[Path], n: int, corpus: Optional[Path] = None
+) -> Tuple[List["PubTatorDocument"], str]:
     """The first ``n`` documents of ``corpus`` (PubTator), else of BC5CDR train
     then dev in ``data_dir``; and the files they came from."""
     from spacy_genbioel.corpus import read_pubtator
 
-    files = [corpus] if corpus else [data_dir / "bc5cdr" / f"CDR_{s}.PubTator.txt" for s in ("TrainingSet", "DevelopmentSet")] if data_dir else []
+    files = (
+        [corpus]
+        if corpus
+        else [data_dir / "bc5cdr" / f"CDR_{s}.PubTator.txt" for s in ("TrainingSet", "DevelopmentSet")]
+        if data_dir
+        else []
+    )
     documents: List["PubTatorDocument"] = []
     for path in files:
         if not path.exists():
@@ -74,7 +83,9 @@ def benchmark_documents(data_dir: Optional[Path], n: int, corpus: Optional[Path]
                 break
             documents.append(doc)
     if not documents:
-        raise FileNotFoundError(f"No abstracts to annotate: give a PubTator corpus or a data folder with bc5cdr/ (looked in {files})")
+        raise FileNotFoundError(
+            f"No abstracts to annotate: give a PubTator corpus or a data folder with bc5cdr/ (looked in {files})"
+        )
     return documents, ", ".join(str(p) for p in files if p.exists())
 
 
@@ -98,8 +109,9 @@ def time_pipes(nlp: "Language", texts: Sequence[str], batch_size: int = 64) -> T
     return docs, seconds
 
 
-def annotate_run(pipeline: Path, texts: Sequence[str], setting: InputSetting, threads: int,
-                 batch_size: int = 64, device: str = "cpu") -> Dict[str, Any]:
+def annotate_run(
+    pipeline: Path, texts: Sequence[str], setting: InputSetting, threads: int, batch_size: int = 64, device: str = "cpu"
+) -> Dict[str, Any]:
     """One setting on ``threads`` torch threads: throughput, seconds per pipe and per linker stage, top-1 IDs."""
     import spacy
     import torch
@@ -111,7 +123,9 @@ def annotate_run(pipeline: Path, texts: Sequence[str], setting: InputSetting, th
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        overrides = nested_overrides({"input_mode": input_mode, "context_words": context_words, "device": device, "dtype": dtype})
+        overrides = nested_overrides(
+            {"input_mode": input_mode, "context_words": context_words, "device": device, "dtype": dtype}
+        )
         nlp = spacy.load(pipeline, config={"components": {"genbioel": load_overrides(overrides)}})
         linker = nlp.get_pipe("genbioel").linker
         nlp(texts[0])  # warm-up: allocator, lazy resources
@@ -149,8 +163,14 @@ def annotate_run(pipeline: Path, texts: Sequence[str], setting: InputSetting, th
     }
 
 
-def run_annotation_benchmark(pipeline: Path, texts: Sequence[str], settings: Sequence[InputSetting] = DEFAULT_SETTINGS,
-                             threads: Sequence[int] = (1,), batch_size: int = 64, device: str = "cpu") -> Dict[str, Any]:
+def run_annotation_benchmark(
+    pipeline: Path,
+    texts: Sequence[str],
+    settings: Sequence[InputSetting] = DEFAULT_SETTINGS,
+    threads: Sequence[int] = (1,),
+    batch_size: int = 64,
+    device: str = "cpu",
+) -> Dict[str, Any]:
     """Every setting on every thread count over the same ``texts``; the headline
     ``per_mention_docs_per_s`` (the widest per-mention context) and
     ``per_document_docs_per_s`` are those of the first thread count."""
@@ -162,7 +182,9 @@ def run_annotation_benchmark(pipeline: Path, texts: Sequence[str], settings: Seq
     reference = runs[0]["top1"]
     for run in runs:
         top1 = run.pop("top1")
-        run["top1_agreement_with_first"] = round(sum(a == b for a, b in zip(top1, reference)) / max(1, len(reference)), 4)
+        run["top1_agreement_with_first"] = round(
+            sum(a == b for a, b in zip(top1, reference)) / max(1, len(reference)), 4
+        )
     result: Dict[str, Any] = {"pipeline": str(pipeline), "documents": len(texts), "runs": runs}
     first = [r for r in runs if r["threads"] == threads[0]]
     plain = [r for r in first if r["dtype"] != "int8"]

@@ -1,5 +1,6 @@
 """The embedded demo: a tiny linker trained on a small KB of common diseases
 and chemicals, packaged as a spaCy pipeline and run on sample texts."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ from typing import Dict, List, Tuple
 import spacy
 import torch
 
-from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
 from spacy_genbioel.models import init_model
 from spacy_genbioel.ner import add_kb_entity_ruler
 from spacy_genbioel.training import TrainConfig, kb_name_examples, train_seq2seq
@@ -32,11 +33,17 @@ def demo_kb() -> KnowledgeBase:
 
 
 def demo_texts() -> List[str]:
-    return [line.strip() for line in asset_path("demo_texts.txt").read_text(encoding="utf8").splitlines() if line.strip()]
+    return [
+        line.strip() for line in asset_path("demo_texts.txt").read_text(encoding="utf8").splitlines() if line.strip()
+    ]
 
 
 def demo_gold() -> List[Dict]:
-    return [json.loads(line) for line in asset_path("demo_mentions.jsonl").read_text(encoding="utf8").splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for line in asset_path("demo_mentions.jsonl").read_text(encoding="utf8").splitlines()
+        if line.strip()
+    ]
 
 
 @dataclass
@@ -55,8 +62,9 @@ DEMO_STEPS = 400
 DEMO_SECONDS = 600.0
 
 
-def build_demo_pipeline(out: Path, train_seconds: float = DEMO_SECONDS, seed: int = 0, device: str = "cpu",
-                        train_steps: int = DEMO_STEPS) -> Tuple[Path, int]:
+def build_demo_pipeline(
+    out: Path, train_seconds: float = DEMO_SECONDS, seed: int = 0, device: str = "cpu", train_steps: int = DEMO_STEPS
+) -> Tuple[Path, int]:
     """Train a tiny model on the demo KB and save a complete pipeline to ``out``; returns it and the steps trained.
 
     The untrained starting model only passes through a temporary folder: left beside ``out`` (as
@@ -70,8 +78,15 @@ def build_demo_pipeline(out: Path, train_seconds: float = DEMO_SECONDS, seed: in
     # budget left it a few steps and a model linking nothing, and a CPU-time one 233 steps instead of 406 (recall@1
     # 0.61 against 0.94) while OpenMP threads spun waiting for a core; the seconds (CPU time, all threads) only cap it
     # (the learning rate as before: flat after the warm-up, the decay set over 100,000 steps)
-    config = TrainConfig(max_steps=100_000, max_seconds=train_seconds * torch.get_num_threads(), budget_clock="cpu",
-                         batch_size=32, learning_rate=1e-3, warmup_steps=50, seed=seed)
+    config = TrainConfig(
+        max_steps=100_000,
+        max_seconds=train_seconds * torch.get_num_threads(),
+        budget_clock="cpu",
+        batch_size=32,
+        learning_rate=1e-3,
+        warmup_steps=50,
+        seed=seed,
+    )
     began = time.monotonic()
     losses = train_seq2seq(model, tokenizer, examples, config, stop_after=max(int(train_steps), 1))
     logger.info("Trained %d steps in %.0fs, final loss %.3f", len(losses), time.monotonic() - began, losses[-1])
@@ -86,7 +101,9 @@ def build_demo_pipeline(out: Path, train_seconds: float = DEMO_SECONDS, seed: in
     return out, len(losses)
 
 
-def run_demo(out: Path, train_seconds: float = DEMO_SECONDS, seed: int = 0, train_steps: int = DEMO_STEPS) -> DemoResult:
+def run_demo(
+    out: Path, train_seconds: float = DEMO_SECONDS, seed: int = 0, train_steps: int = DEMO_STEPS
+) -> DemoResult:
     began = time.monotonic()
     _, steps = build_demo_pipeline(out, train_seconds=train_seconds, seed=seed, train_steps=train_steps)
     trained = time.monotonic() - began

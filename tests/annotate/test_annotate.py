@@ -1,4 +1,5 @@
 """Batch annotation: readers, writers, errors, provenance, and the kill-and-resume guarantee."""
+
 import dataclasses
 import gzip
 import json
@@ -14,15 +15,25 @@ from pathlib import Path
 
 import pytest
 import spacy
-
-import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.annotate import AnnotateError, AnnotateOptions, InputRecord, RecordError, annotate, detect_format, read_records
-from spacy_genbioel.annotate import checkpoint, records, writers, xml_readers
-from spacy_genbioel.corpus import read_bioc, read_jsonl_corpus, read_pubtator
-from spacy_genbioel.util import atomic_write
-
 from conftest import WORDS, assert_same_links, data_dir
 from fuzz_annotate import bioc_xml, build_pipeline, pubmed_article
+
+import spacy_genbioel  # noqa: F401  (registers the factory)
+from spacy_genbioel.annotate import (
+    AnnotateError,
+    AnnotateOptions,
+    InputRecord,
+    RecordError,
+    annotate,
+    checkpoint,
+    detect_format,
+    read_records,
+    records,
+    writers,
+    xml_readers,
+)
+from spacy_genbioel.corpus import read_bioc, read_jsonl_corpus, read_pubtator
+from spacy_genbioel.util import atomic_write
 
 REPO = Path(__file__).resolve().parents[2]
 PHRASES = WORDS + ["renal failure", "cystic fibrosis", "liver", "the", "of", "patients"]
@@ -68,11 +79,18 @@ def chunk_files(out):
 
 
 def chunk_docs(out):
-    return {p.name: [json.loads(line) for line in p.read_text(encoding="utf8").splitlines()] for p in sorted(Path(out).glob("part-*.jsonl"))}
+    return {
+        p.name: [json.loads(line) for line in p.read_text(encoding="utf8").splitlines()]
+        for p in sorted(Path(out).glob("part-*.jsonl"))
+    }
 
 
 def jsonl_docs(out):
-    return [json.loads(line) for p in sorted(Path(out).glob("part-*.jsonl")) for line in p.read_text(encoding="utf8").splitlines()]
+    return [
+        json.loads(line)
+        for p in sorted(Path(out).glob("part-*.jsonl"))
+        for line in p.read_text(encoding="utf8").splitlines()
+    ]
 
 
 def stable(summary):
@@ -143,20 +161,29 @@ def test_pubtator_reader(tmp_path):
 
 def test_jsonl_and_text_readers(tmp_path):
     path = tmp_path / "in.jsonl"
-    path.write_text("\n".join([
-        json.dumps({"id": "a", "text": "renal failure"}),
-        json.dumps({"pmid": 7, "title": "T", "abstract": "the liver"}),
-        "",
-        json.dumps({"id": "b"}),
-        "{not json",
-        json.dumps({"id": "c", "text": "   "}),
-        json.dumps(["a", "list"]),
-        json.dumps({"text": "no id"}),
-        json.dumps({"id": "d", "text": 5}),
-    ]) + "\n", encoding="utf8")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"id": "a", "text": "renal failure"}),
+                json.dumps({"pmid": 7, "title": "T", "abstract": "the liver"}),
+                "",
+                json.dumps({"id": "b"}),
+                "{not json",
+                json.dumps({"id": "c", "text": "   "}),
+                json.dumps(["a", "list"]),
+                json.dumps({"text": "no id"}),
+                json.dumps({"id": "d", "text": 5}),
+            ]
+        )
+        + "\n",
+        encoding="utf8",
+    )
     assert detect_format(path) == "jsonl"
     records, errors = records_and_errors(read_records(path))
-    assert [(r.doc_id, r.text, r.title, r.line) for r in records] == [("a", "renal failure", None, 1), ("7", "T the liver", "T", 2)]
+    assert [(r.doc_id, r.text, r.title, r.line) for r in records] == [
+        ("a", "renal failure", None, 1),
+        ("7", "T the liver", "T", 2),
+    ]
     assert [e.line for e in errors] == [4, 5, 6, 7, 8, 9]
     reasons = [e.reason for e in errors]
     assert "no 'text'" in reasons[0] and "not valid JSON" in reasons[1] and "empty document" in reasons[2]
@@ -166,20 +193,25 @@ def test_jsonl_and_text_readers(tmp_path):
     text.write_bytes(b"first doc\n\nthird \xff doc\nlast\n")
     assert detect_format(text) == "text"
     records, errors = records_and_errors(read_records(text))
-    assert [(r.doc_id, r.text) for r in records] == [(f"{text.resolve()}:1", "first doc"), (f"{text.resolve()}:4", "last")]
+    assert [(r.doc_id, r.text) for r in records] == [
+        (f"{text.resolve()}:1", "first doc"),
+        (f"{text.resolve()}:4", "last"),
+    ]
     assert [(e.line, "empty" in e.reason or "UTF-8" in e.reason) for e in errors] == [(2, True), (3, True)]
 
 
 def test_pubmed_reader_and_gz(tmp_path):
-    body = "".join([
-        pubmed_article(11, "Renal <i>failure</i> &amp; more", ["Part one.", "Part <sup>two</sup>."]),
-        pubmed_article(12, "Broken & unescaped", ["x"]),
-        "<PubmedArticle><MedlineCitation><PMID>13</PMID><Article><ArticleTitle>cut off\n",  # no end tag
-        pubmed_article(14, "Title only"),
-        "<PubmedArticle><MedlineCitation><Article><ArticleTitle>No PMID</ArticleTitle></Article></MedlineCitation></PubmedArticle>\n",
-        pubmed_article(15, "A book", ["Book abstract."], book=True),
-        "<DeleteCitation><PMID>99</PMID></DeleteCitation>\n",
-    ])
+    body = "".join(
+        [
+            pubmed_article(11, "Renal <i>failure</i> &amp; more", ["Part one.", "Part <sup>two</sup>."]),
+            pubmed_article(12, "Broken & unescaped", ["x"]),
+            "<PubmedArticle><MedlineCitation><PMID>13</PMID><Article><ArticleTitle>cut off\n",  # no end tag
+            pubmed_article(14, "Title only"),
+            "<PubmedArticle><MedlineCitation><Article><ArticleTitle>No PMID</ArticleTitle></Article></MedlineCitation></PubmedArticle>\n",
+            pubmed_article(15, "A book", ["Book abstract."], book=True),
+            "<DeleteCitation><PMID>99</PMID></DeleteCitation>\n",
+        ]
+    )
     xml = f'<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE PubmedArticleSet PUBLIC "-//NLM//DTD PubMedArticle, 1st January 2024//EN" "x.dtd">\n<PubmedArticleSet>\n{body}</PubmedArticleSet>\n'
     path = tmp_path / "pubmed24n0001.xml.gz"
     with gzip.open(path, "wt", encoding="utf8") as handle:
@@ -193,7 +225,9 @@ def test_pubmed_reader_and_gz(tmp_path):
     ]
     assert records[0].title == "Renal failure & more"
     lines = xml.splitlines()
-    assert [(e.line, lines[e.line - 1].startswith("<PubmedArticle>")) for e in errors] == [(e.line, True) for e in errors]
+    assert [(e.line, lines[e.line - 1].startswith("<PubmedArticle>")) for e in errors] == [
+        (e.line, True) for e in errors
+    ]
     reasons = [e.reason for e in errors]
     assert len(errors) == 3 and "bad XML" in reasons[0] and "without its end tag" in reasons[1] and "PMID" in reasons[2]
 
@@ -224,7 +258,11 @@ def test_xml_scanner_memory_is_bounded(tmp_path):
 
 
 def test_bioc_readers_lay_out_text_as_corpus_read_bioc(tmp_path):
-    docs = [("A1", [(0, "Renal failure"), (14, "in the liver.")]), ("A2", [(0, "Gap"), (10, "after a gap")]), ("A3", [(0, "Solo")])]
+    docs = [
+        ("A1", [(0, "Renal failure"), (14, "in the liver.")]),
+        ("A2", [(0, "Gap"), (10, "after a gap")]),
+        ("A3", [(0, "Solo")]),
+    ]
     xml_path = tmp_path / "c.xml"
     xml_path.write_text(bioc_xml(docs), encoding="utf8")
     assert detect_format(xml_path) == "bioc"
@@ -235,9 +273,11 @@ def test_bioc_readers_lay_out_text_as_corpus_read_bioc(tmp_path):
 
     json_docs = [{"id": d, "passages": [{"offset": o, "text": t} for o, t in ps]} for d, ps in docs]
     collection = tmp_path / "c.json"
-    collection.write_text(json.dumps({"source": "", "documents": json_docs + [{"id": "bad", "passages": [{"offset": "x", "text": "t"}]}]}))
+    collection.write_text(
+        json.dumps({"source": "", "documents": json_docs + [{"id": "bad", "passages": [{"offset": "x", "text": "t"}]}]})
+    )
     lines = tmp_path / "c.bioc.jsonl"
-    lines.write_text("\n".join(json.dumps(d) for d in json_docs) + "\n{\"id\": \"broken\"\n")
+    lines.write_text("\n".join(json.dumps(d) for d in json_docs) + '\n{"id": "broken"\n')
     for path, position in ((collection, "record"), (lines, "line")):
         assert detect_format(path) == "bioc"
         records, errors = records_and_errors(read_records(path))
@@ -361,7 +401,8 @@ def test_docbin_output(tmp_path, pipeline_dir, mixed_input, mixed_reference):
         ref = mixed_reference[doc.user_data["doc_id"]]
         assert doc.text == ref["text"] and doc.user_data["source"].startswith(str(mixed_input))
         assert [(e.start_char, e.end_char, e.label_, e.kb_id_ or None) for e in doc.ents] == [
-            (m["start"], m["end"], m["label"], m["kb_id"]) for m in ref["mentions"]]
+            (m["start"], m["end"], m["label"], m["kb_id"]) for m in ref["mentions"]
+        ]
         assert [[list(c) for c in e._.kb_candidates] for e in doc.ents] == [m["candidates"] for m in ref["mentions"]]
 
 
@@ -369,14 +410,19 @@ def test_docbin_output(tmp_path, pipeline_dir, mixed_input, mixed_reference):
 def test_bad_records_go_to_the_errors_file_and_the_run_goes_on(tmp_path, pipeline_dir):
     good = make_texts(6, seed=5)
     jsonl = tmp_path / "a.jsonl"
-    jsonl.write_text("\n".join([
-        json.dumps({"id": "x1", "text": good[0]}),
-        json.dumps({"id": "x2"}),
-        "{broken",
-        json.dumps({"id": "x1", "text": good[1]}),  # duplicate: the first is kept
-        json.dumps({"id": "x3", "text": ""}),
-        json.dumps({"id": "x4", "text": good[2]}),
-    ]) + "\n")
+    jsonl.write_text(
+        "\n".join(
+            [
+                json.dumps({"id": "x1", "text": good[0]}),
+                json.dumps({"id": "x2"}),
+                "{broken",
+                json.dumps({"id": "x1", "text": good[1]}),  # duplicate: the first is kept
+                json.dumps({"id": "x3", "text": ""}),
+                json.dumps({"id": "x4", "text": good[2]}),
+            ]
+        )
+        + "\n"
+    )
     pubtator = tmp_path / "b.txt.gz"
     pubtator.write_bytes(gzip.compress(f"x4|t|{good[3]}\nx4|a|\n\nx5|t|{good[4]}\nx5|a|again\n\nBAD LINE\n".encode()))
     out = tmp_path / "out"
@@ -388,8 +434,13 @@ def test_bad_records_go_to_the_errors_file_and_the_run_goes_on(tmp_path, pipelin
     assert summary["documents_read"] == summary["documents_written"] + summary["documents_skipped"] + summary["errors"]
     entries = [json.loads(line) for line in errors_path.read_text().splitlines()]
     assert [(e["kind"], Path(e["file"]).name, e["line"]) for e in entries] == [
-        ("error", "a.jsonl", 2), ("error", "a.jsonl", 3), ("duplicate", "a.jsonl", 4), ("error", "a.jsonl", 5),
-        ("duplicate", "b.txt.gz", 1), ("error", "b.txt.gz", 7)]
+        ("error", "a.jsonl", 2),
+        ("error", "a.jsonl", 3),
+        ("duplicate", "a.jsonl", 4),
+        ("error", "a.jsonl", 5),
+        ("duplicate", "b.txt.gz", 1),
+        ("error", "b.txt.gz", 7),
+    ]
     assert all(e["reason"] for e in entries) and entries[2]["id"] == "x1"
     written = [d.pmid for p in sorted(out.glob("part-*")) for d in read_pubtator(p)]
     assert written == ["x1", "x4", "x5"]
@@ -404,7 +455,9 @@ def test_bad_records_go_to_the_errors_file_and_the_run_goes_on(tmp_path, pipelin
 
 
 def test_pubtator_output_rejects_ids_it_cannot_hold(tmp_path, pipeline_dir):
-    path = write_jsonl(tmp_path / "ids.jsonl", [{"id": "a|b", "text": "renal failure"}, {"id": "ok", "text": "the liver"}])
+    path = write_jsonl(
+        tmp_path / "ids.jsonl", [{"id": "a|b", "text": "renal failure"}, {"id": "ok", "text": "the liver"}]
+    )
     summary = annotate(path, pipeline_dir, tmp_path / "out", dict(format="pubtator", progress=False))
     assert (summary["documents_written"], summary["errors"]) == (1, 1)
 
@@ -440,8 +493,10 @@ def test_a_document_the_pipeline_fails_on_is_an_error(tmp_path, pipeline_dir, mo
     docs = {d["id"]: d["mentions"] for d in jsonl_docs(out)}
     # p5's batch was retried one document at a time and, without p5, the clean run batches the
     # rest differently: the same mentions and links, scores up to float noise
-    assert_same_links({d["id"]: d["mentions"] for d in jsonl_docs(serial) if d["id"] in docs},
-                      {k: v for k, v in docs.items() if k != "p5"})
+    assert_same_links(
+        {d["id"]: d["mentions"] for d in jsonl_docs(serial) if d["id"] in docs},
+        {k: v for k, v in docs.items() if k != "p5"},
+    )
 
 
 def test_parallel_equals_serial(tmp_path, pipeline_dir, mixed_input, mixed_reference):
@@ -584,8 +639,12 @@ def test_kill_9_midway_then_rerun_equals_one_run(tmp_path, pipeline_dir, docs_20
     script.write_text(textwrap.dedent(KILL_SCRIPT))
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, str(script), str(docs_200), str(pipeline_dir), str(out)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(docs_200), str(pipeline_dir), str(out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     try:
         while not (out / kill_when).exists():
@@ -609,6 +668,7 @@ def test_kill_9_midway_then_rerun_equals_one_run(tmp_path, pipeline_dir, docs_20
 
 def _slow_child(docs, pipeline_dir, out):
     """A forked run whose chunk writes take a while, so that kills land in every phase."""
+
     def slow_write(self, items, path):
         ORIGINAL_JSONL_WRITE(self, items, path)
         time.sleep(0.04)
@@ -671,15 +731,46 @@ def test_cli_command(tmp_path, pipeline_dir, mixed_input):
 
     out = tmp_path / "out"
     runner = CliRunner()
-    result = runner.invoke(app, ["annotate", str(mixed_input), "--pipeline", str(pipeline_dir), "--out", str(out),
-                                 "--format", "bioc", "--chunk-size", "4", "--batch-size", "2", "--device", "cpu",
-                                 "--input-format", "jsonl", "--no-progress"])
+    result = runner.invoke(
+        app,
+        [
+            "annotate",
+            str(mixed_input),
+            "--pipeline",
+            str(pipeline_dir),
+            "--out",
+            str(out),
+            "--format",
+            "bioc",
+            "--chunk-size",
+            "4",
+            "--batch-size",
+            "2",
+            "--device",
+            "cpu",
+            "--input-format",
+            "jsonl",
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["documents_written"] == 14 and summary["chunks"] == 4
     assert json.loads((out / "provenance.json").read_text())["chunk_size"] == 4
-    bad = runner.invoke(app, ["annotate", str(mixed_input), "--pipeline", str(pipeline_dir), "--out", str(tmp_path / "o2"),
-                              "--format", "csv", "--no-progress"])
+    bad = runner.invoke(
+        app,
+        [
+            "annotate",
+            str(mixed_input),
+            "--pipeline",
+            str(pipeline_dir),
+            "--out",
+            str(tmp_path / "o2"),
+            "--format",
+            "csv",
+            "--no-progress",
+        ],
+    )
     assert bad.exit_code == 1 and "--format 'csv': unknown output format" in bad.output
 
 
@@ -693,8 +784,9 @@ def test_cli_settings_after_the_flags(tmp_path, pipeline_dir, mixed_input, mixed
     runner = CliRunner()
     base = ["annotate", str(mixed_input), "--pipeline", str(pipeline_dir), "--no-progress", "--device", "cpu"]
     out = tmp_path / "out"
-    result = runner.invoke(app, [*base, "--out", str(out), "--chunk-size", "5", "--output.threshold", "0.999",
-                                 "--decoding.batch_size=4"])
+    result = runner.invoke(
+        app, [*base, "--out", str(out), "--chunk-size", "5", "--output.threshold", "0.999", "--decoding.batch_size=4"]
+    )
     assert result.exit_code == 0, result.output
     docs = jsonl_docs(out)
     assert [d["id"] for d in docs] == list(mixed_reference)
@@ -703,8 +795,11 @@ def test_cli_settings_after_the_flags(tmp_path, pipeline_dir, mixed_input, mixed
     provenance = json.loads((out / "provenance.json").read_text())
     assert provenance["settings"] == {"device": "cpu", "output": {"threshold": 0.999}, "decoding": {"batch_size": 4}}
     assert provenance["model"]["config"]["output"]["threshold"] == 0.999
-    for extra, named in ((["--decoding.beams", "3"], "'decoding.beams'"), (["--beams", "3"], "--beams"),
-                         (["--output.threshold", "0.5"], "another job")):
+    for extra, named in (
+        (["--decoding.beams", "3"], "'decoding.beams'"),
+        (["--beams", "3"], "--beams"),
+        (["--output.threshold", "0.5"], "another job"),
+    ):
         bad = runner.invoke(app, [*base, "--out", str(out), "--chunk-size", "5", *extra])
         assert bad.exit_code == 1 and named in bad.output and isinstance(bad.exception, SystemExit), bad.output
     assert "another output folder (--out)" in bad.output
@@ -735,7 +830,10 @@ def test_options_and_settings_are_checked_before_anything_is_written(tmp_path, p
     assert error.value.settings == ["out"] and error.value.naming(str.upper).startswith("OUT ")
     with pytest.raises(dataclasses.FrozenInstanceError):
         AnnotateOptions().chunk_size = 5
-    assert AnnotateOptions.of({"format": "bioc"}) == AnnotateOptions(format="bioc") and AnnotateOptions.of(None) == AnnotateOptions()
+    assert (
+        AnnotateOptions.of({"format": "bioc"}) == AnnotateOptions(format="bioc")
+        and AnnotateOptions.of(None) == AnnotateOptions()
+    )
 
 
 # -- shared data -------------------------------------------------------------------------------------------------
@@ -762,7 +860,9 @@ def test_shared_pubtator_corpora(tmp_path, pipeline_dir):
 
 @pytest.mark.gpu
 def test_cuda_device(tmp_path, pipeline_dir, mixed_input):
-    summary = annotate(mixed_input, pipeline_dir, tmp_path / "out", dict(chunk_size=5, progress=False), {"device": "cuda"})
+    summary = annotate(
+        mixed_input, pipeline_dir, tmp_path / "out", dict(chunk_size=5, progress=False), {"device": "cuda"}
+    )
     assert summary["documents_written"] == 14
     assert json.loads((tmp_path / "out" / "provenance.json").read_text())["device"].startswith("cuda")
 
@@ -783,8 +883,14 @@ def test_the_output_folder_records_its_job_and_refuses_another(tmp_path, pipelin
     annotate(mixed_input, pipeline_dir, out, run, CPU)
     job = json.loads((out / "job.json").read_text())
     assert job["format"] == "jsonl" and job["input_format"] is None
-    assert job["inputs"] == [{"path": str(mixed_input.resolve()), "size": mixed_input.stat().st_size,
-                              "fingerprint": fingerprint([mixed_input.resolve()]), "format": "jsonl"}]
+    assert job["inputs"] == [
+        {
+            "path": str(mixed_input.resolve()),
+            "size": mixed_input.stat().st_size,
+            "fingerprint": fingerprint([mixed_input.resolve()]),
+            "format": "jsonl",
+        }
+    ]
     assert job["pipeline"]["model"] == fingerprint([pipeline_dir / "genbioel" / "model"])
     assert job["pipeline"]["config"]["num_beams"] == 3 and "device" not in job["pipeline"]["config"]
     # the same job resumes: another spelling of the input, an input_format that names the detected
@@ -794,8 +900,13 @@ def test_the_output_folder_records_its_job_and_refuses_another(tmp_path, pipelin
     copy = tmp_path / "copy"
     shutil.copytree(pipeline_dir, copy)
     settings = {"device": "auto", "decoding.batch_size": 3}
-    again = annotate(f"../{mixed_input.parent.name}/{mixed_input.name}", copy, out,
-                     {**run, "input_format": "jsonl", "batch_size": 2}, settings)
+    again = annotate(
+        f"../{mixed_input.parent.name}/{mixed_input.name}",
+        copy,
+        out,
+        {**run, "input_format": "jsonl", "batch_size": 2},
+        settings,
+    )
     assert again["this_run"]["documents_annotated"] == 0 and again["this_run"]["documents_resumed"] == 14
     runs = json.loads((out / "provenance.json").read_text())["runs"]
     assert [r["settings"] for r in runs] == [{"device": "cpu"}, {"device": "auto", "decoding": {"batch_size": 3}}]
@@ -816,7 +927,10 @@ def test_the_output_folder_records_its_job_and_refuses_another(tmp_path, pipelin
         (dict(inputs=mixed_input, pipeline=other_kb), "KB differ"),
         (dict(inputs=mixed_input, pipeline=other_config), "top_k 3 before, 2 now"),
         (dict(inputs=mixed_input, pipeline=pipeline_dir, format="docbin"), "output format jsonl before, docbin now"),
-        (dict(inputs=mixed_input, pipeline=pipeline_dir, settings={"output.threshold": 0.5}), "output.threshold null before, 0.5 now"),
+        (
+            dict(inputs=mixed_input, pipeline=pipeline_dir, settings={"output.threshold": 0.5}),
+            "output.threshold null before, 0.5 now",
+        ),
     ]
     for args, what in refusals:
         options = {**run, **args}
@@ -863,14 +977,19 @@ def test_output_of_an_earlier_version_without_a_job_record_is_refused(tmp_path, 
 # -- one bad record never stops the job ---------------------------------------------------------------------------
 def test_a_record_the_parser_cannot_take_is_an_error_and_the_job_goes_on(tmp_path, pipeline_dir):
     path = tmp_path / "in.jsonl"
-    path.write_text("\n".join([
-        json.dumps({"id": "a", "text": "renal failure"}),
-        "[" * 100_000 + "]" * 100_000,
-        '{"id": "deep", "x": ' + '{"a": ' * 50_000 + "1" + "}" * 50_000 + "}",
-        '{"id": ' + "9" * 5000 + ', "text": "the liver"}',
-        '{"id": "s", "text": "renal \\ud800 failure"}',
-        json.dumps({"id": "b", "text": "the liver"}),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"id": "a", "text": "renal failure"}),
+                "[" * 100_000 + "]" * 100_000,
+                '{"id": "deep", "x": ' + '{"a": ' * 50_000 + "1" + "}" * 50_000 + "}",
+                '{"id": ' + "9" * 5000 + ', "text": "the liver"}',
+                '{"id": "s", "text": "renal \\ud800 failure"}',
+                json.dumps({"id": "b", "text": "the liver"}),
+            ]
+        )
+        + "\n"
+    )
     for _ in range(2):  # and a rerun does not die at the same place either
         summary = annotate(path, pipeline_dir, tmp_path / "out", {"progress": False}, CPU)
         assert (summary["documents_written"], summary["errors"]) == (2, 4)
@@ -908,7 +1027,9 @@ def test_a_file_whose_format_cannot_be_told_is_refused(tmp_path, pipeline_dir):
     summary = annotate(stray, pipeline_dir, tmp_path / "out", dict(input_format="pubtator", progress=False), CPU)
     assert summary["documents_written"] == 3 and summary["errors"] == 3  # the stray line is one of them
 
-    xml = "<?xml version=\"1.0\"?>\n<PubmedArticleSet>\n" + "".join(pubmed_article(i, "renal failure", ["the liver"]) for i in range(1, 40))
+    xml = '<?xml version="1.0"?>\n<PubmedArticleSet>\n' + "".join(
+        pubmed_article(i, "renal failure", ["the liver"]) for i in range(1, 40)
+    )
     packed = gzip.compress(xml.encode())
     cut = tmp_path / "cut.xml.gz"
     cut.write_bytes(packed[: len(packed) * 4 // 5])
@@ -956,7 +1077,10 @@ def test_cr_only_line_ends(tmp_path):
         "a.pubtator": (PUBTATOR.split("\n\nstray")[0] + "\n\n", ["100", "200"]),
         "b.jsonl": ("".join(json.dumps({"id": f"j{i}", "text": "x"}) + "\n" for i in range(3)), ["j0", "j1", "j2"]),
         "c.txt": ("one\ntwo\nthree\n", [1, 2, 3]),
-        "d.bioc.jsonl": ("".join(json.dumps({"id": f"b{i}", "passages": [{"offset": 0, "text": "x"}]}) + "\n" for i in range(2)), ["b0", "b1"]),
+        "d.bioc.jsonl": (
+            "".join(json.dumps({"id": f"b{i}", "passages": [{"offset": 0, "text": "x"}]}) + "\n" for i in range(2)),
+            ["b0", "b1"],
+        ),
     }
     for name, (text, ids) in files.items():
         path = tmp_path / name
@@ -978,8 +1102,20 @@ def test_cuda_without_cuda_is_a_clear_error_and_leaves_no_folder(tmp_path, pipel
         with pytest.raises(AnnotateError, match=f"^device {device}: ") as refused:
             annotate(mixed_input, pipeline_dir, tmp_path / "out", {"progress": False}, {"device": device})
         assert refused.value.settings == ["device"] and not (tmp_path / "out").exists()
-    result = CliRunner().invoke(app, ["annotate", str(mixed_input), "--pipeline", str(pipeline_dir), "--out",
-                                      str(tmp_path / "out"), "--device", "cuda", "--no-progress"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "annotate",
+            str(mixed_input),
+            "--pipeline",
+            str(pipeline_dir),
+            "--out",
+            str(tmp_path / "out"),
+            "--device",
+            "cuda",
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 1 and "--device cuda: " in result.output and "no CUDA device" in result.output
     assert not (tmp_path / "out").exists()
 
@@ -996,7 +1132,9 @@ def test_a_pipeline_that_cannot_load_leaves_no_folder(tmp_path, pipeline_dir, mi
 
 
 # -- parallel runs: what a resume keeps ----------------------------------------------------------------------------
-def test_a_resumed_parallel_run_writes_what_one_process_on_one_thread_writes(tmp_path, pipeline_dir, mixed_input, monkeypatch):
+def test_a_resumed_parallel_run_writes_what_one_process_on_one_thread_writes(
+    tmp_path, pipeline_dir, mixed_input, monkeypatch
+):
     from annotate_jobs import one_thread
 
     options = AnnotateOptions(chunk_size=4, batch_size=2, n_process=2, progress=False)
@@ -1035,7 +1173,9 @@ def test_the_record_cap_is_an_annotate_option_named_in_the_error(tmp_path, pipel
     good = make_texts(2, seed=7)
     jsonl = tmp_path / "a.jsonl"
     big = json.dumps({"id": "big", "text": " ".join(["renal failure"] * 200)})
-    jsonl.write_text("\n".join([json.dumps({"id": "x1", "text": good[0]}), big, json.dumps({"id": "x2", "text": good[1]})]) + "\n")
+    jsonl.write_text(
+        "\n".join([json.dumps({"id": "x1", "text": good[0]}), big, json.dumps({"id": "x2", "text": good[1]})]) + "\n"
+    )
     options = AnnotateOptions(chunk_size=2, batch_size=2, progress=False, max_record_bytes=len(big) - 1)
     assert options.read_limits.max_line_bytes == len(big) - 1
     summary = annotate([jsonl], pipeline_dir, tmp_path / "out", options)

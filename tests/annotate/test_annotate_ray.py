@@ -3,6 +3,7 @@
 write what the local engine writes, byte for byte; a worker killed mid-unit (by its pid, from
 here) and a driver killed mid-run (then the same command again) lose and repeat nothing, and the
 killed driver's workers end with it."""
+
 import contextlib
 import os
 import signal
@@ -16,11 +17,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from spacy_genbioel.annotate import annotate  # noqa: E402
-from spacy_genbioel.annotate.ray_engine import ACTOR_PREFIX, worker_status  # noqa: E402
-
 from annotate_jobs import CPU, RUN, assert_same_output, job_input, local_run, still_alive  # noqa: E402
 from fuzz_annotate import build_pipeline  # noqa: E402
+
+from spacy_genbioel.annotate import annotate  # noqa: E402
+from spacy_genbioel.annotate.ray_engine import ACTOR_PREFIX, worker_status  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -86,7 +87,9 @@ def worker_pids() -> list:
     for actor in ray.util.list_named_actors(all_namespaces=True):
         if actor["name"].startswith(ACTOR_PREFIX):
             with contextlib.suppress(ValueError, ray.exceptions.RayError):
-                pids.append(worker_status(ray, ray.get_actor(actor["name"], namespace=actor["namespace"]), timeout=5)["pid"])
+                pids.append(
+                    worker_status(ray, ray.get_actor(actor["name"], namespace=actor["namespace"]), timeout=5)["pid"]
+                )
     return pids
 
 
@@ -118,9 +121,30 @@ def test_a_driver_killed_mid_run_then_run_again_loses_and_repeats_nothing(cluste
     chunk landed, then the same job again (here, on the same Ray) finishes it."""
     pipeline, docs, _ = job
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "spacy_genbioel", "annotate", str(docs), "--pipeline", str(pipeline), "--out", str(out),
-               "--engine", "ray", "--ray-address", cluster, "--n-process", "2", "--device", "cpu", "--no-progress",
-               "--chunk-size", str(JOB["chunk_size"]), "--batch-size", str(JOB["batch_size"])]
+    command = [
+        sys.executable,
+        "-m",
+        "spacy_genbioel",
+        "annotate",
+        str(docs),
+        "--pipeline",
+        str(pipeline),
+        "--out",
+        str(out),
+        "--engine",
+        "ray",
+        "--ray-address",
+        cluster,
+        "--n-process",
+        "2",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--chunk-size",
+        str(JOB["chunk_size"]),
+        "--batch-size",
+        str(JOB["batch_size"]),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     with (tmp_path / "driver.log").open("wb") as log:
         driver = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -1,6 +1,7 @@
 """The Ray engine without Ray: how the document stream is cut into units, how a unit is committed
 (out of order, once), and the driver (retries, resume) on a stand-in for Ray that runs the workers
 in this process. The real Ray is tests/annotate/test_annotate_ray.py (marker ``ray``)."""
+
 import collections
 import json
 import math
@@ -8,14 +9,13 @@ import shutil
 import sys
 
 import pytest
+from annotate_jobs import CPU, N_DOCS, RUN, assert_same_output, job_input, local_run, one_thread, written_ids
+from fuzz_annotate import build_pipeline, cached_pipelines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spacy_genbioel.annotate import AnnotateError, annotate, checkpoint, ray_engine, records, units, writers
 from spacy_genbioel.annotate.records import InputRecord, RecordError
-
-from annotate_jobs import CPU, N_DOCS, RUN, assert_same_output, job_input, local_run, one_thread, written_ids
-from fuzz_annotate import build_pipeline, cached_pipelines
 
 
 def record(i):
@@ -35,7 +35,7 @@ def test_units_are_fixed_slices_of_the_document_stream(n, chunk_size, done_bits)
     # unit k holds the documents of slice k not done before, in order; no empty unit is sent
     for unit in planned:
         assert unit.records and unit.where == unit.records[0].where
-        assert unit.records == [r for r in stream[unit.index * chunk_size:(unit.index + 1) * chunk_size] if r in todo]
+        assert unit.records == [r for r in stream[unit.index * chunk_size : (unit.index + 1) * chunk_size] if r in todo]
     assert [r for u in planned for r in u.records] == todo
     assert [u.index for u in planned] == sorted({u.index for u in planned})
     assert counts["units"] == math.ceil(n / chunk_size) and counts["resumed"] == n_done
@@ -50,7 +50,13 @@ def test_the_document_stream_leaves_out_bad_records_refused_ids_and_duplicates()
         def log(self, error):
             logged.append(error)
 
-    items = [record(0), RecordError("in.jsonl", "not JSON", 2), InputRecord("a|b", "x", "in.jsonl", 3), record(0), record(4)]
+    items = [
+        record(0),
+        RecordError("in.jsonl", "not JSON", 2),
+        InputRecord("a|b", "x", "in.jsonl", 3),
+        record(0),
+        record(4),
+    ]
     counts = collections.Counter()
     writer = writers.PubTatorWriter()
     kept = list(units.first_seen(items, writer.check, Log(), set(), counts))
@@ -79,7 +85,11 @@ def test_units_committed_out_of_order_are_one_chunk_each_and_the_checkpoint_ends
     assert [e["chunk"] for e in ckpt.entries] == ["part-000000.jsonl", "part-000002.jsonl"]
     # a unit whose name an earlier run's chunk holds (another chunk size) gets the next free number
     assert units.commit_unit(ckpt, result(0, ["c"])) == "part-000003.jsonl"
-    assert sorted(p.name for p in tmp_path.glob("part-*")) == ["part-000000.jsonl", "part-000002.jsonl", "part-000003.jsonl"]
+    assert sorted(p.name for p in tmp_path.glob("part-*")) == [
+        "part-000000.jsonl",
+        "part-000002.jsonl",
+        "part-000003.jsonl",
+    ]
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -92,7 +102,9 @@ def test_a_chunk_that_landed_without_its_checkpoint_line_is_kept(tmp_path):
     again = checkpoint.Checkpoint(tmp_path, writer, None)
     assert again.done == {"b", "c"}
     assert [json.loads(line)["chunk"] for line in (tmp_path / "checkpoint.jsonl").read_text().splitlines()] == [
-        "part-000001.jsonl", "part-000003.jsonl"]
+        "part-000001.jsonl",
+        "part-000003.jsonl",
+    ]
 
 
 # -- a unit is the local engine's chunk -----------------------------------------------------------------------------
@@ -126,7 +138,9 @@ def test_a_unit_annotated_alone_is_the_local_engines_chunk(pipeline, docs, refer
     nlp, component = units.load_pipeline(pipeline, "genbioel", CPU)
     writer = writers.JsonlWriter(spans_key=component.spans_key)
     counts = collections.Counter()
-    stream = units.first_seen(safe_records(docs, "jsonl"), writer.check, type("Log", (), {"log": lambda self, e: None})(), set(), counts)
+    stream = units.first_seen(
+        safe_records(docs, "jsonl"), writer.check, type("Log", (), {"log": lambda self, e: None})(), set(), counts
+    )
     planned = list(units.plan_units(stream, RUN["chunk_size"], set(), counts))
     assert len(planned) == N_DOCS // RUN["chunk_size"]
     seen = []
@@ -211,6 +225,7 @@ class FakeActor:
                         return getattr(actor.worker, method)(*args)
                     except Exception as err:  # noqa: BLE001
                         raise FakeRay.exceptions.RayTaskError(f"{type(err).__name__}: {err}") from err
+
                 return ref
 
         return Method
@@ -236,7 +251,13 @@ def test_the_driver_writes_what_the_local_engine_writes(tmp_path, pipeline, docs
     summary = ray_run(docs, pipeline, tmp_path / "out")
     assert_same_output(tmp_path / "out", reference)
     run = summary["this_run"]
-    assert (run["engine"], run["workers"], run["units"], run["units_annotated"], run["units_retried"]) == ("ray", 2, 10, 10, 0)
+    assert (run["engine"], run["workers"], run["units"], run["units_annotated"], run["units_retried"]) == (
+        "ray",
+        2,
+        10,
+        10,
+        0,
+    )
     assert len(fake.started) == 2  # each worker loaded the pipeline once
     provenance = json.loads((tmp_path / "out" / "provenance.json").read_text())
     assert provenance["runs"][-1]["engine"] == "ray" and provenance["runs"][-1]["worker_device"] == "cpu"
@@ -255,8 +276,12 @@ def test_the_workers_load_the_pipeline_with_the_jobs_settings(tmp_path, pipeline
     ray_run(docs, pipeline, tmp_path / "out", n_process=1, settings={"device": "auto", "output.threshold": 0.999})
     # auto on a cluster without GPUs: CPU workers
     assert loaded == [{"device": "cpu", "output": {"threshold": 0.999}}]
-    mentions = [m for part in (tmp_path / "out").glob("part-*") for line in part.read_text().splitlines()
-                for m in json.loads(line)["mentions"]]
+    mentions = [
+        m
+        for part in (tmp_path / "out").glob("part-*")
+        for line in part.read_text().splitlines()
+        for m in json.loads(line)["mentions"]
+    ]
     assert mentions and not any(m["kb_id"] for m in mentions)  # every score is below the threshold
 
 
@@ -281,7 +306,10 @@ def test_a_document_the_pipeline_fails_on_is_an_error_and_the_run_goes_on(tmp_pa
     summary = ray_run(path, pipeline, tmp_path / "ray")
     assert_same_output(tmp_path / "ray", tmp_path / "local")
     assert summary["errors"] == local["errors"] == 2  # the poisoned document and the line that is not JSON
-    assert any(json.loads(line).get("id") == "bad" and "poisoned" in line for line in (tmp_path / "ray" / "errors.jsonl").read_text().splitlines())
+    assert any(
+        json.loads(line).get("id") == "bad" and "poisoned" in line
+        for line in (tmp_path / "ray" / "errors.jsonl").read_text().splitlines()
+    )
 
 
 def test_a_dead_workers_units_are_sent_again(tmp_path, pipeline, docs, reference, fake_ray):
@@ -292,7 +320,9 @@ def test_a_dead_workers_units_are_sent_again(tmp_path, pipeline, docs, reference
     assert len(fake.started) == len(set(fake.started))  # a new name for each new actor
 
 
-def test_a_unit_that_kills_every_worker_stops_the_run_and_a_rerun_finishes(tmp_path, pipeline, docs, reference, fake_ray):
+def test_a_unit_that_kills_every_worker_stops_the_run_and_a_rerun_finishes(
+    tmp_path, pipeline, docs, reference, fake_ray
+):
     fake_ray(always={4})
     with pytest.raises(AnnotateError, match=r"unit 4 \(from .*docs.jsonl:\d+\): its Ray worker died 3 times"):
         ray_run(docs, pipeline, tmp_path / "out")
@@ -326,8 +356,12 @@ def test_a_rerun_after_the_driver_died_annotates_only_the_missing_units(tmp_path
     assert (run["units_annotated"], run["units_resumed"], run["documents_annotated"]) == (2, 8, 2 * RUN["chunk_size"])
 
 
-@pytest.mark.parametrize("earlier_chunk_size,kept", [(9, ["part-000000.jsonl", "part-000002.jsonl"]), (4, ["part-000001.jsonl"])])
-def test_a_rerun_with_another_chunk_size_loses_and_repeats_nothing(tmp_path, pipeline, docs, fake_ray, earlier_chunk_size, kept):
+@pytest.mark.parametrize(
+    "earlier_chunk_size,kept", [(9, ["part-000000.jsonl", "part-000002.jsonl"]), (4, ["part-000001.jsonl"])]
+)
+def test_a_rerun_with_another_chunk_size_loses_and_repeats_nothing(
+    tmp_path, pipeline, docs, fake_ray, earlier_chunk_size, kept
+):
     out = tmp_path / "out"
     local_run(docs, pipeline, out, chunk_size=earlier_chunk_size)
     for chunk in out.glob("part-*"):
@@ -341,10 +375,12 @@ def test_a_rerun_with_another_chunk_size_loses_and_repeats_nothing(tmp_path, pip
 
 
 def test_options_that_cannot_run_on_ray_are_refused_before_anything_is_written(tmp_path, docs, monkeypatch):
-    cases = [(dict(engine="spark"), None, "^engine 'spark': unknown engine"),
-             (dict(ray_address="auto"), None, "^ray_address needs engine ray$"),
-             (dict(engine="ray"), {"device": "cuda:1"}, "^device cuda:1 with engine ray: .*; use device cuda$"),
-             (dict(engine="ray"), {"device": "tpu"}, "^device tpu: use auto, cpu or cuda with engine ray$")]
+    cases = [
+        (dict(engine="spark"), None, "^engine 'spark': unknown engine"),
+        (dict(ray_address="auto"), None, "^ray_address needs engine ray$"),
+        (dict(engine="ray"), {"device": "cuda:1"}, "^device cuda:1 with engine ray: .*; use device cuda$"),
+        (dict(engine="ray"), {"device": "tpu"}, "^device tpu: use auto, cpu or cuda with engine ray$"),
+    ]
     for options, settings, message in cases:
         with pytest.raises(AnnotateError, match=message):
             annotate([docs], tmp_path / "no_pipeline", tmp_path / "out", options, settings)
@@ -359,9 +395,33 @@ def test_the_command_line_takes_the_engine_options(tmp_path, docs):
 
     from spacy_genbioel.cli import app
 
-    result = CliRunner().invoke(app, ["annotate", str(docs), "--pipeline", str(tmp_path / "p"), "--out", str(tmp_path / "out"),
-                                      "--ray-address", "auto"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "annotate",
+            str(docs),
+            "--pipeline",
+            str(tmp_path / "p"),
+            "--out",
+            str(tmp_path / "out"),
+            "--ray-address",
+            "auto",
+        ],
+    )
     assert result.exit_code == 1 and "--ray-address needs --engine ray" in result.output
-    result = CliRunner().invoke(app, ["annotate", str(docs), "--pipeline", str(tmp_path / "p"), "--out", str(tmp_path / "out"),
-                                      "--engine", "ray", "--device", "cuda:0"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "annotate",
+            str(docs),
+            "--pipeline",
+            str(tmp_path / "p"),
+            "--out",
+            str(tmp_path / "out"),
+            "--engine",
+            "ray",
+            "--device",
+            "cuda:0",
+        ],
+    )
     assert result.exit_code == 1 and "use --device cuda" in result.output

@@ -2,11 +2,12 @@
 (item 1), a parent that notices a dead worker (item 2), output folders where writing changes the
 job (item 9), read-only output (item 10). The fast tests fork small processes; the ones that
 kill real annotate runs are marked slow, as are the command-line ones."""
+
 import errno
 import multiprocessing
-import re
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -15,17 +16,26 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from annotate_jobs import (
+    CPU,
+    N_DOCS,
+    RUN,
+    assert_same_output,
+    children,
+    job_input,
+    killed_run,
+    local_run,
+    one_thread,
+    read_only_call,
+    still_alive,
+    written_ids,
+)
+from fuzz_annotate import build_pipeline
 
 from spacy_genbioel.annotate import AnnotateError, annotate, job, runner, workers
 from spacy_genbioel.annotate.checkpoint import output_lock
 from spacy_genbioel.annotate.records import ChunkSummary
 from spacy_genbioel.annotate.units import Unit, UnitResult
-
-from annotate_jobs import (
-    CPU, N_DOCS, RUN, assert_same_output, children, job_input, killed_run, local_run, one_thread, read_only_call,
-    still_alive, written_ids,
-)
-from fuzz_annotate import build_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 FORK = multiprocessing.get_context("fork")
@@ -58,12 +68,14 @@ def run_units(work, n_units=10, n_process=2):
 
 def dies_on(unit_index, marker=None):
     """Work that SIGKILLs its own process on ``unit_index`` (the first time only when ``marker``, a path, is given)."""
+
     def work(unit):
         if unit.index == unit_index and (marker is None or not marker.exists()):
             if marker is not None:
                 marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
         return result(unit)
+
     return work
 
 
@@ -118,7 +130,9 @@ def test_workers_die_with_their_parent(parent_death_signal):
 def test_a_run_killed_mid_way_leaves_no_worker_and_a_free_lock(tmp_path, job_files):
     pipeline, docs, reference = job_files
     out = tmp_path / "out"
-    report = killed_run(lambda: annotate([docs], pipeline, out, {**RUN, "n_process": 2}, CPU), out, "parent", random.Random(0), delay=0)
+    report = killed_run(
+        lambda: annotate([docs], pipeline, out, {**RUN, "n_process": 2}, CPU), out, "parent", random.Random(0), delay=0
+    )
     assert report["killed"] == "parent" and report["strays"] == [] and not (out / "summary.json").exists()
     with one_thread():  # at once: the lock went with the parent
         annotate([docs], pipeline, out, {**RUN, "n_process": 2}, CPU)
@@ -133,8 +147,11 @@ def test_a_dead_workers_unit_is_annotated_again_by_a_new_worker(tmp_path):
 
 
 def test_a_unit_whose_worker_dies_twice_stops_the_run_naming_it():
-    with pytest.raises(AnnotateError, match=r"^unit 4 \(from in\.jsonl:5\): its worker process died 2 times "
-                                            r"\(killed by SIGKILL: out of memory, or kill -9\); what was committed is kept"):
+    with pytest.raises(
+        AnnotateError,
+        match=r"^unit 4 \(from in\.jsonl:5\): its worker process died 2 times "
+        r"\(killed by SIGKILL: out of memory, or kill -9\); what was committed is kept",
+    ):
         run_units(dies_on(4))
     assert multiprocessing.active_children() == []
 
@@ -190,14 +207,22 @@ def test_an_output_folder_that_is_an_input_folder_or_in_the_pipeline_is_refused(
     folder.mkdir()
     job_input(folder / "docs.jsonl", n=8)
     before = sorted(p.name for p in folder.iterdir())
-    cases = [(dict(out=folder), r"^out .* is in the input folder .*; give another out$"),
-             (dict(out=pipeline / "annotated"), r"^out .* is in the pipeline folder .*; give another out$"),
-             (dict(out=pipeline), r"^out .* is in the pipeline folder"),
-             (dict(out=tmp_path / "out", errors_path=folder / "errors.jsonl"), r"^errors_path .* is in the input folder"),
-             (dict(out=tmp_path / "out", errors_path=docs, inputs=[docs]), r"^errors_path .* is an input file")]
+    cases = [
+        (dict(out=folder), r"^out .* is in the input folder .*; give another out$"),
+        (dict(out=pipeline / "annotated"), r"^out .* is in the pipeline folder .*; give another out$"),
+        (dict(out=pipeline), r"^out .* is in the pipeline folder"),
+        (dict(out=tmp_path / "out", errors_path=folder / "errors.jsonl"), r"^errors_path .* is in the input folder"),
+        (dict(out=tmp_path / "out", errors_path=docs, inputs=[docs]), r"^errors_path .* is an input file"),
+    ]
     for where, message in cases:
         with pytest.raises(AnnotateError, match=message):
-            annotate(where.get("inputs", [folder]), pipeline, where["out"], {**RUN, "errors_path": where.get("errors_path")}, CPU)
+            annotate(
+                where.get("inputs", [folder]),
+                pipeline,
+                where["out"],
+                {**RUN, "errors_path": where.get("errors_path")},
+                CPU,
+            )
     assert sorted(p.name for p in folder.iterdir()) == before and not (pipeline / "annotated").exists()
     assert not (tmp_path / "out").exists()
     # a folder inside the input folder is not an input (folders are not read recursively): the job resumes there
@@ -218,7 +243,9 @@ def test_a_read_only_output_folder_is_an_error_unless_its_job_is_done(tmp_path, 
     out = tmp_path / "out"
     out.mkdir()
     writable_except(monkeypatch, out)
-    with pytest.raises(AnnotateError, match=r"^out .* is not writable .* and is where a new job would be written; give a writable out$"):
+    with pytest.raises(
+        AnnotateError, match=r"^out .* is not writable .* and is where a new job would be written; give a writable out$"
+    ):
         annotate([docs], pipeline, out, RUN, CPU)
     assert list(out.iterdir()) == []
     monkeypatch.undo()
@@ -258,18 +285,42 @@ def test_a_real_read_only_mount(tmp_path, job_files):
     kind, value = read_only_call([fresh], lambda: annotate([docs], pipeline, fresh, RUN, CPU))
     assert kind == "raised" and value[0] == "AnnotateError" and "is not writable" in value[1]
     # an errors file that cannot be written: the run stops with one line, and nothing is left half-done
-    kind, value = read_only_call([errors], lambda: annotate([docs], pipeline, tmp_path / "o2", {**RUN, "errors_path": errors / "e.jsonl"}, CPU))
+    kind, value = read_only_call(
+        [errors], lambda: annotate([docs], pipeline, tmp_path / "o2", {**RUN, "errors_path": errors / "e.jsonl"}, CPU)
+    )
     assert kind == "raised" and value[0] == "AnnotateError" and value[1].startswith("cannot write the output")
 
 
 # -- the command line, killed for real (slow: a process start is several seconds) ---------------------------------------
 def command(docs, pipeline, out, n_process):
-    return [sys.executable, "-m", "spacy_genbioel", "annotate", str(docs), "--pipeline", str(pipeline), "--out", str(out),
-            "--n-process", str(n_process), "--device", "cpu", "--no-progress", "--chunk-size", "6", "--batch-size", "4"]
+    return [
+        sys.executable,
+        "-m",
+        "spacy_genbioel",
+        "annotate",
+        str(docs),
+        "--pipeline",
+        str(pipeline),
+        "--out",
+        str(out),
+        "--n-process",
+        str(n_process),
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--chunk-size",
+        "6",
+        "--batch-size",
+        "4",
+    ]
 
 
 def start(argv, log):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -310,9 +361,14 @@ def test_the_command_on_a_read_only_output_is_one_line(tmp_path, job_files):
     probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip("no unshare here")
-    script = f"mount --bind -o ro {out} {out} && exec \"$@\""
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", *argv], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    script = f'mount --bind -o ro {out} {out} && exec "$@"'
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     said = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", done.stdout).split())  # (wasabi colours and wraps long lines)
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
     assert said.startswith("✘ --out ") and "is not writable" in said, said

@@ -6,13 +6,11 @@ mix-ups are refused, the same job resumes; output where writing changes the job,
 and read-only output, are refused (a finished job on a read-only mount is done);
 runs killed from outside lose, duplicate and leave behind nothing. The readers alone are fuzzed with
 hypothesis (deterministic: ``derandomize=True``)."""
+
 import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from fuzz_annotate import (
     build_pipeline,
     cached_pipelines,
@@ -26,14 +24,19 @@ from fuzz_annotate import (
     run_case,
     samples,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from spacy_genbioel.annotate import INPUT_FORMATS, InputRecord, RecordError, read_records
 
 CASES = cases()
 MUTATED = mutated_cases(seed=0, per_format=3)
 SCENARIOS = [name for name, _ in job_scenarios(*[None] * 3)]
 # issue 31: the kills start real runs with 1 to 4 workers (a few seconds each): slow; test_annotate_workers.py has fast ones
-RELIABILITY = [pytest.param(name, marks=[pytest.mark.slow] if name.startswith("kill/") else [])
-               for name, _ in reliability_scenarios(Path("."))]
+RELIABILITY = [
+    pytest.param(name, marks=[pytest.mark.slow] if name.startswith("kill/") else [])
+    for name, _ in reliability_scenarios(Path("."))
+]
 SAMPLES = samples()
 FUZZ = settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
@@ -76,7 +79,11 @@ def test_where_a_job_writes_read_only_output_and_kills(name, pipelines, tmp_path
 
 
 @FUZZ
-@given(name=st.sampled_from(sorted(SAMPLES)), rnd=st.randoms(use_true_random=False), fmt=st.sampled_from([None, *INPUT_FORMATS]))
+@given(
+    name=st.sampled_from(sorted(SAMPLES)),
+    rnd=st.randoms(use_true_random=False),
+    fmt=st.sampled_from([None, *INPUT_FORMATS]),
+)
 def test_readers_on_damaged_files(tmp_path_factory, name, rnd, fmt):
     path = tmp_path_factory.mktemp("readers") / name
     path.write_bytes(mutate(SAMPLES[name], rnd))
@@ -93,9 +100,11 @@ def test_readers_on_arbitrary_bytes(tmp_path_factory, data, fmt):
     assert outcome == "ok", detail
 
 
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
-                           max_leaves=6)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @FUZZ

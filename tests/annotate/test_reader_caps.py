@@ -1,6 +1,7 @@
 """The caps on one input record (:class:`ReadLimits`): a line, an XML record or a whole BioC JSON
 collection over its cap is one error entry naming the cap, the file goes on, and no more than the cap
 of the record is ever held in memory. Low caps (1 KB) stand in for the real ones."""
+
 from __future__ import annotations
 
 import gzip
@@ -23,15 +24,20 @@ def split(items):
 
 
 def article(pmid: int, title: str) -> str:
-    return (f"<PubmedArticle><MedlineCitation><PMID>{pmid}</PMID><Article><ArticleTitle>{title}</ArticleTitle>"
-            f"</Article></MedlineCitation></PubmedArticle>\n")
+    return (
+        f"<PubmedArticle><MedlineCitation><PMID>{pmid}</PMID><Article><ArticleTitle>{title}</ArticleTitle>"
+        f"</Article></MedlineCitation></PubmedArticle>\n"
+    )
 
 
-@pytest.mark.parametrize("fmt, make", [
-    ("text", lambda text, i: text),
-    ("jsonl", lambda text, i: json.dumps({"id": f"d{i}", "text": text})),
-    ("bioc", lambda text, i: json.dumps({"id": f"d{i}", "passages": [{"offset": 0, "text": text}]})),
-])
+@pytest.mark.parametrize(
+    "fmt, make",
+    [
+        ("text", lambda text, i: text),
+        ("jsonl", lambda text, i: json.dumps({"id": f"d{i}", "text": text})),
+        ("bioc", lambda text, i: json.dumps({"id": f"d{i}", "passages": [{"offset": 0, "text": text}]})),
+    ],
+)
 def test_a_line_over_the_cap_is_an_error_naming_the_cap(tmp_path: Path, fmt, make) -> None:
     path = tmp_path / "in.txt"
     lines = [make("renal failure", 1), make("x" * 2000, 2), make("the liver", 3)]
@@ -74,8 +80,14 @@ def test_one_huge_gz_line_holds_no_more_than_the_cap(tmp_path: Path) -> None:
 
 def test_an_xml_record_over_the_cap_is_an_error_and_the_next_is_read(tmp_path: Path) -> None:
     path = tmp_path / "pubmed.xml"
-    path.write_text("<PubmedArticleSet>\n" + article(1, "renal failure") + article(2, "x" * 3000)
-                    + article(3, "the liver") + "</PubmedArticleSet>\n", encoding="utf8")
+    path.write_text(
+        "<PubmedArticleSet>\n"
+        + article(1, "renal failure")
+        + article(2, "x" * 3000)
+        + article(3, "the liver")
+        + "</PubmedArticleSet>\n",
+        encoding="utf8",
+    )
     records, errors = split(read_records(path, "pubmed", SMALL))
     assert [r.doc_id for r in records] == ["1", "3"]
     assert [e.line for e in errors] == [3] and "max_record_bytes" in errors[0].reason
@@ -102,13 +114,19 @@ def test_an_unterminated_record_at_the_end_of_the_file(tmp_path: Path) -> None:
     path = tmp_path / "pubmed.xml"
     path.write_text("<PubmedArticleSet>\n" + article(1, "a") + "<PubmedArticle>\n" + "x" * 50, encoding="utf8")
     found = list(xml_records(path, ("PubmedArticle",), block_chars=16))
-    assert [(line, problem) for line, _, problem in found][1] == (3, "<PubmedArticle> record without its end tag at the end of the file")
+    assert [(line, problem) for line, _, problem in found][1] == (
+        3,
+        "<PubmedArticle> record without its end tag at the end of the file",
+    )
 
 
 def test_records_cut_by_small_blocks_are_found_with_their_lines(tmp_path: Path) -> None:
     path = tmp_path / "pubmed.xml"
-    path.write_bytes(b"\xef\xbb\xbf<PubmedArticleSet>\n" + "".join(article(i, f"t{i}") for i in range(50)).encode()
-                     + b"</PubmedArticleSet>\n")
+    path.write_bytes(
+        b"\xef\xbb\xbf<PubmedArticleSet>\n"
+        + "".join(article(i, f"t{i}") for i in range(50)).encode()
+        + b"</PubmedArticleSet>\n"
+    )
     for block in (7, 64, 4096):
         found = list(xml_records(path, ("PubmedArticle", "PubmedBookArticle"), block_chars=block))
         assert [line for line, _, _ in found] == list(range(2, 52)) and all(r is not None for _, r, _ in found)
@@ -119,16 +137,27 @@ def test_a_bioc_json_collection_over_the_cap_is_refused_naming_it(tmp_path: Path
     docs = [{"id": f"d{i}", "passages": [{"offset": 0, "text": "renal failure " * 20}]} for i in range(10)]
     path.write_text(json.dumps({"documents": docs}, indent=1), encoding="utf8")
     records, errors = split(read_records(path, "bioc", SMALL))
-    assert not records and len(errors) == 1 and "max_json_bytes" in errors[0].reason and "JSON lines" in errors[0].reason
+    assert (
+        not records and len(errors) == 1 and "max_json_bytes" in errors[0].reason and "JSON lines" in errors[0].reason
+    )
     assert len(split(read_records(path, "bioc"))[0]) == 10
 
 
 def test_a_string_passage_offset_in_bioc_json_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "c.bioc.jsonl"
     good = {"id": "a", "passages": [{"offset": 0, "text": "renal failure"}]}
-    path.write_text("\n".join(json.dumps(d) for d in (
-        good, {"id": "b", "passages": [{"offset": 0, "text": "x"}, {"offset": "15", "text": "y"}]},
-        {"id": "c", "passages": [{"offset": True, "text": "x"}]}, {"id": "d", "passages": [{"offset": 0, "text": 5}]})) + "\n")
+    path.write_text(
+        "\n".join(
+            json.dumps(d)
+            for d in (
+                good,
+                {"id": "b", "passages": [{"offset": 0, "text": "x"}, {"offset": "15", "text": "y"}]},
+                {"id": "c", "passages": [{"offset": True, "text": "x"}]},
+                {"id": "d", "passages": [{"offset": 0, "text": 5}]},
+            )
+        )
+        + "\n"
+    )
     records, errors = split(read_records(path, "bioc"))
     assert [r.doc_id for r in records] == ["a"] and [e.line for e in errors] == [2, 3, 4]
     assert "not a JSON integer" in errors[0].reason and "not a string" in errors[2].reason
@@ -136,14 +165,17 @@ def test_a_string_passage_offset_in_bioc_json_is_an_error(tmp_path: Path) -> Non
 
 def test_an_entity_in_an_xml_record_is_an_error_not_text(tmp_path: Path) -> None:
     path = tmp_path / "pubmed.xml"
-    path.write_text('<?xml version="1.0"?>\n<!DOCTYPE PubmedArticleSet [<!ENTITY x SYSTEM "file:///etc/hostname">]>\n'
-                    "<PubmedArticleSet>\n" + article(1, "renal &x; failure") + article(2, "the liver") + "</PubmedArticleSet>\n")
+    path.write_text(
+        '<?xml version="1.0"?>\n<!DOCTYPE PubmedArticleSet [<!ENTITY x SYSTEM "file:///etc/hostname">]>\n'
+        "<PubmedArticleSet>\n" + article(1, "renal &x; failure") + article(2, "the liver") + "</PubmedArticleSet>\n"
+    )
     records, errors = split(read_records(path, "pubmed"))
     assert [r.doc_id for r in records] == ["2"] and [e.line for e in errors] == [4]
 
 
-@pytest.mark.parametrize("field, value", [("max_line_bytes", 0), ("max_record_bytes", -1), ("max_json_bytes", 1.5),
-                                          ("max_line_bytes", True)])
+@pytest.mark.parametrize(
+    "field, value", [("max_line_bytes", 0), ("max_record_bytes", -1), ("max_json_bytes", 1.5), ("max_line_bytes", True)]
+)
 def test_limits_are_checked(field: str, value) -> None:
     with pytest.raises(ValueError, match=field):
         ReadLimits(**{field: value})

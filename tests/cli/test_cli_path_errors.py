@@ -2,6 +2,7 @@
 traceback (issue 31 item 10): ``evaluate`` with a missing pipeline, a device without CUDA,
 a NaN, deeply nested or folder fusion file; ``visualize`` with an unwritable ``--out``;
 ``package`` with a missing model or ``--out`` a file; ``fit-fusion`` with an unknown source."""
+
 import json
 
 import pytest
@@ -62,13 +63,16 @@ def test_evaluate_on_cuda_without_cuda(corpus, empty_pipeline):
     refused(["evaluate", "--corpus", corpus, "--pipeline", empty_pipeline, "--device", "cuda"], "no CUDA device")
 
 
-@pytest.mark.parametrize("edit, reason", [
-    (lambda t: t.replace('"exact": 0.0', '"exact": NaN'), "NaN is not a finite number"),
-    (lambda t: t.replace('"fit": {}', '"fit": ' + '{"a": ' * 5000 + "1" + "}" * 5000), "nested deeper than"),
-    (lambda t: t.replace('"fit": {}', '"fit": ' + '[' * 100_000 + "]" * 100_000), "nested deeper than"),
-    (lambda t: t.replace('"depth": 5', '"depth": 2.9'), "depth must be a whole number"),
-    (lambda t: t.replace("tfidf", "bogus"), "unknown retriever source 'bogus'"),
-])
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (lambda t: t.replace('"exact": 0.0', '"exact": NaN'), "NaN is not a finite number"),
+        (lambda t: t.replace('"fit": {}', '"fit": ' + '{"a": ' * 5000 + "1" + "}" * 5000), "nested deeper than"),
+        (lambda t: t.replace('"fit": {}', '"fit": ' + "[" * 100_000 + "]" * 100_000), "nested deeper than"),
+        (lambda t: t.replace('"depth": 5', '"depth": 2.9'), "depth must be a whole number"),
+        (lambda t: t.replace("tfidf", "bogus"), "unknown retriever source 'bogus'"),
+    ],
+)
 def test_evaluate_with_a_malformed_fusion_file(tmp_path, corpus, empty_pipeline, edit, reason):
     path = fusion_file(tmp_path / "fusion.json", edit)
     refused(["evaluate", "--corpus", corpus, "--pipeline", empty_pipeline, "--fusion", path], str(path), reason)
@@ -76,8 +80,10 @@ def test_evaluate_with_a_malformed_fusion_file(tmp_path, corpus, empty_pipeline,
 
 def test_evaluate_with_a_fusion_folder(tmp_path, corpus, empty_pipeline):
     (tmp_path / "fusion.json").mkdir()
-    refused(["evaluate", "--corpus", corpus, "--pipeline", empty_pipeline, "--fusion", tmp_path / "fusion.json"],
-            "fusion.json: a folder")
+    refused(
+        ["evaluate", "--corpus", corpus, "--pipeline", empty_pipeline, "--fusion", tmp_path / "fusion.json"],
+        "fusion.json: a folder",
+    )
 
 
 def test_visualize_with_an_unwritable_out(tmp_path):
@@ -104,12 +110,39 @@ def test_package_with_a_nan_fusion_file(tmp_path, small_kb, micro_model, word_to
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     nan = fusion_file(tmp_path / "nan.json", lambda t: t.replace('"exact": 0.0', '"exact": NaN'))
-    refused(["package", "--kb", tmp_path / "kb.jsonl", "--no-entity-ruler", "--no-abbreviations", "--model", tmp_path / "model",
-             "--out", tmp_path / "out", "--fusion", nan], "nan.json: not a JSON fusion file (NaN is not a finite number)")
+    refused(
+        [
+            "package",
+            "--kb",
+            tmp_path / "kb.jsonl",
+            "--no-entity-ruler",
+            "--no-abbreviations",
+            "--model",
+            tmp_path / "model",
+            "--out",
+            tmp_path / "out",
+            "--fusion",
+            nan,
+        ],
+        "nan.json: not a JSON fusion file (NaN is not a finite number)",
+    )
     assert not (tmp_path / "out").exists()
 
 
 def test_fit_fusion_with_an_unknown_source(tmp_path, small_kb):
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
-    refused(["fit-fusion", "--source", f"genbioel={tmp_path / 'a.jsonl'}", "--source", f"bogus={tmp_path / 'b.jsonl'}",
-             "--kb", tmp_path / "kb.jsonl", "--out", tmp_path / "fusion.json"], "--source bogus", "not a retriever")
+    refused(
+        [
+            "fit-fusion",
+            "--source",
+            f"genbioel={tmp_path / 'a.jsonl'}",
+            "--source",
+            f"bogus={tmp_path / 'b.jsonl'}",
+            "--kb",
+            tmp_path / "kb.jsonl",
+            "--out",
+            tmp_path / "fusion.json",
+        ],
+        "--source bogus",
+        "not a retriever",
+    )

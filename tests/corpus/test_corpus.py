@@ -1,4 +1,5 @@
 """Tests for the corpus readers and writers, on small files written here."""
+
 from __future__ import annotations
 
 import json
@@ -98,7 +99,9 @@ def test_pubtator_round_trip(pubtator: Path, tmp_path: Path) -> None:
 
 
 def test_write_pubtator_from_built_documents(tmp_path: Path) -> None:
-    doc = PubTatorDocument("9", "Title with\nnewline", "abc", [PubTatorAnnotation(0, 5, "Title", "X", ("D1", "D2"), True)])
+    doc = PubTatorDocument(
+        "9", "Title with\nnewline", "abc", [PubTatorAnnotation(0, 5, "Title", "X", ("D1", "D2"), True)]
+    )
     doc.annotations.append(PubTatorAnnotation(19, 22, "abc", "X", (), nil=True))
     out = tmp_path / "built.txt"
     write_pubtator([doc], out)
@@ -160,7 +163,7 @@ def test_mentions_from_pubtator(pubtator: Path) -> None:
     # the text with trailing spaces in the file becomes the document slice
     assert mentions[4].text == "X-linked immunodeficiency disease" and mentions[4].is_composite
     short = list(mentions_from_pubtator(pubtator, context_chars=5))
-    assert short[1].left == TEXT[short[1].start - 5: short[1].start] and len(short[1].right) == 5
+    assert short[1].left == TEXT[short[1].start - 5 : short[1].start] and len(short[1].right) == 5
     assert list(mentions_from_pubtator(pubtator, context_chars=0))[1].left == ""
     assert len(list(mentions_from_pubtator(pubtator, skip_nil=True))) == 6
 
@@ -191,7 +194,7 @@ def test_read_bioc_xml(tmp_path: Path) -> None:
     assert doc.title == "Aspirin causes ulcers."
     # the third passage abuts the second (61 = 23 + 38): it moves one space right
     assert doc.text == "Aspirin causes ulcers. Gastric ulcers and bleeding were seen. More text."
-    assert [(doc.text[a.start:a.end], a.type, a.ids, a.nil) for a in doc.annotations] == [
+    assert [(doc.text[a.start : a.end], a.type, a.ids, a.nil) for a in doc.annotations] == [
         ("Aspirin", "Chemical", ("D001241",), False),
         ("Gastric ulcers", "Disease", ("D013276", "D006470"), False),
         ("bleeding", "Disease", (), True),
@@ -201,25 +204,57 @@ def test_read_bioc_xml(tmp_path: Path) -> None:
 
 def test_read_bioc_json_and_offset_error(tmp_path: Path) -> None:
     collection = {
-        "source": "s", "date": "d", "key": "k", "infons": {},
-        "documents": [{
-            "id": "7", "infons": {}, "relations": [],
-            "passages": [
-                {"offset": 0, "infons": {"type": "title"}, "text": "Fever.", "sentences": [], "relations": [],
-                 "annotations": [{"id": "T1", "infons": {"type": "Disease", "identifier": "D005334"}, "text": "Fever",
-                                  "locations": [{"offset": 0, "length": 5}]}]},
-                # a gap in offsets (10, not 7) is padded with spaces
-                {"offset": 10, "infons": {"type": "abstract"}, "text": "High fever.",
-                 "annotations": [{"id": "T2", "infons": {"type": "Disease", "Identifier": "D005334"}, "text": "fever",
-                                  "locations": [{"offset": 15, "length": 5}]}]},
-            ],
-        }],
+        "source": "s",
+        "date": "d",
+        "key": "k",
+        "infons": {},
+        "documents": [
+            {
+                "id": "7",
+                "infons": {},
+                "relations": [],
+                "passages": [
+                    {
+                        "offset": 0,
+                        "infons": {"type": "title"},
+                        "text": "Fever.",
+                        "sentences": [],
+                        "relations": [],
+                        "annotations": [
+                            {
+                                "id": "T1",
+                                "infons": {"type": "Disease", "identifier": "D005334"},
+                                "text": "Fever",
+                                "locations": [{"offset": 0, "length": 5}],
+                            }
+                        ],
+                    },
+                    # a gap in offsets (10, not 7) is padded with spaces
+                    {
+                        "offset": 10,
+                        "infons": {"type": "abstract"},
+                        "text": "High fever.",
+                        "annotations": [
+                            {
+                                "id": "T2",
+                                "infons": {"type": "Disease", "Identifier": "D005334"},
+                                "text": "fever",
+                                "locations": [{"offset": 15, "length": 5}],
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
     }
     path = tmp_path / "corpus.json"
     path.write_text(json.dumps(collection), encoding="utf8")
     (doc,) = list(read_bioc(path))
     assert doc.text == "Fever.    High fever."
-    assert [(doc.text[a.start:a.end], a.ids) for a in doc.annotations] == [("Fever", ("D005334",)), ("fever", ("D005334",))]
+    assert [(doc.text[a.start : a.end], a.ids) for a in doc.annotations] == [
+        ("Fever", ("D005334",)),
+        ("fever", ("D005334",)),
+    ]
     # one document per line (BioC JSON lines) works too
     lines = tmp_path / "corpus.jsonl"
     lines.write_text("\n".join(json.dumps(d) for d in collection["documents"] * 2), encoding="utf8")
@@ -236,9 +271,15 @@ def test_read_bioc_json_and_offset_error(tmp_path: Path) -> None:
 
 def test_read_askapatient(tmp_path: Path) -> None:
     path = tmp_path / "AskAPatient.fold-0.validation.txt"
-    path.write_text("267032009\tTired all the time\tpersisten feeling of tiredness\n22298006\tMyocardial infarction\tHEART ATTACK\n", encoding="utf8")
+    path.write_text(
+        "267032009\tTired all the time\tpersisten feeling of tiredness\n22298006\tMyocardial infarction\tHEART ATTACK\n",
+        encoding="utf8",
+    )
     mentions = list(read_askapatient(path))
-    assert [(m.text, m.ids) for m in mentions] == [("persisten feeling of tiredness", ("267032009",)), ("HEART ATTACK", ("22298006",))]
+    assert [(m.text, m.ids) for m in mentions] == [
+        ("persisten feeling of tiredness", ("267032009",)),
+        ("HEART ATTACK", ("22298006",)),
+    ]
     assert mentions[1].doc_id == "AskAPatient.fold-0.validation.txt:2" and mentions[1].left == ""
     path.write_bytes("83901003\tSj\u00f6gren's syndrome\tsore eyes\n".encode("latin-1"))
     assert next(read_askapatient(path)).text == "sore eyes"
@@ -250,10 +291,14 @@ def test_read_askapatient(tmp_path: Path) -> None:
 def test_read_jsonl_corpus(tmp_path: Path) -> None:
     path = tmp_path / "corpus.jsonl"
     rows = [
-        {"id": "a", "text": "Fever and cough.", "mentions": [
-            {"start": 0, "end": 5, "label": "Disease", "ids": ["D005334"]},
-            {"start": 10, "end": 15, "label": "Disease", "ids": "D003371|MESH:D1", "text": "cough"},
-        ]},
+        {
+            "id": "a",
+            "text": "Fever and cough.",
+            "mentions": [
+                {"start": 0, "end": 5, "label": "Disease", "ids": ["D005334"]},
+                {"start": 10, "end": 15, "label": "Disease", "ids": "D003371|MESH:D1", "text": "cough"},
+            ],
+        },
         {"id": "b", "text": "Nothing.", "mentions": []},
     ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf8")
@@ -280,7 +325,11 @@ def test_to_spacy_docs(pubtator: Path) -> None:
     assert first.user_data["doc_id"] == "227508"
     gold = first.spans["gold"]
     assert len(gold) == 6
-    assert [(s.text, s.label_, s.kb_id_) for s in gold][2] == ("breast and ovarian cancers", "Disease", "D001943|D010051")
+    assert [(s.text, s.label_, s.kb_id_) for s in gold][2] == (
+        "breast and ovarian cancers",
+        "Disease",
+        "D001943|D010051",
+    )
     # "ovarian cancers" overlaps the composite mention: in the span group, not in the ents
     ent_texts = [e.text for e in first.ents]
     assert "breast and ovarian cancers" in ent_texts and "ovarian cancers" not in ent_texts
@@ -300,9 +349,13 @@ def test_load_corpus_by_format(pubtator: Path, tmp_path: Path) -> None:
     walk = tmp_path / "crosswalk.tsv"
     walk.write_text("D009270\tD000001\n", encoding="utf8")
     mentions, texts = load_corpus(pubtator, "pubtator", crosswalk=walk)
-    assert mentions == [m for doc in read_pubtator(pubtator, crosswalk={"D009270": "D000001"}) for m in document_mentions(doc)]
+    assert mentions == [
+        m for doc in read_pubtator(pubtator, crosswalk={"D009270": "D000001"}) for m in document_mentions(doc)
+    ]
     assert mentions[0].ids == ("D000001",) and texts["227508"] == TEXT
-    with pytest.raises(UnknownFormatError, match="unknown corpus format 'nope'; use pubtator, bioc, jsonl or askapatient"):
+    with pytest.raises(
+        UnknownFormatError, match="unknown corpus format 'nope'; use pubtator, bioc, jsonl or askapatient"
+    ):
         load_corpus(pubtator, "nope")
     assert issubclass(UnknownFormatError, ValueError) and not issubclass(UnknownFormatError, CorpusFormatError)
 
@@ -321,12 +374,25 @@ def test_bioc_document_lays_out_passages() -> None:
 
 
 # -- issue 16: offsets, wrong types, damaged files, line ends ----------------------------------------------------
-@pytest.mark.parametrize("start, end", [("154.0", "160"), ("154.0", "160.0"), ("abc", "def"), ("abc", "160"), ("1e2", "2e2"),
-                                        ("", ""), ("0x0", "0x8"), ("\u0661", "8")])
+@pytest.mark.parametrize(
+    "start, end",
+    [
+        ("154.0", "160"),
+        ("154.0", "160.0"),
+        ("abc", "def"),
+        ("abc", "160"),
+        ("1e2", "2e2"),
+        ("", ""),
+        ("0x0", "0x8"),
+        ("\u0661", "8"),
+    ],
+)
 def test_pubtator_offsets_that_are_not_integers_are_errors(tmp_path: Path, start: str, end: str) -> None:
     """Such a line used to pass as a relation line, so the gold mention silently left evaluation."""
     path = tmp_path / "corpus.txt"
-    path.write_text(f"227508|t|{TITLE}\n227508|a|{ABSTRACT}\n227508\t{start}\t{end}\tNaloxone\tChemical\tD009270\n", encoding="utf8")
+    path.write_text(
+        f"227508|t|{TITLE}\n227508|a|{ABSTRACT}\n227508\t{start}\t{end}\tNaloxone\tChemical\tD009270\n", encoding="utf8"
+    )
     with pytest.raises(CorpusFormatError, match=r"corpus\.txt:3: PMID 227508: offsets .* are not integers"):
         list(read_pubtator(path))
     with pytest.raises(CorpusFormatError, match=r"corpus\.txt:3: "):
@@ -335,8 +401,11 @@ def test_pubtator_offsets_that_are_not_integers_are_errors(tmp_path: Path, start
 
 def test_pubtator_relation_lines_are_still_relations(tmp_path: Path) -> None:
     path = tmp_path / "corpus.txt"
-    path.write_text(f"227508|t|{TITLE}\n227508|a|{ABSTRACT}\n227508\t0\t8\tNaloxone\tChemical\tD009270\n"
-                    "227508\tCID\tD008750\tD007022\n227508\tPositive_Correlation\tD008750\t3630\tNovel\n", encoding="utf8")
+    path.write_text(
+        f"227508|t|{TITLE}\n227508|a|{ABSTRACT}\n227508\t0\t8\tNaloxone\tChemical\tD009270\n"
+        "227508\tCID\tD008750\tD007022\n227508\tPositive_Correlation\tD008750\t3630\tNovel\n",
+        encoding="utf8",
+    )
     (doc,) = list(read_pubtator(path))
     assert len(doc.annotations) == 1
     assert doc.relations == [("CID", "D008750", "D007022"), ("Positive_Correlation", "D008750", "3630", "Novel")]
@@ -365,7 +434,12 @@ def _gzip_truncated(path: Path, text: str) -> Path:
 
 def test_truncated_gzip_in_every_corpus_reader(tmp_path: Path) -> None:
     jsonl = "".join(json.dumps({"id": str(i), "text": "Fever.", "mentions": []}) + "\n" for i in range(50))
-    for fmt, text in (("pubtator", PUBTATOR * 20), ("bioc", BIOC_XML), ("jsonl", jsonl), ("askapatient", "1\tname\tmention\n" * 50)):
+    for fmt, text in (
+        ("pubtator", PUBTATOR * 20),
+        ("bioc", BIOC_XML),
+        ("jsonl", jsonl),
+        ("askapatient", "1\tname\tmention\n" * 50),
+    ):
         path = _gzip_truncated(tmp_path / f"corpus.{fmt}.gz", text)
         with pytest.raises(CorpusFormatError, match=rf"corpus\.{fmt}\.gz:\d+: truncated or corrupt gzip"):
             load_corpus(path, fmt)
@@ -383,31 +457,43 @@ def test_askapatient_cr_only(tmp_path: Path) -> None:
     path = tmp_path / "AskAPatient.fold-0.test.txt"
     path.write_bytes(b"1\tname one\tmention one\r2\tname two\tmention two\r")
     assert [(m.text, m.ids, m.doc_id) for m in read_askapatient(path)] == [
-        ("mention one", ("1",), "AskAPatient.fold-0.test.txt:1"), ("mention two", ("2",), "AskAPatient.fold-0.test.txt:2")]
+        ("mention one", ("1",), "AskAPatient.fold-0.test.txt:1"),
+        ("mention two", ("2",), "AskAPatient.fold-0.test.txt:2"),
+    ]
 
 
 @pytest.mark.parametrize("value", [["x"], {"a": 1}, True, 1.5, float("nan")])
 def test_jsonl_corpus_ids_of_the_wrong_type_are_errors(tmp_path: Path, value) -> None:
     path = tmp_path / "corpus.jsonl"
-    path.write_text(json.dumps({"id": "a", "text": "Fever."}) + "\n" + json.dumps({"id": value, "text": "Fever."}) + "\n")
+    path.write_text(
+        json.dumps({"id": "a", "text": "Fever."}) + "\n" + json.dumps({"id": value, "text": "Fever."}) + "\n"
+    )
     with pytest.raises(CorpusFormatError, match=r"corpus\.jsonl:2: 'id' must be a string or an integer"):
         list(read_jsonl_corpus(path))
 
 
-@pytest.mark.parametrize("record, message", [
-    ({"id": 7, "text": 5}, "'text' must be a string"),
-    ({"id": 7, "text": "Fever.", "mentions": 5}, "'mentions' must be a list"),
-    ({"id": 7, "text": "Fever.", "mentions": [{"start": 1.5, "end": 3}]}, "integer 'start' and 'end'"),
-    ({"id": 7, "text": "Fever.", "mentions": [{"start": True, "end": 3}]}, "integer 'start' and 'end'"),
-    ({"id": 7, "text": "Fever.", "mentions": [{"start": 0, "end": 5, "ids": 5}]}, "'ids' must be a string or a list"),
-    ({"id": 7, "text": "Fever.", "mentions": [{"start": 0, "end": 5, "text": 5}]}, "must be strings"),
-    ("[" * 100000 + "]" * 100000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"id": 7, "text": 5}, "'text' must be a string"),
+        ({"id": 7, "text": "Fever.", "mentions": 5}, "'mentions' must be a list"),
+        ({"id": 7, "text": "Fever.", "mentions": [{"start": 1.5, "end": 3}]}, "integer 'start' and 'end'"),
+        ({"id": 7, "text": "Fever.", "mentions": [{"start": True, "end": 3}]}, "integer 'start' and 'end'"),
+        (
+            {"id": 7, "text": "Fever.", "mentions": [{"start": 0, "end": 5, "ids": 5}]},
+            "'ids' must be a string or a list",
+        ),
+        ({"id": 7, "text": "Fever.", "mentions": [{"start": 0, "end": 5, "text": 5}]}, "must be strings"),
+        ("[" * 100000 + "]" * 100000, "nested too deeply"),
+    ],
+)
 def test_jsonl_corpus_fields_of_the_wrong_type_are_errors(tmp_path: Path, record, message: str) -> None:
     path = tmp_path / "corpus.jsonl"
     path.write_text(record if isinstance(record, str) else json.dumps(record))
     with pytest.raises(CorpusFormatError, match=rf"corpus\.jsonl:1: .*{message}"):
         list(read_jsonl_corpus(path))
-    path.write_text(json.dumps({"id": 7, "text": "Fever.", "mentions": [{"start": 0, "end": 5, "ids": None, "label": None}]}))
+    path.write_text(
+        json.dumps({"id": 7, "text": "Fever.", "mentions": [{"start": 0, "end": 5, "ids": None, "label": None}]})
+    )
     (doc,) = read_jsonl_corpus(path)
     assert doc.pmid == "7" and doc.annotations[0].nil

@@ -1,6 +1,7 @@
 """Malformed files fed to every KB reader, ``KnowledgeBase.load``, every corpus
 reader and ``build-kb``: each works or raises the project's error naming the
 file (the cases and the oracle are in ``fuzz_readers.py``, also a script)."""
+
 from __future__ import annotations
 
 import gzip
@@ -8,10 +9,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from fuzz_readers import SAMPLES, Case, cases, run_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fuzz_readers import SAMPLES, Case, cases, run_case
 
 CASES = cases(seed=0)
 
@@ -26,8 +26,18 @@ def test_every_reader_and_mutation_is_covered() -> None:
     targets = {c.target for c in CASES}
     assert targets == set(SAMPLES)
     kinds = {c.kind.split(" at ")[0].split(" on line ")[0] for c in CASES}
-    for kind in ("gzip truncated", "bad UTF-8", "UTF-8 BOM", "CR-only line ends", "empty file", "2 MB line", "NUL bytes",
-                 "100000 nested brackets", "types: 5", "id: NaN"):
+    for kind in (
+        "gzip truncated",
+        "bad UTF-8",
+        "UTF-8 BOM",
+        "CR-only line ends",
+        "empty file",
+        "2 MB line",
+        "NUL bytes",
+        "100000 nested brackets",
+        "types: 5",
+        "id: NaN",
+    ):
         assert kind in kinds
     assert len(CASES) >= 800
 
@@ -42,9 +52,9 @@ def _mutate(data: bytes, draw) -> bytes:
         elif op == "insert":
             data = data[:at] + draw(st.binary(min_size=1, max_size=8)) + data[at:]
         elif op == "delete":
-            data = data[:at] + data[at + draw(st.integers(1, 40)):]
+            data = data[:at] + data[at + draw(st.integers(1, 40)) :]
         else:
-            data = data[:at] + draw(st.binary(min_size=1, max_size=4)) + data[at + 4:]
+            data = data[:at] + draw(st.binary(min_size=1, max_size=4)) + data[at + 4 :]
     if draw(st.booleans()):
         data = gzip.compress(data, mtime=0)
         if draw(st.booleans()):

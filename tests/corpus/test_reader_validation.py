@@ -1,6 +1,7 @@
 """What the gold-corpus readers refuse or report rather than accept silently: a second abstract line,
 an empty corpus, BioC documents without an ID or with an ID seen before, string passage offsets in
 BioC JSON, entities in BioC XML."""
+
 from __future__ import annotations
 
 import json
@@ -11,11 +12,11 @@ import pytest
 
 from spacy_genbioel.corpus import CorpusFormatError, load_corpus, read_bioc, read_documents, read_pubtator
 
-BIOC = ('<?xml version="1.0" encoding="UTF-8"?>\n{doctype}<collection><source>t</source><date/><key/>\n{docs}</collection>\n')
+BIOC = '<?xml version="1.0" encoding="UTF-8"?>\n{doctype}<collection><source>t</source><date/><key/>\n{docs}</collection>\n'
 
 
 def bioc_doc(doc_id: str, text: str = "Renal failure.") -> str:
-    return (f"<document><id>{doc_id}</id><passage><offset>0</offset><text>{text}</text></passage></document>\n")
+    return f"<document><id>{doc_id}</id><passage><offset>0</offset><text>{text}</text></passage></document>\n"
 
 
 def test_a_second_abstract_line_is_refused(tmp_path: Path) -> None:
@@ -51,8 +52,9 @@ def test_a_bioc_document_without_an_id_is_refused(tmp_path: Path) -> None:
 
 def test_a_bioc_document_id_seen_twice_is_reported(tmp_path: Path, caplog) -> None:
     path = tmp_path / "c.xml"
-    path.write_text(BIOC.format(doctype="", docs=bioc_doc("a") + bioc_doc("b") + bioc_doc("a", "Cystic fibrosis.")),
-                    encoding="utf8")
+    path.write_text(
+        BIOC.format(doctype="", docs=bioc_doc("a") + bioc_doc("b") + bioc_doc("a", "Cystic fibrosis.")), encoding="utf8"
+    )
     with caplog.at_level(logging.WARNING, logger="spacy_genbioel"):
         docs = list(read_bioc(path))
     assert [d.pmid for d in docs] == ["a", "b", "a"]
@@ -62,7 +64,9 @@ def test_a_bioc_document_id_seen_twice_is_reported(tmp_path: Path, caplog) -> No
 @pytest.mark.parametrize("offset", ['"15"', "15.0", "true", "null"])
 def test_a_bioc_json_passage_offset_must_be_an_integer(tmp_path: Path, offset: str) -> None:
     path = tmp_path / "c.json"
-    line = '{"id": "a", "passages": [{"offset": 0, "text": "Renal failure."}, {"offset": %s, "text": "More."}]}' % offset
+    line = (
+        '{"id": "a", "passages": [{"offset": 0, "text": "Renal failure."}, {"offset": %s, "text": "More."}]}' % offset
+    )
     path.write_text(line + "\n" + line.replace('"a"', '"b"') + "\n", encoding="utf8")
     with pytest.raises(CorpusFormatError, match="c.json:1: .*not a JSON integer"):
         list(read_bioc(path))
@@ -76,8 +80,10 @@ def test_entities_in_bioc_xml_are_refused(tmp_path: Path) -> None:
     secret.write_text("SECRET-CONTENT")
     path = tmp_path / "c.xml"
     for decl in (f'<!ENTITY x SYSTEM "{secret.as_uri()}">', '<!ENTITY x "Renal">'):
-        path.write_text(BIOC.format(doctype=f"<!DOCTYPE collection [{decl}]>\n", docs=bioc_doc("a", "&x; failure.")),
-                        encoding="utf8")
+        path.write_text(
+            BIOC.format(doctype=f"<!DOCTYPE collection [{decl}]>\n", docs=bioc_doc("a", "&x; failure.")),
+            encoding="utf8",
+        )
         with pytest.raises(CorpusFormatError, match="c.xml.*entity") as caught:
             list(read_bioc(path))
         assert "SECRET" not in str(caught.value)
@@ -85,5 +91,7 @@ def test_entities_in_bioc_xml_are_refused(tmp_path: Path) -> None:
 
 def test_a_bioc_dtd_reference_is_still_read(tmp_path: Path) -> None:
     path = tmp_path / "c.xml"
-    path.write_text(BIOC.format(doctype='<!DOCTYPE collection SYSTEM "BioC.dtd">\n', docs=bioc_doc("a")), encoding="utf8")
+    path.write_text(
+        BIOC.format(doctype='<!DOCTYPE collection SYSTEM "BioC.dtd">\n', docs=bioc_doc("a")), encoding="utf8"
+    )
     assert [d.text for d in read_bioc(path)] == ["Renal failure."]

@@ -1,19 +1,26 @@
 """Abstention calibration (issue 18, item 2): the precision-coverage curve of a
 linker's top score, its JSON and plot, `evaluate --calibration`, `calibration-plot`
 and `package --calibration`."""
+
 import json
 import math
 import random
 
 import pytest
 import spacy
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
 from spacy_genbioel.evaluation import evaluate_linker, recall_at_k
 from spacy_genbioel.evaluation.calibration import (
-    CalibrationError, calibrated_threshold, calibration_curve, compare_calibrations, read_calibration, write_calibration,
+    CalibrationError,
+    calibrated_threshold,
+    calibration_curve,
+    compare_calibrations,
+    read_calibration,
+    write_calibration,
 )
 from spacy_genbioel.evaluation.plots import plot_calibration
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
@@ -30,8 +37,14 @@ def case(score, right, gold=("G",)):
     return mention, [Candidate(("G",) if right else ("W",), "name", score), Candidate(("G",), "second", score - 1)]
 
 
-cases = st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([-3.0, -2.5, -1.0, -0.25, 0.0, 0.5, 1.0])),
-                           st.booleans(), st.sampled_from([("G",), ("G",), ("-1",)])), max_size=40)
+cases = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.sampled_from([-3.0, -2.5, -1.0, -0.25, 0.0, 0.5, 1.0])),
+        st.booleans(),
+        st.sampled_from([("G",), ("G",), ("-1",)]),
+    ),
+    max_size=40,
+)
 
 
 def build(items):
@@ -44,7 +57,9 @@ def build(items):
 def test_the_curve_follows_its_definition(items, seed):
     gold, preds = build(items)
     curve = calibration_curve(gold, preds)
-    evaluated = [(p[0].score if p else None, bool(p) and p[0].ids == ("G",)) for m, p in zip(gold, preds) if m.ids != ("-1",)]
+    evaluated = [
+        (p[0].score if p else None, bool(p) and p[0].ids == ("G",)) for m, p in zip(gold, preds) if m.ids != ("-1",)
+    ]
     assert curve.n_mentions == len(evaluated) and curve.n_answered == sum(s is not None for s, _ in evaluated)
     thresholds = [p.threshold for p in curve.points]
     assert thresholds == sorted(set(thresholds), reverse=True)  # one point per distinct score
@@ -108,8 +123,11 @@ def test_edge_cases():
 
 
 def test_json_round_trip_plot_and_comparison(tmp_path):
-    curve = calibration_curve(*build([(-0.5, True, ("G",)), (-1.0, True, ("G",)), (-3.0, False, ("G",)), (None, False, ("G",))]),
-                              linker="genbioel", target_precision=0.9)
+    curve = calibration_curve(
+        *build([(-0.5, True, ("G",)), (-1.0, True, ("G",)), (-3.0, False, ("G",)), (None, False, ("G",))]),
+        linker="genbioel",
+        target_precision=0.9,
+    )
     path = write_calibration(tmp_path / "c.json", curve)
     data = json.loads(path.read_text())
     assert data["format"] == "genbioel.calibration.v1" and data["threshold_for_target"]["threshold"] == -1.0
@@ -152,30 +170,60 @@ def test_the_report_carries_the_calibration_summary():
 # -- command line -----------------------------------------------------------------------------------------
 @pytest.fixture()
 def corpus(tmp_path):
-    kb = KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"]), Concept("D3", ["lung cancer"])])
+    kb = KnowledgeBase(
+        [Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"]), Concept("D3", ["lung cancer"])]
+    )
     kb.to_jsonl(tmp_path / "kb.jsonl")
     text = "Renal failure, cystic fibrosis and lung tumour."
     (tmp_path / "dev.txt").write_text(
         f"1|t|{text}\n1|a|\n1\t0\t13\tRenal failure\tDisease\tD1\n1\t15\t30\tcystic fibrosis\tDisease\tD2\n"
-        f"1\t35\t46\tlung tumour\tDisease\tD9\n\n")
+        f"1\t35\t46\tlung tumour\tDisease\tD9\n\n"
+    )
     return tmp_path
 
 
 def test_evaluate_writes_the_curve_for_any_linker_and_the_curves_compare(corpus):
     for linker in ("exact", "tfidf"):
-        result = runner.invoke(app, ["evaluate", "--corpus", str(corpus / "dev.txt"), "--linker", linker, "--kb",
-                                     str(corpus / "kb.jsonl"), "--calibration", str(corpus / f"cal_{linker}.json"),
-                                     "--target-precision", "0.9", "--json", str(corpus / f"{linker}.json")])
+        result = runner.invoke(
+            app,
+            [
+                "evaluate",
+                "--corpus",
+                str(corpus / "dev.txt"),
+                "--linker",
+                linker,
+                "--kb",
+                str(corpus / "kb.jsonl"),
+                "--calibration",
+                str(corpus / f"cal_{linker}.json"),
+                "--target-precision",
+                "0.9",
+                "--json",
+                str(corpus / f"{linker}.json"),
+            ],
+        )
         assert result.exit_code == 0, result.output
         assert "precision @90% coverage" in result.output
         assert (corpus / f"cal_{linker}.png").read_bytes()[:4] == b"\x89PNG"
         assert json.loads((corpus / f"{linker}.json").read_text())["calibration"]["target_precision"] == 0.9
     exact = read_calibration(corpus / "cal_exact.json")
-    assert exact.n_mentions == 3 and exact.n_answered == 2 and exact.points[-1].precision == 1.0  # exact abstains by itself
+    assert (
+        exact.n_mentions == 3 and exact.n_answered == 2 and exact.points[-1].precision == 1.0
+    )  # exact abstains by itself
     tfidf = read_calibration(corpus / "cal_tfidf.json")
     assert tfidf.n_answered == 3 and tfidf.threshold_for(0.9).coverage == pytest.approx(2 / 3)
-    result = runner.invoke(app, ["calibration-plot", str(corpus / "cal_exact.json"), str(corpus / "cal_tfidf.json"),
-                                 "--out", str(corpus / "both.png"), "--json", str(corpus / "both.json")])
+    result = runner.invoke(
+        app,
+        [
+            "calibration-plot",
+            str(corpus / "cal_exact.json"),
+            str(corpus / "cal_tfidf.json"),
+            "--out",
+            str(corpus / "both.png"),
+            "--json",
+            str(corpus / "both.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "precision@0.9" in result.output and (corpus / "both.png").exists()
     assert [row["linker"] for row in json.loads((corpus / "both.json").read_text())] == ["exact", "tfidf"]
@@ -199,7 +247,9 @@ def test_package_ships_the_calibrated_threshold(corpus, micro_model, word_tokeni
     assert meta["target_precision"] == pytest.approx(0.95) and meta["linker"] == "genbioel"
     result = runner.invoke(app, [*common, "--out", str(corpus / "pipe2"), "--threshold", "-2"])
     assert result.exit_code == 0 and spacy.load(corpus / "pipe2").get_pipe("genbioel").output.threshold == -2.0
-    both = runner.invoke(app, [*common, "--out", str(corpus / "pipe3"), "--threshold", "-2", "--calibration", str(corpus / "cal.json")])
+    both = runner.invoke(
+        app, [*common, "--out", str(corpus / "pipe3"), "--threshold", "-2", "--calibration", str(corpus / "cal.json")]
+    )
     assert both.exit_code != 0 and not (corpus / "pipe3").exists()
 
 

@@ -1,9 +1,11 @@
 """End-to-end (NER + linking) evaluation: the scoring rules, predictions from
 pipelines and external linkers, the ``evaluate --end-to-end`` command."""
+
 import json
 
 import pytest
 import spacy
+from conftest import data_dir
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
@@ -19,8 +21,6 @@ from spacy_genbioel.evaluation.end_to_end import (
 )
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.retrieval.exact import ExactLinker
-
-from conftest import data_dir
 
 runner = CliRunner()
 
@@ -84,9 +84,16 @@ def test_strict_and_partial_linking_and_ner_on_hand_made_predictions():
     assert figures(s["ner"]["partial"]) == (6, 3, 3)
     assert figures(s["ner_untyped"]["partial"]) == (7, 2, 2)
     assert dict(report.counts) == {
-        "documents": 2, "gold_mentions": 9, "gold_nil": 1, "gold_composite": 1, "predicted_entities": 9,
-        "predicted_without_id": 1, "ignored_nil_strict": 1, "ignored_nil_partial": 1,
-        "composite_matched_strict": 1, "composite_matched_partial": 1,
+        "documents": 2,
+        "gold_mentions": 9,
+        "gold_nil": 1,
+        "gold_composite": 1,
+        "predicted_entities": 9,
+        "predicted_without_id": 1,
+        "ignored_nil_strict": 1,
+        "ignored_nil_partial": 1,
+        "composite_matched_strict": 1,
+        "composite_matched_partial": 1,
     }
 
 
@@ -138,7 +145,9 @@ def reiter_documents():
         PubTatorAnnotation(TEXT.index(m, s), TEXT.index(m, s) + len(m), m, "SpecificDisease", ids)
         for m, s, ids in (("Reiter syndrome", 0, ("D1",)), ("RS", 0, ("D1",)), ("RS", 20, ("D1",)))
     ]
-    anns.append(PubTatorAnnotation(TEXT.index("arthritis"), TEXT.index("arthritis") + 9, "arthritis", "Modifier", (), nil=True))
+    anns.append(
+        PubTatorAnnotation(TEXT.index("arthritis"), TEXT.index("arthritis") + 9, "arthritis", "Modifier", (), nil=True)
+    )
     return [PubTatorDocument("1", TEXT, "", anns)]
 
 
@@ -148,8 +157,11 @@ def test_an_external_linker_gets_abbreviation_long_forms():
     nlp = ruler_nlp()
     expanded = predict_entities([TEXT], nlp, linker, abbreviations=True)[0]
     assert nlp.pipe_names == ["abbreviation_detector", "entity_ruler"]  # added where it was missing
-    assert [(TEXT[p.start:p.end], p.kb_id) for p in expanded] == [
-        ("Reiter syndrome", "D1"), ("RS", "D1"), ("RS", "D1"), ("arthritis", None),
+    assert [(TEXT[p.start : p.end], p.kb_id) for p in expanded] == [
+        ("Reiter syndrome", "D1"),
+        ("RS", "D1"),
+        ("RS", "D1"),
+        ("arthritis", None),
     ]
     plain = predict_entities([TEXT], nlp, linker, abbreviations=False)[0]
     assert [p.kb_id for p in plain] == ["D1", None, None, None]
@@ -158,19 +170,28 @@ def test_an_external_linker_gets_abbreviation_long_forms():
 def test_evaluate_end_to_end_maps_gold_labels():
     pytest.importorskip("scispacy")
     linker = ExactLinker(KnowledgeBase([Concept("D1", ["Reiter syndrome"])]))
-    report = evaluate_end_to_end(reiter_documents(), ruler_nlp(), linker, label_map={"SpecificDisease": "Disease", "Modifier": "Disease"},
-                                 abbreviations=True)
+    report = evaluate_end_to_end(
+        reiter_documents(),
+        ruler_nlp(),
+        linker,
+        label_map={"SpecificDisease": "Disease", "Modifier": "Disease"},
+        abbreviations=True,
+    )
     assert figures(report.scores["linking"]["strict"]) == (3, 0, 0)
     assert figures(report.scores["ner"]["strict"]) == (4, 0, 0)  # the NIL arthritis is an entity
     assert report.counts["predicted_without_id"] == 1 and report.meta["linker"] == "ExactLinker"
     without = evaluate_end_to_end(reiter_documents(), ruler_nlp(), linker, single_label="Disease", abbreviations=False)
     assert figures(without.scores["linking"]["strict"]) == (1, 0, 2)
     unmapped = evaluate_end_to_end(reiter_documents(), ruler_nlp(), linker, abbreviations=False)
-    assert figures(unmapped.scores["ner"]["strict"]) == (0, 4, 4) and figures(unmapped.scores["ner_untyped"]["strict"]) == (4, 0, 0)
+    assert figures(unmapped.scores["ner"]["strict"]) == (0, 4, 4) and figures(
+        unmapped.scores["ner_untyped"]["strict"]
+    ) == (4, 0, 0)
 
 
 def test_a_linking_pipeline_writes_kb_id_and_top_name_ids(micro_model, word_tokenizer):
-    kb = KnowledgeBase([Concept("D1", ["renal failure"]), Concept("OMIM1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])])
+    kb = KnowledgeBase(
+        [Concept("D1", ["renal failure"]), Concept("OMIM1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]
+    )
     nlp = spacy.blank("en")
     nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "renal failure"}])
     component = nlp.add_pipe("genbioel", config={"num_beams": 2, "top_k": 2, "device": "cpu"})
@@ -188,26 +209,46 @@ def package_dir(tmp_path, micro_model, word_tokenizer):
     from spacy_genbioel.training.package import EntitySource, package
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
-    KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]).to_jsonl(tmp_path / "kb.jsonl")
+    KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]).to_jsonl(
+        tmp_path / "kb.jsonl"
+    )
     text = "Renal failure and cystic fibrosis."
     (tmp_path / "dev.txt").write_text(
         f"1|t|{text}\n1|a|\n1\t0\t13\tRenal failure\tSpecificDisease\tD1\n1\t18\t33\tcystic fibrosis\tModifier\tD2|D9\n\n"
     )
-    return package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", settings={"num_beams": 2, "top_k": 2},
-                   entities=EntitySource(entity_label="Disease"))
+    return package(
+        tmp_path / "model",
+        tmp_path / "kb.jsonl",
+        tmp_path / "pkg",
+        settings={"num_beams": 2, "top_k": 2},
+        entities=EntitySource(entity_label="Disease"),
+    )
 
 
 def test_evaluate_command_end_to_end(tmp_path, package_dir):
     pytest.importorskip("scispacy")
-    base = ["evaluate", "--end-to-end", "--corpus", str(tmp_path / "dev.txt"), "--pipeline", str(package_dir), "--label-map", "ncbi"]
-    result = runner.invoke(app, [*base, "--linker", "exact", "--kb", str(tmp_path / "kb.jsonl"), "--json", str(tmp_path / "exact.json")])
+    base = [
+        "evaluate",
+        "--end-to-end",
+        "--corpus",
+        str(tmp_path / "dev.txt"),
+        "--pipeline",
+        str(package_dir),
+        "--label-map",
+        "ncbi",
+    ]
+    result = runner.invoke(
+        app, [*base, "--linker", "exact", "--kb", str(tmp_path / "kb.jsonl"), "--json", str(tmp_path / "exact.json")]
+    )
     assert result.exit_code == 0, result.output
     exact = json.loads((tmp_path / "exact.json").read_text())
     assert exact["linking"]["strict"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "tp": 2, "fp": 0, "fn": 0}
     assert exact["ner"]["partial"]["f1"] == 1.0 and exact["counts"]["gold_composite"] == 1
     assert "genbioel" not in exact["meta"]["pipeline"] and exact["meta"]["linker"] == "exact"
     assert set(exact["per_label"]) == {"Disease"}
-    result = runner.invoke(app, [*base, "--linker", "genbioel", "--device", "cpu", "--abbreviations", "--json", str(tmp_path / "g.json")])
+    result = runner.invoke(
+        app, [*base, "--linker", "genbioel", "--device", "cpu", "--abbreviations", "--json", str(tmp_path / "g.json")]
+    )
     assert result.exit_code == 0, result.output
     own = json.loads((tmp_path / "g.json").read_text())
     assert own["meta"]["pipeline"][-1] == "genbioel" and own["ner"]["strict"]["f1"] == 1.0
@@ -238,9 +279,18 @@ def test_dictionary_ner_and_exact_linker_on_ncbi_dev():
     nlp = spacy.blank("en")
     add_kb_entity_ruler(nlp, kb, "Disease")
     documents = read_documents(data / "ncbi_disease" / "NCBIdevelopset_corpus.txt")
-    report = evaluate_end_to_end(documents, nlp, ExactLinker(kb), label_map={"SpecificDisease": "Disease", "DiseaseClass": "Disease",
-                                                                            "Modifier": "Disease", "CompositeMention": "Disease"},
-                                 abbreviations=False)
+    report = evaluate_end_to_end(
+        documents,
+        nlp,
+        ExactLinker(kb),
+        label_map={
+            "SpecificDisease": "Disease",
+            "DiseaseClass": "Disease",
+            "Modifier": "Disease",
+            "CompositeMention": "Disease",
+        },
+        abbreviations=False,
+    )
     counts, s = report.counts, report.scores
     assert (counts["documents"], counts["gold_mentions"], counts["gold_nil"]) == (100, 787, 0)
     assert counts["predicted_without_id"] == 0  # every ruler match is a KB name

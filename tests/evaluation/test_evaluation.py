@@ -1,4 +1,5 @@
 """recall@k, GenBioEL subpopulations, similarity bins, reports, on hand-made data."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ from spacy_genbioel.evaluation.plots import plot_similarity_bins
 from spacy_genbioel.evaluation.recall import gold_id_set, hit_rank, recall_at_k
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.ty import Candidate, Mention
 from spacy_genbioel.retrieval.exact import ExactLinker
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
+from spacy_genbioel.ty import Candidate, Mention
 
 
 def m(text: str, *ids: str) -> Mention:
@@ -39,6 +40,7 @@ def kb() -> KnowledgeBase:
 
 
 # -- recall@k -----------------------------------------------------------------
+
 
 def test_gold_id_set_drops_no_concept_markers():
     assert gold_id_set(m("a", "-1")) == frozenset()
@@ -65,15 +67,7 @@ def test_recall_rule_composite_skipped_and_coverage(kb, caplog):
         m("f", "C1", "C9"),  # composite, partly missing from KB, hit at 1
         m("g", "C3"),  # no candidates
     ]
-    preds = [
-        [c("C2"), c("C1")],
-        [c("C3", "C2"), c("C1")],
-        [c("C1")],
-        [],
-        [c("C1")],
-        [c("C1")],
-        [],
-    ]
+    preds = [[c("C2"), c("C1")], [c("C3", "C2"), c("C1")], [c("C1")], [], [c("C1")], [c("C1")], []]
     with caplog.at_level("WARNING"):
         res = recall_at_k(gold, preds, ks=(5, 1, 2), kb=kb)
     assert res.ks == (1, 2, 5)
@@ -146,6 +140,7 @@ def test_subpopulation_top_n_and_empty_rows(kb):
 
 # -- similarity bins ------------------------------------------------------------
 
+
 def test_similarity_bins_counts_and_accuracy(kb):
     mentions = [
         m("heart attack", "C1"),  # similarity 1.0 -> last bin, hit
@@ -200,6 +195,7 @@ def test_only_the_plots_module_uses_matplotlib():
 
 # -- evaluate_linker ----------------------------------------------------------------
 
+
 class _FixedLinker:
     """A linker without a KB that returns canned predictions."""
 
@@ -250,8 +246,15 @@ def test_write_predictions_one_line_per_mention(tmp_path):
     path = tmp_path / "p.jsonl"
     assert write_predictions(path, mentions, report.predictions) == 3
     lines = [json.loads(line) for line in path.read_text(encoding="utf8").splitlines()]
-    assert lines[0] == {"doc_id": "7", "start": 3, "end": 5, "text": "MI", "gold": ["C2"], "hit_rank": 2,
-                        "candidates": [[["C1"], "heart attack", 0.5], [["C2", "C4"], "d", 1.0]]}
+    assert lines[0] == {
+        "doc_id": "7",
+        "start": 3,
+        "end": 5,
+        "text": "MI",
+        "gold": ["C2"],
+        "hit_rank": 2,
+        "candidates": [[["C1"], "heart attack", 0.5], [["C2", "C4"], "d", 1.0]],
+    }
     assert lines[1]["hit_rank"] is None and lines[1]["candidates"] == []  # no gold concept
     assert lines[2]["hit_rank"] == 1
     with pytest.raises(ValueError, match="prediction lists"):

@@ -100,7 +100,10 @@ def test_deduplicated_kb_reloads_as_the_same_index(tmp_path):
 
 
 def test_priors_order_the_concepts_of_a_shared_name(tmp_path):
-    concepts = [Concept("OMIM:1", ["Breast cancer", "BRCA1 cancer"]), Concept("D001943", ["Breast Neoplasms", "breast cancer"])]
+    concepts = [
+        Concept("OMIM:1", ["Breast cancer", "BRCA1 cancer"]),
+        Concept("D001943", ["Breast Neoplasms", "breast cancer"]),
+    ]
     kb = KnowledgeBase(concepts)
     assert kb.ids_for_name("breast cancer") == ("OMIM:1", "D001943")  # KB order without priors
     ranked = kb.with_priors({"D001943": 12, "unknown": 3})
@@ -208,14 +211,25 @@ def test_load_reads_bom_gzip_and_cr_only_as_build_kb_does(tmp_path):
     for name, data in variants.items():
         path = _write(tmp_path / name, data)
         kb = KnowledgeBase.load(path)
-        assert (kb.concept_ids, kb.names, kb.checksum()) == (reference.concept_ids, reference.names, reference.checksum()), name
+        assert (kb.concept_ids, kb.names, kb.checksum()) == (
+            reference.concept_ids,
+            reference.names,
+            reference.checksum(),
+        ), name
         built = build_kb("jsonl", path, dedup=False)
         assert built.checksum() == kb.checksum(), name
     target = {"D1": ["alpha", "beta"], "D2": ["gamma"]}
-    for name, data in {"target_kb.json": json.dumps(target).encode(), "bom.json": b"\xef\xbb\xbf" + json.dumps(target).encode(),
-                       "target_kb.json.gz": gzip.compress(json.dumps(target).encode())}.items():
+    for name, data in {
+        "target_kb.json": json.dumps(target).encode(),
+        "bom.json": b"\xef\xbb\xbf" + json.dumps(target).encode(),
+        "target_kb.json.gz": gzip.compress(json.dumps(target).encode()),
+    }.items():
         path = _write(tmp_path / name, data)
-        assert KnowledgeBase.load(path).checksum() == reference.checksum() == build_kb("genbioel", path, dedup=False).checksum(), name
+        assert (
+            KnowledgeBase.load(path).checksum()
+            == reference.checksum()
+            == build_kb("genbioel", path, dedup=False).checksum()
+        ), name
 
 
 def _write(path, data: bytes):
@@ -223,14 +237,21 @@ def _write(path, data: bytes):
     return path
 
 
-@pytest.mark.parametrize("name, data, message", [
-    ("latin.jsonl", b'{"id": "D1", "names": ["a"]}\n{"id": "D2", "names": ["Sj\xf6gren"]}\n', r"latin\.jsonl:2: not UTF-8"),
-    ("latin.json", b'{"D1": ["a"],\n "D2": ["Sj\xf6gren"]}', r"latin\.json:2: not UTF-8"),
-    ("empty_id.json", b'{"D1": ["a"],\n "": ["b"]}', r"empty_id\.json:2: empty concept ID"),
-    ("blank_id.json", b'{"D1": ["a"],\n " ": ["b"]}', r"blank_id\.json:2: empty concept ID"),
-    ("deep.json", b"[" * 100000 + b"]" * 100000, r"deep\.json:1: JSON nested too deeply"),
-    ("deep.jsonl", GOOD.encode() + b"[" * 100000 + b"]" * 100000, r"deep\.jsonl:3: JSON nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        (
+            "latin.jsonl",
+            b'{"id": "D1", "names": ["a"]}\n{"id": "D2", "names": ["Sj\xf6gren"]}\n',
+            r"latin\.jsonl:2: not UTF-8",
+        ),
+        ("latin.json", b'{"D1": ["a"],\n "D2": ["Sj\xf6gren"]}', r"latin\.json:2: not UTF-8"),
+        ("empty_id.json", b'{"D1": ["a"],\n "": ["b"]}', r"empty_id\.json:2: empty concept ID"),
+        ("blank_id.json", b'{"D1": ["a"],\n " ": ["b"]}', r"blank_id\.json:2: empty concept ID"),
+        ("deep.json", b"[" * 100000 + b"]" * 100000, r"deep\.json:1: JSON nested too deeply"),
+        ("deep.jsonl", GOOD.encode() + b"[" * 100000 + b"]" * 100000, r"deep\.jsonl:3: JSON nested too deeply"),
+    ],
+)
 def test_load_errors_name_file_and_line(tmp_path, name, data, message):
     path = _write(tmp_path / name, data)
     with pytest.raises(KBFormatError, match=message):
@@ -246,19 +267,22 @@ def test_load_of_a_truncated_gzip_names_file_and_line(tmp_path):
         KnowledgeBase.load(path)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("types", 5, "'types' must be a list of strings"),
-    ("types", [1], "'types' must be a list of strings"),
-    ("names", [1], "'names' must be a list of strings"),
-    ("names", {"a": 1}, "'names' must be a list of strings"),
-    ("definition", 5, "'definition' must be a string"),
-    ("definition", ["x"], "'definition' must be a string"),
-    ("prior", float("nan"), "'prior' must be a number"),
-    ("prior", True, "'prior' must be a number"),
-    ("id", ["D3"], "'id' must be a string"),
-    ("id", 1.5, "'id' must be a string"),
-    ("id", True, "'id' must be a string"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("types", 5, "'types' must be a list of strings"),
+        ("types", [1], "'types' must be a list of strings"),
+        ("names", [1], "'names' must be a list of strings"),
+        ("names", {"a": 1}, "'names' must be a list of strings"),
+        ("definition", 5, "'definition' must be a string"),
+        ("definition", ["x"], "'definition' must be a string"),
+        ("prior", float("nan"), "'prior' must be a number"),
+        ("prior", True, "'prior' must be a number"),
+        ("id", ["D3"], "'id' must be a string"),
+        ("id", 1.5, "'id' must be a string"),
+        ("id", True, "'id' must be a string"),
+    ],
+)
 def test_kb_record_fields_of_the_wrong_type_are_errors(tmp_path, field, value, message):
     path = tmp_path / "kb.jsonl"
     path.write_text(GOOD + json.dumps({"id": "D3", "names": ["c"], field: value}) + "\n", encoding="utf8")
@@ -282,8 +306,14 @@ def test_a_kb_without_a_usable_name_is_refused(tmp_path):
         KnowledgeBase([])
     with pytest.raises(EmptyKBError, match=r"2 concept\(s\) read; dropped 2 name\(s\)"):
         KnowledgeBase([Concept("D1", ["()"]), Concept("D2", ["..."])])
-    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n\n"), ("unusable.jsonl", _records({"id": "D1", "names": ["()"]})),
-                       ("nameless.jsonl", _records({"id": "D1"})), ("empty.json", "{}"), ("unusable.json", '{"D1": ["-"]}')):
+    for name, text in (
+        ("empty.jsonl", ""),
+        ("blank.jsonl", "\n\n"),
+        ("unusable.jsonl", _records({"id": "D1", "names": ["()"]})),
+        ("nameless.jsonl", _records({"id": "D1"})),
+        ("empty.json", "{}"),
+        ("unusable.json", '{"D1": ["-"]}'),
+    ):
         path = tmp_path / name
         path.write_text(text, encoding="utf8")
         with pytest.raises(EmptyKBError, match=rf"{re.escape(name)}: KB .* has no usable name"):
@@ -307,13 +337,16 @@ def _invoke(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-@pytest.mark.parametrize("fmt, name, text", [
-    ("ctd", "CTD_diseases.tsv", ""),
-    ("medic", "medic.txt", "\n\n"),
-    ("medic", "medic.txt", "D1||()\nD2||[...]\n"),
-    ("jsonl", "kb.jsonl", _records({"id": "D1"}, {"id": "D2", "names": []})),
-    ("genbioel", "target_kb.json", "{}"),
-])
+@pytest.mark.parametrize(
+    "fmt, name, text",
+    [
+        ("ctd", "CTD_diseases.tsv", ""),
+        ("medic", "medic.txt", "\n\n"),
+        ("medic", "medic.txt", "D1||()\nD2||[...]\n"),
+        ("jsonl", "kb.jsonl", _records({"id": "D1"}, {"id": "D2", "names": []})),
+        ("genbioel", "target_kb.json", "{}"),
+    ],
+)
 def test_build_kb_refuses_sources_without_a_usable_name(tmp_path, fmt, name, text):
     path = tmp_path / name
     path.write_text(text, encoding="utf8")
@@ -328,16 +361,22 @@ def test_build_kb_counts_what_it_dropped(tmp_path):
     path.write_text("D1||Alpha|()\nD2||[...]\nD3||Gamma\n", encoding="utf8")
     result = _invoke("build-kb", "-f", "medic", path, "--out", tmp_path / "out.jsonl")
     assert result.exit_code == 0, result.output
-    assert "dropped 2 name(s) that normalize to nothing; dropped 1 concept(s) with no other name" in " ".join(result.output.split())
+    assert "dropped 2 name(s) that normalize to nothing; dropped 1 concept(s) with no other name" in " ".join(
+        result.output.split()
+    )
     assert KnowledgeBase.load(tmp_path / "out.jsonl").concept_ids == ["D1", "D3"]
 
 
-@pytest.mark.parametrize("text, message", [("", "no usable name"), ('{"id": "D1", "names": ["a"], "types": 5}\n', "'types'")])
+@pytest.mark.parametrize(
+    "text, message", [("", "no usable name"), ('{"id": "D1", "names": ["a"], "types": 5}\n', "'types'")]
+)
 def test_build_kb_and_init_model_refuse_bad_kbs_with_a_message(tmp_path, text, message):
     path = tmp_path / "kb.jsonl"
     path.write_text(text, encoding="utf8")
-    for args in (("build-kb", "-f", "jsonl", path, "--out", tmp_path / "out.jsonl"),
-                 ("init-model", "--kb", path, "--out", tmp_path / "model")):
+    for args in (
+        ("build-kb", "-f", "jsonl", path, "--out", tmp_path / "out.jsonl"),
+        ("init-model", "--kb", path, "--out", tmp_path / "model"),
+    ):
         result = _invoke(*args)
         assert result.exit_code != 0 and isinstance(result.exception, SystemExit), result.output
         assert "kb.jsonl" in result.output and message in result.output

@@ -1,4 +1,5 @@
 """The compact KB (kb.safetensors): the same answers as KnowledgeBase, read memory-mapped, damage refused."""
+
 import json
 import mmap
 
@@ -12,7 +13,23 @@ from spacy_genbioel.kb.base import Concept, EmptyKBError, KBFormatError, Knowled
 from spacy_genbioel.kb.compact import CompactKB, jsonl_fingerprint
 from spacy_genbioel.kb.compact_build import _Blob, group_strings
 
-WORDS = ["renal", "Renal", "failure", "acute", "cancer", "lung", "α-synuclein", "文字", "C6H12O6", ",", "-", "", " ", "(", "it's"]
+WORDS = [
+    "renal",
+    "Renal",
+    "failure",
+    "acute",
+    "cancer",
+    "lung",
+    "α-synuclein",
+    "文字",
+    "C6H12O6",
+    ",",
+    "-",
+    "",
+    " ",
+    "(",
+    "it's",
+]
 
 names = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
 concepts = st.lists(
@@ -54,7 +71,9 @@ def assert_same_index(kb, other):
 
 
 @given(concepts, st.booleans())
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 def test_the_compact_kb_answers_as_the_knowledge_base(tmp_path_factory, items, dedup):
     kb, compact = _kbs(items, dedup)
     if kb is None:
@@ -89,8 +108,11 @@ def test_derived_kbs_match_too(items, dedup, extra):
     if kb is None:
         return
     pairs = [(cid, name) for cid, name in extra]
-    for derive in (lambda k: k.with_extra_names(pairs), lambda k: k.with_first_names_only(),
-                   lambda k: k.with_priors({cid: i for i, (cid, _) in enumerate(pairs)})):
+    for derive in (
+        lambda k: k.with_extra_names(pairs),
+        lambda k: k.with_first_names_only(),
+        lambda k: k.with_priors({cid: i for i, (cid, _) in enumerate(pairs)}),
+    ):
         try:
             expected = derive(kb)
         except EmptyKBError:
@@ -103,20 +125,34 @@ def test_derived_kbs_match_too(items, dedup, extra):
 
 
 def test_merged_ids_keep_the_knowledge_base_rules():
-    items = [Concept("D1", ["Renal failure", "renal failure"], None, ["B", "B"], 1.0),
-             Concept("D2", ["cancer"], "", ["C"]),
-             Concept(" D1", ["kidney failure", "Renal failure"], "second", ["A", "B", "A"], 3.0),
-             Concept("D1", ["renal  failure"], "third", ["C"], 2.0)]
+    items = [
+        Concept("D1", ["Renal failure", "renal failure"], None, ["B", "B"], 1.0),
+        Concept("D2", ["cancer"], "", ["C"]),
+        Concept(" D1", ["kidney failure", "Renal failure"], "second", ["A", "B", "A"], 3.0),
+        Concept("D1", ["renal  failure"], "third", ["C"], 2.0),
+    ]
     kb, compact = KnowledgeBase(items), CompactKB.build(items)
     assert_same_index(kb, compact)
-    assert compact["D1"] == Concept("D1", ["Renal failure", "renal failure", "kidney failure", "renal  failure"], "second",
-                                    ["B", "B", "A", "C"], 3.0) == kb["D1"]
+    assert (
+        compact["D1"]
+        == Concept(
+            "D1",
+            ["Renal failure", "renal failure", "kidney failure", "renal  failure"],
+            "second",
+            ["B", "B", "A", "C"],
+            3.0,
+        )
+        == kb["D1"]
+    )
     assert compact["D2"].definition is None and compact.preferred_name("D1") == "Renal failure"
 
 
 def test_dedup_and_priors_order_shared_names():
-    items = [Concept("A", ["tumor", "neoplasm", "growth"]), Concept("B", ["tumor"], prior=0.0),
-             Concept("C", ["tumor", "mass"], prior=5.0)]
+    items = [
+        Concept("A", ["tumor", "neoplasm", "growth"]),
+        Concept("B", ["tumor"], prior=0.0),
+        Concept("C", ["tumor", "mass"], prior=5.0),
+    ]
     for dedup in (False, True):
         kb, compact = KnowledgeBase(items, dedup=dedup), CompactKB.build(items, dedup=dedup)
         assert_same_index(kb, compact)
@@ -181,7 +217,12 @@ def test_opening_with_other_settings_gives_what_the_jsonl_gives(tmp_path):
     kb = KnowledgeBase(items)
     kb.to_jsonl(tmp_path / "kb.jsonl")
     CompactKB.from_kb(kb).save(tmp_path / "kb.safetensors")
-    for kwargs in ({"normalizer": "lower"}, {"dedup": True}, {"normalizer": "none", "dedup": True}, {"normalizer": "genbioel"}):
+    for kwargs in (
+        {"normalizer": "lower"},
+        {"dedup": True},
+        {"normalizer": "none", "dedup": True},
+        {"normalizer": "genbioel"},
+    ):
         expected = KnowledgeBase.load(tmp_path / "kb.jsonl", **kwargs)
         assert_same_index(expected, KnowledgeBase.load(tmp_path / "kb.safetensors", **kwargs))
 
@@ -196,9 +237,26 @@ def _damage(path, change):
     save_file(arrays, str(path), metadata=meta)
 
 
-@pytest.mark.parametrize("damage", ["empty", "7 bytes", "half", "last byte", "one byte more", "garbage", "version 2",
-                                    "not a kb", "no checksum", "array missing", "offsets reversed", "pointers short",
-                                    "floats", "two-dimensional", "unknown normalizer"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "empty",
+        "7 bytes",
+        "half",
+        "last byte",
+        "one byte more",
+        "garbage",
+        "version 2",
+        "not a kb",
+        "no checksum",
+        "array missing",
+        "offsets reversed",
+        "pointers short",
+        "floats",
+        "two-dimensional",
+        "unknown normalizer",
+    ],
+)
 def test_a_damaged_file_is_refused_naming_it(tmp_path, damage):
     path = tmp_path / "kb.safetensors"
     CompactKB.build([Concept("D1", ["renal failure", "cancer"]), Concept("D2", ["lung"])]).save(path)
@@ -230,7 +288,10 @@ def test_a_damaged_file_is_refused_naming_it(tmp_path, damage):
 def test_damage_inside_the_arrays_is_refused_where_it_is_read(tmp_path):
     path = tmp_path / "kb.safetensors"
     CompactKB.build([Concept("D1", ["renal failure", "cancer"]), Concept("D2", ["lung"])]).save(path)
-    _damage(path, lambda a, m: ({**a, "name_concepts": a["name_concepts"] + 100, "name_offsets": np.array([0, 13, 6, 23])}, m))
+    _damage(
+        path,
+        lambda a, m: ({**a, "name_concepts": a["name_concepts"] + 100, "name_offsets": np.array([0, 13, 6, 23])}, m),
+    )
     with pytest.raises(KBFormatError, match="kb.safetensors.*checksum"):
         KnowledgeBase.load(path)  # opening compares the arrays with their recorded digest
     kb = CompactKB.open(path, verify=False)  # unverified, every read still checks what it reads
@@ -263,9 +324,21 @@ def test_build_kb_writes_a_compact_kb(tmp_path):
     from spacy_genbioel.cli import app
     from spacy_genbioel.kb.build import build_kb
 
-    (tmp_path / "medic.txt").write_text("D001||Reiter Syndrome|Reactive Arthritis\nD002|613097||Tumor|Neoplasm|Reiter syndrome\n")
-    result = CliRunner().invoke(app, ["build-kb", "-f", "medic", str(tmp_path / "medic.txt"), "--out",
-                                      str(tmp_path / "kb.safetensors"), "--no-progress"])
+    (tmp_path / "medic.txt").write_text(
+        "D001||Reiter Syndrome|Reactive Arthritis\nD002|613097||Tumor|Neoplasm|Reiter syndrome\n"
+    )
+    result = CliRunner().invoke(
+        app,
+        [
+            "build-kb",
+            "-f",
+            "medic",
+            str(tmp_path / "medic.txt"),
+            "--out",
+            str(tmp_path / "kb.safetensors"),
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     expected = build_kb("medic", tmp_path / "medic.txt", name="kb")
     assert_same_index(expected, KnowledgeBase.load(tmp_path / "kb.safetensors"))
@@ -293,8 +366,15 @@ def test_a_saved_pipeline_maps_its_kb_and_links_as_before(tmp_path, micro_model,
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
     nlp = spacy.blank("en")
-    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
-                                     "decoding": {"num_beams": 2, "top_k": 2}})
+    nlp.add_pipe(
+        "genbioel",
+        config={
+            "model": str(tmp_path / "model"),
+            "kb": str(tmp_path / "kb.jsonl"),
+            "device": "cpu",
+            "decoding": {"num_beams": 2, "top_k": 2},
+        },
+    )
 
     def links(pipeline):
         doc = pipeline.make_doc("acute renal failure and lung cancer")

@@ -1,6 +1,7 @@
 """Concept IDs every output format can write back, stripped names, and what the KB readers refuse or
 report rather than accept silently (duplicate ``target_kb.json`` keys, swapped CTD columns, concepts
 listed without names)."""
+
 from __future__ import annotations
 
 import json
@@ -53,13 +54,17 @@ def test_tsv_readers_name_the_file_and_line(tmp_path: Path) -> None:
         list(read_mesh_tsv(mesh))
 
 
-CTD_HEADER = ("# Fields:\n# DiseaseName\tDiseaseID\tAltDiseaseIDs\tDefinition\tParentIDs\tTreeNumbers\tParentTreeNumbers"
-              "\tSynonyms\tSlimMappings\n#\n")
+CTD_HEADER = (
+    "# Fields:\n# DiseaseName\tDiseaseID\tAltDiseaseIDs\tDefinition\tParentIDs\tTreeNumbers\tParentTreeNumbers"
+    "\tSynonyms\tSlimMappings\n#\n"
+)
 
 
 def test_swapped_ctd_columns_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "CTD_diseases.tsv"
-    path.write_text(CTD_HEADER + "Renal failure\tMESH:D051437\t\t\t\tC12\t\t\t\nMESH:D003550\tCystic fibrosis\t\t\t\tC16\t\t\t\n")
+    path.write_text(
+        CTD_HEADER + "Renal failure\tMESH:D051437\t\t\t\tC12\t\t\t\nMESH:D003550\tCystic fibrosis\t\t\t\tC16\t\t\t\n"
+    )
     with pytest.raises(KBFormatError, match=r"CTD_diseases.tsv:5: .*columns look swapped"):
         list(read_ctd(path))
     path.write_text(CTD_HEADER + "Renal failure\tRenal failure\t\t\t\tC12\t\t\t\n")
@@ -86,7 +91,9 @@ def test_names_are_stripped_and_empty_ones_dropped_and_counted(caplog) -> None:
 
 def test_a_concept_without_names_is_reported(tmp_path: Path, caplog) -> None:
     path = tmp_path / "kb.jsonl"
-    path.write_text(json.dumps({"id": "D1", "names": ["renal failure"]}) + "\n" + json.dumps({"id": "D2", "names": []}) + "\n")
+    path.write_text(
+        json.dumps({"id": "D1", "names": ["renal failure"]}) + "\n" + json.dumps({"id": "D2", "names": []}) + "\n"
+    )
     with caplog.at_level(logging.WARNING, logger="spacy_genbioel"):
         kb = KnowledgeBase.load(path)
     assert "D2" in kb and kb.drops.nameless == 1

@@ -1,5 +1,6 @@
 """configs/kbs/project.yml: the KB recipes (kb-umls, kb-mesh, kb-rxnorm, kb-hpo, kb-mondo, kb-go), each run
 on the small real-format files of tests/fixtures/kb_sources with its vars pointed at them."""
+
 from __future__ import annotations
 
 import json
@@ -82,12 +83,29 @@ def test_each_recipe_builds_its_kb_from_the_fixtures(tmp_path, recipe):
 def test_spacy_project_run_builds_a_kb(tmp_path):
     """The command a user types, end to end: `spacy project run kb-hpo configs/kbs`, on a copy of the project."""
     project = _copy(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "spacy", "project", "run", "kb-hpo", str(project),
-                           "--vars.hpo_obo", str(FIXTURES / "hp.obo")],
-                          capture_output=True, text=True, env={**os.environ, "GENBIOEL_PROGRESS": "0"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spacy",
+            "project",
+            "run",
+            "kb-hpo",
+            str(project),
+            "--vars.hpo_obo",
+            str(FIXTURES / "hp.obo"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GENBIOEL_PROGRESS": "0"},
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     ids = [json.loads(line)["id"] for line in (project / "kbs" / "hpo.jsonl").read_text(encoding="utf8").splitlines()]
     assert ids == ["HP:0000118", "HP:0001250", "HP:0001263", "HP:0031797"]
-    missing = subprocess.run([sys.executable, "-m", "spacy", "project", "run", "kb-umls", str(project)],
-                             capture_output=True, text=True, env={**os.environ, "GENBIOEL_PROGRESS": "0"})
+    missing = subprocess.run(
+        [sys.executable, "-m", "spacy", "project", "run", "kb-umls", str(project)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GENBIOEL_PROGRESS": "0"},
+    )
     assert missing.returncode != 0 and "assets/umls/META" in missing.stdout + missing.stderr

@@ -1,4 +1,5 @@
 """Tests for the KB source readers, on small files written here."""
+
 from __future__ import annotations
 
 import gzip
@@ -9,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.kb.base import Concept, KBFormatError
 from spacy_genbioel.kb import (
     FORMATS,
     KnowledgeBase,
@@ -31,6 +31,7 @@ from spacy_genbioel.kb import (
     read_umls,
     split_ids,
 )
+from spacy_genbioel.kb.base import Concept, KBFormatError
 from spacy_genbioel.ty import Mention
 
 
@@ -121,11 +122,7 @@ def test_read_medic_gz(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "bad, line, reason",
-    [
-        ("D001|Name only\n", 2, "no '||'"),
-        ("||Name\n", 2, "no concept ID"),
-        ("D002||\n", 2, "no names"),
-    ],
+    [("D001|Name only\n", 2, "no '||'"), ("||Name\n", 2, "no concept ID"), ("D002||\n", 2, "no names")],
 )
 def test_read_medic_errors(tmp_path: Path, bad: str, line: int, reason: str) -> None:
     path = write(tmp_path / "medic.txt", "D000||Fine\n" + bad)
@@ -163,7 +160,11 @@ def test_read_ctd_diseases(tmp_path: Path) -> None:
     concepts = list(read_ctd(write_gz(tmp_path / "CTD_diseases.tsv.gz", CTD_DISEASES)))
     assert [c.id for c in concepts] == ["C537805", "264300", "D058165"]
     first, omim, second = concepts
-    assert first.names == ["17-Hydroxysteroid Dehydrogenase Deficiency", "17-Ksr Deficiency", "Male pseudohermaphroditism"]
+    assert first.names == [
+        "17-Hydroxysteroid Dehydrogenase Deficiency",
+        "17-Ksr Deficiency",
+        "Male pseudohermaphroditism",
+    ]
     assert omim.names == first.names
     assert second.definition == "Condition with a variable constellation."
     assert second.types == ["C", "F"]
@@ -204,12 +205,18 @@ def test_read_mesh_tsv_descriptors_and_supplementary(tmp_path: Path) -> None:
     supp = write(
         tmp_path / "supp.tsv",
         "C000002\tbevonium\t2-(hydroxymethyl)piperidinium benzilate\tD001561\n"
-        "C483025\tAckr1 protein mouse\t\"Dfy protein, mouse|ID: 13349 ims\tDARC antigen, mouse|Darc protein\tD004375,D011956\n"
+        'C483025\tAckr1 protein mouse\t"Dfy protein, mouse|ID: 13349 ims\tDARC antigen, mouse|Darc protein\tD004375,D011956\n'
         "C000009\tnaked name\n",
     )
     concepts = list(read_mesh_tsv(supp))
     assert concepts[0].types == []  # the 4th column is mapped descriptors, not tree numbers
-    assert concepts[1].names == ["Ackr1 protein mouse", '"Dfy protein, mouse', "ID: 13349 ims", "DARC antigen, mouse", "Darc protein"]
+    assert concepts[1].names == [
+        "Ackr1 protein mouse",
+        '"Dfy protein, mouse',
+        "ID: 13349 ims",
+        "DARC antigen, mouse",
+        "Darc protein",
+    ]
     assert concepts[2].names == ["naked name"]
 
 
@@ -285,11 +292,15 @@ def test_read_mesh_xml_descriptors(tmp_path: Path) -> None:
 
 def test_read_mesh_xml_supplementary_gz(tmp_path: Path) -> None:
     concepts = list(read_mesh_xml(write_gz(tmp_path / "supp2024.xml.gz", SUPP_XML)))
-    assert concepts == [Concept("C000002", ["bevonium", "bevonium methyl sulfate"], "structure given in first source", [])]
+    assert concepts == [
+        Concept("C000002", ["bevonium", "bevonium methyl sulfate"], "structure given in first source", [])
+    ]
 
 
 def test_read_mesh_xml_errors(tmp_path: Path) -> None:
-    broken = DESC_XML.replace("</DescriptorName>\n  <TreeNumberList><TreeNumber>G02", "\n  <TreeNumberList><TreeNumber>G02")
+    broken = DESC_XML.replace(
+        "</DescriptorName>\n  <TreeNumberList><TreeNumber>G02", "\n  <TreeNumberList><TreeNumber>G02"
+    )
     with pytest.raises(KBFormatError, match=r"desc\.xml:\d+: XML parse error"):
         list(read_mesh_xml(write(tmp_path / "desc.xml", broken)))
     no_ui = DESC_XML.replace("<DescriptorUI>D000002</DescriptorUI>", "")
@@ -298,17 +309,20 @@ def test_read_mesh_xml_errors(tmp_path: Path) -> None:
 
 
 # -- UMLS ---------------------------------------------------------------------------------------------
-MRCONSO = "\n".join(
-    [
-        "C0000005|ENG|S|L0000005|PF|S0007492|Y|A26634265||M0019694|D012711|MSH|PEP|D012711|(131)I-Macroaggregated Albumin|0|N|256|",
-        "C0000005|ENG|P|L0270109|PF|S0007491|Y|A26634266||M0019694|D012711|MSH|MH|D012711|(131)I-MAA|0|N|256|",
-        "C0000005|FRE|P|L0270110|PF|S0007493|Y|A26634267||M0019694|D012711|MSHFRE|EN|D012711|MAA-131I|3|N||",
-        "C0000039|ENG|P|L0000039|PF|S0007564|N|A0016515||M0023172|D015060|MSH|MH|D015060|1,2-Dipalmitoylphosphatidylcholine|0|N|256|",
-        "C0000039|ENG|P|L0000039|VO|S1357296|Y|A1317687||M0023172|D015060|RXNORM|SY|D015060|Dipalmitoylphosphatidylcholine|0|N|256|",
-        "C0000039|ENG|S|L0000035|PF|S0007560|Y|A0016511||M0023172|D015060|MSH|EP|D015060|old suppressed name|0|O|256|",
-        "C0000052|ENG|P|L0000052|PF|S0007586|Y|A0016549||M0023325|D000479|MSH|MH|D000479|1,4-alpha-Glucan Branching Enzyme|0|N|256|",
-    ]
-) + "\n"
+MRCONSO = (
+    "\n".join(
+        [
+            "C0000005|ENG|S|L0000005|PF|S0007492|Y|A26634265||M0019694|D012711|MSH|PEP|D012711|(131)I-Macroaggregated Albumin|0|N|256|",
+            "C0000005|ENG|P|L0270109|PF|S0007491|Y|A26634266||M0019694|D012711|MSH|MH|D012711|(131)I-MAA|0|N|256|",
+            "C0000005|FRE|P|L0270110|PF|S0007493|Y|A26634267||M0019694|D012711|MSHFRE|EN|D012711|MAA-131I|3|N||",
+            "C0000039|ENG|P|L0000039|PF|S0007564|N|A0016515||M0023172|D015060|MSH|MH|D015060|1,2-Dipalmitoylphosphatidylcholine|0|N|256|",
+            "C0000039|ENG|P|L0000039|VO|S1357296|Y|A1317687||M0023172|D015060|RXNORM|SY|D015060|Dipalmitoylphosphatidylcholine|0|N|256|",
+            "C0000039|ENG|S|L0000035|PF|S0007560|Y|A0016511||M0023172|D015060|MSH|EP|D015060|old suppressed name|0|O|256|",
+            "C0000052|ENG|P|L0000052|PF|S0007586|Y|A0016549||M0023325|D000479|MSH|MH|D000479|1,4-alpha-Glucan Branching Enzyme|0|N|256|",
+        ]
+    )
+    + "\n"
+)
 MRDEF = (
     "C0000039|A0016515|AT38152019||MSH|Synthetic phospholipid used in liposomes.|N||\n"
     "C0000052|A0016549|AT1234||MSH|Suppressed definition.|O||\n"
@@ -432,8 +446,16 @@ def test_read_genbioel_target_kb(tmp_path: Path) -> None:
 def test_read_scispacy_and_project_jsonl(tmp_path: Path) -> None:
     sci = write(
         tmp_path / "umls_kb.jsonl",
-        json.dumps({"concept_id": "C001", "canonical_name": "Fever", "aliases": ["Pyrexia"], "types": ["T184"],
-                    "definition": "High temperature."}) + "\n\n",
+        json.dumps(
+            {
+                "concept_id": "C001",
+                "canonical_name": "Fever",
+                "aliases": ["Pyrexia"],
+                "types": ["T184"],
+                "definition": "High temperature.",
+            }
+        )
+        + "\n\n",
     )
     assert list(read_scispacy_jsonl(sci)) == [Concept("C001", ["Fever", "Pyrexia"], "High temperature.", ["T184"])]
     own = write_gz(tmp_path / "kb.jsonl.gz", json.dumps({"id": "D1", "names": ["x", "y"]}) + "\n")
@@ -469,7 +491,19 @@ def test_crosswalk(tmp_path: Path) -> None:
 
 
 def test_formats_registry() -> None:
-    assert set(FORMATS) == {"medic", "ctd", "mesh-tsv", "mesh-xml", "umls", "rxnorm", "obo", "genbioel", "jsonl", "scispacy", "askapatient"}
+    assert set(FORMATS) == {
+        "medic",
+        "ctd",
+        "mesh-tsv",
+        "mesh-xml",
+        "umls",
+        "rxnorm",
+        "obo",
+        "genbioel",
+        "jsonl",
+        "scispacy",
+        "askapatient",
+    }
     with pytest.raises(ValueError, match="Unknown KB format"):
         build_kb("nope", "x")
 
@@ -535,12 +569,21 @@ def test_augment_kb_steps() -> None:
 
 # -- issue 16: damaged files and line ends in every reader ---------------------------------------------------------
 def _samples() -> dict:
-    return {"medic": MEDIC, "ctd": CTD_DISEASES, "mesh-xml": DESC_XML, "umls": MRCONSO, "rxnorm": MRCONSO, "obo": OBO,
-            "genbioel": json.dumps({f"D{i}": [f"name {i}"] for i in range(40)}, indent=1),
-            "jsonl": "".join(json.dumps({"id": f"D{i}", "names": [f"n{i}"]}) + "\n" for i in range(40)),
-            "scispacy": "".join(json.dumps({"concept_id": f"C{i}", "canonical_name": f"n{i}"}) + "\n" for i in range(40)),
-            "mesh-tsv": "".join(f"D{i:06d}\tName {i}\tSyn {i}\tC01.{i:03d}\t\n" for i in range(40)),
-            "askapatient": json.dumps({f"1000{i}": [["primary", f"name {i}"], ["synonym", f"syn {i}"]] for i in range(40)}, indent=1)}
+    return {
+        "medic": MEDIC,
+        "ctd": CTD_DISEASES,
+        "mesh-xml": DESC_XML,
+        "umls": MRCONSO,
+        "rxnorm": MRCONSO,
+        "obo": OBO,
+        "genbioel": json.dumps({f"D{i}": [f"name {i}"] for i in range(40)}, indent=1),
+        "jsonl": "".join(json.dumps({"id": f"D{i}", "names": [f"n{i}"]}) + "\n" for i in range(40)),
+        "scispacy": "".join(json.dumps({"concept_id": f"C{i}", "canonical_name": f"n{i}"}) + "\n" for i in range(40)),
+        "mesh-tsv": "".join(f"D{i:06d}\tName {i}\tSyn {i}\tC01.{i:03d}\t\n" for i in range(40)),
+        "askapatient": json.dumps(
+            {f"1000{i}": [["primary", f"name {i}"], ["synonym", f"syn {i}"]] for i in range(40)}, indent=1
+        ),
+    }
 
 
 def test_every_reader_is_covered_here() -> None:
@@ -549,7 +592,9 @@ def test_every_reader_is_covered_here() -> None:
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_truncated_or_corrupt_gzip_names_file_and_line(tmp_path: Path, fmt: str) -> None:
-    data = gzip.compress((_samples()[fmt] * (1 if fmt in ("genbioel", "mesh-xml", "askapatient") else 20)).encode("utf8"))
+    data = gzip.compress(
+        (_samples()[fmt] * (1 if fmt in ("genbioel", "mesh-xml", "askapatient") else 20)).encode("utf8")
+    )
     cut = write_bytes(tmp_path / "source.gz", data[: len(data) * 2 // 3])
     with pytest.raises(KBFormatError, match=r"source\.gz:\d+: truncated or corrupt gzip data"):
         list(FORMATS[fmt](cut))
@@ -570,7 +615,11 @@ def test_cr_only_crlf_and_bom_read_as_lf(tmp_path: Path, fmt: str) -> None:
     text = _samples()[fmt]
     expected = list(FORMATS[fmt](write(tmp_path / "lf", text)))
     assert expected
-    for name, variant in (("cr", text.replace("\n", "\r")), ("crlf", text.replace("\n", "\r\n")), ("bom", "\ufeff" + text)):
+    for name, variant in (
+        ("cr", text.replace("\n", "\r")),
+        ("crlf", text.replace("\n", "\r\n")),
+        ("bom", "\ufeff" + text),
+    ):
         assert list(FORMATS[fmt](write_bytes(tmp_path / name, variant.encode("utf8")))) == expected, name
 
 
@@ -622,5 +671,10 @@ def test_util_readers_turn_damage_into_the_callers_error(tmp_path: Path) -> None
         list(iter_json_lines(deep, Mine))
     with pytest.raises(Mine, match=r"f\.json:2: not valid JSON"):
         parse_json('{"a":\n}', "f.json", Mine)
-    assert list(iter_lines(write_bytes(tmp_path / "mac.txt", b"\xef\xbb\xbfa\rb\r\rc"))) == [(1, "a"), (2, "b"), (3, ""), (4, "c")]
+    assert list(iter_lines(write_bytes(tmp_path / "mac.txt", b"\xef\xbb\xbfa\rb\r\rc"))) == [
+        (1, "a"),
+        (2, "b"),
+        (3, ""),
+        (4, "c"),
+    ]
     assert text_lines("a\rb") == ["a", "b"] and text_lines("a\r\nb\rc\n") == ["a", "b\rc", ""]

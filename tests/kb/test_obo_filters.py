@@ -1,5 +1,6 @@
 """The OBO reader (kb/obo.py) on small ontologies in the real format (tests/fixtures/kb_sources):
 its own terms only by default, obsolete terms, synonym scopes, namespaces as types."""
+
 from __future__ import annotations
 
 import logging
@@ -46,20 +47,26 @@ def test_synonym_scopes_and_types():
 
 def test_a_header_prefix_no_term_has_warns(tmp_path, caplog):
     path = tmp_path / "ordo.obo"
-    path.write_text("format-version: 1.2\nontology: ordo\n\n[Term]\nid: Orphanet:558\nname: Marfan syndrome\n", encoding="utf8")
+    path.write_text(
+        "format-version: 1.2\nontology: ordo\n\n[Term]\nid: Orphanet:558\nname: Marfan syndrome\n", encoding="utf8"
+    )
     with caplog.at_level(logging.WARNING, logger="spacy_genbioel.kb.obo"):
         assert list(read_obo(path)) == []
     assert "no term has an ID starting with ORDO:" in caplog.text
     assert ids(read_obo(path, prefix="Orphanet")) == ["Orphanet:558"]
     url = tmp_path / "url.obo"
-    url.write_text("ontology: http://purl.obolibrary.org/obo/mondo.owl\n\n[Term]\nid: MONDO:1\nname: x\n\n[Term]\nid: HP:1\nname: y\n",
-                   encoding="utf8")
+    url.write_text(
+        "ontology: http://purl.obolibrary.org/obo/mondo.owl\n\n[Term]\nid: MONDO:1\nname: x\n\n[Term]\nid: HP:1\nname: y\n",
+        encoding="utf8",
+    )
     assert ids(read_obo(url)) == ["MONDO:1"]
 
 
 def test_no_header_keeps_every_term(tmp_path):
     path = tmp_path / "plain.obo"
-    path.write_text("[Term]\nid: A:1\nname: a\n\n[Term]\nid: B:1\nname: b\n\n[Typedef]\nid: r\nname: rel\n", encoding="utf8")
+    path.write_text(
+        "[Term]\nid: A:1\nname: a\n\n[Term]\nid: B:1\nname: b\n\n[Typedef]\nid: r\nname: rel\n", encoding="utf8"
+    )
     assert ids(read_obo(path)) == ["A:1", "B:1"]
 
 

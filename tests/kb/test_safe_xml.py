@@ -1,5 +1,6 @@
 """The package's XML parser (:mod:`spacy_genbioel.kb.safe_xml`): its options, and what they do on the
 lxml installed (run it with the oldest lxml setup.cfg allows: ``PYTHONPATH=<lxml 4.9> pytest tests/kb/test_safe_xml.py``)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +8,14 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from spacy_genbioel.kb.safe_xml import (SAFE_XML_OPTIONS, XML_ERRORS, UnsafeXMLError, parse_xml, safe_default_parser,
-                                        safe_pull_parser)
+from spacy_genbioel.kb.safe_xml import (
+    SAFE_XML_OPTIONS,
+    XML_ERRORS,
+    UnsafeXMLError,
+    parse_xml,
+    safe_default_parser,
+    safe_pull_parser,
+)
 
 
 def test_the_options_leave_entities_and_the_network_alone() -> None:
@@ -33,8 +40,10 @@ def test_an_external_entity_never_reads_a_local_file(tmp_path: Path) -> None:
 def test_internal_entities_are_refused_not_expanded() -> None:
     with pytest.raises(UnsafeXMLError, match="&x;"):
         parse_xml('<!DOCTYPE c [<!ENTITY x "Renal">]><c><t>a &x; b</t></c>')
-    bomb = ('<!DOCTYPE c [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">'
-            '<!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">]><c>&c;</c>')
+    bomb = (
+        '<!DOCTYPE c [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">'
+        '<!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">]><c>&c;</c>'
+    )
     with pytest.raises(XML_ERRORS):
         parse_xml(bomb)
 

@@ -1,5 +1,6 @@
 """bench/synth_kb.py: the UMLS-like KB generator is seeded and keeps the fitted distributions;
 bench/kb_scale.py's table reads its runs."""
+
 import json
 import random
 import sys
@@ -18,21 +19,61 @@ import synth_kb  # noqa: E402
 def vocabulary(seed=0, n=3000):
     """MeSH-like concepts: frequent words, rare chemical-like words, synonyms sharing words."""
     rng = random.Random(seed)
-    common = ["acute", "chronic", "renal", "failure", "cancer", "syndrome", "disease", "of", "the", "type", "protein",
-              "receptor", "human", "cell", "deficiency", "lung", "heart", "liver"]
+    common = [
+        "acute",
+        "chronic",
+        "renal",
+        "failure",
+        "cancer",
+        "syndrome",
+        "disease",
+        "of",
+        "the",
+        "type",
+        "protein",
+        "receptor",
+        "human",
+        "cell",
+        "deficiency",
+        "lung",
+        "heart",
+        "liver",
+    ]
 
-    pieces = ["meth", "yl", "eth", "amino", "benz", "ol", "ine", "ox", "hydro", "chlor", "ide", "ase", "phen", "2-", "4-", "n-"]
+    pieces = [
+        "meth",
+        "yl",
+        "eth",
+        "amino",
+        "benz",
+        "ol",
+        "ine",
+        "ox",
+        "hydro",
+        "chlor",
+        "ide",
+        "ase",
+        "phen",
+        "2-",
+        "4-",
+        "n-",
+    ]
 
     def rare():  # a chemical-like word, most of them seen once
         return "".join(rng.choice(pieces) for _ in range(rng.randint(3, 6)))
 
     concepts = []
     for _ in range(n):
-        first = [rng.choice(common) if rng.random() < 0.75 else rare() for _ in range(rng.choice([1, 1, 2, 2, 2, 3, 4]))]
+        first = [
+            rng.choice(common) if rng.random() < 0.75 else rare() for _ in range(rng.choice([1, 1, 2, 2, 2, 3, 4]))
+        ]
         names = [" ".join(first)]
         for _ in range(rng.choice([0, 0, 0, 1, 1, 2, 5])):
-            names.append(" ".join(rng.choice(first) if rng.random() < 0.4 else rng.choice(common)
-                                  for _ in range(rng.randint(1, 4))))
+            names.append(
+                " ".join(
+                    rng.choice(first) if rng.random() < 0.4 else rng.choice(common) for _ in range(rng.randint(1, 4))
+                )
+            )
         concepts.append((names, rng.random() < 0.1))
     return concepts
 
@@ -49,7 +90,9 @@ def _read(path):
 def test_fit_records_the_distributions(stats):
     assert stats["format"] == synth_kb.FORMAT and stats["concepts"] == 3000
     assert abs(sum(stats["synonyms"].values()) - 1) < 1e-9 and abs(sum(stats["words_per_name"].values()) - 1) < 1e-9
-    assert "renal" in stats["frequent_words"] and 0.05 < stats["rare_token_share"] < 0.5 and stats["rare_word_uses"] >= 1
+    assert (
+        "renal" in stats["frequent_words"] and 0.05 < stats["rare_token_share"] < 0.5 and stats["rare_word_uses"] >= 1
+    )
     assert 0.02 < stats["definition_share"] < 0.2 and stats["markov"]
 
 
@@ -96,17 +139,24 @@ def test_invented_words_follow_the_chain():
 
 
 def test_fitting_reads_the_project_readers(tmp_path):
-    (tmp_path / "mesh.tsv").write_text("D1\tRenal Failure\tKidney Failure|Renal Insufficiency\tC12.1\t\n"
-                                       "D2\tLung Cancer\t\tC04\t\n", encoding="utf8")
+    (tmp_path / "mesh.tsv").write_text(
+        "D1\tRenal Failure\tKidney Failure|Renal Insufficiency\tC12.1\t\nD2\tLung Cancer\t\tC04\t\n", encoding="utf8"
+    )
     concepts = list(synth_kb.read_concepts([("mesh-tsv", tmp_path / "mesh.tsv")]))
     assert concepts == [(["Renal Failure", "Kidney Failure", "Renal Insufficiency"], False), (["Lung Cancer"], False)]
     assert synth_kb.fit(concepts, min_count=1)["synonyms"] == {"1": 0.5, "3": 0.5}
 
 
 def test_the_scale_table_lists_each_run():
-    runs = [{"names_generated": 100_000, "kb_format": "safetensors", "build_kb": {"wall_s": 3.5, "peak_rss_mb": 120.0},
-             "load": {"load_s": 0.4}},
-            {"names_generated": 1_000_000, "kb_format": "jsonl", "build_kb": {"wall_s": 30.0, "peak_rss_mb": 900.0}}]
+    runs = [
+        {
+            "names_generated": 100_000,
+            "kb_format": "safetensors",
+            "build_kb": {"wall_s": 3.5, "peak_rss_mb": 120.0},
+            "load": {"load_s": 0.4},
+        },
+        {"names_generated": 1_000_000, "kb_format": "jsonl", "build_kb": {"wall_s": 30.0, "peak_rss_mb": 900.0}},
+    ]
     table = kb_scale.table(runs).splitlines()
     assert table[0] == "| figure | 100k (safetensors) | 1m (jsonl) |"
     assert "| `build-kb` wall time | 3.5 s | 30.0 s |" in table

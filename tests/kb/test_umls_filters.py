@@ -1,5 +1,6 @@
 """UMLS and RxNorm readers (kb/umls.py) on small files in the real RRF formats
 (tests/fixtures/kb_sources/umls, .../rxnorm): folders, filters, types, definitions."""
+
 from __future__ import annotations
 
 import gzip
@@ -45,7 +46,11 @@ def test_umls_filters_by_source_language_term_type_and_suppression():
     assert {"Diabète", "Diabetes mellitus, NOS"} <= set(every["C0011849"].names)
     assert "high blood pressures" in every["C0020538"].names
     assert by_id(read_umls(META, languages=["FRE"]))["C0011849"].names == ["Diabète"]
-    assert [c.names for c in read_umls(META, term_types=["MH"])] == [["Diabetes Mellitus"], ["Hypertension"], ["Aspirin"]]
+    assert [c.names for c in read_umls(META, term_types=["MH"])] == [
+        ["Diabetes Mellitus"],
+        ["Hypertension"],
+        ["Aspirin"],
+    ]
 
 
 @pytest.mark.parametrize("wanted", [["T047"], ["disease or syndrome"], ["Disease or Syndrome", "T999"]])
@@ -99,7 +104,9 @@ def test_rxnorm_keeps_its_own_source_and_ranks_normal_forms_first():
 def test_filters_object():
     default = RRFFilters()
     assert default.keeps("ENG", "MSH", "PT", "N") and not default.keeps("FRE", "MSH", "PT", "N")
-    assert not default.keeps("ENG", "MSH", "PT", "O") and RRFFilters(include_suppressed=True).keeps("ENG", "MSH", "PT", "O")
+    assert not default.keeps("ENG", "MSH", "PT", "O") and RRFFilters(include_suppressed=True).keeps(
+        "ENG", "MSH", "PT", "O"
+    )
     assert not RRFFilters(sabs=("RXNORM",)).keeps("ENG", "MSH", "PT", "N")
     assert not RRFFilters(term_types=("SY",)).keeps("ENG", "MSH", "PT", "N")
 

@@ -2,6 +2,7 @@
 invisible format characters and puts text in NFC, so a name written with a combining
 diaeresis matches the mention written with the precomposed letter (and the other way
 round), with exact match too, and a name made only of a zero-width space is dropped."""
+
 import unicodedata
 
 import pytest

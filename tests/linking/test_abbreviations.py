@@ -25,8 +25,8 @@ def test_spacy_load_finds_the_detector_without_importing_scispacy(tmp_path):
     import subprocess
     import sys
 
-    import spacy
     import scispacy.abbreviation  # noqa: F401
+    import spacy
 
     nlp = spacy.blank("en")
     nlp.add_pipe("abbreviation_detector")
@@ -38,6 +38,8 @@ def test_spacy_load_finds_the_detector_without_importing_scispacy(tmp_path):
         "doc = nlp('Spinal and bulbar muscular atrophy (SBMA) is inherited. SBMA is rare.')\n"
         "print(nlp.pipe_names, [(a.text, a._.long_form.text) for a in doc._.abbreviations])\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "pipeline")], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "pipeline")], capture_output=True, text=True, check=True
+    )
     assert "['abbreviation_detector']" in out.stdout
     assert "('SBMA', 'Spinal and bulbar muscular atrophy')" in out.stdout

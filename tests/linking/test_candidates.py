@@ -1,4 +1,5 @@
 """Candidate-restricted decoding (retrieve, then generate) and the exact-match shortcut."""
+
 import dataclasses
 import random
 
@@ -6,22 +7,24 @@ import numpy as np
 import pytest
 import spacy
 import torch
+from conftest import assert_same_links, mentions_for, random_kb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_pipeline import TEXTS, linked, make_nlp, resources  # noqa: F401  (fixture)
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.linking.candidates import LazyCandidateGenerator, check_candidates, known_candidates, make_candidate_generator
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.ty import Candidate, Mention
-from spacy_genbioel.retrieval.tfidf import TfidfLinker
+from spacy_genbioel.linking.candidates import (
+    LazyCandidateGenerator,
+    check_candidates,
+    known_candidates,
+    make_candidate_generator,
+)
+from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.settings import CandidateSettings, DecodingSettings, nested_overrides
 from spacy_genbioel.linking.trie import NameTrie
-
-from conftest import assert_same_links, random_kb
-from spacy_genbioel.linking.settings import CandidateSettings, nested_overrides
-from conftest import mentions_for
-from test_pipeline import TEXTS, linked, make_nlp, resources  # noqa: F401  (fixture)
+from spacy_genbioel.retrieval.tfidf import TfidfLinker
+from spacy_genbioel.ty import Candidate, Mention
 
 V, EOS, ROOT = 20, 2, 3
 sequences_strategy = st.lists(st.lists(st.integers(4, V - 1), min_size=1, max_size=6), min_size=1, max_size=30)
@@ -43,13 +46,16 @@ def brute_force_children(seqs, names, prefix):
 
 # -- trie level ------------------------------------------------------------------
 
+
 @given(sequences_strategy, st.data())
 @settings(max_examples=60, deadline=None)
 def test_restricted_mask_equals_brute_force(seqs, data):
     trie = build(seqs)
     n_rows = data.draw(st.integers(1, 4))
     name_sets = [
-        data.draw(st.none() | st.lists(st.integers(0, len(seqs) + 2), max_size=6).map(lambda x: np.array(x, dtype=np.int64)))
+        data.draw(
+            st.none() | st.lists(st.integers(0, len(seqs) + 2), max_size=6).map(lambda x: np.array(x, dtype=np.int64))
+        )
         for _ in range(n_rows)
     ]
     restriction = trie.restrict(name_sets)
@@ -85,7 +91,9 @@ def test_name_terminals_survive_the_file_round_trip(tmp_path):
         assert t.terminals_of(np.array([1, 9, -1, 3])).tolist() == [t.walk([5, 6, EOS]), t.walk([5, 7, 8, EOS])]
     keys = trie.path_keys(np.array([0, 1]), np.array([trie.walk([5, 6, EOS]), trie.walk([7, EOS])]))
     n = trie.n_nodes
-    assert keys.tolist() == sorted([trie.walk([5]), trie.walk([5, 6]), trie.walk([5, 6, EOS]), n + trie.walk([7]), n + trie.walk([7, EOS])])
+    assert keys.tolist() == sorted(
+        [trie.walk([5]), trie.walk([5, 6]), trie.walk([5, 6, EOS]), n + trie.walk([7]), n + trie.walk([7, EOS])]
+    )
 
 
 # -- decoding --------------------------------------------------------------------
@@ -97,7 +105,9 @@ def make_linker(model, tokenizer, kb, retriever=None, **config):
     cfg = dict(num_beams=4, top_k=4, batch_size=4)
     cfg.update(config)
     candidates = CandidateSettings(**{key: cfg.pop(key) for key in CANDIDATE_KEYS if key in cfg})
-    return GenerativeLinker(model, tokenizer, kb, decoding=DecodingSettings(**cfg), candidates=candidates, retriever=retriever)
+    return GenerativeLinker(
+        model, tokenizer, kb, decoding=DecodingSettings(**cfg), candidates=candidates, retriever=retriever
+    )
 
 
 def generated_from(kb, cand, allowed):
@@ -139,11 +149,13 @@ def test_mixed_batch_equals_each_mention_alone(micro_model, word_tokenizer, smal
 
 
 def test_shared_name_is_allowed_through_any_of_its_concepts(micro_model, word_tokenizer):
-    kb = KnowledgeBase([
-        Concept("A", ["renal failure", "acute renal failure"]),
-        Concept("B", ["renal failure", "chronic renal failure"]),
-        Concept("C", ["lung cancer"]),
-    ])
+    kb = KnowledgeBase(
+        [
+            Concept("A", ["renal failure", "acute renal failure"]),
+            Concept("B", ["renal failure", "chronic renal failure"]),
+            Concept("C", ["lung cancer"]),
+        ]
+    )
     linker = make_linker(micro_model, word_tokenizer, kb, num_beams=4, top_k=4)
     mention = Mention("renal failure")
     only_b = linker.link([mention], allowed=[["B"]])[0]
@@ -237,14 +249,18 @@ class FixedRetriever:
 def test_retriever_shortcut(micro_model, word_tokenizer, small_kb, monkeypatch):
     ids = small_kb.concept_ids
     mentions = [Mention("sure thing"), Mention("unsure thing"), Mention("nothing retrieved")]
-    retriever = FixedRetriever(small_kb, {"sure thing": [(ids[3], 0.95), (ids[4], 0.5)], "unsure thing": [(ids[5], 0.6), (ids[6], 0.55)]})
+    retriever = FixedRetriever(
+        small_kb, {"sure thing": [(ids[3], 0.95), (ids[4], 0.5)], "unsure thing": [(ids[5], 0.6), (ids[6], 0.55)]}
+    )
     free = make_linker(micro_model, word_tokenizer, small_kb).link(mentions)
     restricted = make_linker(micro_model, word_tokenizer, small_kb, num_candidates=2)
     restricted.retriever = retriever
     restricted_out = restricted.link(mentions)
 
     # retrieve for the shortcut only: the rest decodes unrestricted
-    linker = make_linker(micro_model, word_tokenizer, small_kb, num_candidates=2, restrict_to_candidates=False, shortcut_threshold=0.9)
+    linker = make_linker(
+        micro_model, word_tokenizer, small_kb, num_candidates=2, restrict_to_candidates=False, shortcut_threshold=0.9
+    )
     linker.retriever = retriever
     ranked = linker.link(mentions)
     top = Candidate((ids[3],), small_kb.names_of(ids[3])[0], 0.0)
@@ -286,6 +302,7 @@ def test_shortcut_off_retrieves_nothing_without_restriction(micro_model, word_to
 
 # -- registry and pipeline ---------------------------------------------------------
 
+
 def test_registry_builds_lazily(small_kb, monkeypatch):
     assert make_candidate_generator("none", small_kb) is None
     with pytest.raises(ValueError, match="tfidf"):
@@ -305,7 +322,9 @@ def test_registry_builds_lazily(small_kb, monkeypatch):
     lazy = make_candidate_generator("dense", small_kb)
     assert isinstance(lazy, LazyCandidateGenerator) and built == []
     assert lazy.link([Mention("pain")], 3) == [[]] and built == [small_kb]
-    assert {"none", "tfidf", "dense", "genbioel.tfidf_retriever.v1", "genbioel.dense_retriever.v1"} <= set(known_candidates())
+    assert {"none", "tfidf", "dense", "genbioel.tfidf_retriever.v1", "genbioel.dense_retriever.v1"} <= set(
+        known_candidates()
+    )
     check_candidates("genbioel.exact_retriever.v1")
 
 
@@ -334,7 +353,10 @@ def fixed_retriever():
 
         def link(self, mentions, top_k=5):
             name = self.kb.names[0]
-            return [[Candidate(tuple(self.kb.ids_for_name(name, normalize=False)), name, self.score)][:top_k] for _ in mentions]
+            return [
+                [Candidate(tuple(self.kb.ids_for_name(name, normalize=False)), name, self.score)][:top_k]
+                for _ in mentions
+            ]
 
     @registry.misc(name)
     def make_first_name_retriever(score: float = 0.5):
@@ -353,14 +375,28 @@ def test_a_registered_retriever_serves_evaluate_and_candidate_generation(fixed_r
 
     lazy = make_candidate_generator(fixed_retriever, small_kb)
     first = small_kb.names[0]
-    assert lazy.link([Mention("anything")], 3) == [[Candidate(small_kb.ids_for_name(first, normalize=False), first, 0.5)]]
+    assert lazy.link([Mention("anything")], 3) == [
+        [Candidate(small_kb.ids_for_name(first, normalize=False), first, 0.5)]
+    ]
     assert fixed_retriever in known_candidates()
 
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
     gold = small_kb.ids_for_name(first, normalize=False)[0]
     (tmp_path / "dev.txt").write_text(f"1|t|{first} here.\n1|a|\n1\t0\t{len(first)}\t{first}\tDisease\t{gold}\n\n")
-    result = CliRunner().invoke(app, ["evaluate", "--corpus", str(tmp_path / "dev.txt"), "--linker", fixed_retriever,
-                                      "--kb", str(tmp_path / "kb.jsonl"), "--json", str(tmp_path / "r.json")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            "--corpus",
+            str(tmp_path / "dev.txt"),
+            "--linker",
+            fixed_retriever,
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["linker"] == fixed_retriever and report["recall"]["recall"]["recall@1"] == 1.0
@@ -388,7 +424,11 @@ def test_pipeline_config_round_trip(resources, tmp_path_factory):
     assert not list((out / "genbioel").glob("*tfidf*"))
     loaded = spacy.load(out)
     cfg = loaded.config["components"]["genbioel"]
-    assert (cfg["candidates"]["retriever"], cfg["candidates"]["num_candidates"], cfg["decoding"]["exact_match"]) == ("tfidf", 2, True)
+    assert (cfg["candidates"]["retriever"], cfg["candidates"]["num_candidates"], cfg["decoding"]["exact_match"]) == (
+        "tfidf",
+        2,
+        True,
+    )
     assert_same_links([linked(d) for d in loaded.pipe(TEXTS)], before)
     # overriding at load time, as `evaluate --candidates.retriever none` does
     overrides = nested_overrides({"retriever": "none", "decoding.exact_match": False})
@@ -431,21 +471,58 @@ def test_evaluate_command_overrides_candidates(resources, tmp_path_factory):
         f"1|t|{text}\n1|a|\n1\t{start}\t{start + len(name)}\t{name}\tDisease\t{ids}\n"
         f"1\t{text.index('renal')}\t{text.index('renal') + 13}\trenal failure\tDisease\t{kb.concept_ids[1]}\n\n"
     )
-    args = ["evaluate", "--corpus", str(tmp_path / "dev.txt"), "--linker", "genbioel", "--pipeline", str(out), "--device", "cpu"]
-    result = CliRunner().invoke(app, [*args, "--candidates.retriever", "tfidf", "--candidates.num_candidates", "3", "--decoding.exact_match",
-                                      "--top-k", "3",
-                                      "--json", str(tmp_path / "r.json")])
+    args = [
+        "evaluate",
+        "--corpus",
+        str(tmp_path / "dev.txt"),
+        "--linker",
+        "genbioel",
+        "--pipeline",
+        str(out),
+        "--device",
+        "cpu",
+    ]
+    result = CliRunner().invoke(
+        app,
+        [
+            *args,
+            "--candidates.retriever",
+            "tfidf",
+            "--candidates.num_candidates",
+            "3",
+            "--decoding.exact_match",
+            "--top-k",
+            "3",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "r.json").read_text())
-    assert (report["meta"]["candidates"], report["meta"]["num_candidates"], report["meta"]["exact_match"]) == ("tfidf", 3, True)
+    assert (report["meta"]["candidates"], report["meta"]["num_candidates"], report["meta"]["exact_match"]) == (
+        "tfidf",
+        3,
+        True,
+    )
     assert report["recall"]["recall"]["recall@1"] >= 0.5  # the exact match
     bad = CliRunner().invoke(app, [*args, "--candidates.retriever", "nope"])
     assert bad.exit_code != 0
     bad = CliRunner().invoke(app, [*args, "--candidates.retreiver", "tfidf"])
     assert bad.exit_code == 2 and "candidates.retreiver" in bad.output
-    result = CliRunner().invoke(app, [*args, "--candidates.retriever", "tfidf", "--candidates.restrict_to_candidates", "false",
-                                      "--candidates.shortcut_threshold", "0.99",
-                                      "--json", str(tmp_path / "s.json")])
+    result = CliRunner().invoke(
+        app,
+        [
+            *args,
+            "--candidates.retriever",
+            "tfidf",
+            "--candidates.restrict_to_candidates",
+            "false",
+            "--candidates.shortcut_threshold",
+            "0.99",
+            "--json",
+            str(tmp_path / "s.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     meta = json.loads((tmp_path / "s.json").read_text())["meta"]
     assert (meta["candidates"], meta["restrict_to_candidates"], meta["shortcut_threshold"]) == ("tfidf", False, 0.99)

@@ -1,17 +1,14 @@
 import pytest
 import torch
+from conftest import assert_same_links, mentions_for, random_kb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spacy_genbioel.linking.decoder import GenerativeLinker
-
 from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text
-
+from spacy_genbioel.linking.reference import ReferenceLinker
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.ty import Mention
-from spacy_genbioel.linking.reference import ReferenceLinker
-
-from conftest import assert_same_links, mentions_for, random_kb
 
 
 def test_input_builder_marks_mention_and_cuts_context():
@@ -35,8 +32,13 @@ def test_without_decoder_prompt_the_name_follows_the_start_tokens(micro_model, w
     inputs = InputBuilder(decoder_prompt=False)
     m = Mention("renal failure", left="acute", right="")
     assert inputs.prompt(m) == "" and inputs.source(m) == InputBuilder().source(m)
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, inputs=inputs,
-                              decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=5))
+    linker = GenerativeLinker(
+        micro_model,
+        word_tokenizer,
+        small_kb,
+        inputs=inputs,
+        decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=5),
+    )
     prefix = linker.prompt_tokens.prefix
     assert linker.prompt_tokens.prompts(["", ""]) == [prefix, prefix]
     assert linker.trie.root_token_id == prefix[-1]
@@ -50,7 +52,9 @@ def test_without_decoder_prompt_the_name_follows_the_start_tokens(micro_model, w
 
 
 def test_batched_equals_one_at_a_time_and_reference(micro_model, word_tokenizer, small_kb):
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=5))
+    linker = GenerativeLinker(
+        micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=5)
+    )
     mentions = mentions_for(small_kb)
     batched = linker.link(mentions)
     singles = [linker.link([m])[0] for m in mentions]
@@ -80,7 +84,9 @@ def test_scores_are_mean_log_probabilities(micro_model, word_tokenizer, small_kb
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_outputs_are_kb_names_and_concepts(micro_model, word_tokenizer, seed):
     kb = random_kb(seed, n_concepts=25)
-    linker = GenerativeLinker(micro_model, word_tokenizer, kb, decoding=DecodingSettings(num_beams=3, top_k=3, batch_size=4))
+    linker = GenerativeLinker(
+        micro_model, word_tokenizer, kb, decoding=DecodingSettings(num_beams=3, top_k=3, batch_size=4)
+    )
     for ranked in linker.link(mentions_for(kb, n=6)):
         assert ranked, "every non-empty mention gets candidates"
         scores = [c.score for c in ranked]
@@ -98,7 +104,9 @@ def test_nothing_to_link_gives_empty(micro_model, word_tokenizer, small_kb, text
 
 
 def test_unseen_characters_and_huge_inputs(micro_model, word_tokenizer, small_kb):
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=2, top_k=2, max_source_tokens=64))
+    linker = GenerativeLinker(
+        micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=2, top_k=2, max_source_tokens=64)
+    )
     odd = Mention("Σύνδρομο 😷 ßü", left="文字 " * 5000, right="ω " * 5000)
     long_mention = Mention("renal " * 2000)
     results = linker.link([odd, long_mention])
@@ -121,16 +129,22 @@ NORMAL_MENTIONS = [
 
 
 @pytest.mark.parametrize("context_words,max_tokens", [(64, 256), (8, 64), (0, 16), (2, 512)])
-def test_source_ids_of_inputs_that_fit_are_identical_to_one_piece_tokenization(word_tokenizer, small_kb, context_words, max_tokens):
+def test_source_ids_of_inputs_that_fit_are_identical_to_one_piece_tokenization(
+    word_tokenizer, small_kb, context_words, max_tokens
+):
     """Existing models read exactly what they read before: a text that fits is
     tokenized in one piece, padded as the tokenizer pads."""
     inputs = InputBuilder(context_words=context_words)
-    mentions = [m for m in mentions_for(small_kb, 24) + NORMAL_MENTIONS
-                if len(word_tokenizer(inputs.source(m))["input_ids"]) <= max_tokens]
+    mentions = [
+        m
+        for m in mentions_for(small_kb, 24) + NORMAL_MENTIONS
+        if len(word_tokenizer(inputs.source(m))["input_ids"]) <= max_tokens
+    ]
     assert len(mentions) >= 10
     new = SourceEncoder(word_tokenizer).encode(mentions, inputs, max_tokens)
-    old = word_tokenizer([inputs.source(m) for m in mentions], return_tensors="pt", padding=True, truncation=True,
-                         max_length=max_tokens)
+    old = word_tokenizer(
+        [inputs.source(m) for m in mentions], return_tensors="pt", padding=True, truncation=True, max_length=max_tokens
+    )
     assert torch.equal(new["input_ids"], old["input_ids"]) and torch.equal(new["attention_mask"], old["attention_mask"])
 
 
@@ -138,8 +152,11 @@ def _markers(tokenizer):
     return [tokenizer(" " + m, add_special_tokens=False)["input_ids"] for m in ("START", "END")]
 
 
-@pytest.mark.parametrize("context", ["ACGT" * 50, "文字标题" * 60, "C6H12O6-Na2SO4(aq)" * 50, "ACGT" * 1250],
-                         ids=["primer", "chinese title", "formula", "5000 bases"])
+@pytest.mark.parametrize(
+    "context",
+    ["ACGT" * 50, "文字标题" * 60, "C6H12O6-Na2SO4(aq)" * 50, "ACGT" * 1250],
+    ids=["primer", "chinese title", "formula", "5000 bases"],
+)
 def test_long_unspaced_context_is_trimmed_in_tokens_around_the_mention(word_tokenizer, context):
     encoder = SourceEncoder(word_tokenizer)
     inputs = InputBuilder()
@@ -168,8 +185,11 @@ def test_a_mention_longer_than_the_cap_keeps_its_start_and_is_counted(word_token
     (start,), (end,) = _markers(word_tokenizer)
     long_word = "renal" * 1000  # one unspaced 5,000-character token
     with caplog.at_level("WARNING", logger="spacy_genbioel"):
-        rows = encoder.ids([Mention(long_word, left="acute " * 10, right="pain " * 10),
-                            Mention("chronic renal failure " * 40)], InputBuilder(), 32)
+        rows = encoder.ids(
+            [Mention(long_word, left="acute " * 10, right="pain " * 10), Mention("chronic renal failure " * 40)],
+            InputBuilder(),
+            32,
+        )
     first = word_tokenizer(" " + long_word, add_special_tokens=False)["input_ids"]
     for ids in rows:
         assert len(ids) == 32 and ids[1] == start and ids[-2] == end  # no room left for context
@@ -188,17 +208,27 @@ def test_training_encodes_the_source_exactly_as_inference(micro_model, word_toke
     from spacy_genbioel.training.seq2seq import encode_examples
 
     linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(max_source_tokens=48))
-    mentions = mentions_for(small_kb, 6) + [Mention("renal failure", left="文字" * 2000, right="ACGT" * 1000),
-                                            Mention("renal" * 500, left="acute")]
-    batch = encode_examples([TrainingExample(m, small_kb.names[0]) for m in mentions], word_tokenizer,
-                            linker.prompt_tokens, linker.inputs, linker.pad_token_id, 48)
+    mentions = mentions_for(small_kb, 6) + [
+        Mention("renal failure", left="文字" * 2000, right="ACGT" * 1000),
+        Mention("renal" * 500, left="acute"),
+    ]
+    batch = encode_examples(
+        [TrainingExample(m, small_kb.names[0]) for m in mentions],
+        word_tokenizer,
+        linker.prompt_tokens,
+        linker.inputs,
+        linker.pad_token_id,
+        48,
+    )
     inference = linker.sources.pad(linker.encode_sources(mentions))
     assert torch.equal(batch["input_ids"], inference["input_ids"])
     assert torch.equal(batch["attention_mask"], inference["attention_mask"])
 
 
 def test_the_decoder_reads_the_mention_whatever_the_context(micro_model, word_tokenizer, small_kb):
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=2, top_k=2, max_source_tokens=64))
+    linker = GenerativeLinker(
+        micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=2, top_k=2, max_source_tokens=64)
+    )
     (start,), (end,) = _markers(word_tokenizer)
     seen = []
     original = linker.encode_windows
@@ -208,14 +238,17 @@ def test_the_decoder_reads_the_mention_whatever_the_context(micro_model, word_to
         return original(input_ids, attention_mask, *args, **kwargs)
 
     linker.encode_windows = spy
-    results = linker.link([Mention("renal failure", left="ACGT" * 1250, right="文字" * 2500),
-                           Mention("renal failure", left="acute")])
+    results = linker.link(
+        [Mention("renal failure", left="ACGT" * 1250, right="文字" * 2500), Mention("renal failure", left="acute")]
+    )
     assert all(results) and len(seen) == 2
-    assert all(start in row and end in row[row.index(start):] for row in seen)
+    assert all(start in row and end in row[row.index(start) :] for row in seen)
 
 
 @pytest.mark.parametrize("text", ["\x00\x01\x1f", "😷🦠", "👩\u200d⚕️ ❤️", "\u200b\ufeff", " \u3000 ", "🇺🇳 👍🏽"])
-def test_nothing_but_control_characters_whitespace_or_emoji_gives_empty_without_decoding(micro_model, word_tokenizer, small_kb, text):
+def test_nothing_but_control_characters_whitespace_or_emoji_gives_empty_without_decoding(
+    micro_model, word_tokenizer, small_kb, text
+):
     linker = GenerativeLinker(micro_model, word_tokenizer, small_kb)
     linker.encode_windows = lambda *a, **k: pytest.fail("decoded a mention with nothing to link")
     assert linker.link([Mention(text, left="renal", right="failure")]) == [[]]
@@ -228,8 +261,12 @@ def test_block_batches_sets_the_encoder_batch_not_the_links(micro_model, word_to
     mentions = mentions_for(small_kb)
 
     def linker(n):
-        return GenerativeLinker(micro_model, word_tokenizer, small_kb,
-                                decoding=DecodingSettings(num_beams=3, top_k=3, batch_size=2, block_batches=n))
+        return GenerativeLinker(
+            micro_model,
+            word_tokenizer,
+            small_kb,
+            decoding=DecodingSettings(num_beams=3, top_k=3, batch_size=2, block_batches=n),
+        )
 
     one, many = linker(1), linker(block_batches)
     calls = []
@@ -284,11 +321,15 @@ def test_chunked_encoding_links_as_one_batch(micro_model, word_tokenizer, small_
     import spacy_genbioel.linking.decoder as decoder
 
     names = small_kb.names
-    mentions = [Mention(names[(i * 5) % len(names)], left="the patient had " * (i % 9), right=" and was treated" * (i % 4))
-                for i in range(40)]
+    mentions = [
+        Mention(names[(i * 5) % len(names)], left="the patient had " * (i % 9), right=" and was treated" * (i % 4))
+        for i in range(40)
+    ]
 
     def linker():
-        return GenerativeLinker(micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=3, top_k=3, block_batches=4))
+        return GenerativeLinker(
+            micro_model, word_tokenizer, small_kb, decoding=DecodingSettings(num_beams=3, top_k=3, block_batches=4)
+        )
 
     chunked = linker()
     widths = []
@@ -297,5 +338,8 @@ def test_chunked_encoding_links_as_one_batch(micro_model, word_tokenizer, small_
     links = chunked.link(mentions)
     assert any(w is not None and len(w) > 1 for w in widths)  # the chunked path ran
     monkeypatch.setattr(decoder, "length_chunks", lambda mask: None)
-    assert_same_links([[(c.ids, c.name, c.score) for c in r] for r in links],
-                      [[(c.ids, c.name, c.score) for c in r] for r in linker().link(mentions)], tol=1e-5)
+    assert_same_links(
+        [[(c.ids, c.name, c.score) for c in r] for r in links],
+        [[(c.ids, c.name, c.score) for c in r] for r in linker().link(mentions)],
+        tol=1e-5,
+    )

@@ -2,13 +2,14 @@
 mentions decode from shared cross-attention caches, identical searches run once;
 none of it changes what a mention gets. Also the spaCy component, the stage
 clock and the annotation benchmark in document mode."""
+
 import copy
 import random
 
 import pytest
 import spacy
-import torch
 import test_documents
+import torch
 from conftest import WORDS, assert_same_links, random_kb
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
@@ -50,14 +51,17 @@ def random_document(seed, n_mentions, doc_id):
     rng = random.Random(seed)
     segments = []
     for _ in range(n_mentions):
-        segments += [(" ".join(rng.choices(WORDS, k=rng.randint(1, 3))), False),
-                     (" ".join(rng.choices(WORDS, k=rng.randint(1, 3))), True)]
+        segments += [
+            (" ".join(rng.choices(WORDS, k=rng.randint(1, 3))), False),
+            (" ".join(rng.choices(WORDS, k=rng.randint(1, 3))), True),
+        ]
     return marked_document(segments, doc_id)
 
 
 def document_linker(model, tokenizer, kb, max_source_tokens=40, **decoding):
-    config = DecodingSettings(**{"num_beams": 4, "top_k": 4, "batch_size": 3, "max_source_tokens": max_source_tokens,
-                               **decoding})
+    config = DecodingSettings(
+        **{"num_beams": 4, "top_k": 4, "batch_size": 3, "max_source_tokens": max_source_tokens, **decoding}
+    )
     return GenerativeLinker(model, tokenizer, kb, inputs=InputBuilder(input_mode="document"), decoding=config)
 
 
@@ -92,9 +96,21 @@ def spy_encoder(linker):
 @pytest.fixture()
 def documents():
     """Three documents: a long one (several windows), a short one, one with a repeated mention."""
-    return (random_document(1, 14, "long") + random_document(2, 3, "short")
-            + marked_document([("acute", False), ("renal failure", True), ("and then", False), ("renal failure", True),
-                               ("with", False), ("lung cancer", True)], "repeats"))
+    return (
+        random_document(1, 14, "long")
+        + random_document(2, 3, "short")
+        + marked_document(
+            [
+                ("acute", False),
+                ("renal failure", True),
+                ("and then", False),
+                ("renal failure", True),
+                ("with", False),
+                ("lung cancer", True),
+            ],
+            "repeats",
+        )
+    )
 
 
 # -- the contract: sharing changes nothing ------------------------------------------------------------------------------
@@ -138,8 +154,17 @@ def test_restricted_per_document_linking_equals_decoding_alone(sharp_model, word
 
 
 def test_identical_mentions_of_one_document_are_decoded_once(sharp_model, word_tokenizer, small_kb):
-    mentions = marked_document([("acute", False), ("renal failure", True), ("and", False), ("renal failure", True),
-                                ("then", False), ("Renal  Failure", True), ("lung cancer", True)])
+    mentions = marked_document(
+        [
+            ("acute", False),
+            ("renal failure", True),
+            ("and", False),
+            ("renal failure", True),
+            ("then", False),
+            ("Renal  Failure", True),
+            ("lung cancer", True),
+        ]
+    )
     linker = document_linker(sharp_model, word_tokenizer, small_kb, max_source_tokens=64)
     linked = linker.link(mentions)
     assert linker.stats["mentions_decoded"] == 4 and linker.stats["searches"] == 2
@@ -155,8 +180,13 @@ def test_mention_mode_dedupes_identical_inputs_and_ignores_documents(sharp_model
     with_docs = marked_document([("acute", False), ("renal failure", True), ("acute", False), ("renal failure", True)])
     bare = [Mention(m.text, left=m.left, right=m.right) for m in with_docs]
     # one word of context: "acute START renal failure END acute" and "acute START renal failure END"
-    linker = GenerativeLinker(sharp_model, word_tokenizer, small_kb, inputs=InputBuilder(context_words=1),
-                              decoding=DecodingSettings(num_beams=3, top_k=3))
+    linker = GenerativeLinker(
+        sharp_model,
+        word_tokenizer,
+        small_kb,
+        inputs=InputBuilder(context_words=1),
+        decoding=DecodingSettings(num_beams=3, top_k=3),
+    )
     assert linker.encode_sources(with_docs) == linker.encode_sources(bare)
     assert linker.link(with_docs) == linker.link(bare)
     assert linker.stats["mentions_decoded"] == linker.stats["searches"] == 4
@@ -179,16 +209,25 @@ def test_the_encoder_reads_each_distinct_input_once(sharp_model, word_tokenizer,
 
 # -- the mention's place reaches the decoder ---------------------------------------------------------------------------
 def test_where_a_mention_is_marked_changes_what_it_reads(sharp_model, word_tokenizer, small_kb):
-    segments = [("acute", False), ("liver cancer", False), ("and then", False), ("liver cancer", False),
-                ("with pain", False)]
+    segments = [
+        ("acute", False),
+        ("liver cancer", False),
+        ("and then", False),
+        ("liver cancer", False),
+        ("with pain", False),
+    ]
 
     def marking(*which):
         return marked_document([(t, k in which) for k, (t, _) in enumerate(segments)], doc_id="-".join(map(str, which)))
 
     (first,), (second,), both, (_, after_another) = marking(1), marking(3), marking(1, 3), marking(0, 1)
     linker = document_linker(sharp_model, word_tokenizer, small_kb, max_source_tokens=64, num_beams=3, top_k=3)
-    sources = [linker.encode_sources([first])[0], linker.encode_sources([second])[0], *linker.encode_sources(both),
-               linker.encode_sources(marking(0, 1))[1]]
+    sources = [
+        linker.encode_sources([first])[0],
+        linker.encode_sources([second])[0],
+        *linker.encode_sources(both),
+        linker.encode_sources(marking(0, 1))[1],
+    ]
     assert sources[2] is sources[3] and len({tuple(s) for s in sources}) == 4
     # D0009 has the one name "liver cancer": the same candidate, scored from each input
     concept = "D0009"
@@ -201,8 +240,12 @@ def test_where_a_mention_is_marked_changes_what_it_reads(sharp_model, word_token
     assert abs(at_1[0].score - at_3[0].score) > DIFFERENT
     assert abs(at_1[0].score - marked_after[0].score) > DIFFERENT
     # the scores are those of the inputs: each equals its mention decoded alone from its input
-    for got, m, src in [(at_1, first, sources[0]), (at_3, second, sources[1]), (both_1, both[0], sources[2]),
-                        (marked_after, after_another, sources[4])]:
+    for got, m, src in [
+        (at_1, first, sources[0]),
+        (at_3, second, sources[1]),
+        (both_1, both[0], sources[2]),
+        (marked_after, after_another, sources[4]),
+    ]:
         assert_same_links(as_tuples(got), as_tuples(one_at_a_time(linker, m, src, allowed=[concept])), tol=TOL)
     # same text, same input: one search, one score
     assert both_1 == both_3
@@ -263,7 +306,8 @@ def test_stage_clock_records_every_stage(sharp_model, word_tokenizer, small_kb, 
 
 # -- the spaCy component -----------------------------------------------------------------------------------------------
 PATTERNS = [{"label": "Disease", "pattern": p} for p in ("renal failure", "lung cancer", "cystic fibrosis")] + [
-    {"label": "Chemical", "pattern": "liver"}]
+    {"label": "Chemical", "pattern": "liver"}
+]
 TEXTS = [
     "acute renal failure and chronic lung cancer with cystic fibrosis of the liver . renal failure again .",
     "No entities here .",
@@ -283,15 +327,30 @@ def resources(tmp_path, sharp_model, word_tokenizer):
 def document_nlp(tmp_path, input_mode="document"):
     nlp = spacy.blank("en")
     nlp.add_pipe("entity_ruler").add_patterns(PATTERNS)
-    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
-                                      "inputs": {"input_mode": input_mode},
-                                      "decoding": {"num_beams": 3, "top_k": 3, "max_source_tokens": 96}})
+    nlp.add_pipe(
+        "genbioel",
+        config={
+            "model": str(tmp_path / "model"),
+            "kb": str(tmp_path / "kb.jsonl"),
+            "device": "cpu",
+            "inputs": {"input_mode": input_mode},
+            "decoding": {"num_beams": 3, "top_k": 3, "max_source_tokens": 96},
+        },
+    )
     return nlp
 
 
 def linked(doc):
-    return [(e.text, e.kb_id_, e._.kb_id, [(cid, name) for cid, name, _ in e._.kb_candidates],
-             [score for _, _, score in e._.kb_candidates]) for e in doc.ents]
+    return [
+        (
+            e.text,
+            e.kb_id_,
+            e._.kb_id,
+            [(cid, name) for cid, name, _ in e._.kb_candidates],
+            [score for _, _, score in e._.kb_candidates],
+        )
+        for e in doc.ents
+    ]
 
 
 def same_docs(a, b):
@@ -324,16 +383,29 @@ def test_component_links_what_the_linker_links_from_the_same_mentions(resources)
     linker = nlp.get_pipe("genbioel").linker
     encoded = spy_encoder(linker)
     doc = nlp(TEXTS[0])
-    mentions = [Mention(e.text, left=doc.text[: e.start_char], right=doc.text[e.end_char :], doc_id="x",
-                        start=e.start_char, end=e.end_char, label=e.label_) for e in doc.ents]
+    mentions = [
+        Mention(
+            e.text,
+            left=doc.text[: e.start_char],
+            right=doc.text[e.end_char :],
+            doc_id="x",
+            start=e.start_char,
+            end=e.end_char,
+            label=e.label_,
+        )
+        for e in doc.ents
+    ]
     # the component read one input with all five mentions marked
     assert len(encoded) == 1
     start = word_tokenizer_marker(linker)
     assert encoded[0].count(start) == len(mentions) == 5
     expected = linker.link(mentions)
     assert [e._.kb_id for e in doc.ents] == [r[0].ids[0] for r in expected]
-    assert_same_links([[(cid, name, score) for cid, name, score in e._.kb_candidates] for e in doc.ents],
-                      [[(cid, c.name, round(c.score, 6)) for c in r for cid in c.ids][:3] for r in expected], tol=TOL)
+    assert_same_links(
+        [[(cid, name, score) for cid, name, score in e._.kb_candidates] for e in doc.ents],
+        [[(cid, c.name, round(c.score, 6)) for c in r for cid in c.ids][:3] for r in expected],
+        tol=TOL,
+    )
     # mention mode reads other inputs: one per distinct mention in context
     mention_nlp = document_nlp(tmp_path, input_mode="mention")
     mention_linker = mention_nlp.get_pipe("genbioel").linker
@@ -352,8 +424,11 @@ def test_parse_settings():
     from spacy_genbioel.workflows.benchmark_annotate import DEFAULT_SETTINGS, parse_settings
 
     assert parse_settings("mention-0,mention-64,document,document+int8") == [
-        ("mention-0", "mention", 0, None), ("mention-64", "mention", 64, None), ("document", "document", 64, None),
-        ("document+int8", "document", 64, "int8")]
+        ("mention-0", "mention", 0, None),
+        ("mention-64", "mention", 64, None),
+        ("document", "document", 64, None),
+        ("document+int8", "document", 64, "int8"),
+    ]
     assert parse_settings(" mention-16 , ") == [("mention-16", "mention", 16, None)]
     assert [s[0] for s in DEFAULT_SETTINGS] == ["mention-0", "mention-16", "mention-64", "document"]
     for bad in ("bogus", "mention-x", "document-wide", "documents", "document+fp8"):
@@ -362,25 +437,24 @@ def test_parse_settings():
 
 
 def test_annotation_benchmark_on_a_tiny_pipeline(resources, tmp_path_factory):
-    from spacy_genbioel.workflows.benchmark_annotate import (
-        parse_settings,
-        run_annotation_benchmark,
-    )
+    from spacy_genbioel.workflows.benchmark_annotate import parse_settings, run_annotation_benchmark
 
     _, tmp_path = resources
     out = tmp_path_factory.mktemp("pipeline") / "nlp"
     document_nlp(tmp_path, input_mode="mention").to_disk(out)
     texts = [TEXTS[0], TEXTS[2], TEXTS[3]]
-    result = run_annotation_benchmark(out, texts, parse_settings("mention-0,mention-16,document,document+int8"),
-                                      threads=(1,), batch_size=2)
+    result = run_annotation_benchmark(
+        out, texts, parse_settings("mention-0,mention-16,document,document+int8"), threads=(1,), batch_size=2
+    )
     assert result["documents"] == 3 and len(result["runs"]) == 4
     int8 = result["runs"].pop()
     assert (int8["dtype"], int8["input_mode"], int8["mentions"]) == ("int8", "document", 8)
     assert result["per_mention_docs_per_s"] == result["runs"][1]["docs_per_s"] > 0  # the widest context
     assert result["per_document_docs_per_s"] == result["runs"][2]["docs_per_s"] > 0
     assert result["per_document_speedup"] > 0
-    for run, (name, mode) in zip(result["runs"], [("mention-0", "mention"), ("mention-16", "mention"),
-                                                  ("document", "document")]):
+    for run, (name, mode) in zip(
+        result["runs"], [("mention-0", "mention"), ("mention-16", "mention"), ("document", "document")]
+    ):
         assert (run["name"], run["input_mode"], run["threads"]) == (name, mode, 1)
         assert run["documents"] == 3 and run["mentions"] == 8
         stages = run["linker_stage_seconds"]

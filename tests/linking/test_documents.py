@@ -2,6 +2,7 @@
 :mod:`spacy_genbioel.linking.documents`): a document is read once with every
 mention marked; long documents are cut into as few windows as keep every
 mention whole; training and inference read the same ids."""
+
 import dataclasses
 import itertools
 import random
@@ -13,13 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.documents import (
-    DocumentSources,
-    document_key,
-    document_text,
-    layers,
-    mention_key,
-)
+from spacy_genbioel.linking.documents import DocumentSources, document_key, document_text, layers, mention_key
 from spacy_genbioel.linking.inputs import INPUT_MODES, InputBuilder, SourceEncoder
 from spacy_genbioel.linking.settings import DEFAULT_CONFIG, DecodingSettings
 from spacy_genbioel.ty import Mention
@@ -74,9 +69,18 @@ def encoder_ids(tokenizer, mentions, max_tokens, inputs=DOC, register=()):
 
 # -- a document that fits ------------------------------------------------------------------------------------------
 def test_a_document_that_fits_is_one_input_with_every_mention_marked(word_tokenizer):
-    _, mentions = marked_document([("acute", False), ("renal failure", True), ("and", False), ("chronic", False),
-                                      ("lung cancer", True), ("with", False), ("cystic fibrosis", True),
-                                      ("of the liver", False)])
+    _, mentions = marked_document(
+        [
+            ("acute", False),
+            ("renal failure", True),
+            ("and", False),
+            ("chronic", False),
+            ("lung cancer", True),
+            ("with", False),
+            ("cystic fibrosis", True),
+            ("of the liver", False),
+        ]
+    )
     rows, docs = encoder_ids(word_tokenizer, mentions, 64)
     first = rows[0]
     assert all(row is first for row in rows), "mentions of one window share one list"
@@ -87,7 +91,28 @@ def test_a_document_that_fits_is_one_input_with_every_mention_marked(word_tokeni
     for m in mentions:
         assert contains(first, marked_span(word_tokenizer, m))
     assert word_tokenizer.decode(first[1:-1]).split() == (
-        ["acute", "START", "renal", "failure", "END", "and", "chronic", "START", "lung", "cancer", "END", "with", "START", "cystic", "fibrosis", "END", "of", "the", "liver"])
+        [
+            "acute",
+            "START",
+            "renal",
+            "failure",
+            "END",
+            "and",
+            "chronic",
+            "START",
+            "lung",
+            "cancer",
+            "END",
+            "with",
+            "START",
+            "cystic",
+            "fibrosis",
+            "END",
+            "of",
+            "the",
+            "liver",
+        ]
+    )
     assert docs.stats["documents"] == 1 and docs.stats["windows"] == 1 and docs.stats["mentions_shortened"] == 0
 
 
@@ -105,8 +130,10 @@ def long_document(n_mentions=24, seed=0):
     rng = random.Random(seed)
     segments = []
     for _ in range(n_mentions):
-        segments += [(" ".join(rng.choices(WORDS, k=rng.randint(1, 4))), False),
-                     (" ".join(rng.choices(WORDS, k=rng.randint(1, 3))), True)]
+        segments += [
+            (" ".join(rng.choices(WORDS, k=rng.randint(1, 4))), False),
+            (" ".join(rng.choices(WORDS, k=rng.randint(1, 3))), True),
+        ]
     return marked_document(segments + [("the end", False)])
 
 
@@ -146,12 +173,15 @@ def test_a_cap_without_room_for_the_markers_is_a_clear_error(word_tokenizer):
         encoder_ids(word_tokenizer, mentions, 4)
 
 
-@pytest.mark.parametrize("spans,total,budget", [
-    ([(0, 3)], 3, 10),
-    ([(0, 3), (5, 8), (20, 25), (40, 44)], 50, 12),
-    ([(2, 14)], 30, 12),
-    ([(i, i + 2) for i in range(0, 60, 3)], 60, 9),
-])
+@pytest.mark.parametrize(
+    "spans,total,budget",
+    [
+        ([(0, 3)], 3, 10),
+        ([(0, 3), (5, 8), (20, 25), (40, 44)], 50, 12),
+        ([(2, 14)], 30, 12),
+        ([(i, i + 2) for i in range(0, 60, 3)], 60, 9),
+    ],
+)
 def test_cut_windows_keep_spans_whole_in_order(spans, total, budget):
     out = DocumentSources._cut(spans, total, budget)
     assert [k for _, members in out for k in members] == list(range(len(spans)))
@@ -236,11 +266,33 @@ def test_nested_mentions_are_separate_layers_each_with_its_own_markers(word_toke
     text = "acute renal failure and lung cancer"
     outer, inner, other = mentions_at(text, [(0, 19), (6, 19), (24, 35)])
     assert [[m.text for m in layer] for layer in layers([inner, other, outer])] == [
-        ["acute renal failure", "lung cancer"], ["renal failure"]]
+        ["acute renal failure", "lung cancer"],
+        ["renal failure"],
+    ]
     rows, docs = encoder_ids(word_tokenizer, [outer, inner, other], 64)
     assert rows[0] is rows[2] and rows[1] is not rows[0]
-    assert word_tokenizer.decode(rows[0][1:-1]).split() == ["START", "acute", "renal", "failure", "END", "and", "START", "lung", "cancer", "END"]
-    assert word_tokenizer.decode(rows[1][1:-1]).split() == ["acute", "START", "renal", "failure", "END", "and", "lung", "cancer"]
+    assert word_tokenizer.decode(rows[0][1:-1]).split() == [
+        "START",
+        "acute",
+        "renal",
+        "failure",
+        "END",
+        "and",
+        "START",
+        "lung",
+        "cancer",
+        "END",
+    ]
+    assert word_tokenizer.decode(rows[1][1:-1]).split() == [
+        "acute",
+        "START",
+        "renal",
+        "failure",
+        "END",
+        "and",
+        "lung",
+        "cancer",
+    ]
     assert docs.stats["documents"] == 2
 
 
@@ -260,8 +312,26 @@ def test_mentions_without_a_document_or_offsets_are_documents_of_their_own(word_
     rows, _ = encoder_ids(word_tokenizer, [a, b, c], 64)
     start, end = markers(word_tokenizer)
     assert all(r.count(start) == 1 and r.count(end) == 1 for r in rows)
-    assert word_tokenizer.decode(rows[0][1:-1]).split() == ["acute", "START", "renal", "failure", "END", "and", "lung", "cancer"]
-    assert word_tokenizer.decode(rows[1][1:-1]).split() == ["acute", "renal", "failure", "and", "START", "lung", "cancer", "END"]
+    assert word_tokenizer.decode(rows[0][1:-1]).split() == [
+        "acute",
+        "START",
+        "renal",
+        "failure",
+        "END",
+        "and",
+        "lung",
+        "cancer",
+    ]
+    assert word_tokenizer.decode(rows[1][1:-1]).split() == [
+        "acute",
+        "renal",
+        "failure",
+        "and",
+        "START",
+        "lung",
+        "cancer",
+        "END",
+    ]
     assert rows[1] == rows[2]
     # alone, a mention reads what the mention mode reads from the same context
     mention_mode = SourceEncoder(word_tokenizer).ids([a], InputBuilder(), 64)[0]
@@ -279,7 +349,7 @@ def test_document_text_pieces_contexts_together_by_offset():
     joined, lo = document_text(mentions_at(text, [(6, 19), (48, 59)]))
     assert (joined, lo) == (text, 0)
     # contexts starting late: the offset of the first character covered
-    c, = mentions_at(text, [(48, 59)], window=10)
+    (c,) = mentions_at(text, [(48, 59)], window=10)
     joined, lo = document_text([c])
     assert lo == 38 and joined == text[38:48] + " " * 11 + text[59:69]
 
@@ -289,7 +359,9 @@ def test_cut_contexts_read_as_the_text_with_gaps_collapsed(word_tokenizer):
     cut = mentions_at(text, [(6, 19), (48, 59)], window=6)
     rows, _ = encoder_ids(word_tokenizer, cut, 64)
     assert rows[0] is rows[1]
-    assert word_tokenizer.decode(rows[0][1:-1]) == " acute START renal failure END and t ronic START lung cancer END came"
+    assert (
+        word_tokenizer.decode(rows[0][1:-1]) == " acute START renal failure END and t ronic START lung cancer END came"
+    )
 
 
 # -- training reads what inference reads ------------------------------------------------------------------------------
@@ -298,8 +370,13 @@ def test_training_batches_of_one_mention_read_the_whole_registered_document(micr
     from spacy_genbioel.training.seq2seq import encode_examples
 
     _, mentions = long_document(n_mentions=10, seed=3)
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, inputs=InputBuilder(input_mode="document"),
-                              decoding=DecodingSettings(max_source_tokens=40))
+    linker = GenerativeLinker(
+        micro_model,
+        word_tokenizer,
+        small_kb,
+        inputs=InputBuilder(input_mode="document"),
+        decoding=DecodingSettings(max_source_tokens=40),
+    )
     inference = linker.encode_sources(mentions)
     assert len({tuple(r) for r in inference}) > 1  # several windows
     sources = SourceEncoder(word_tokenizer)
@@ -307,25 +384,42 @@ def test_training_batches_of_one_mention_read_the_whole_registered_document(micr
     start, _ = markers(word_tokenizer)
     for i in (0, 4, 9):
         example = [TrainingExample(mentions[i], small_kb.names[0])]
-        batch = encode_examples(example, word_tokenizer, linker.prompt_tokens, linker.inputs, linker.pad_token_id,
-                                linker.max_source_tokens, sources=sources)
+        batch = encode_examples(
+            example,
+            word_tokenizer,
+            linker.prompt_tokens,
+            linker.inputs,
+            linker.pad_token_id,
+            linker.max_source_tokens,
+            sources=sources,
+        )
         assert batch["input_ids"][0].tolist() == inference[i]
         assert bool(batch["attention_mask"].all())
         # unregistered, the lone mention would be the only one marked
-        alone = encode_examples(example, word_tokenizer, linker.prompt_tokens, linker.inputs, linker.pad_token_id,
-                                linker.max_source_tokens)
+        alone = encode_examples(
+            example, word_tokenizer, linker.prompt_tokens, linker.inputs, linker.pad_token_id, linker.max_source_tokens
+        )
         assert alone["input_ids"][0].tolist().count(start) == 1 < inference[i].count(start)
     # a batch of several mentions, each reading its own window, padded as inference pads
-    batch = encode_examples([TrainingExample(m, small_kb.names[0]) for m in mentions[3:7]], word_tokenizer,
-                            linker.prompt_tokens, linker.inputs, linker.pad_token_id, linker.max_source_tokens,
-                            sources=sources)
+    batch = encode_examples(
+        [TrainingExample(m, small_kb.names[0]) for m in mentions[3:7]],
+        word_tokenizer,
+        linker.prompt_tokens,
+        linker.inputs,
+        linker.pad_token_id,
+        linker.max_source_tokens,
+        sources=sources,
+    )
     padded = linker.sources.pad(inference[3:7])
-    assert torch.equal(batch["input_ids"], padded["input_ids"]) and torch.equal(batch["attention_mask"], padded["attention_mask"])
+    assert torch.equal(batch["input_ids"], padded["input_ids"]) and torch.equal(
+        batch["attention_mask"], padded["attention_mask"]
+    )
 
 
 def test_registering_again_refreshes_the_cached_windows(word_tokenizer):
-    text, mentions = marked_document([("acute", False), ("renal failure", True), ("lung cancer", True),
-                                      ("heart attack", True)])
+    text, mentions = marked_document(
+        [("acute", False), ("renal failure", True), ("lung cancer", True), ("heart attack", True)]
+    )
     encoder = SourceEncoder(word_tokenizer)
     encoder.documents.register(mentions[:2])
     start, _ = markers(word_tokenizer)

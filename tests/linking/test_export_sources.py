@@ -1,16 +1,16 @@
 """``export-sources`` writes GenBioEL's ``.source`` / ``.target`` / ``label.txt`` files, and
 on the shared NCBI-disease dev data its lines match GenBioEL's own (bench/genbioel_sources.py)."""
+
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import data_dir
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-
-from conftest import data_dir
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 runner = CliRunner()
@@ -21,19 +21,36 @@ ABSTRACT = "Wilms tumour (WT) and breast and ovarian cancer are studied. WT, and
 
 def pubtator(path: Path) -> Path:
     text = f"{TITLE} {ABSTRACT}"
-    rows = [("Wilms Tumour", "D1", ""), ("WT", "D1", ""), ("breast and ovarian cancer", "D2|D3", ""),
-            ("X Y", "D4|D5", "X|Y"), ("rare", "-1", ""), ("Children", "D9", "")]
+    rows = [
+        ("Wilms Tumour", "D1", ""),
+        ("WT", "D1", ""),
+        ("breast and ovarian cancer", "D2|D3", ""),
+        ("X Y", "D4|D5", "X|Y"),
+        ("rare", "-1", ""),
+        ("Children", "D9", ""),
+    ]
     lines = [f"1|t|{TITLE}", f"1|a|{ABSTRACT}"]
     for mention, ids, parts in rows:
         start = text.rindex(mention) if mention == "WT" else text.index(mention)
-        lines.append("\t".join(["1", str(start), str(start + len(mention)), mention, "Disease", ids, *([parts] if parts else [])]))
+        lines.append(
+            "\t".join(
+                ["1", str(start), str(start + len(mention)), mention, "Disease", ids, *([parts] if parts else [])]
+            )
+        )
     path.write_text("\n".join(lines) + "\n\n", encoding="utf8")
     return path
 
 
 def kb_file(path: Path) -> Path:
-    KnowledgeBase([Concept("D1", ["wilms tumor", "nephroblastoma"]), Concept("D2", ["breast cancer"]),
-                   Concept("D3", ["ovarian cancer"]), Concept("D4", ["x"]), Concept("D5", ["y"])]).to_jsonl(path)
+    KnowledgeBase(
+        [
+            Concept("D1", ["wilms tumor", "nephroblastoma"]),
+            Concept("D2", ["breast cancer"]),
+            Concept("D3", ["ovarian cancer"]),
+            Concept("D4", ["x"]),
+            Concept("D5", ["y"]),
+        ]
+    ).to_jsonl(path)
     return path
 
 
@@ -44,8 +61,19 @@ def read(out: Path, split: str):
 
 
 def test_export_ncbi_style(tmp_path):
-    result = runner.invoke(app, ["export-sources", str(pubtator(tmp_path / "c.txt")), "--out", str(tmp_path / "out"),
-                                 "--split", "dev", "--kb", str(kb_file(tmp_path / "kb.jsonl"))])
+    result = runner.invoke(
+        app,
+        [
+            "export-sources",
+            str(pubtator(tmp_path / "c.txt")),
+            "--out",
+            str(tmp_path / "out"),
+            "--split",
+            "dev",
+            "--kb",
+            str(kb_file(tmp_path / "kb.jsonl")),
+        ],
+    )
     assert result.exit_code == 0, result.output
     source, target, labels = read(tmp_path / "out", "dev")
     assert all(isinstance(s, list) and len(s) == 1 for s in source)
@@ -61,8 +89,21 @@ def test_export_ncbi_style(tmp_path):
 
 
 def test_export_bc5cdr_style_splits_by_parts(tmp_path):
-    result = runner.invoke(app, ["export-sources", str(pubtator(tmp_path / "c.txt")), "--out", str(tmp_path / "out"),
-                                 "--split", "train", "--style", "genbioel-released-bc5cdr.v1", "--abbreviations", "none"])
+    result = runner.invoke(
+        app,
+        [
+            "export-sources",
+            str(pubtator(tmp_path / "c.txt")),
+            "--out",
+            str(tmp_path / "out"),
+            "--split",
+            "train",
+            "--style",
+            "genbioel-released-bc5cdr.v1",
+            "--abbreviations",
+            "none",
+        ],
+    )
     assert result.exit_code == 0, result.output
     source, target, labels = read(tmp_path / "out", "train")
     # "breast and ovarian cancer" has no 7th column: left out; "X Y" gives one line per part
@@ -73,13 +114,26 @@ def test_export_bc5cdr_style_splits_by_parts(tmp_path):
 
 
 def test_export_refuses_the_default_style(tmp_path):
-    result = runner.invoke(app, ["export-sources", str(pubtator(tmp_path / "c.txt")), "--out", str(tmp_path / "out"),
-                                 "--split", "dev", "--style", "genbioel.v1"])
+    result = runner.invoke(
+        app,
+        [
+            "export-sources",
+            str(pubtator(tmp_path / "c.txt")),
+            "--out",
+            str(tmp_path / "out"),
+            "--split",
+            "dev",
+            "--style",
+            "genbioel.v1",
+        ],
+    )
     assert result.exit_code != 0 and "released style" in result.output
 
 
-@pytest.mark.skipif(data_dir() is None or not (data_dir() / "genbioel_reference/ncbi/dev.source").is_file(),
-                    reason="needs ../shared/data (GENBIOEL_DATA) with genbioel_reference/ncbi")
+@pytest.mark.skipif(
+    data_dir() is None or not (data_dir() / "genbioel_reference/ncbi/dev.source").is_file(),
+    reason="needs ../shared/data (GENBIOEL_DATA) with genbioel_reference/ncbi",
+)
 def test_ncbi_dev_lines_match_genbioel(capsys):
     sys.path.insert(0, str(BENCH))
     try:

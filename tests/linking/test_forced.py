@@ -1,5 +1,7 @@
 """Forced scoring (linking/forced.py): the beam's own scores, batch-invariant, shared work."""
+
 import pytest
+from conftest import mentions_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -8,11 +10,11 @@ from spacy_genbioel.linking.forced import NameTokens, forced_scores, length_grou
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.ty import Candidate, Mention
 
-from conftest import mentions_for
-
 
 def _linker(model, tokenizer, kb, **decoding):
-    return GenerativeLinker(model, tokenizer, kb, decoding=DecodingSettings(**{"num_beams": 5, "top_k": 5, "batch_size": 4, **decoding}))
+    return GenerativeLinker(
+        model, tokenizer, kb, decoding=DecodingSettings(**{"num_beams": 5, "top_k": 5, "batch_size": 4, **decoding})
+    )
 
 
 @pytest.mark.parametrize("length_penalty", [1.0, 0.5])
@@ -64,10 +66,17 @@ def test_names_outside_the_trie_and_empty_mentions_get_no_score(micro_model, wor
 
 
 def test_document_input_scores_like_the_beam(micro_model, word_tokenizer, small_kb):
-    linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, inputs=InputBuilder(input_mode="document"),
-                              decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=3))
-    mentions = [Mention(m.text, m.left, m.right, doc_id="d1", start=i * 40, end=i * 40 + len(m.text))
-                for i, m in enumerate(mentions_for(small_kb, n=5))]
+    linker = GenerativeLinker(
+        micro_model,
+        word_tokenizer,
+        small_kb,
+        inputs=InputBuilder(input_mode="document"),
+        decoding=DecodingSettings(num_beams=4, top_k=4, batch_size=3),
+    )
+    mentions = [
+        Mention(m.text, m.left, m.right, doc_id="d1", start=i * 40, end=i * 40 + len(m.text))
+        for i, m in enumerate(mentions_for(small_kb, n=5))
+    ]
     beams = linker.link(mentions)
     scores = forced_scores(linker, mentions, [[c.name for c in cands] for cands in beams])
     for cands, forced in zip(beams, scores):
@@ -90,7 +99,9 @@ def test_rank_by_forced_and_merge(micro_model, word_tokenizer, small_kb):
     assert sorted(c.name for c in ranked) == sorted({c.name for c in proposals})
     assert [c.score for c in ranked] == sorted((c.score for c in ranked), reverse=True)
     assert all(c.score <= 0 for c in ranked)
-    merged = merge_lists(ranked[:3], [Candidate(("X",), ranked[0].name, ranked[0].score - 1), Candidate(("Y",), "other", 0.0)])
+    merged = merge_lists(
+        ranked[:3], [Candidate(("X",), ranked[0].name, ranked[0].score - 1), Candidate(("Y",), "other", 0.0)]
+    )
     assert merged[0].name == "other" and [c.name for c in merged].count(ranked[0].name) == 1
 
 

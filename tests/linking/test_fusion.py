@@ -1,5 +1,6 @@
 """Score fusion: features, the linear model and its file, the reranker, the cross-fitted
 fit (``fit-fusion``) and the ``genbioel`` component carrying a fusion."""
+
 import json
 import math
 import random
@@ -15,8 +16,21 @@ from typer.testing import CliRunner
 from spacy_genbioel.cli import app
 from spacy_genbioel.evaluation.run import EvaluationSetupError, check_component_settings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, FusionReranker, concept_ranks, feature_names, fusion_features
-from spacy_genbioel.training.fusion_fit import FusionExample, drop_examples, fit_fusion, read_fusion_examples, score_fusion
+from spacy_genbioel.linking.fusion import (
+    FusionFormatError,
+    FusionModel,
+    FusionReranker,
+    concept_ranks,
+    feature_names,
+    fusion_features,
+)
+from spacy_genbioel.training.fusion_fit import (
+    FusionExample,
+    drop_examples,
+    fit_fusion,
+    read_fusion_examples,
+    score_fusion,
+)
 from spacy_genbioel.ty import Candidate, Mention
 
 runner = CliRunner()
@@ -29,8 +43,13 @@ def cand(cid, name, score):
 
 
 def small_kb():
-    return KnowledgeBase([Concept("C1", ["renal failure", "kidney failure"]), Concept("C2", ["cystic fibrosis"]),
-                          Concept("C3", ["breast cancer"])]).with_priors({"C1": 3})
+    return KnowledgeBase(
+        [
+            Concept("C1", ["renal failure", "kidney failure"]),
+            Concept("C2", ["cystic fibrosis"]),
+            Concept("C3", ["breast cancer"]),
+        ]
+    ).with_priors({"C1": 3})
 
 
 LISTS = {
@@ -42,13 +61,20 @@ LISTS = {
 # -- concept_ranks and features ------------------------------------------------------------------------
 def test_concept_ranks_counts_distinct_concepts_at_their_best_place():
     cands = [cand(["A", "B"], "ab", -0.1), cand("A", "a2", -0.2), cand("C", "c", -0.3), cand("D", "d", -0.4)]
-    assert concept_ranks(cands, 5) == {"A": (1, -0.1, "ab"), "B": (2, -0.1, "ab"), "C": (3, -0.3, "c"), "D": (4, -0.4, "d")}
+    assert concept_ranks(cands, 5) == {
+        "A": (1, -0.1, "ab"),
+        "B": (2, -0.1, "ab"),
+        "C": (3, -0.3, "c"),
+        "D": (4, -0.4, "d"),
+    }
     assert list(concept_ranks(cands, 2)) == ["A", "B"]
     assert concept_ranks([], 3) == {}
 
 
-@given(st.lists(st.tuples(st.lists(st.sampled_from("ABCDEFG"), min_size=1, max_size=3), st.floats(-5, 5)), max_size=12),
-       st.integers(1, 6))
+@given(
+    st.lists(st.tuples(st.lists(st.sampled_from("ABCDEFG"), min_size=1, max_size=3), st.floats(-5, 5)), max_size=12),
+    st.integers(1, 6),
+)
 def test_concept_ranks_property(raw, depth):
     cands = [Candidate(tuple(ids), f"n{i}", score) for i, (ids, score) in enumerate(raw)]
     ranks = concept_ranks(cands, depth)
@@ -61,9 +87,26 @@ def test_concept_ranks_property(raw, depth):
 
 
 def test_feature_names_order():
-    assert feature_names(SOURCES) == ["genbioel_in", "genbioel_score", "genbioel_rr", "genbioel_gap",
-                                      "tfidf_in", "tfidf_score", "tfidf_rr", "tfidf_gap", "exact", "log_prior"]
-    assert feature_names(["genbioel"]) == ["genbioel_in", "genbioel_score", "genbioel_rr", "genbioel_gap", "exact", "log_prior"]
+    assert feature_names(SOURCES) == [
+        "genbioel_in",
+        "genbioel_score",
+        "genbioel_rr",
+        "genbioel_gap",
+        "tfidf_in",
+        "tfidf_score",
+        "tfidf_rr",
+        "tfidf_gap",
+        "exact",
+        "log_prior",
+    ]
+    assert feature_names(["genbioel"]) == [
+        "genbioel_in",
+        "genbioel_score",
+        "genbioel_rr",
+        "genbioel_gap",
+        "exact",
+        "log_prior",
+    ]
 
 
 def test_fusion_features_values():
@@ -76,13 +119,19 @@ def test_fusion_features_values():
     np.testing.assert_allclose(x[1], [1, -1.0, 0.5, -0.5, 1, 0.9, 1, 0, 1, math.log1p(3)])
     np.testing.assert_allclose(x[2], [0, 0, 0, -1.0 - -0.5, 1, 0.3, 0.5, -0.6, 0, 0])
     assert cache == {"C2": 0.0, "C1": 3.0, "C3": 0.0}
-    gen_gap, tfidf_gap = x[:, feature_names(SOURCES).index("genbioel_gap")], x[:, feature_names(SOURCES).index("tfidf_gap")]
+    gen_gap, tfidf_gap = (
+        x[:, feature_names(SOURCES).index("genbioel_gap")],
+        x[:, feature_names(SOURCES).index("tfidf_gap")],
+    )
     # the source's best concept 0 (C2, C1), the others behind by the exact difference, absent ones as far as its last
     assert gen_gap.tolist() == [0.0, -1.0 - -0.5, -1.0 - -0.5] and tfidf_gap.tolist() == [0.3 - 0.9, 0.0, 0.3 - 0.9]
 
 
 def test_fusion_gap_is_against_the_best_score_within_depth():  # the highest score, not the first's, not beyond depth
-    lists = {"genbioel": [cand("C1", "a", -0.6), cand(["C2", "C3"], "b", -0.1), cand("C2", "b2", -0.05)], "tfidf": [cand("C3", "c", 0.7)]}
+    lists = {
+        "genbioel": [cand("C1", "a", -0.6), cand(["C2", "C3"], "b", -0.1), cand("C2", "b2", -0.05)],
+        "tfidf": [cand("C3", "c", 0.7)],
+    }
     ids, _, x = fusion_features("nothing", lists, SOURCES, 1, small_kb())
     assert ids == ["C1", "C3"] and x[0, 3] == 0.0 and x[1, 3] == 0.0 and x[1, 7] == 0.0  # C2 beyond depth 1
     ids, _, x = fusion_features("nothing", lists, SOURCES, 5, small_kb())
@@ -151,13 +200,23 @@ def test_rank_property(gen, ret, w, top_k):
     ids, _, x = fusion_features("renal failure", lists, SOURCES, 3, kb)
     for k, ranks in enumerate(concept_ranks(lists[s], 3) for s in SOURCES):  # gap: score - best in the source, or 0
         gap, scores = x[:, 4 * k + 3], {cid: score for cid, (_, score, _) in ranks.items()}
-        behind = min(scores.values(), default=0.0) - max(scores.values(), default=0.0)  # absent: as far as the last listed
-        assert gap.tolist() == [scores[c] - max(scores.values()) if c in scores else behind for c in ids] and (gap <= 0).all()
+        behind = min(scores.values(), default=0.0) - max(
+            scores.values(), default=0.0
+        )  # absent: as far as the last listed
+        assert (
+            gap.tolist() == [scores[c] - max(scores.values()) if c in scores else behind for c in ids]
+            and (gap <= 0).all()
+        )
 
 
 def test_model_file_round_trip(tmp_path):
-    model = FusionModel(SOURCES, weights(genbioel_rr=1.25, tfidf_score=-0.5, exact=2.0), depth=3,
-                        retrievers={"tfidf": {}}, fit={"mentions": 4})
+    model = FusionModel(
+        SOURCES,
+        weights(genbioel_rr=1.25, tfidf_score=-0.5, exact=2.0),
+        depth=3,
+        retrievers={"tfidf": {}},
+        fit={"mentions": 4},
+    )
     data = model.to_dict()
     assert data["version"] == 1 and data["weights"]["exact"] == 2.0 and list(data["weights"]) == model.features
     assert FusionModel.from_dict(json.loads(json.dumps(data))) == model
@@ -165,15 +224,29 @@ def test_model_file_round_trip(tmp_path):
     assert FusionModel.load(tmp_path / "sub" / "fusion.json") == model
 
 
-@pytest.mark.parametrize("change,problem", [
-    (lambda d: d.update(version=2), "version 2"), (lambda d: d["weights"].pop("exact"), "missing \\['exact'\\]"),
-    (lambda d: d["weights"].update(dense_rr=1.0), "unknown \\['dense_rr'\\]"),
-    (lambda d: [d["weights"].pop(f"{s}_gap") for s in SOURCES], "missing \\['genbioel_gap', 'tfidf_gap'\\]"),  # a 3-feature file
-    (lambda d: d.update(sources=["genbioel", "tfidf", "dense"]), "weights do not match"),
-    (lambda d: d.update(sources="genbioel"), "'sources'"), (lambda d: d["weights"].update(exact="big"), "'weights'"),
-    (lambda d: d.update(retrievers={"tfidf": 3}), "'retrievers'"), (lambda d: d.update(depth=0), "depth"),
-    (lambda d: d.update(sources=["tfidf", "genbioel"], weights=dict.fromkeys(feature_names(["tfidf", "genbioel"]), 0.0)), "start with"),
-])
+@pytest.mark.parametrize(
+    "change,problem",
+    [
+        (lambda d: d.update(version=2), "version 2"),
+        (lambda d: d["weights"].pop("exact"), "missing \\['exact'\\]"),
+        (lambda d: d["weights"].update(dense_rr=1.0), "unknown \\['dense_rr'\\]"),
+        (
+            lambda d: [d["weights"].pop(f"{s}_gap") for s in SOURCES],
+            "missing \\['genbioel_gap', 'tfidf_gap'\\]",
+        ),  # a 3-feature file
+        (lambda d: d.update(sources=["genbioel", "tfidf", "dense"]), "weights do not match"),
+        (lambda d: d.update(sources="genbioel"), "'sources'"),
+        (lambda d: d["weights"].update(exact="big"), "'weights'"),
+        (lambda d: d.update(retrievers={"tfidf": 3}), "'retrievers'"),
+        (lambda d: d.update(depth=0), "depth"),
+        (
+            lambda d: d.update(
+                sources=["tfidf", "genbioel"], weights=dict.fromkeys(feature_names(["tfidf", "genbioel"]), 0.0)
+            ),
+            "start with",
+        ),
+    ],
+)
 def test_bad_fusion_files_are_named(tmp_path, change, problem):
     data = FusionModel(SOURCES, weights()).to_dict()
     change(data)
@@ -183,9 +256,15 @@ def test_bad_fusion_files_are_named(tmp_path, change, problem):
         FusionModel.load(path)
 
 
-@pytest.mark.parametrize("name,content,problem", [
-    ("nope.json", None, ".*not found"), ("broken.json", b"{not json", ".*not a JSON"),
-    ("list.json", b"[1, 2]", ": expected a JSON object"), ("latin.json", b'{"version": "\xff"}', "")])
+@pytest.mark.parametrize(
+    "name,content,problem",
+    [
+        ("nope.json", None, ".*not found"),
+        ("broken.json", b"{not json", ".*not a JSON"),
+        ("list.json", b"[1, 2]", ": expected a JSON object"),
+        ("latin.json", b'{"version": "\xff"}', ""),
+    ],
+)
 def test_unreadable_fusion_files_are_named(tmp_path, name, content, problem):
     if content is not None:
         (tmp_path / name).write_bytes(content)
@@ -205,8 +284,15 @@ class FakeRetriever:
 
 def test_reranker_fuses_and_leaves_empty_mentions_empty():
     kb, model = small_kb(), FusionModel(SOURCES, weights(tfidf_rr=3.0), depth=2)
-    fake = FakeRetriever({"kidney failure": [cand("C1", "kidney failure", 0.9), cand("C3", "breast cancer", 0.2),
-                                             cand("C2", "cystic fibrosis", 0.1)]})
+    fake = FakeRetriever(
+        {
+            "kidney failure": [
+                cand("C1", "kidney failure", 0.9),
+                cand("C3", "breast cancer", 0.2),
+                cand("C2", "cystic fibrosis", 0.1),
+            ]
+        }
+    )
     reranker = FusionReranker(model, kb, {"tfidf": fake, "unused": object()})
     mentions = [Mention("kidney failure"), Mention("😷"), Mention("other")]
     generated = [[cand("C2", "cystic fibrosis", -0.3)], [], [cand("C3", "breast cancer", -0.1)]]
@@ -223,14 +309,24 @@ def test_reranker_needs_every_retriever_and_skips_work_when_nothing_was_generate
     with pytest.raises(ValueError, match="tfidf"):
         FusionReranker(model, small_kb(), {})
     fake = FakeRetriever({})
-    assert FusionReranker(model, small_kb(), {"tfidf": fake}).rerank([Mention("a"), Mention("b")], [[], []], 3) == [[], []]
+    assert FusionReranker(model, small_kb(), {"tfidf": fake}).rerank([Mention("a"), Mention("b")], [[], []], 3) == [
+        [],
+        [],
+    ]
     assert fake.calls == []
 
 
 # -- prediction files and the fit -----------------------------------------------------------------------
 def record(doc, start, text, gold, cands):
-    return {"doc_id": doc, "start": start, "end": start + len(text), "text": text, "gold": gold, "hit_rank": None,
-            "candidates": [[list(c.ids), c.name, c.score] for c in cands]}
+    return {
+        "doc_id": doc,
+        "start": start,
+        "end": start + len(text),
+        "text": text,
+        "gold": gold,
+        "hit_rank": None,
+        "candidates": [[list(c.ids), c.name, c.score] for c in cands],
+    }
 
 
 def write_jsonl(path, records):
@@ -261,8 +357,10 @@ def synthetic(n=40, seed=0):
 
 def test_read_fusion_examples_joins_sources_in_any_order_and_split(tmp_path):
     kb, gen, ret = synthetic(12)
-    files = {"genbioel": [write_jsonl(tmp_path / "g0.jsonl", gen[:5]), write_jsonl(tmp_path / "g1.jsonl", gen[5:])],
-             "tfidf": [write_jsonl(tmp_path / "t.jsonl", list(reversed(ret)) + [record("zz", 0, "extra", ["C1"], [])])]}
+    files = {
+        "genbioel": [write_jsonl(tmp_path / "g0.jsonl", gen[:5]), write_jsonl(tmp_path / "g1.jsonl", gen[5:])],
+        "tfidf": [write_jsonl(tmp_path / "t.jsonl", list(reversed(ret)) + [record("zz", 0, "extra", ["C1"], [])])],
+    }
     examples = read_fusion_examples(files, kb)
     assert len(examples) == 12 and all(ex.kb is kb for ex in examples)
     for ex, g, r in zip(examples, gen, ret):
@@ -279,10 +377,14 @@ def test_read_fusion_examples_refusals(tmp_path):
     short = write_jsonl(tmp_path / "short_tfidf.jsonl", ret[:-1])
     with pytest.raises(ValueError, match="source 'tfidf' has no prediction.*short_tfidf.jsonl"):
         read_fusion_examples({"genbioel": [g], "tfidf": [short]})
-    again = write_jsonl(tmp_path / "again.jsonl", gen[2:3])  # a mention listed twice (a repeated document): two examples
+    again = write_jsonl(
+        tmp_path / "again.jsonl", gen[2:3]
+    )  # a mention listed twice (a repeated document): two examples
     with pytest.raises(ValueError, match="source 'tfidf' has no prediction"):
         read_fusion_examples({"genbioel": [g, again], "tfidf": [write_jsonl(tmp_path / "t.jsonl", ret)]})
-    twice = read_fusion_examples({"genbioel": [g, again], "tfidf": [write_jsonl(tmp_path / "t2.jsonl", ret + ret[2:3])]})
+    twice = read_fusion_examples(
+        {"genbioel": [g, again], "tfidf": [write_jsonl(tmp_path / "t2.jsonl", ret + ret[2:3])]}
+    )
     assert len(twice) == len(read_fusion_examples({"genbioel": [g]})) + 1
     (tmp_path / "bad.jsonl").write_text(json.dumps(gen[0]) + "\n\n" + '{"doc_id": "d1"}\n')
     with pytest.raises(ValueError, match=re.escape(str(tmp_path / "bad.jsonl")) + ":3"):
@@ -291,17 +393,25 @@ def test_read_fusion_examples_refusals(tmp_path):
 
 def test_mentions_without_gold_are_dropped(tmp_path):
     c = [cand("C1", "x", -0.1)]
-    g = write_jsonl(tmp_path / "g.jsonl", [record("d", 0, "a", ["-1"], c), record("d", 5, "b", [], c),
-                                            record("d", 9, "c", [" C1 ", "CUI-less"], c)])
+    g = write_jsonl(
+        tmp_path / "g.jsonl",
+        [record("d", 0, "a", ["-1"], c), record("d", 5, "b", [], c), record("d", 9, "c", [" C1 ", "CUI-less"], c)],
+    )
     examples = read_fusion_examples({"genbioel": [g]})
     assert [(ex.text, ex.gold) for ex in examples] == [("c", frozenset({"C1"}))]
 
 
 def test_drop_examples_by_folded_text_and_gold(tmp_path):
     lists = {"genbioel": [cand("C1", "x", -0.1)]}
-    examples = [FusionExample("Renal Failure", frozenset({"C1"}), lists), FusionExample("renal failure", frozenset({"C2"}), lists),
-                FusionExample("lung", frozenset({"C3"}), lists)]
-    held = write_jsonl(tmp_path / "dev.jsonl", [record("x", 0, "renal   FAILURE", ["C1"], []), record("x", 30, "lung", ["C3", "-1"], [])])
+    examples = [
+        FusionExample("Renal Failure", frozenset({"C1"}), lists),
+        FusionExample("renal failure", frozenset({"C2"}), lists),
+        FusionExample("lung", frozenset({"C3"}), lists),
+    ]
+    held = write_jsonl(
+        tmp_path / "dev.jsonl",
+        [record("x", 0, "renal   FAILURE", ["C1"], []), record("x", 30, "lung", ["C3", "-1"], [])],
+    )
     kept, dropped = drop_examples(examples, [held])
     assert dropped == 2 and [ex.gold for ex in kept] == [frozenset({"C2"})]
 
@@ -309,16 +419,27 @@ def test_drop_examples_by_folded_text_and_gold(tmp_path):
 def test_fit_fusion_beats_both_sources(tmp_path):
     kb, gen, ret = synthetic(40)
     unreachable = record("u", 0, "nothing useful", ["C19"], [cand("C0", "c0", -0.1)])
-    files = {"genbioel": [write_jsonl(tmp_path / "g.jsonl", gen + [unreachable])],
-             "tfidf": [write_jsonl(tmp_path / "t.jsonl", ret + [{**unreachable, "candidates": []}])]}
+    files = {
+        "genbioel": [write_jsonl(tmp_path / "g.jsonl", gen + [unreachable])],
+        "tfidf": [write_jsonl(tmp_path / "t.jsonl", ret + [{**unreachable, "candidates": []}])],
+    }
     examples = read_fusion_examples(files)
     model = fit_fusion(examples, kb, depth=3)
     assert model.sources == SOURCES and model.depth == 3 and model.retrievers == {}
     assert all(math.isfinite(w) for w in model.weights)
     w, fit = dict(zip(model.features, model.weights)), model.fit
     assert w["log_prior"] == 0.0 and w["exact"] > 0  # no priors in this KB: a constant feature
-    assert set(fit) == {"mentions", "reachable", "unreachable", "l2", "converged", "loss", "standardized_weights", "recall",
-                        "generator_width"}
+    assert set(fit) == {
+        "mentions",
+        "reachable",
+        "unreachable",
+        "l2",
+        "converged",
+        "loss",
+        "standardized_weights",
+        "recall",
+        "generator_width",
+    }
     assert fit["generator_width"] == max(len(r["candidates"]) for r in gen)
     assert (fit["mentions"], fit["reachable"], fit["unreachable"]) == (41, 40, 1)
     assert fit["converged"] and fit["standardized_weights"]["log_prior"] == 0.0
@@ -338,10 +459,15 @@ def test_fit_fusion_uses_each_examples_own_kb_and_refuses_nothing_to_fit():
     with pytest.raises(ValueError, match="nothing to fit"):
         fit_fusion([FusionExample("t", frozenset({"C9"}), lists)], kb)
     prior_kb = kb.with_priors({"C1": 9})
-    examples = [FusionExample("t", frozenset({"C1"}), lists, prior_kb), FusionExample("t", frozenset({"C2"}), lists, kb)]
+    examples = [
+        FusionExample("t", frozenset({"C1"}), lists, prior_kb),
+        FusionExample("t", frozenset({"C2"}), lists, kb),
+    ]
     model = fit_fusion(examples, kb, ["genbioel", "tfidf"], l2=0.01)
     assert model.fit["l2"] == 0.01 and model.fit["reachable"] == 2
-    _, _, x = fusion_features("t", lists, SOURCES, 5, prior_kb)  # prior 9 for one example's C1, 0 elsewhere: it varies, may get a weight
+    _, _, x = fusion_features(
+        "t", lists, SOURCES, 5, prior_kb
+    )  # prior 9 for one example's C1, 0 elsewhere: it varies, may get a weight
     assert x[0, -1] == pytest.approx(math.log(10))
 
 
@@ -350,14 +476,28 @@ def test_fit_fusion_uses_each_examples_own_kb_and_refuses_nothing_to_fit():
 def fold_files(tmp_path):
     kb, gen, ret = synthetic(40)
     kb.to_jsonl(tmp_path / "kb.jsonl")
-    paths = {name: [write_jsonl(tmp_path / f"{name}{i}.jsonl", records[i * 20:(i + 1) * 20]) for i in range(2)]
-             for name, records in (("g", gen), ("t", ret))}
+    paths = {
+        name: [write_jsonl(tmp_path / f"{name}{i}.jsonl", records[i * 20 : (i + 1) * 20]) for i in range(2)]
+        for name, records in (("g", gen), ("t", ret))
+    }
     return tmp_path, gen, paths
 
 
 def fit_args(tmp_path, paths, *extra):
-    return ["fit-fusion", "--source", f"tfidf={paths['t'][0]},{paths['t'][1]}", "--source", f"genbioel={paths['g'][0]},{paths['g'][1]}",
-            "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "out" / "fusion.json"), "--depth", "3", *extra]
+    return [
+        "fit-fusion",
+        "--source",
+        f"tfidf={paths['t'][0]},{paths['t'][1]}",
+        "--source",
+        f"genbioel={paths['g'][0]},{paths['g'][1]}",
+        "--kb",
+        str(tmp_path / "kb.jsonl"),
+        "--out",
+        str(tmp_path / "out" / "fusion.json"),
+        "--depth",
+        "3",
+        *extra,
+    ]
 
 
 def test_fit_fusion_command(fold_files):
@@ -366,13 +506,18 @@ def test_fit_fusion_command(fold_files):
     assert result.exit_code == 0, result.output
     model = FusionModel.load(tmp_path / "out" / "fusion.json")
     assert model.sources == SOURCES and model.depth == 3 and model.retrievers == {"tfidf": {"model": "some/dir"}}
-    assert model.fit["mentions"] == 40 and model.fit["recall"]["fusion"]["recall@1"] > model.fit["recall"]["tfidf"]["recall@1"]
+    assert (
+        model.fit["mentions"] == 40
+        and model.fit["recall"]["fusion"]["recall@1"] > model.fit["recall"]["tfidf"]["recall@1"]
+    )
     assert "fusion" in result.output and "weight exact" in result.output
     held = write_jsonl(tmp_path / "dev.jsonl", gen[:10])
     pairs = {(" ".join(r["text"].lower().split()), tuple(r["gold"])) for r in gen[:10]}
     n_dropped = sum((" ".join(r["text"].lower().split()), tuple(r["gold"])) in pairs for r in gen)
     assert n_dropped >= 10  # exact-name mentions of one concept repeat across the set
-    result = runner.invoke(app, fit_args(tmp_path, paths, "--exclude", str(held), "--kb", str(tmp_path / "kb.jsonl")))  # a KB per fold
+    result = runner.invoke(
+        app, fit_args(tmp_path, paths, "--exclude", str(held), "--kb", str(tmp_path / "kb.jsonl"))
+    )  # a KB per fold
     assert result.exit_code == 0, result.output
     assert f"{n_dropped} examples dropped" in result.output
     again = FusionModel.load(tmp_path / "out" / "fusion.json")
@@ -382,17 +527,27 @@ def test_fit_fusion_command(fold_files):
     assert FusionModel.load(tmp_path / "out" / "fusion.json").fit["generator_beams"] == 2
 
 
-@pytest.mark.parametrize("args", [["--source", "genbioel"], ["--source", "=a.jsonl"],
-                                  ["--source", "genbioel=a.jsonl,b.jsonl", "--source", "tfidf=c.jsonl"],
-                                  ["--source", "genbioel=a.jsonl", "--retriever-model", "dense=dir"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--source", "genbioel"],
+        ["--source", "=a.jsonl"],
+        ["--source", "genbioel=a.jsonl,b.jsonl", "--source", "tfidf=c.jsonl"],
+        ["--source", "genbioel=a.jsonl", "--retriever-model", "dense=dir"],
+    ],
+)
 def test_fit_fusion_command_refuses_bad_options(tmp_path, args):
-    result = runner.invoke(app, ["fit-fusion", *args, "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "f.json")])
+    result = runner.invoke(
+        app, ["fit-fusion", *args, "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "f.json")]
+    )
     assert result.exit_code != 0 and not (tmp_path / "f.json").exists()
 
 
 def test_fit_fusion_command_errors_name_the_problem(fold_files):
     tmp_path, _, paths = fold_files
-    result = runner.invoke(app, fit_args(tmp_path, paths, "--kb", str(tmp_path / "kb.jsonl"), "--kb", str(tmp_path / "kb.jsonl")))
+    result = runner.invoke(
+        app, fit_args(tmp_path, paths, "--kb", str(tmp_path / "kb.jsonl"), "--kb", str(tmp_path / "kb.jsonl"))
+    )
     assert result.exit_code != 0  # three KBs for two folds
     paths["t"][1] = tmp_path / "missing.jsonl"
     result = runner.invoke(app, fit_args(tmp_path, paths))
@@ -404,13 +559,19 @@ def test_fit_fusion_command_errors_name_the_problem(fold_files):
 @pytest.fixture()
 def parts(tmp_path, micro_model, word_tokenizer):
     from conftest import random_kb
+
     from spacy_genbioel.models import save_model
 
     kb = random_kb(1, n_concepts=30)
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     kb.to_jsonl(tmp_path / "kb.jsonl")
-    fusion = FusionModel(SOURCES, [0.5, 0.25, 1.0, 0.75, 0.5, 2.0, 1.5, 1.0, 3.0, 0.25], depth=3, retrievers={"tfidf": {}},
-                         fit={"mentions": 10, "recall": {"fusion": {"recall@1": 0.5}}})
+    fusion = FusionModel(
+        SOURCES,
+        [0.5, 0.25, 1.0, 0.75, 0.5, 2.0, 1.5, 1.0, 3.0, 0.25],
+        depth=3,
+        retrievers={"tfidf": {}},
+        fit={"mentions": 10, "recall": {"fusion": {"recall@1": 0.5}}},
+    )
     fusion.save(tmp_path / "fusion.json")
     text = f"We saw {kb.names[0]} and later {kb.names[7]} in the clinic ."
     return kb, tmp_path, fusion, text
@@ -420,8 +581,13 @@ def test_packaged_pipeline_carries_its_fusion(parts):
     from spacy_genbioel.training.package import EntitySource, package
 
     kb, tmp_path, fusion, text = parts
-    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", entities=EntitySource(entity_label="Disease", abbreviations=False),
-                  settings={"num_beams": 3, "top_k": 3, "reranker.fusion": str(tmp_path / "fusion.json")})
+    out = package(
+        tmp_path / "model",
+        tmp_path / "kb.jsonl",
+        tmp_path / "pkg",
+        entities=EntitySource(entity_label="Disease", abbreviations=False),
+        settings={"num_beams": 3, "top_k": 3, "reranker.fusion": str(tmp_path / "fusion.json")},
+    )
     assert (out / "genbioel" / "fusion.json").exists()
     (tmp_path / "fusion.json").unlink()  # the pipeline travels with its own copy
     nlp = spacy.load(out)
@@ -447,8 +613,13 @@ def test_pipeline_without_fusion_has_no_reranker(parts):
     from spacy_genbioel.training.package import EntitySource, package
 
     _, tmp_path, fusion, text = parts
-    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", settings={"num_beams": 3, "top_k": 3},
-                  entities=EntitySource(entity_label="Disease", abbreviations=False))
+    out = package(
+        tmp_path / "model",
+        tmp_path / "kb.jsonl",
+        tmp_path / "pkg",
+        settings={"num_beams": 3, "top_k": 3},
+        entities=EntitySource(entity_label="Disease", abbreviations=False),
+    )
     assert not (out / "genbioel" / "fusion.json").exists()
     nlp = spacy.load(out)
     assert nlp.get_pipe("genbioel").fusion is None and nlp.get_pipe("genbioel").reranker is None
@@ -467,8 +638,16 @@ def test_fusion_factory_setting(parts, caplog):
     nlp = spacy.blank("en")
     ruler = nlp.add_pipe("entity_ruler")
     ruler.add_patterns([{"label": "Disease", "pattern": kb.names[0]}])
-    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
-                                      "decoding": {"num_beams": 3, "top_k": 3}, "fusion": str(tmp_path / "fusion.json")})
+    nlp.add_pipe(
+        "genbioel",
+        config={
+            "model": str(tmp_path / "model"),
+            "kb": str(tmp_path / "kb.jsonl"),
+            "device": "cpu",
+            "decoding": {"num_beams": 3, "top_k": 3},
+            "fusion": str(tmp_path / "fusion.json"),
+        },
+    )
     component = nlp.get_pipe("genbioel")
     assert component.fusion == fusion and isinstance(component.reranker, FusionReranker)
     doc = nlp(text)
@@ -482,7 +661,12 @@ def test_fusion_factory_setting(parts, caplog):
     assert "using the fusion saved with the pipeline" in caplog.text and loaded.get_pipe("genbioel").fusion == fusion
     assert isinstance(loaded.get_pipe("genbioel").reranker, FusionReranker)
     # a configured file that is missing (and no saved copy) is named on first use; a damaged one at once
-    cfg = {"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu", "fusion": str(tmp_path / "nope.json")}
+    cfg = {
+        "model": str(tmp_path / "model"),
+        "kb": str(tmp_path / "kb.jsonl"),
+        "device": "cpu",
+        "fusion": str(tmp_path / "nope.json"),
+    }
     bad = spacy.blank("en")
     bad.add_pipe("genbioel", config=cfg)
     with pytest.raises(FusionFormatError, match="nope.json"):
@@ -493,7 +677,9 @@ def test_fusion_factory_setting(parts, caplog):
     # a configured file that exists names another fusion than the saved one: it wins
     other = FusionModel(SOURCES, weights(log_prior=1.0), depth=2)
     other.save(tmp_path / "other.json")
-    override = spacy.load(tmp_path / "saved", config={"components": {"genbioel": {"fusion": str(tmp_path / "other.json")}}})
+    override = spacy.load(
+        tmp_path / "saved", config={"components": {"genbioel": {"fusion": str(tmp_path / "other.json")}}}
+    )
     assert override.get_pipe("genbioel").fusion == other
 
 
@@ -504,9 +690,17 @@ def test_a_fusion_reads_the_generators_lists_at_the_width_it_was_fitted_on(parts
 
     def component(**reranker):
         nlp = spacy.blank("en")
-        nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
-                                          "decoding": {"num_beams": 3, "top_k": 3}, "fusion": str(tmp_path / "narrow.json"),
-                                          "reranker": {"@misc": "genbioel.reranker.v1", **reranker}})
+        nlp.add_pipe(
+            "genbioel",
+            config={
+                "model": str(tmp_path / "model"),
+                "kb": str(tmp_path / "kb.jsonl"),
+                "device": "cpu",
+                "decoding": {"num_beams": 3, "top_k": 3},
+                "fusion": str(tmp_path / "narrow.json"),
+                "reranker": {"@misc": "genbioel.reranker.v1", **reranker},
+            },
+        )
         caplog.clear()
         with caplog.at_level("WARNING", logger="spacy_genbioel"):
             found = nlp.get_pipe("genbioel").link([Mention(kb.names[0]), Mention(kb.names[7])])
@@ -521,8 +715,9 @@ def test_a_fusion_reads_the_generators_lists_at_the_width_it_was_fitted_on(parts
     with pytest.raises(ValueError, match="generator_beams"):
         component(generator_beams=0)
     # a file that records its fold predictions' width (fit-fusion --generator-beams) is searched at it
-    FusionModel(SOURCES, fusion.weights, depth=3, retrievers={"tfidf": {}},
-                fit={"generator_width": 2, "generator_beams": 2}).save(tmp_path / "narrow.json")
+    FusionModel(
+        SOURCES, fusion.weights, depth=3, retrievers={"tfidf": {}}, fit={"generator_width": 2, "generator_beams": 2}
+    ).save(tmp_path / "narrow.json")
     recorded, _, log = component()
     assert recorded.linker.decoding.num_beams == 2 and "fitted on the generator's top" not in log
 

@@ -1,4 +1,5 @@
 """The fused ranking speaks the linkers' language: a candidate is a name with its concepts, the fused one first."""
+
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.linking.fusion import FusionModel, feature_names
 from spacy_genbioel.training.fusion_fit import FusionExample, score_fusion
@@ -9,7 +10,9 @@ SOURCES = ["genbioel", "tfidf"]
 
 def kb():
     # "cancer" names two concepts; the KB lists C1 first
-    return KnowledgeBase([Concept("C1", ["cancer", "neoplasm"]), Concept("C2", ["cancer", "tumour"]), Concept("C3", ["fever"])])
+    return KnowledgeBase(
+        [Concept("C1", ["cancer", "neoplasm"]), Concept("C2", ["cancer", "tumour"]), Concept("C3", ["fever"])]
+    )
 
 
 def model(**named):
@@ -17,8 +20,10 @@ def model(**named):
 
 
 def test_a_shared_name_keeps_its_other_concepts_after_the_fused_one():
-    lists = {"genbioel": [Candidate(("C2", "C1"), "cancer", -0.1), Candidate(("C3",), "fever", -2.0)],
-             "tfidf": [Candidate(("C2",), "tumour", 0.9)]}
+    lists = {
+        "genbioel": [Candidate(("C2", "C1"), "cancer", -0.1), Candidate(("C3",), "fever", -2.0)],
+        "tfidf": [Candidate(("C2",), "tumour", 0.9)],
+    }
     ranked = model(genbioel_rr=1.0, tfidf_score=5.0).rank("tumor", lists, kb(), top_k=5)
     # C1 is listed under "cancer" only, a name already ranked (for C2): it comes under another of its KB names
     assert [(c.ids[0], c.name) for c in ranked] == [("C2", "cancer"), ("C1", "neoplasm"), ("C3", "fever")]
@@ -26,8 +31,11 @@ def test_a_shared_name_keeps_its_other_concepts_after_the_fused_one():
     assert sum(c.score for c in ranked) <= 1.0 + 1e-9
     # a concept with no other name is left out rather than repeating a ranked name
     one = KnowledgeBase([Concept("C1", ["cancer"]), Concept("C2", ["cancer"])])
-    ranked = model(genbioel_rr=1.0).rank("x", {"genbioel": [Candidate(("C1", "C2"), "cancer", -0.1)], "tfidf": []}, one, top_k=5)
+    ranked = model(genbioel_rr=1.0).rank(
+        "x", {"genbioel": [Candidate(("C1", "C2"), "cancer", -0.1)], "tfidf": []}, one, top_k=5
+    )
     assert [(c.ids, c.name) for c in ranked] == [(("C1", "C2"), "cancer")]
+
 
 def test_score_fusion_uses_the_evaluation_rule_any_id_of_a_candidate():
     lists = {"genbioel": [Candidate(("C2", "C1"), "cancer", -0.1)], "tfidf": [Candidate(("C3",), "fever", 0.2)]}

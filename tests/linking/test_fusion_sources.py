@@ -1,5 +1,6 @@
 """Which retrievers a fusion reads (fit-fusion --alternative, training.fusion_fit.choose_sources), the models
 its retrievers travel with (FusionModel.bundled), and per-retriever model directories of a candidate union."""
+
 import json
 import random
 import shutil
@@ -10,7 +11,7 @@ from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.candidates import make_candidate_generator, model_for
+from spacy_genbioel.linking.candidates import model_for
 from spacy_genbioel.linking.fusion import FusionModel
 from spacy_genbioel.training.fusion_fit import FusionExample, choose_sources
 from spacy_genbioel.ty import Candidate
@@ -28,8 +29,11 @@ def lists_for(gold: str, rng: random.Random, seen_by_tfidf: bool):
     others = [f"C{j}" for j in rng.sample(range(N_CONCEPTS), 6) if f"C{j}" != gold][:4]
     first, second = (gold, others[0]) if rng.random() < 0.5 else (others[0], gold)
     gen = [Candidate((first,), "a", -0.2), Candidate((second,), "g", -0.6), Candidate((others[1],), "b", -1.0)]
-    tfidf = [Candidate((gold,), "g", 0.9), Candidate((others[2],), "c", 0.5)] if seen_by_tfidf else \
-        [Candidate((others[2],), "c", 0.9), Candidate((gold,), "g", 0.5)]
+    tfidf = (
+        [Candidate((gold,), "g", 0.9), Candidate((others[2],), "c", 0.5)]
+        if seen_by_tfidf
+        else [Candidate((others[2],), "c", 0.9), Candidate((gold,), "g", 0.5)]
+    )
     dense = [Candidate((others[3],), "d", 0.8), Candidate((others[2],), "c", 0.7)]
     return {"genbioel": gen, "tfidf": tfidf, "dense": dense}
 
@@ -40,7 +44,7 @@ def folds(n=60, seed=0):
     for i in range(n):
         gold = f"C{rng.randrange(N_CONCEPTS)}"
         examples.append(FusionExample(f"mention {i}", frozenset({gold}), lists_for(gold, rng, i % 4 != 0)))
-    return [examples[: n // 2], examples[n // 2:]]
+    return [examples[: n // 2], examples[n // 2 :]]
 
 
 def test_the_retriever_that_helps_on_held_out_folds_is_chosen():
@@ -53,7 +57,9 @@ def test_the_retriever_that_helps_on_held_out_folds_is_chosen():
 
 
 def test_a_tie_goes_to_the_alternative_listed_first():
-    same = [[FusionExample(ex.text, ex.gold, {**ex.lists, "exact": ex.lists["tfidf"]}) for ex in fold] for fold in folds()]
+    same = [
+        [FusionExample(ex.text, ex.gold, {**ex.lists, "exact": ex.lists["tfidf"]}) for ex in fold] for fold in folds()
+    ]
     assert choose_sources(same, kb(), [["exact"], ["tfidf"]])[0] == ["genbioel", "exact"]
     assert choose_sources(same, kb(), [["tfidf"], ["exact"]])[0] == ["genbioel", "tfidf"]
 
@@ -66,8 +72,18 @@ def test_choosing_needs_two_folds_and_an_alternative():
 
 
 def write_predictions(path, examples, source):
-    records = [{"doc_id": f"d{i}", "start": 0, "end": 1, "text": ex.text, "gold": sorted(ex.gold), "hit_rank": None,
-                "candidates": [[list(c.ids), c.name, c.score] for c in ex.lists[source]]} for i, ex in enumerate(examples)]
+    records = [
+        {
+            "doc_id": f"d{i}",
+            "start": 0,
+            "end": 1,
+            "text": ex.text,
+            "gold": sorted(ex.gold),
+            "hit_rank": None,
+            "candidates": [[list(c.ids), c.name, c.score] for c in ex.lists[source]],
+        }
+        for i, ex in enumerate(examples)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf8")
     return str(path)
 
@@ -79,7 +95,9 @@ def test_fit_fusion_command_keeps_the_chosen_retrievers(tmp_path):
     for source in ("genbioel", "tfidf", "dense"):
         files = [write_predictions(tmp_path / f"{source}{i}.jsonl", fold, source) for i, fold in enumerate(parts)]
         args += ["--source", f"{source}={','.join(files)}"]
-    result = runner.invoke(app, [*args, "--alternative", "dense", "--alternative", "tfidf", "--retriever-model", "dense=some/dir"])
+    result = runner.invoke(
+        app, [*args, "--alternative", "dense", "--alternative", "tfidf", "--retriever-model", "dense=some/dir"]
+    )
     assert result.exit_code == 0, result.output
     model = FusionModel.load(tmp_path / "fusion.json")
     assert model.sources == ["genbioel", "tfidf"] and model.retrievers == {"tfidf": {}}
@@ -92,8 +110,9 @@ def test_bundled_copies_retriever_models_and_load_finds_them(tmp_path):
     encoder = tmp_path / "trained" / "rescnn"
     encoder.mkdir(parents=True)
     (encoder / "rescnn_config.json").write_text("{}", encoding="utf8")
-    model = FusionModel(["genbioel", "tfidf", "rescnn"], [0.0] * 14,
-                        retrievers={"tfidf": {}, "rescnn": {"model": str(encoder)}})
+    model = FusionModel(
+        ["genbioel", "tfidf", "rescnn"], [0.0] * 14, retrievers={"tfidf": {}, "rescnn": {"model": str(encoder)}}
+    )
     folder = tmp_path / "pipeline"
     (folder / "retrievers" / "dense").mkdir(parents=True)  # left from an earlier save: no longer read
     bundled = model.bundled(folder)
@@ -117,8 +136,11 @@ def test_each_retriever_of_a_union_gets_its_own_model():
     assert model_for("dense", "not_a_retriever=x") == "not_a_retriever=x"  # a directory whose name has "="
 
 
-def test_a_packaged_pipeline_links_with_its_fusions_trained_rescnn(tmp_path, micro_model, word_tokenizer, wordpiece_dir, monkeypatch):
+def test_a_packaged_pipeline_links_with_its_fusions_trained_rescnn(
+    tmp_path, micro_model, word_tokenizer, wordpiece_dir, monkeypatch
+):
     from conftest import random_kb
+
     from spacy_genbioel.models import save_model
     from spacy_genbioel.retrieval.rescnn import ResCNNArch, ResCNNEncoder
     from spacy_genbioel.training.package import EntitySource, package
@@ -129,11 +151,20 @@ def test_a_packaged_pipeline_links_with_its_fusions_trained_rescnn(tmp_path, mic
     names = random_kb(1, n_concepts=30)
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     names.to_jsonl(tmp_path / "kb.jsonl")
-    fusion = FusionModel(["genbioel", "tfidf", "rescnn"], [0.5, 0.2, 1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 2.0, 0.0],
-                         depth=3, retrievers={"tfidf": {}, "rescnn": {"model": str(encoder_dir)}})
+    fusion = FusionModel(
+        ["genbioel", "tfidf", "rescnn"],
+        [0.5, 0.2, 1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 0.5, 1.0, 1.0, 0.5, 2.0, 0.0],
+        depth=3,
+        retrievers={"tfidf": {}, "rescnn": {"model": str(encoder_dir)}},
+    )
     fusion.save(tmp_path / "fusion.json")
-    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", entities=EntitySource(entity_label="Disease", abbreviations=False),
-                  settings={"num_beams": 3, "top_k": 3, "reranker.fusion": str(tmp_path / "fusion.json")})
+    out = package(
+        tmp_path / "model",
+        tmp_path / "kb.jsonl",
+        tmp_path / "pkg",
+        entities=EntitySource(entity_label="Disease", abbreviations=False),
+        settings={"num_beams": 3, "top_k": 3, "reranker.fusion": str(tmp_path / "fusion.json")},
+    )
     shutil.rmtree(encoder_dir)  # the pipeline travels with its own copy
     (tmp_path / "fusion.json").unlink()
     nlp = spacy.load(out)

@@ -4,11 +4,11 @@ folder links (warned where the case says so) or is refused naming the file
 (issue 31: a permuted tokenizer, a changed KB byte, a lying trie max_depth, a
 cfg.json naming another registered function and malformed fusion.json files are
 refused, not linked)."""
+
+import fuzz_component as fz
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import fuzz_component as fz
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +45,19 @@ def test_corrupt_pipeline_folders_link_or_are_refused_naming_the_file(resources,
 
 def test_the_integrity_cases_must_be_refused():
     # a case that may link with a warning would let a silent wrong link pass: these may not
-    integrity = [c for c in FOLDERS if c.name.startswith(("fusion.json", "trie max_depth", "tokenizer of the same size",
-                                                          "cfg.json kb_normalizer", "kb.safetensors one byte"))]
+    integrity = [
+        c
+        for c in FOLDERS
+        if c.name.startswith(
+            (
+                "fusion.json",
+                "trie max_depth",
+                "tokenizer of the same size",
+                "cfg.json kb_normalizer",
+                "kb.safetensors one byte",
+            )
+        )
+    ]
     assert len(integrity) == 18
     assert all(c.expect == "refuse" for c in integrity if c.name != "fusion.json intact")
 
@@ -76,8 +87,12 @@ def documents(draw):
 
 
 @given(documents())
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                                     HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 def test_random_documents_link_with_the_mention_in_the_input(nlp, case):
     outcome = fz.run_document(nlp, case)
     assert outcome.status == "ok", outcome.detail

@@ -4,6 +4,7 @@ retriever or a folder in its place; a compact KB with one changed byte; a trie w
 ``max_depth`` lies; a ``cfg.json`` naming a registered function that is not a normalizer;
 a model given another tokenizer than the one it was saved with. Each is refused with the
 project's error naming the file; what is intact loads as before."""
+
 import json
 
 import numpy as np
@@ -27,11 +28,17 @@ def fusion_dict(**weights):
 
 
 # -- fusion.json (item 6, item 10) -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("text, reason", [
-    ('"exact": NaN', "NaN"), ('"exact": Infinity', "Infinity"), ('"exact": -Infinity', "-Infinity"),
-    ('"exact": 1e400', "1e400"), ('"exact": true', "'weights' must map feature names to numbers"),
-    ('"exact": 1' + "0" * 400, "too large"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ('"exact": NaN', "NaN"),
+        ('"exact": Infinity', "Infinity"),
+        ('"exact": -Infinity', "-Infinity"),
+        ('"exact": 1e400', "1e400"),
+        ('"exact": true', "'weights' must map feature names to numbers"),
+        ('"exact": 1' + "0" * 400, "too large"),
+    ],
+)
 def test_fusion_weights_must_be_finite_numbers(tmp_path, text, reason):
     path = tmp_path / "fusion.json"
     path.write_text(json.dumps(fusion_dict()).replace('"exact": 0.0', text), encoding="utf8")
@@ -80,8 +87,11 @@ def test_a_fit_report_nested_within_bounds_loads(tmp_path):
 
 def test_an_unknown_fusion_retriever_is_named_with_the_file(tmp_path):
     path = tmp_path / "fusion.json"
-    data = {**fusion_dict(), "sources": ["genbioel", "bogus"],
-            "weights": dict.fromkeys(feature_names(["genbioel", "bogus"]), 0.0)}
+    data = {
+        **fusion_dict(),
+        "sources": ["genbioel", "bogus"],
+        "weights": dict.fromkeys(feature_names(["genbioel", "bogus"]), 0.0),
+    }
     path.write_text(json.dumps(data), encoding="utf8")
     with pytest.raises(FusionFormatError, match="fusion.json: unknown retriever source 'bogus'"):
         FusionModel.load(path)
@@ -125,7 +135,9 @@ def test_an_intact_kb_opens_and_a_file_without_the_digest_opens_unchecked(tmp_pa
     kb, path = _saved_kb(tmp_path)
     assert CompactKB.open(path).ids_for_name("kidney failure") == ("C0000123",)
     arrays, meta = read_arrays(path)
-    write_arrays(path, {k: np.array(v) for k, v in arrays.items()}, {k: v for k, v in meta.items() if k != "content_sha256"})
+    write_arrays(
+        path, {k: np.array(v) for k, v in arrays.items()}, {k: v for k, v in meta.items() if k != "content_sha256"}
+    )
     assert CompactKB.open(path).checksum() == kb.checksum()  # written before the digest existed
 
 
@@ -168,7 +180,9 @@ def test_every_trie_built_here_states_its_true_depth(tmp_path_factory, seqs):
 
 
 # -- cfg.json's kb_normalizer (item 11) ------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["spacy.first_longest_spans_filter.v1", "genbioel.exact_retriever.v1", "spacy.Tokenizer.v1"])
+@pytest.mark.parametrize(
+    "name", ["spacy.first_longest_spans_filter.v1", "genbioel.exact_retriever.v1", "spacy.Tokenizer.v1"]
+)
 def test_only_normalizers_are_called(name):
     with pytest.raises(ValueError, match="Unknown normalizer"):
         get_normalizer(name)
@@ -180,9 +194,11 @@ def test_normalizers():
     import catalogue
     from spacy.util import registry
 
-    made = {"genbioel_test.broken_normalizer.v1": lambda: 42,
-            "genbioel_test.bytes_normalizer.v1": lambda: (lambda text: text.encode()),
-            "genbioel_test.upper_normalizer.v1": lambda: str.upper}
+    made = {
+        "genbioel_test.broken_normalizer.v1": lambda: 42,
+        "genbioel_test.bytes_normalizer.v1": lambda: lambda text: text.encode(),
+        "genbioel_test.upper_normalizer.v1": lambda: str.upper,
+    }
     for name, func in made.items():
         registry.misc.register(name, func=func)
     yield
@@ -202,7 +218,9 @@ def test_cfg_json_naming_another_registered_function_is_refused(tmp_path):
     from spacy_genbioel.linking.paths import read_component_cfg
 
     path = tmp_path / "cfg.json"
-    path.write_text(json.dumps({"has_linker": True, "kb_normalizer": "spacy.first_longest_spans_filter.v1", "kb_dedup": False}))
+    path.write_text(
+        json.dumps({"has_linker": True, "kb_normalizer": "spacy.first_longest_spans_filter.v1", "kb_dedup": False})
+    )
     with pytest.raises(ModelFormatError, match="cfg.json: Unknown normalizer"):
         read_component_cfg(path)
 

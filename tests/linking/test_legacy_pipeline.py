@@ -1,11 +1,11 @@
 """Pipelines saved by spacy_genbioel 0.1 (flat settings) and 0.2 (blocks, top-level fusion) load and link as they did."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import spacy
-
 from conftest import assert_same_links
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_v0_1"
@@ -20,7 +20,11 @@ def test_a_0_1_pipeline_loads_and_links_identically(tmp_path):
     component = nlp.get_pipe("genbioel")
     # the flat settings reached the blocks
     assert (component.decoding.num_beams, component.decoding.top_k, component.candidates.num_candidates) == (4, 3, 6)
-    assert (component.inputs.context_words, component.decoding.exact_match, component.candidates.retriever) == (8, True, "tfidf")
+    assert (component.inputs.context_words, component.decoding.exact_match, component.candidates.retriever) == (
+        8,
+        True,
+        "tfidf",
+    )
     sys.path.insert(0, str(FIXTURE))
     from make_fixture import TEXTS, linked
 

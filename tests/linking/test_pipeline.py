@@ -1,16 +1,14 @@
+import json
 import shutil
 from importlib.metadata import entry_points
 
-import json
-
 import pytest
 import spacy
+from conftest import random_kb
 from spacy.tokens import Span
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.models import save_model
-
-from conftest import random_kb
 
 
 @pytest.fixture()
@@ -24,14 +22,20 @@ def resources(tmp_path, micro_model, word_tokenizer):
 def make_nlp(tmp_path, **config):
     nlp = spacy.blank("en")
     ruler = nlp.add_pipe("entity_ruler")
-    ruler.add_patterns([
-        {"label": "Disease", "pattern": "renal failure"},
-        {"label": "Disease", "pattern": "cystic fibrosis"},
-        {"label": "Chemical", "pattern": "liver"},
-        {"label": "Disease", "pattern": "!!"},
-    ])
-    cfg = {"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
-           "decoding": {"num_beams": 3, "top_k": 3}}
+    ruler.add_patterns(
+        [
+            {"label": "Disease", "pattern": "renal failure"},
+            {"label": "Disease", "pattern": "cystic fibrosis"},
+            {"label": "Chemical", "pattern": "liver"},
+            {"label": "Disease", "pattern": "!!"},
+        ]
+    )
+    cfg = {
+        "model": str(tmp_path / "model"),
+        "kb": str(tmp_path / "kb.jsonl"),
+        "device": "cpu",
+        "decoding": {"num_beams": 3, "top_k": 3},
+    }
     for key, value in config.items():  # a block is updated, not replaced
         cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
     nlp.add_pipe("genbioel", config=cfg)
@@ -91,8 +95,15 @@ def test_label_filter_and_spans_key(resources):
     assert [e._.kb_id is not None for e in doc.ents] == [False, False, True]
 
     nlp2 = spacy.blank("en")
-    nlp2.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"),
-                                       "spans_key": "mentions", "decoding": {"num_beams": 2, "top_k": 2}})
+    nlp2.add_pipe(
+        "genbioel",
+        config={
+            "model": str(tmp_path / "model"),
+            "kb": str(tmp_path / "kb.jsonl"),
+            "spans_key": "mentions",
+            "decoding": {"num_beams": 2, "top_k": 2},
+        },
+    )
     doc = nlp2.make_doc("acute renal failure and lung cancer")
     doc.spans["mentions"] = [Span(doc, 1, 3, "Disease"), Span(doc, 4, 6, "Disease"), Span(doc, 0, 3, "Disease")]
     doc = nlp2(doc)
@@ -136,7 +147,14 @@ def test_abbreviation_long_form_is_linked(resources):
     nlp.add_pipe("abbreviation_detector")
     ruler = nlp.add_pipe("entity_ruler")
     ruler.add_patterns([{"label": "Disease", "pattern": "CF"}])
-    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "decoding": {"num_beams": 2, "top_k": 2}})
+    nlp.add_pipe(
+        "genbioel",
+        config={
+            "model": str(tmp_path / "model"),
+            "kb": str(tmp_path / "kb.jsonl"),
+            "decoding": {"num_beams": 2, "top_k": 2},
+        },
+    )
     linker = nlp.get_pipe("genbioel")
     seen = []
     original = linker.linker.link
@@ -186,8 +204,15 @@ def test_an_empty_component_saves_and_loads_with_the_clear_error(tmp_path):
 def test_spans_with_nothing_to_link_get_none_without_decoding(resources):
     _, tmp_path = resources
     nlp = spacy.blank("en")
-    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"),
-                                      "spans_key": "m", "decoding": {"num_beams": 2, "top_k": 2}})
+    nlp.add_pipe(
+        "genbioel",
+        config={
+            "model": str(tmp_path / "model"),
+            "kb": str(tmp_path / "kb.jsonl"),
+            "spans_key": "m",
+            "decoding": {"num_beams": 2, "top_k": 2},
+        },
+    )
     linker = nlp.get_pipe("genbioel").linker
     calls = []
     original = linker.encode_windows
@@ -226,8 +251,15 @@ def test_a_tokenizer_copied_into_a_saved_pipeline_is_caught(resources, tmp_path_
     assert 0 in trie.names_at(trie.walk([*ids, other.eos_token_id])).tolist()  # rebuilt for the tokenizer in the folder
 
 
-@pytest.mark.parametrize("name,content", [("cfg.json", b"{{{"), ("cfg.json", b"[]"), ("trie.safetensors", b"\x00" * 9),
-                                          ("model/model.safetensors", b"\x08" + b"\x00" * 9)])
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("cfg.json", b"{{{"),
+        ("cfg.json", b"[]"),
+        ("trie.safetensors", b"\x00" * 9),
+        ("model/model.safetensors", b"\x08" + b"\x00" * 9),
+    ],
+)
 def test_damaged_files_of_a_saved_pipeline_are_named(resources, tmp_path_factory, name, content):
     from spacy_genbioel.models import ModelFormatError
 

@@ -1,24 +1,28 @@
 """scispacy's meaning (issue 30 item 2): ``[output] probability`` (scores in [0, 1]),
 ``filter_for_definitions``, and scispacy's arguments at the top level answered with
 where they live (:mod:`spacy_genbioel.linking.scispacy_compat`)."""
+
 import logging
 import math
 
 import pytest
 import spacy
+from conftest import random_kb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.linking.scispacy_compat import (
-    SCISPACY_SETTINGS, as_probabilities, keep_defined, warn_on_scispacy_habits, written_candidates,
+    SCISPACY_SETTINGS,
+    as_probabilities,
+    keep_defined,
+    warn_on_scispacy_habits,
+    written_candidates,
 )
 from spacy_genbioel.linking.settings import LinkerSettings, OutputSettings, UnknownSettingError
 from spacy_genbioel.models import save_model
 from spacy_genbioel.ty import Candidate
-
-from conftest import random_kb
 
 PATTERNS = [{"label": "Disease", "pattern": p} for p in ("renal failure", "cystic fibrosis", "lung cancer")]
 TEXT = "The patient had renal failure , lung cancer and cystic fibrosis ."
@@ -48,11 +52,24 @@ def test_a_fused_list_already_holds_probabilities():
 
 
 def test_filter_for_definitions_keeps_defined_concepts_unless_above_the_threshold():
-    kb = KnowledgeBase([Concept("D1", ["alpha"], "a definition"), Concept("D2", ["beta"]),
-                        Concept("D3", ["gamma"], "another"), Concept("D4", ["delta"])])
-    listed = [Candidate(("D2", "D3"), "shared", -0.1), Candidate(("D2",), "beta", -0.5),
-              Candidate(("D4",), "delta", -2.0), Candidate(("D1",), "alpha", -3.0)]
-    assert keep_defined(listed, kb, OutputSettings().keeps_undefined) == [Candidate(("D3",), "shared", -0.1), Candidate(("D1",), "alpha", -3.0)]
+    kb = KnowledgeBase(
+        [
+            Concept("D1", ["alpha"], "a definition"),
+            Concept("D2", ["beta"]),
+            Concept("D3", ["gamma"], "another"),
+            Concept("D4", ["delta"]),
+        ]
+    )
+    listed = [
+        Candidate(("D2", "D3"), "shared", -0.1),
+        Candidate(("D2",), "beta", -0.5),
+        Candidate(("D4",), "delta", -2.0),
+        Candidate(("D1",), "alpha", -3.0),
+    ]
+    assert keep_defined(listed, kb, OutputSettings().keeps_undefined) == [
+        Candidate(("D3",), "shared", -0.1),
+        Candidate(("D1",), "alpha", -3.0),
+    ]
     # scispacy's no_definition_threshold: an undefined concept scoring at least it stays
     out = OutputSettings(filter_for_definitions=True, no_definition_threshold=-1.0)
     assert [c.name for c in keep_defined(listed, kb, out.keeps_undefined)] == ["shared", "beta", "alpha"]
@@ -70,8 +87,16 @@ def pipeline_files(tmp_path, micro_model, word_tokenizer):
 def linked(tmp_path, **output):
     nlp = spacy.blank("en")
     nlp.add_pipe("entity_ruler").add_patterns(PATTERNS)
-    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
-                                     "decoding": {"num_beams": 4, "top_k": 4}, "output": output})
+    nlp.add_pipe(
+        "genbioel",
+        config={
+            "model": str(tmp_path / "model"),
+            "kb": str(tmp_path / "kb.jsonl"),
+            "device": "cpu",
+            "decoding": {"num_beams": 4, "top_k": 4},
+            "output": output,
+        },
+    )
     return nlp(TEXT)
 
 
@@ -100,8 +125,9 @@ def test_the_component_filters_for_definitions(pipeline_files):
     first = unfiltered.ents[0]._.kb_ents
     # definitions for every concept but the first mention's top one (decoding reads names only)
     undefined = first[0][0]
-    KnowledgeBase([Concept(c.id, c.names, None if c.id == undefined else f"definition of {c.id}") for c in kb]
-                  ).to_jsonl(tmp_path / "kb.jsonl")
+    KnowledgeBase(
+        [Concept(c.id, c.names, None if c.id == undefined else f"definition of {c.id}") for c in kb]
+    ).to_jsonl(tmp_path / "kb.jsonl")
     doc = linked(tmp_path, filter_for_definitions=True)
     assert [e._.kb_ents for e in doc.ents][0] == [ent for ent in first if ent[0] != undefined]
     assert doc.ents[0]._.kb_id == first[1][0]  # the best defined concept is the link
@@ -111,13 +137,22 @@ def test_the_component_filters_for_definitions(pipeline_files):
     assert kept.ents[0]._.kb_ents == first
 
 
-@pytest.mark.parametrize("name, where", [
-    ("threshold", "[output]"), ("max_entities_per_mention", "top_k"), ("k", "num_beams"),
-    ("filter_for_definitions", "[output]"), ("no_definition_threshold", "[output]"), ("linker_name", "'model'"),
-])
+@pytest.mark.parametrize(
+    "name, where",
+    [
+        ("threshold", "[output]"),
+        ("max_entities_per_mention", "top_k"),
+        ("k", "num_beams"),
+        ("filter_for_definitions", "[output]"),
+        ("no_definition_threshold", "[output]"),
+        ("linker_name", "'model'"),
+    ],
+)
 def test_scispacy_arguments_at_the_top_level_say_where_they_live(name, where):
     value = "umls" if name == "linker_name" else 0.7
-    with pytest.raises(UnknownSettingError, match=rf"{name}.*scispacy's EntityLinker.*{where.replace('[', '.').replace(']', '.')}"):
+    with pytest.raises(
+        UnknownSettingError, match=rf"{name}.*scispacy's EntityLinker.*{where.replace('[', '.').replace(']', '.')}"
+    ):
         spacy.blank("en").add_pipe("genbioel", config={name: value})
     assert set(SCISPACY_SETTINGS) >= {name}
 
@@ -133,7 +168,11 @@ def test_a_threshold_no_score_can_reach_is_warned_about(caplog):
     assert "above every score it writes" in caplog.text and "probability = true" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="spacy_genbioel"):
-        for output in (OutputSettings(threshold=0.7, probability=True), OutputSettings(threshold=-0.5), OutputSettings()):
+        for output in (
+            OutputSettings(threshold=0.7, probability=True),
+            OutputSettings(threshold=-0.5),
+            OutputSettings(),
+        ):
             warn_on_scispacy_habits("genbioel", LinkerSettings(output=output))
     assert not caplog.text
 

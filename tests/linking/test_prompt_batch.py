@@ -1,21 +1,21 @@
 """Prompts of different lengths in one decoder batch (linking/prompt_batch.py)."""
+
 import pytest
 import torch
+from conftest import mentions_for
 from hypothesis import given
 from hypothesis import strategies as st
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from spacy_genbioel.linking.decoder import DecodingSettings, GenerativeLinker
 from spacy_genbioel.linking.forced import forced_scores
 from spacy_genbioel.linking.prompt_batch import decoder_inputs, padded_prompts, prompt_batches, shiftable
 from spacy_genbioel.ty import Mention
 
-from conftest import mentions_for
-
 
 def _linker(model, tokenizer, kb, **decoding):
-    return GenerativeLinker(model, tokenizer, kb, decoding=DecodingSettings(**{"num_beams": 4, "top_k": 4, "batch_size": 32,
-                                                                              **decoding}))
+    return GenerativeLinker(
+        model, tokenizer, kb, decoding=DecodingSettings(**{"num_beams": 4, "top_k": 4, "batch_size": 32, **decoding})
+    )
 
 
 def _varied(kb):
@@ -61,8 +61,13 @@ def test_shifted_positions_give_each_prompt_its_own_log_probabilities(micro_mode
 
         def run(ids, pads, past=0, cache=None, rows=None):
             rows = list(range(len(prompts))) if rows is None else rows
-            out = micro_model(encoder_outputs=(enc.last_hidden_state[rows],), attention_mask=source["attention_mask"][rows],
-                              use_cache=True, cache=cache, **decoder_inputs(micro_model, ids, pads, past))
+            out = micro_model(
+                encoder_outputs=(enc.last_hidden_state[rows],),
+                attention_mask=source["attention_mask"][rows],
+                use_cache=True,
+                cache=cache,
+                **decoder_inputs(micro_model, ids, pads, past),
+            )
             return out.logits[:, -1].float().log_softmax(-1), out.cache
 
         ids, pads = padded_prompts(prompts, linker.pad_token_id, torch.device("cpu"))
@@ -96,15 +101,20 @@ def test_mixed_batches_link_as_batches_per_prompt_length(micro_model, word_token
         assert x == pytest.approx(y, abs=1e-5)
 
 
-def test_a_decoder_without_a_position_table_keeps_a_batch_per_prompt_length(micro_model, word_tokenizer, small_kb, monkeypatch):
+def test_a_decoder_without_a_position_table_keeps_a_batch_per_prompt_length(
+    micro_model, word_tokenizer, small_kb, monkeypatch
+):
     from types import SimpleNamespace
 
     import spacy_genbioel.linking.decoder as decoder_module
 
     assert shiftable(micro_model)
     # a decoder whose positions are not a learned table (the shared micro model is left alone)
-    other = SimpleNamespace(get_decoder=lambda: SimpleNamespace(embed_positions=torch.nn.Embedding(4, 2),
-                                                                embed_tokens=torch.nn.Embedding(4, 2)))
+    other = SimpleNamespace(
+        get_decoder=lambda: SimpleNamespace(
+            embed_positions=torch.nn.Embedding(4, 2), embed_tokens=torch.nn.Embedding(4, 2)
+        )
+    )
     assert not shiftable(other) and not shiftable(object()) and not shiftable(torch.nn.Linear(2, 2))
     monkeypatch.setattr(decoder_module, "shiftable", lambda model: False)
     linker = _linker(micro_model, word_tokenizer, small_kb)

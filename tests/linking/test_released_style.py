@@ -2,20 +2,24 @@
 documents cut at 384 words, `` START `` / `` END `` markers, the mention as BioSyn or
 GenBioEL wrote it, a leading space before the encoder text and the prompt, and a decoder
 prefix without ``<s>``; ``genbioel.v1`` stays as it was."""
+
 import pytest
 import spacy
+from conftest import random_kb
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder
 from spacy_genbioel.linking.released_style import (
-    biosyn_clean, cut_context, expand_short_forms, split_bc5cdr_composite, split_composite,
+    biosyn_clean,
+    cut_context,
+    expand_short_forms,
+    split_bc5cdr_composite,
+    split_composite,
 )
 from spacy_genbioel.linking.settings import DEFAULT_CONFIG, LinkerSettings
 from spacy_genbioel.linking.short_forms import find_short_forms, read_ab3p_output
 from spacy_genbioel.models import save_model
 from spacy_genbioel.ty import Mention
-
-from conftest import random_kb
 
 NCBI = InputBuilder(style="genbioel-released-ncbi.v1")
 BC5CDR = InputBuilder(style="genbioel-released-bc5cdr.v1")
@@ -95,7 +99,10 @@ def test_biosyn_mention_rules():
     assert expand_short_forms("DM, type 1", {"DM": "dystrophia myotonica"}) == "dystrophia myotonica, type 1"
     assert expand_short_forms("DM/CMT", {"DM": "dm long", "CMT": "cmt long"}) == "dm long/cmt long"
     assert expand_short_forms("A", {"A": "A b"}) == "A b b b b b b b b"  # bounded
-    assert split_composite("breast and ovarian cancer", ("D1", "D2")) == (["breast cancer", "ovarian cancer"], ("D1", "D2"))
+    assert split_composite("breast and ovarian cancer", ("D1", "D2")) == (
+        ["breast cancer", "ovarian cancer"],
+        ("D1", "D2"),
+    )
     assert split_composite("C6 or C7 deficiency", ("1", "2"))[0] == ["C6 deficiency", "C7 deficiency"]
     assert split_composite("cancer of the breast or ovary", ("D1", "D2"))[0] == ["cancer of breast", "cancer of ovary"]
     assert split_composite("renal hamartomas", ("D1", "123"))[0] == ["renal hamartomas"]  # OMIM dropped beside MeSH
@@ -112,18 +119,24 @@ def test_bc5cdr_composite_parts():
 
 
 def test_short_forms():
-    text = ("Atm, defective in ataxia-telangiectasia (A-T), is known. The Schwartz-Jampel syndrome (SJS; "
-            "chondrodystrophic myotonia; McK 255, 800) is rare. An attenuated adenomatous polyposis coli (AAPC) "
-            "case. The Atm (ataxia telangiectasia (AT) -mutated) gene. Cancer (not an abbreviation here).")
+    text = (
+        "Atm, defective in ataxia-telangiectasia (A-T), is known. The Schwartz-Jampel syndrome (SJS; "
+        "chondrodystrophic myotonia; McK 255, 800) is rare. An attenuated adenomatous polyposis coli (AAPC) "
+        "case. The Atm (ataxia telangiectasia (AT) -mutated) gene. Cancer (not an abbreviation here)."
+    )
     assert find_short_forms(text) == {
-        "A-T": "ataxia-telangiectasia", "SJS": "Schwartz-Jampel syndrome",
-        "AAPC": "attenuated adenomatous polyposis coli", "AT": "ataxia telangiectasia",
+        "A-T": "ataxia-telangiectasia",
+        "SJS": "Schwartz-Jampel syndrome",
+        "AAPC": "attenuated adenomatous polyposis coli",
+        "AT": "ataxia telangiectasia",
     }
 
 
 def test_read_ab3p_output(tmp_path):
     path = tmp_path / "ab3p.out"
-    path.write_text("123| Some text (ST).\n  ST|Some text|0.99\nFailed to find sentence\n456| none\n  DM|diabetes|0.9\n")
+    path.write_text(
+        "123| Some text (ST).\n  ST|Some text|0.99\nFailed to find sentence\n456| none\n  DM|diabetes|0.9\n"
+    )
     assert read_ab3p_output(path) == {"123": {"ST": "Some text"}, "456": {"DM": "diabetes"}}
 
 
@@ -131,7 +144,10 @@ def test_encoder_and_prompt_tokens(word_tokenizer):
     m = mention_in("Acute renal failure .", "renal failure")
     ids = SourceEncoder(word_tokenizer).ids([m], NCBI, 64)[0]
     assert ids == word_tokenizer(" acute START renal failure END .")["input_ids"]
-    assert SourceEncoder(word_tokenizer).ids([m], InputBuilder(), 64)[0] == word_tokenizer("acute START renal failure END .")["input_ids"]
+    assert (
+        SourceEncoder(word_tokenizer).ids([m], InputBuilder(), 64)[0]
+        == word_tokenizer("acute START renal failure END .")["input_ids"]
+    )
     # trimmed inputs keep the leading space too
     long = mention_in("acute " * 80 + "renal failure", "renal failure", at=480)
     trimmed = SourceEncoder(word_tokenizer).ids([long], NCBI, 16)[0]
@@ -139,7 +155,10 @@ def test_encoder_and_prompt_tokens(word_tokenizer):
     start, eos = 2, word_tokenizer.eos_token_id
     released = PromptTokenizer(word_tokenizer, start, eos, inputs=NCBI)
     assert released.prefix == [start]
-    assert released.prompts([NCBI.prompt(m)])[0] == [start] + word_tokenizer(" renal failure is", add_special_tokens=False)["input_ids"]
+    assert (
+        released.prompts([NCBI.prompt(m)])[0]
+        == [start] + word_tokenizer(" renal failure is", add_special_tokens=False)["input_ids"]
+    )
     # the trie root: " is" with a prompt, the start token alone without one
     assert released.root_token_id("is") == word_tokenizer(" is", add_special_tokens=False)["input_ids"][-1]
     assert released.root_token_id(None) == start
@@ -151,8 +170,16 @@ def test_component_builds_released_sources(tmp_path, micro_model, word_tokenizer
     random_kb(1, n_concepts=30).to_jsonl(tmp_path / "kb.jsonl")
     nlp = spacy.blank("en")
     nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "Renal - Failure"}])
-    nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
-                                     "inputs": {"style": "genbioel-released-ncbi.v1"}, "decoding": {"num_beams": 2, "top_k": 2}})
+    nlp.add_pipe(
+        "genbioel",
+        config={
+            "model": str(tmp_path / "model"),
+            "kb": str(tmp_path / "kb.jsonl"),
+            "device": "cpu",
+            "inputs": {"style": "genbioel-released-ncbi.v1"},
+            "decoding": {"num_beams": 2, "top_k": 2},
+        },
+    )
     linker = nlp.get_pipe("genbioel").linker
     seen = []
     encode = linker.encode_sources
@@ -172,7 +199,9 @@ def test_released_window_reaches_the_cut():
     assert pipe.inputs.window_words >= 384 and InputBuilder().window_words == 64
 
 
-def test_the_ncbi_style_expands_short_forms_inside_mentions_in_a_pipeline(tmp_path, micro_model, word_tokenizer, monkeypatch):
+def test_the_ncbi_style_expands_short_forms_inside_mentions_in_a_pipeline(
+    tmp_path, micro_model, word_tokenizer, monkeypatch
+):
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     random_kb(2, n_concepts=20).to_jsonl(tmp_path / "kb.jsonl")
     text = "Ataxia telangiectasia (AT) is rare . AT carriers were seen ."
@@ -181,8 +210,16 @@ def test_the_ncbi_style_expands_short_forms_inside_mentions_in_a_pipeline(tmp_pa
     for style in ("genbioel-released-ncbi.v1", "genbioel-released-bc5cdr.v1"):
         nlp = spacy.blank("en")
         nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "AT carriers"}])
-        nlp.add_pipe("genbioel", config={"model": str(tmp_path / "model"), "kb": str(tmp_path / "kb.jsonl"), "device": "cpu",
-                                         "inputs": {"style": style}, "decoding": {"num_beams": 2, "top_k": 2}})
+        nlp.add_pipe(
+            "genbioel",
+            config={
+                "model": str(tmp_path / "model"),
+                "kb": str(tmp_path / "kb.jsonl"),
+                "device": "cpu",
+                "inputs": {"style": style},
+                "decoding": {"num_beams": 2, "top_k": 2},
+            },
+        )
         linker = nlp.get_pipe("genbioel").linker
 
         def spy(mentions, *args, _style=style, _link=linker.link):
@@ -192,4 +229,7 @@ def test_the_ncbi_style_expands_short_forms_inside_mentions_in_a_pipeline(tmp_pa
         monkeypatch.setattr(linker, "link", spy)
         nlp(text)
     # BioSyn expanded the short form word by word inside the mention; the bc5cdr style keeps a mention as written
-    assert seen == {"genbioel-released-ncbi.v1": ["Ataxia telangiectasia carriers"], "genbioel-released-bc5cdr.v1": ["AT carriers"]}
+    assert seen == {
+        "genbioel-released-ncbi.v1": ["Ataxia telangiectasia carriers"],
+        "genbioel-released-bc5cdr.v1": ["AT carriers"],
+    }

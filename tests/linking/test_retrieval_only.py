@@ -1,6 +1,7 @@
 """Linking with no generator (:mod:`spacy_genbioel.linking.retrieval_only`): the component given a KB alone
 links with the retrievers fused by a retrieval-only fusion (the package's default, or its own), saves and loads
 without a model, and without MiniLM links with the retrievers at hand, saying so once."""
+
 import json
 import logging
 from pathlib import Path
@@ -8,14 +9,24 @@ from pathlib import Path
 import pytest
 import spacy
 
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.linking import retrieval_only
 from spacy_genbioel.linking.cascade import CascadeError
-from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, feature_names, resolve_fusion_path, shipped_fusions
+from spacy_genbioel.linking.fusion import (
+    FusionFormatError,
+    FusionModel,
+    feature_names,
+    resolve_fusion_path,
+    shipped_fusions,
+)
 from spacy_genbioel.linking.retrieval_only import (
-    DEFAULT_RETRIEVAL_FUSION, default_retrieval_fusion, missing_retrievers, retrieval_reranker)
+    DEFAULT_RETRIEVAL_FUSION,
+    default_retrieval_fusion,
+    missing_retrievers,
+    retrieval_reranker,
+)
 from spacy_genbioel.linking.settings import RerankerSettings
 from spacy_genbioel.retrieval.registry import get_retriever
-from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ty import Mention
 
 SOURCES = ["genbioel", "tfidf", "dense"]
@@ -50,7 +61,12 @@ def kb_file(tmp_path):
 def pipeline(kb_file, fusion_file=None, **config):
     nlp = spacy.blank("en")
     ruler = nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"})
-    ruler.add_patterns([{"label": "Disease", "pattern": p} for p in ("reiter syndrome", "diarrhoea", "breast cancer", "lupus nephritis")])
+    ruler.add_patterns(
+        [
+            {"label": "Disease", "pattern": p}
+            for p in ("reiter syndrome", "diarrhoea", "breast cancer", "lupus nephritis")
+        ]
+    )
     block = {"kb": str(kb_file), **config}
     if fusion_file is not None:
         block["reranker"] = {"fusion": str(fusion_file)}
@@ -173,10 +189,14 @@ def test_the_deferred_retriever_runs_only_for_unsure_mentions(kb_file):
     factory = lambda source, model_dir: tfidf if source == "tfidf" else Counting(tfidf)  # noqa: E731
     mentions = [Mention("reiter syndrome"), Mention("diarrhea lupus cancer")]
     probe = retrieval_reranker(fusion(), kb, factory, RerankerSettings(), installed=lambda m: True)
-    early_p = [probe.early.rank(m.text, {"dense": [], "tfidf": found}, kb, 3, {})[0].score
-               for m, found in zip(mentions, tfidf.link(mentions, 3))]
+    early_p = [
+        probe.early.rank(m.text, {"dense": [], "tfidf": found}, kb, 3, {})[0].score
+        for m, found in zip(mentions, tfidf.link(mentions, 3))
+    ]
     assert early_p[0] > early_p[1]
-    sure = retrieval_reranker(fusion(early_threshold=sum(early_p) / 2), kb, factory, RerankerSettings(), installed=lambda m: True)
+    sure = retrieval_reranker(
+        fusion(early_threshold=sum(early_p) / 2), kb, factory, RerankerSettings(), installed=lambda m: True
+    )
     asked.clear()
     _, paths = sure.link(mentions, 3)
     assert paths == ["early", "retrieval"] and asked == ["diarrhea lupus cancer"]
@@ -197,10 +217,15 @@ def test_a_mention_with_nothing_to_link_gets_no_id(kb_file, tmp_path):
     path = tmp_path / "fusion.json"
     fusion(["genbioel", "tfidf", "exact"]).save(path)
     nlp = spacy.blank("en")
-    nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "???"}, {"label": "Disease", "pattern": "lupus"}])
+    nlp.add_pipe("entity_ruler").add_patterns(
+        [{"label": "Disease", "pattern": "???"}, {"label": "Disease", "pattern": "lupus"}]
+    )
     nlp.add_pipe("genbioel", config={"kb": str(kb_file), "reranker": {"fusion": str(path)}})
     doc = nlp("??? and lupus")
-    assert [(e.text, e._.kb_id, e._.link_path) for e in doc.ents] == [("???", None, "none"), ("lupus", "D008180", "retrieval")]
+    assert [(e.text, e._.kb_id, e._.link_path) for e in doc.ents] == [
+        ("???", None, "none"),
+        ("lupus", "D008180", "retrieval"),
+    ]
 
 
 def test_the_threshold_abstains_on_fused_probabilities(kb_file, tmp_path):
@@ -220,8 +245,21 @@ def test_package_without_a_model(kb_file, tmp_path):
 
     path = tmp_path / "fusion.json"
     fusion(["genbioel", "tfidf", "exact"]).save(path)
-    result = CliRunner().invoke(app, ["package", "--kb", str(kb_file), "--out", str(tmp_path / "pipe"), "--fusion", str(path),
-                                      "--entity-label", "Disease", "--no-abbreviations"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "package",
+            "--kb",
+            str(kb_file),
+            "--out",
+            str(tmp_path / "pipe"),
+            "--fusion",
+            str(path),
+            "--entity-label",
+            "Disease",
+            "--no-abbreviations",
+        ],
+    )
     assert result.exit_code == 0, result.output
     nlp = spacy.load(tmp_path / "pipe")
     assert "no generator" in nlp.meta["description"]
@@ -249,8 +287,9 @@ def test_package_entity_types_keep_the_ruler_to_those_concepts(tmp_path):
 
     from spacy_genbioel.cli import app
 
-    kb = KnowledgeBase([*KB, Concept("D002241", ["Carbohydrates", "Sugar"], types=["Chemical"]),
-                        Concept("X1", ["Unlabelled Thing"])])
+    kb = KnowledgeBase(
+        [*KB, Concept("D002241", ["Carbohydrates", "Sugar"], types=["Chemical"]), Concept("X1", ["Unlabelled Thing"])]
+    )
     kb.to_jsonl(tmp_path / "kb.jsonl")
     path = tmp_path / "fusion.json"
     fusion(["genbioel", "tfidf", "exact"]).save(path)
@@ -260,4 +299,7 @@ def test_package_entity_types_keep_the_ruler_to_those_concepts(tmp_path):
     assert [e.text for e in spacy.load(tmp_path / "all")(text).ents] == ["Carbohydrates", "lupus", "unlabelled thing"]
     result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "typed"), "--entity-types", "Disease"])
     assert result.exit_code == 0, result.output
-    assert [(e.text, e.label_) for e in spacy.load(tmp_path / "typed")(text).ents] == [("lupus", "Disease"), ("unlabelled thing", "ENTITY")]
+    assert [(e.text, e.label_) for e in spacy.load(tmp_path / "typed")(text).ents] == [
+        ("lupus", "Disease"),
+        ("unlabelled thing", "ENTITY"),
+    ]

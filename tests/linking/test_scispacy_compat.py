@@ -1,10 +1,12 @@
 """What scispacy users expect from the component (issue 18, items 1-3): ``span._.kb_ents``
 and ``linker.kb.cui_to_entity``, an abstention threshold, several linkers in one pipeline."""
+
 import logging
 import shutil
 
 import pytest
 import spacy
+from conftest import assert_same_links, random_kb
 from spacy.tokens import Span
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
@@ -12,11 +14,14 @@ from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.linking.settings import OutputSettings, nested_overrides
 from spacy_genbioel.models import save_model
 
-from conftest import assert_same_links, random_kb
-
-PATTERNS = [{"label": "Disease", "pattern": p} for p in ("renal failure", "cystic fibrosis", "lung cancer", "acute pain")]
-TEXTS = ["The patient had renal failure and cystic fibrosis .", "No entities here .",
-         "acute pain with lung cancer and renal failure again"]
+PATTERNS = [
+    {"label": "Disease", "pattern": p} for p in ("renal failure", "cystic fibrosis", "lung cancer", "acute pain")
+]
+TEXTS = [
+    "The patient had renal failure and cystic fibrosis .",
+    "No entities here .",
+    "acute pain with lung cancer and renal failure again",
+]
 MESH = {"kb_id_attr": "mesh_id", "candidates_attr": "mesh_candidates", "ents_attr": "mesh_ents", "write_kb_id": False}
 
 
@@ -35,9 +40,17 @@ def make_nlp(tmp_path, linkers=(("genbioel", "kb.jsonl", {}),)):
     nlp = spacy.blank("en")
     nlp.add_pipe("entity_ruler").add_patterns(PATTERNS)
     for name, kb_file, output in linkers:
-        nlp.add_pipe("genbioel", name=name, config={
-            "model": str(tmp_path / "model"), "kb": str(tmp_path / kb_file), "device": "cpu",
-            "decoding": {"num_beams": 3, "top_k": 3}, "output": output})
+        nlp.add_pipe(
+            "genbioel",
+            name=name,
+            config={
+                "model": str(tmp_path / "model"),
+                "kb": str(tmp_path / kb_file),
+                "device": "cpu",
+                "decoding": {"num_beams": 3, "top_k": 3},
+                "output": output,
+            },
+        )
     return nlp
 
 
@@ -123,7 +136,9 @@ def test_threshold_abstains_below_and_keeps_the_candidates(resources):
                 n_abstained += 1
                 assert ent._.kb_id is None and ent.kb_id_ == ""
     assert 0 < n_abstained < len(tops)
-    everything = make_nlp(tmp_path, [("genbioel", "kb.jsonl", {"threshold": 0.5})])(TEXTS[0])  # above any log-probability
+    everything = make_nlp(tmp_path, [("genbioel", "kb.jsonl", {"threshold": 0.5})])(
+        TEXTS[0]
+    )  # above any log-probability
     assert all(e._.kb_id is None and e._.kb_ents for e in everything.ents)
 
 
@@ -136,7 +151,7 @@ def test_a_pipeline_saved_before_the_output_block_loads_with_threshold_off(resou
     config = (out / "config.cfg").read_text()
     start = config.index("[components.genbioel.output]")
     end = config.index("\n[", start + 1)
-    (out / "config.cfg").write_text(config[:start] + config[end + 1:])
+    (out / "config.cfg").write_text(config[:start] + config[end + 1 :])
     assert "genbioel.output" not in (out / "config.cfg").read_text()
     loaded = spacy.load(out)
     assert loaded.get_pipe("genbioel").output == OutputSettings()

@@ -1,5 +1,6 @@
 """spaCy's manners (issue 30 item 5): ``nlp.evaluate`` reports linking on gold ``kb_id``s
 through the registered scorer, and the factory declares what it assigns and requires."""
+
 import pytest
 import spacy
 from spacy.training import Example
@@ -8,8 +9,15 @@ import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.linking.scorer import SCORER, score_links
 from spacy_genbioel.ty import Candidate
 
-PATTERNS = [{"label": label, "pattern": p} for label, p in
-            (("Disease", "renal failure"), ("Disease", "lung cancer"), ("Chemical", "aspirin"), ("Disease", "gout"))]
+PATTERNS = [
+    {"label": label, "pattern": p}
+    for label, p in (
+        ("Disease", "renal failure"),
+        ("Disease", "lung cancer"),
+        ("Chemical", "aspirin"),
+        ("Disease", "gout"),
+    )
+]
 #: what the stub linker answers per mention text (score -1.0 each)
 ANSWERS = {"renal failure": "D1", "lung cancer": "D9", "aspirin": "C1", "gout": "D4"}
 #: (text, gold spans as (start, end, label, kb_id))
@@ -52,7 +60,10 @@ def test_nlp_evaluate_reports_linking_on_gold_kb_ids():
     # scored: renal failure (right), lung cancer (wrong: fp + fn), aspirin (right: one of C0|C1)
     assert scores["nel_micro_p"] == pytest.approx(2 / 3) and scores["nel_micro_r"] == pytest.approx(2 / 3)
     assert scores["nel_micro_f"] == pytest.approx(2 / 3) and scores["nel_score"] == scores["nel_micro_f"]
-    assert scores["nel_f_per_type"] == {"Disease": {"p": 0.5, "r": 0.5, "f": 0.5}, "Chemical": {"p": 1.0, "r": 1.0, "f": 1.0}}
+    assert scores["nel_f_per_type"] == {
+        "Disease": {"p": 0.5, "r": 0.5, "f": 0.5},
+        "Chemical": {"p": 1.0, "r": 1.0, "f": 1.0},
+    }
     assert scores["nel_macro_f"] == pytest.approx(0.75)
 
 
@@ -66,8 +77,12 @@ def test_an_abstention_is_a_false_negative_only():
 def test_two_linkers_score_under_their_own_names():
     nlp = make_nlp()
     wrong = {text: "X" for text in ANSWERS}
-    make_nlp("genbioel_mesh", {"kb_id_attr": "mesh_id", "candidates_attr": "mesh_candidates", "ents_attr": "mesh_ents",
-                               "write_kb_id": False}, answers=wrong, nlp=nlp)
+    make_nlp(
+        "genbioel_mesh",
+        {"kb_id_attr": "mesh_id", "candidates_attr": "mesh_candidates", "ents_attr": "mesh_ents", "write_kb_id": False},
+        answers=wrong,
+        nlp=nlp,
+    )
     scores = nlp.evaluate(examples(nlp))
     assert scores["nel_micro_f"] == pytest.approx(2 / 3) and scores["nel_mesh_id_micro_f"] == 0.0
 
@@ -91,7 +106,10 @@ def test_spans_key_linkers_are_scored_on_their_spans():
     component.set_linker(StubLinker(ANSWERS))
     predicted, reference = nlp.make_doc("renal failure and lung cancer"), nlp.make_doc("renal failure and lung cancer")
     predicted.spans["mentions"] = [predicted.char_span(0, 13, "Disease"), predicted.char_span(18, 29, "Disease")]
-    reference.spans["mentions"] = [reference.char_span(0, 13, "Disease", kb_id="D1"), reference.char_span(18, 29, "Disease", kb_id="D9")]
+    reference.spans["mentions"] = [
+        reference.char_span(0, 13, "Disease", kb_id="D1"),
+        reference.char_span(18, 29, "Disease", kb_id="D9"),
+    ]
     component(predicted)
     assert component.score([Example(predicted, reference)])["nel_micro_f"] == 1.0
 

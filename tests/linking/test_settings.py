@@ -1,22 +1,39 @@
 """The component's settings: each defined once (a dataclass field), everything else derived from it."""
+
 import dataclasses
 import inspect
 
 import pytest
 import spacy
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spacy_genbioel.linking.inputs import InputBuilder
 from spacy_genbioel.linking.settings import (
-    BLOCKS, DEFAULT_CONFIG, LEGACY_SETTINGS, SETTING_BLOCKS, CandidateSettings, ComponentResources, DecodingSettings,
-    LinkerSettings, OutputSettings, RerankerSettings, UnknownSettingError, load_overrides, nested_overrides,
+    BLOCKS,
+    DEFAULT_CONFIG,
+    LEGACY_SETTINGS,
+    SETTING_BLOCKS,
+    CandidateSettings,
+    ComponentResources,
+    DecodingSettings,
+    LinkerSettings,
+    OutputSettings,
+    RerankerSettings,
+    UnknownSettingError,
+    load_overrides,
+    nested_overrides,
 )
 
 
 def test_blocks_are_registered_under_versioned_names():
-    for block, name in (("inputs", "genbioel.inputs.v1"), ("decoding", "genbioel.decoding.v1"),
-                        ("candidates", "genbioel.candidates.v1"), ("output", "genbioel.output.v1"),
-                        ("reranker", "genbioel.reranker.v1")):
+    for block, name in (
+        ("inputs", "genbioel.inputs.v1"),
+        ("decoding", "genbioel.decoding.v1"),
+        ("candidates", "genbioel.candidates.v1"),
+        ("output", "genbioel.output.v1"),
+        ("reranker", "genbioel.reranker.v1"),
+    ):
         assert DEFAULT_CONFIG[block]["@misc"] == name
         assert spacy.util.registry.misc.get(name) is BLOCKS[block][1]
 
@@ -49,12 +66,18 @@ def test_a_new_field_reaches_the_config_and_the_overrides():
 
 def test_overrides_reach_the_right_block():
     assert nested_overrides({"num_beams": 3, "retriever": "tfidf", "device": "cpu", "exact_match": None}) == {
-        "decoding": {"num_beams": 3}, "candidates": {"retriever": "tfidf"}, "device": "cpu"}
+        "decoding": {"num_beams": 3},
+        "candidates": {"retriever": "tfidf"},
+        "device": "cpu",
+    }
     assert nested_overrides({"candidates.model": "dir", "model": "m"}) == {"candidates": {"model": "dir"}, "model": "m"}
     assert nested_overrides({"reranker.fusion": "f.json"}) == {"reranker": {"fusion": "f.json"}}
     # loading, the flat name an earlier pipeline may hold for a setting is cleared, so the block value reaches it
     assert load_overrides({"decoding": {"num_beams": 3}, "device": "cpu"}) == {
-        "num_beams": None, "decoding": {"num_beams": 3}, "device": "cpu"}
+        "num_beams": None,
+        "decoding": {"num_beams": 3},
+        "device": "cpu",
+    }
     assert load_overrides({"reranker": {"fusion": "f.json"}}) == {"fusion": None, "reranker": {"fusion": "f.json"}}
     with pytest.raises(UnknownSettingError, match="Unknown genbioel setting 'beams'"):
         nested_overrides({"beams": 3})
@@ -71,10 +94,19 @@ def test_every_legacy_name_maps_onto_a_block_setting():
 @settings(max_examples=25, deadline=None)
 @given(num_beams=st.integers(1, 8), context=st.integers(0, 100), k=st.integers(1, 50), exact=st.booleans())
 def test_flat_0_1_settings_and_blocks_build_the_same_component(num_beams, context, k, exact):
-    flat = {"num_beams": num_beams, "top_k": 1, "context_words": context, "candidates": "tfidf", "num_candidates": k,
-            "exact_match": exact}
-    blocks = {"decoding": {"num_beams": num_beams, "top_k": 1, "exact_match": exact}, "inputs": {"context_words": context},
-              "candidates": {"retriever": "tfidf", "num_candidates": k}}
+    flat = {
+        "num_beams": num_beams,
+        "top_k": 1,
+        "context_words": context,
+        "candidates": "tfidf",
+        "num_candidates": k,
+        "exact_match": exact,
+    }
+    blocks = {
+        "decoding": {"num_beams": num_beams, "top_k": 1, "exact_match": exact},
+        "inputs": {"context_words": context},
+        "candidates": {"retriever": "tfidf", "num_candidates": k},
+    }
     a = spacy.blank("en").add_pipe("genbioel", config=flat)
     b = spacy.blank("en").add_pipe("genbioel", config=blocks)
     assert a.settings == b.settings
@@ -89,7 +121,9 @@ def test_overrides_reach_a_pipeline_saved_with_flat_names(tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("genbioel", config={"num_beams": 2, "top_k": 2})
     nlp.to_disk(tmp_path / "p")
-    again = spacy.load(tmp_path / "p", config={"components": {"genbioel": load_overrides({"decoding": {"num_beams": 5}})}})
+    again = spacy.load(
+        tmp_path / "p", config={"components": {"genbioel": load_overrides({"decoding": {"num_beams": 5}})}}
+    )
     assert again.get_pipe("genbioel").decoding.num_beams == 5
 
 

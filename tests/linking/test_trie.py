@@ -126,12 +126,26 @@ def test_the_trie_stores_the_tokenizer_fingerprint_and_model_ids(tmp_path, micro
     linker.trie.to_disk(tmp_path / "trie.safetensors")
     again = NameTrie.from_disk(tmp_path / "trie.safetensors")
     assert again.tokenizer_fingerprint == tokenizer_fingerprint(word_tokenizer)
-    assert (again.vocab_size, again.eos_token_id, again.root_token_id) == (linker.vocab_size, linker.eos_token_id, linker.trie.root_token_id)
-    assert again.mismatch(word_tokenizer, vocab_size=linker.vocab_size, eos_token_id=linker.eos_token_id,
-                          root_token_id=linker.trie.root_token_id, names=small_kb.names) == []
+    assert (again.vocab_size, again.eos_token_id, again.root_token_id) == (
+        linker.vocab_size,
+        linker.eos_token_id,
+        linker.trie.root_token_id,
+    )
+    assert (
+        again.mismatch(
+            word_tokenizer,
+            vocab_size=linker.vocab_size,
+            eos_token_id=linker.eos_token_id,
+            root_token_id=linker.trie.root_token_id,
+            names=small_kb.names,
+        )
+        == []
+    )
 
 
-def test_a_trie_of_another_tokenizer_is_refused_or_rebuilt_with_a_warning(tmp_path, micro_model, word_tokenizer, small_kb, caplog):
+def test_a_trie_of_another_tokenizer_is_refused_or_rebuilt_with_a_warning(
+    tmp_path, micro_model, word_tokenizer, small_kb, caplog
+):
     from spacy_genbioel.linking.decoder import GenerativeLinker
     from spacy_genbioel.linking.trie import TrieMismatchError
 
@@ -152,7 +166,9 @@ def test_a_trie_of_another_tokenizer_is_refused_or_rebuilt_with_a_warning(tmp_pa
     assert 0 in linker.trie.names_at(linker.trie.walk([*ids, linker.eos_token_id])).tolist()
 
 
-def test_an_old_trie_without_fingerprint_loads_and_another_tokenizer_behind_it_is_caught(tmp_path, micro_model, word_tokenizer, small_kb):
+def test_an_old_trie_without_fingerprint_loads_and_another_tokenizer_behind_it_is_caught(
+    tmp_path, micro_model, word_tokenizer, small_kb
+):
     from spacy_genbioel.linking.decoder import GenerativeLinker
     from spacy_genbioel.linking.trie import TrieMismatchError
 
@@ -160,7 +176,9 @@ def test_an_old_trie_without_fingerprint_loads_and_another_tokenizer_behind_it_i
     path = tmp_path / "trie.safetensors"
     trie.to_disk(path)
     # the metadata a 0.1 file carries: format 1, no fingerprint
-    _rewrite_metadata(path, lambda m: {k: v for k, v in {**m, "format_version": "1"}.items() if k != "tokenizer_fingerprint"})
+    _rewrite_metadata(
+        path, lambda m: {k: v for k, v in {**m, "format_version": "1"}.items() if k != "tokenizer_fingerprint"}
+    )
     old = NameTrie.from_disk(path)
     assert old.tokenizer_fingerprint is None and old.sequences() == trie.sequences()
     linker = GenerativeLinker(micro_model, word_tokenizer, small_kb, old)
@@ -169,8 +187,13 @@ def test_an_old_trie_without_fingerprint_loads_and_another_tokenizer_behind_it_i
     with pytest.raises(TrieMismatchError, match="does not fit"):
         GenerativeLinker(micro_model, other, small_kb, NameTrie.from_disk(path))
     # without a fingerprint, re-tokenizing a sample of the KB names is what tells
-    reasons = old.mismatch(other, vocab_size=linker.vocab_size, eos_token_id=linker.eos_token_id,
-                           root_token_id=old.root_token_id, names=small_kb.names)
+    reasons = old.mismatch(
+        other,
+        vocab_size=linker.vocab_size,
+        eos_token_id=linker.eos_token_id,
+        root_token_id=old.root_token_id,
+        names=small_kb.names,
+    )
     assert len(reasons) == 1 and "sampled KB names are not paths" in reasons[0]
 
 
@@ -185,12 +208,30 @@ def test_a_trie_with_another_root_or_eos_is_refused(tmp_path, micro_model, word_
         _rewrite_metadata(path, lambda m, key=key, value=value: {**m, key: value})
         with pytest.raises(TrieMismatchError, match=message):
             GenerativeLinker(micro_model, word_tokenizer, small_kb, NameTrie.from_disk(path))
-    assert f"vocabulary of {trie.vocab_size} tokens, the model has 500" in trie.mismatch(
-        word_tokenizer, vocab_size=500, eos_token_id=trie.eos_token_id, root_token_id=trie.root_token_id)[0]
+    assert (
+        f"vocabulary of {trie.vocab_size} tokens, the model has 500"
+        in trie.mismatch(
+            word_tokenizer, vocab_size=500, eos_token_id=trie.eos_token_id, root_token_id=trie.root_token_id
+        )[0]
+    )
 
 
-@pytest.mark.parametrize("damage", ["empty", "7 bytes", "half", "last byte", "garbage", "version 99", "version x",
-                                    "no vocab_size", "vocab_size text", "edges unsorted", "terminal out of range"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "empty",
+        "7 bytes",
+        "half",
+        "last byte",
+        "garbage",
+        "version 99",
+        "version x",
+        "no vocab_size",
+        "vocab_size text",
+        "edges unsorted",
+        "terminal out of range",
+    ],
+)
 def test_a_damaged_trie_file_raises_an_error_naming_it(tmp_path, damage):
     from safetensors.numpy import load_file, save_file
 

@@ -1,5 +1,6 @@
 """The trie file of format 3 (children stored, read memory-mapped, checked in chunks) and
 word-by-word tokenization of the KB names: the same tries and answers as before."""
+
 import mmap
 
 import numpy as np
@@ -32,7 +33,10 @@ def test_format_3_stores_the_children_and_maps_them(tmp_path):
         assert (array == getattr(trie, key)).all(), key
         assert not array.flags.owndata and isinstance(backing_map(array), mmap.mmap), key
     assert again.sequences() == trie.sequences()
-    assert again.walk([5, 6, EOS]) == trie.walk([5, 6, EOS]) and sorted(again.names_at(again.walk([5, 6, EOS]))) == [0, 3]
+    assert again.walk([5, 6, EOS]) == trie.walk([5, 6, EOS]) and sorted(again.names_at(again.walk([5, 6, EOS]))) == [
+        0,
+        3,
+    ]
     # torch shares the mapped memory rather than copying it
     tensors = again.on_device("cpu")
     assert tensors.edge_keys.data_ptr() == again.edge_keys.__array_interface__["data"][0]
@@ -42,16 +46,27 @@ def test_format_2_files_still_load(tmp_path):
     from safetensors.numpy import save_file
 
     trie = build(SEQS)
-    meta = {"format_version": "2", "vocab_size": str(V), "eos_token_id": str(EOS), "root_token_id": str(ROOT),
-            "max_depth": str(trie.max_depth), "tokenizer_fingerprint": "abc"}
-    save_file({k: getattr(trie, k) for k in ("edge_keys", "terminal_nodes", "terminal_ptr", "terminal_names")},
-              str(tmp_path / "old.safetensors"), metadata=meta)
+    meta = {
+        "format_version": "2",
+        "vocab_size": str(V),
+        "eos_token_id": str(EOS),
+        "root_token_id": str(ROOT),
+        "max_depth": str(trie.max_depth),
+        "tokenizer_fingerprint": "abc",
+    }
+    save_file(
+        {k: getattr(trie, k) for k in ("edge_keys", "terminal_nodes", "terminal_ptr", "terminal_names")},
+        str(tmp_path / "old.safetensors"),
+        metadata=meta,
+    )
     old = NameTrie.from_disk(tmp_path / "old.safetensors")
     assert old.sequences() == trie.sequences() and old.tokenizer_fingerprint == "abc"
     assert (old.child_ptr == trie.child_ptr).all() and (old.child_tokens == trie.child_tokens).all()
 
 
-@pytest.mark.parametrize("damage", ["child tokens", "child pointers", "pointers short", "pointers unsorted", "children missing"])
+@pytest.mark.parametrize(
+    "damage", ["child tokens", "child pointers", "pointers short", "pointers unsorted", "children missing"]
+)
 def test_damaged_children_are_refused_naming_the_file(tmp_path, damage):
     trie = build(SEQS)
     path = tmp_path / "trie.safetensors"
@@ -83,7 +98,9 @@ def test_released_pages_read_back_the_same(tmp_path):
     assert int(arrays["a"].sum()) == total == int(data.sum())
 
 
-_words = st.sampled_from(["renal", "failure", "acute", "lung", "cancer", "α-synuclein", "c6h12o6", "it's", "x1", "文字", "ab"])
+_words = st.sampled_from(
+    ["renal", "failure", "acute", "lung", "cancer", "α-synuclein", "c6h12o6", "it's", "x1", "文字", "ab"]
+)
 _names = st.lists(st.lists(_words, min_size=1, max_size=4).map(" ".join), min_size=1, max_size=30)
 
 
@@ -109,8 +126,9 @@ def test_names_that_are_not_single_spaced_words_are_tokenized_whole(word_tokeniz
 def test_tokenizers_that_do_not_split_at_spaces_are_not_taken_word_by_word(word_tokenizer):
     from tokenizers import pre_tokenizers
 
-    other = word_tokenizer.__class__(tokenizer_object=word_tokenizer.backend_tokenizer.__class__.from_str(
-        word_tokenizer.backend_tokenizer.to_str()))
+    other = word_tokenizer.__class__(
+        tokenizer_object=word_tokenizer.backend_tokenizer.__class__.from_str(word_tokenizer.backend_tokenizer.to_str())
+    )
     other.backend_tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     assert not word_splitting(other)
     names = ["renal failure", "acute lung cancer"]
@@ -149,7 +167,9 @@ def test_decoding_never_indexes_outside_damaged_children():
     ptr[1:-1] = [10_000, -5, 3, 99][: len(ptr) - 2] + [0] * max(0, len(ptr) - 6)
     tokens = trie.child_tokens.copy()
     tokens[0] = 10_000
-    arrays = TrieArrays(trie.edge_keys, trie.terminal_nodes, trie.terminal_ptr, trie.terminal_names, child_tokens=tokens, child_ptr=ptr)
+    arrays = TrieArrays(
+        trie.edge_keys, trie.terminal_nodes, trie.terminal_ptr, trie.terminal_names, child_tokens=tokens, child_ptr=ptr
+    )
     damaged = NameTrie(arrays, vocab_size=V, eos_token_id=EOS, root_token_id=ROOT, max_depth=trie.max_depth)
     mask = damaged.on_device("cpu").allowed_mask(torch.arange(-1, damaged.n_nodes))
     assert mask.shape == (damaged.n_nodes + 1, V)

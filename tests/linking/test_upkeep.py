@@ -2,6 +2,7 @@
 (``cache=``; ``past_key_values=`` is deprecated, its removal announced), the
 transformers range setup.cfg declares holds the installed one and has an upper bound,
 and the README documents the CPU and the GPU install with extras that exist."""
+
 import configparser
 import functools
 import importlib.metadata
@@ -10,11 +11,10 @@ import re
 import warnings
 from pathlib import Path
 
+from conftest import mentions_for
 from packaging.requirements import Requirement
 
 from spacy_genbioel.linking.decoder import DecodingSettings, GenerativeLinker
-
-from conftest import mentions_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_setup_cfg_bounds_transformers_and_holds_the_installed_one():
 
 def test_the_readme_documents_the_cpu_and_the_gpu_install():
     readme = (ROOT / "README.md").read_text(encoding="utf8")
-    install = readme[readme.index("## Install"):]
+    install = readme[readme.index("## Install") :]
     install = install[: install.index("\n## ", 4)]
     assert "--index-url https://download.pytorch.org/whl/cpu" in install and "cuda.is_available()" in install
     # the extras it names exist: this package's and spaCy's GPU one

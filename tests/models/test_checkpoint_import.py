@@ -2,6 +2,7 @@
 dmis-lab's ANGEL_* are: ``torch.save`` of an ``OrderedDict`` state dict, no
 tokenizer) become verified safetensors folders; pickles that ask for anything
 but tensors are refused without running."""
+
 import hashlib
 import json
 import os
@@ -16,8 +17,14 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.models import CheckpointError, ImportOptions, import_checkpoint, load_model
-from spacy_genbioel.models import checkpoint_import, checkpoint_pickle
+from spacy_genbioel.models import (
+    CheckpointError,
+    ImportOptions,
+    checkpoint_import,
+    checkpoint_pickle,
+    import_checkpoint,
+    load_model,
+)
 
 runner = CliRunner()
 TIED = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
@@ -28,9 +35,20 @@ def released_config(model) -> dict:
     config = model.config.to_dict()
     # a released checkpoint records no tokenizer of ours (the session's micro model does once a test saved it)
     config.pop("genbioel_tokenizer_fingerprint", None)
-    config.update({"architectures": ["BartForConditionalGeneration"], "transformers_version": "4.11.3",
-                   "no_repeat_ngram_size": 3, "num_beams": 4, "early_stopping": True, "forced_bos_token_id": 0,
-                   "add_bias_logits": False, "normalize_before": False, "output_past": False, "gradient_checkpointing": False})
+    config.update(
+        {
+            "architectures": ["BartForConditionalGeneration"],
+            "transformers_version": "4.11.3",
+            "no_repeat_ngram_size": 3,
+            "num_beams": 4,
+            "early_stopping": True,
+            "forced_bos_token_id": 0,
+            "add_bias_logits": False,
+            "normalize_before": False,
+            "output_past": False,
+            "gradient_checkpointing": False,
+        }
+    )
     return config
 
 
@@ -61,7 +79,15 @@ def assert_same_model(out, micro_model):
     assert torch.allclose(probe_logits(model), probe_logits(micro_model), atol=1e-6, rtol=0)
     assert len(tokenizer) == micro_model.config.vocab_size
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["config.json", "generation_config.json", "import.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"])
+        [
+            "config.json",
+            "generation_config.json",
+            "import.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+        ]
+    )
     assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o644
     return json.loads((out / "import.json").read_text())
 
@@ -75,12 +101,18 @@ def test_released_checkpoint_imports_with_identical_logits(tmp_path, micro_model
     data = (src / "pytorch_model.bin").read_bytes()
     assert weights["sha256"] == hashlib.sha256(data).hexdigest() and weights["bytes"] == len(data)
     assert weights["format"] == ("legacy" if save_args.get("_use_new_zipfile_serialization") is False else "zip")
-    assert set(weights["globals"]) == {"collections.OrderedDict", "torch.FloatStorage", "torch._utils._rebuild_tensor_v2"}
+    assert set(weights["globals"]) == {
+        "collections.OrderedDict",
+        "torch.FloatStorage",
+        "torch._utils._rebuild_tensor_v2",
+    }
     assert record["key_mapping"]["stripped_prefix"] == "" and not record["key_mapping"]["unexpected"]
     assert "no_repeat_ngram_size" in record["source"]["config_keys_not_kept"]
     assert record["verification"]["max_abs_diff"] <= 1e-6 and record["versions"]["torch"] == torch.__version__
-    assert record["output"]["model.safetensors"]["sha256"] == hashlib.sha256(
-        (tmp_path / "out" / "model.safetensors").read_bytes()).hexdigest()
+    assert (
+        record["output"]["model.safetensors"]["sha256"]
+        == hashlib.sha256((tmp_path / "out" / "model.safetensors").read_bytes()).hexdigest()
+    )
 
 
 def test_protocol_4_passes_the_scan_but_not_torchs_unpickler(tmp_path, micro_model, tokenizer_dir):
@@ -91,7 +123,9 @@ def test_protocol_4_passes_the_scan_but_not_torchs_unpickler(tmp_path, micro_mod
 
 
 def test_deduplicated_checkpoint_gets_tied_weights_and_zero_bias(tmp_path, micro_model, tokenizer_dir):
-    state = OrderedDict((k, v) for k, v in micro_model.state_dict().items() if k not in TIED and k != "final_logits_bias")
+    state = OrderedDict(
+        (k, v) for k, v in micro_model.state_dict().items() if k not in TIED and k != "final_logits_bias"
+    )
     src = write_released(tmp_path / "src", micro_model, state)
     record = import_checkpoint(src / "pytorch_model.bin", tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir))
     assert_same_model(tmp_path / "out", micro_model)
@@ -104,7 +138,10 @@ def test_sharded_checkpoint(tmp_path, micro_model, tokenizer_dir):
     src.mkdir()
     (src / "config.json").write_text(json.dumps(released_config(micro_model)))
     items = list(micro_model.state_dict().items())
-    shards = {"pytorch_model-00001-of-00002.bin": OrderedDict(items[:20]), "pytorch_model-00002-of-00002.bin": OrderedDict(items[20:])}
+    shards = {
+        "pytorch_model-00001-of-00002.bin": OrderedDict(items[:20]),
+        "pytorch_model-00002-of-00002.bin": OrderedDict(items[20:]),
+    }
     for name, shard in shards.items():
         torch.save(shard, src / name)
     index = {"metadata": {"total_size": 0}, "weight_map": {k: name for name, shard in shards.items() for k in shard}}
@@ -118,15 +155,24 @@ def test_sharded_checkpoint(tmp_path, micro_model, tokenizer_dir):
 def test_prefixed_keys(tmp_path, micro_model, tokenizer_dir, layout):
     state = micro_model.state_dict()
     if layout == "deepspeed":
-        obj = {"module": OrderedDict(("module." + k, v) for k, v in state.items()), "ds_version": "0.5.4",
-               "buffer_names": [], "param_shapes": [OrderedDict((k, v.shape) for k, v in state.items())]}
+        obj = {
+            "module": OrderedDict(("module." + k, v) for k, v in state.items()),
+            "ds_version": "0.5.4",
+            "buffer_names": [],
+            "param_shapes": [OrderedDict((k, v.shape) for k, v in state.items())],
+        }
         expected = ("module", "module.")
     elif layout == "lightning":
-        obj = {"state_dict": OrderedDict(("model." + k, v) for k, v in state.items()), "epoch": 3, "global_step": 120,
-               "pytorch-lightning_version": "1.5.10", "optimizer_states": [{"state": {}, "param_groups": [{"lr": 1e-5}]}]}
+        obj = {
+            "state_dict": OrderedDict(("model." + k, v) for k, v in state.items()),
+            "epoch": 3,
+            "global_step": 120,
+            "pytorch-lightning_version": "1.5.10",
+            "optimizer_states": [{"state": {}, "param_groups": [{"lr": 1e-5}]}],
+        }
         expected = ("state_dict", "model.")
     elif layout == "bart_model":  # a BartModel's keys (no "model." prefix, no head)
-        obj = OrderedDict((k[len("model."):], v) for k, v in state.items() if k.startswith("model."))
+        obj = OrderedDict((k[len("model.") :], v) for k, v in state.items() if k.startswith("model."))
         expected = (None, "")
     else:
         obj = OrderedDict((layout + k, v) for k, v in state.items())
@@ -171,8 +217,9 @@ def payloads(marker):
     }
 
 
-@pytest.mark.parametrize("fmt", [{}, {"_use_new_zipfile_serialization": False}, {"pickle_protocol": 4}],
-                         ids=["zip", "legacy", "protocol4"])
+@pytest.mark.parametrize(
+    "fmt", [{}, {"_use_new_zipfile_serialization": False}, {"pickle_protocol": 4}], ids=["zip", "legacy", "protocol4"]
+)
 @pytest.mark.parametrize("kind", ["os.system", "builtins.eval", "subprocess.Popen", "custom function", "custom class"])
 def test_unsafe_pickle_is_refused_without_running(tmp_path, micro_model, tokenizer_dir, kind, fmt):
     marker = tmp_path / "payload-ran"
@@ -201,6 +248,7 @@ def test_torch_restricted_unpickler_is_the_second_gate(tmp_path, micro_model, to
 def test_hidden_stack_global_is_refused(tmp_path, micro_model):
     """A STACK_GLOBAL whose strings are not pushed right before it cannot be named by
     parsing: refused as unresolved (here it would resolve to os.system)."""
+
     def unicode(text):
         data = text.encode()
         return b"\x8c" + bytes([len(data)]) + data  # SHORT_BINUNICODE
@@ -217,10 +265,13 @@ def test_hidden_stack_global_is_refused(tmp_path, micro_model):
         checkpoint_pickle.scan_pickle_globals(legacy)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"auto_map": {"AutoModelForSeq2SeqLM": "modeling_evil.EvilModel"}}, "auto_map asks for custom model code"),
-    ({"model_type": "t5"}, "only 'bart'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"auto_map": {"AutoModelForSeq2SeqLM": "modeling_evil.EvilModel"}}, "auto_map asks for custom model code"),
+        ({"model_type": "t5"}, "only 'bart'"),
+    ],
+)
 def test_config_with_custom_code_or_other_model_is_refused(tmp_path, micro_model, tokenizer_dir, change, message):
     src = write_released(tmp_path / "src", micro_model)
     config = json.loads((src / "config.json").read_text())
@@ -264,7 +315,9 @@ def test_logits_that_differ_fail_and_leave_nothing(tmp_path, micro_model, tokeni
 # -- CLI and packaging --------------------------------------------------------------------------------------------------
 def test_cli_imports_and_refuses_without_traceback(tmp_path, micro_model, tokenizer_dir):
     src = write_released(tmp_path / "ANGEL_micro", micro_model)
-    result = runner.invoke(app, ["import-checkpoint", str(src), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer_dir)])
+    result = runner.invoke(
+        app, ["import-checkpoint", str(src), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer_dir)]
+    )
     assert result.exit_code == 0, result.output
     assert "Imported" in result.output
     assert_same_model(tmp_path / "out", micro_model)
@@ -273,7 +326,9 @@ def test_cli_imports_and_refuses_without_traceback(tmp_path, micro_model, tokeni
     marker = tmp_path / "payload-ran"
     payload, global_name = payloads(marker)["os.system"]
     evil = write_released(tmp_path / "evil", micro_model, OrderedDict(x=payload))
-    refused = runner.invoke(app, ["import-checkpoint", str(evil), "--out", str(tmp_path / "out3"), "--tokenizer", str(tokenizer_dir)])
+    refused = runner.invoke(
+        app, ["import-checkpoint", str(evil), "--out", str(tmp_path / "out3"), "--tokenizer", str(tokenizer_dir)]
+    )
     assert refused.exit_code == 1 and isinstance(refused.exception, SystemExit)
     assert global_name in refused.output and "Traceback" not in refused.output
     assert not marker.exists() and not (tmp_path / "out3").exists()
@@ -301,7 +356,9 @@ def test_replace_swaps_an_earlier_import_only(tmp_path, micro_model, tokenizer_d
     import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir))
     with pytest.raises(CheckpointError, match="not an empty folder"):
         import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir))
-    import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir, replace=True))  # a rerun of the step
+    import_checkpoint(
+        src, tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir, replace=True)
+    )  # a rerun of the step
     assert_same_model(tmp_path / "out", micro_model)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")  # not an import: never removed
@@ -313,7 +370,9 @@ def test_replace_swaps_an_earlier_import_only(tmp_path, micro_model, tokenizer_d
 def test_an_imported_model_warns_when_fed_another_input_style(tmp_path, micro_model, tokenizer_dir, small_kb, caplog):
     import spacy
 
-    import_checkpoint(write_released(tmp_path / "src", micro_model), tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir))
+    import_checkpoint(
+        write_released(tmp_path / "src", micro_model), tmp_path / "out", ImportOptions(tokenizer=tokenizer_dir)
+    )
     model, tokenizer = load_model(tmp_path / "out")
     assert model.config.genbioel_inputs == "genbioel-released"  # travels with the weights
     with caplog.at_level("WARNING", logger="spacy_genbioel"):
@@ -324,7 +383,8 @@ def test_an_imported_model_warns_when_fed_another_input_style(tmp_path, micro_mo
         pipe = spacy.blank("en").add_pipe("genbioel", config={"inputs": {"style": "genbioel-released-ncbi.v1"}})
         pipe.set_model(model, tokenizer, small_kb)
         spacy.blank("en").add_pipe("genbioel", config={"inputs": {"style": "genbioel-released-ncbi.v1"}}).set_model(
-            micro_model, tokenizer, small_kb)  # a model trained here, fed the released inputs
+            micro_model, tokenizer, small_kb
+        )  # a model trained here, fed the released inputs
     assert caplog.text.count("inputs.style") == 1 and "this package's" in caplog.text
 
 
@@ -345,7 +405,9 @@ def test_a_tokenizer_folder_without_config_json_is_refused_naming_it(tmp_path, m
         import_checkpoint(src, tmp_path / "out", ImportOptions(tokenizer=bare))
     assert str(bare / "config.json") in str(err.value) and "facebook/bart-large" in str(err.value)
     assert not (tmp_path / "out").exists()
-    refused = runner.invoke(app, ["import-checkpoint", str(src), "--out", str(tmp_path / "out"), "--tokenizer", str(bare)])
+    refused = runner.invoke(
+        app, ["import-checkpoint", str(src), "--out", str(tmp_path / "out"), "--tokenizer", str(bare)]
+    )
     assert refused.exit_code == 1 and "config.json" in refused.output and "Traceback" not in refused.output
     # with bart-large's config.json beside it, the tokenizer knows its class and pads
     (bare / "config.json").write_text(json.dumps({"model_type": "bart"}))
@@ -369,12 +431,16 @@ def test_a_tokenizer_that_cannot_pad_or_lacks_merges_is_refused(tmp_path, micro_
     assert str(vocab_only / "merges.txt") in str(err.value)
 
 
-def test_a_model_whose_tokenizer_cannot_pad_is_refused_at_load_and_package(tmp_path, micro_model, tokenizer_dir, small_kb):
+def test_a_model_whose_tokenizer_cannot_pad_is_refused_at_load_and_package(
+    tmp_path, micro_model, tokenizer_dir, small_kb
+):
     """A model imported before the check, with bart-large's tokenizer saved without its padding token."""
     from spacy_genbioel.models import ModelFormatError, load_tokenizer
     from spacy_genbioel.training.package import package
 
-    import_checkpoint(write_released(tmp_path / "ANGEL_ncbi", micro_model), tmp_path / "model", ImportOptions(no_tokenizer=True))
+    import_checkpoint(
+        write_released(tmp_path / "ANGEL_ncbi", micro_model), tmp_path / "model", ImportOptions(no_tokenizer=True)
+    )
     load_tokenizer(bare_tokenizer_folder(tmp_path, tokenizer_dir)).save_pretrained(tmp_path / "model")
     with pytest.raises(ModelFormatError, match="no padding token") as err:
         load_model(tmp_path / "model")
@@ -388,24 +454,47 @@ def test_a_model_whose_tokenizer_cannot_pad_is_refused_at_load_and_package(tmp_p
 def test_the_input_style_is_recorded_from_the_folder_name_or_as_given(tmp_path, micro_model, tokenizer_dir):
     from spacy_genbioel.linking.released_style import recorded_input_style, recorded_max_source_tokens
 
-    record = import_checkpoint(write_released(tmp_path / "ANGEL_ncbi", micro_model), tmp_path / "ncbi",
-                               ImportOptions(tokenizer=tokenizer_dir))
-    assert record["inputs_style"] == {"style": "genbioel-released-ncbi.v1", "from": "the source folder's name, ANGEL_ncbi"}
+    record = import_checkpoint(
+        write_released(tmp_path / "ANGEL_ncbi", micro_model), tmp_path / "ncbi", ImportOptions(tokenizer=tokenizer_dir)
+    )
+    assert record["inputs_style"] == {
+        "style": "genbioel-released-ncbi.v1",
+        "from": "the source folder's name, ANGEL_ncbi",
+    }
     model, _ = load_model(tmp_path / "ncbi")
     config = json.loads((tmp_path / "ncbi" / "config.json").read_text())
     for where in (model, model.config, config, tmp_path / "ncbi", str(tmp_path / "ncbi" / "config.json")):
         assert recorded_input_style(where) == "genbioel-released-ncbi.v1"
         assert recorded_max_source_tokens(where) == micro_model.config.max_position_embeddings  # 128: fewer than 1024
-    given = import_checkpoint(tmp_path / "ANGEL_ncbi", tmp_path / "bc5cdr",
-                              ImportOptions(tokenizer=tokenizer_dir, inputs_style="genbioel-released-bc5cdr.v1"))
+    given = import_checkpoint(
+        tmp_path / "ANGEL_ncbi",
+        tmp_path / "bc5cdr",
+        ImportOptions(tokenizer=tokenizer_dir, inputs_style="genbioel-released-bc5cdr.v1"),
+    )
     assert given["inputs_style"]["style"] == recorded_input_style(tmp_path / "bc5cdr") == "genbioel-released-bc5cdr.v1"
-    unknown = import_checkpoint(write_released(tmp_path / "ANGEL_pretrained", micro_model), tmp_path / "pretrained",
-                                ImportOptions(tokenizer=tokenizer_dir))
+    unknown = import_checkpoint(
+        write_released(tmp_path / "ANGEL_pretrained", micro_model),
+        tmp_path / "pretrained",
+        ImportOptions(tokenizer=tokenizer_dir),
+    )
     assert unknown["inputs_style"]["style"] is None and recorded_input_style(tmp_path / "pretrained") is None
     assert recorded_input_style(micro_model) is None and recorded_input_style(tmp_path / "nowhere") is None
     with pytest.raises(CheckpointError, match="the released styles are"):
-        import_checkpoint(tmp_path / "ANGEL_ncbi", tmp_path / "x", ImportOptions(tokenizer=tokenizer_dir, inputs_style="genbioel.v1"))
-    cli = runner.invoke(app, ["import-checkpoint", str(tmp_path / "ANGEL_pretrained"), "--out", str(tmp_path / "cli"),
-                              "--tokenizer", str(tokenizer_dir), "--inputs.style", "genbioel-released-bc5cdr.v1"])
+        import_checkpoint(
+            tmp_path / "ANGEL_ncbi", tmp_path / "x", ImportOptions(tokenizer=tokenizer_dir, inputs_style="genbioel.v1")
+        )
+    cli = runner.invoke(
+        app,
+        [
+            "import-checkpoint",
+            str(tmp_path / "ANGEL_pretrained"),
+            "--out",
+            str(tmp_path / "cli"),
+            "--tokenizer",
+            str(tokenizer_dir),
+            "--inputs.style",
+            "genbioel-released-bc5cdr.v1",
+        ],
+    )
     assert cli.exit_code == 0 and "genbioel-released-bc5cdr.v1" in cli.output, cli.output
     assert recorded_input_style(tmp_path / "cli") == "genbioel-released-bc5cdr.v1"

@@ -1,4 +1,5 @@
 """genbioel.HFTok2Vec.v1 on a micro BERT written to a temporary directory (no downloads)."""
+
 import importlib.util
 import subprocess
 import sys
@@ -9,14 +10,13 @@ import pytest
 import spacy
 import srsly
 import torch
+from conftest import data_dir
 from spacy.tokens import DocBin
 from spacy.training import Example
 from thinc.api import Adam
 
 from spacy_genbioel.models.hf_tok2vec import deserialize_state, serialize_state
 from spacy_genbioel.models.wordpiece_align import windows
-
-from conftest import data_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = 32
@@ -27,7 +27,23 @@ WORDS = (
     "breast ovarian cancer cancers disease syndrome renal failure cystic fibrosis acute chronic type diabetes heart "
     "liver pain risk gene mutation mutations carriers study increased tumor tumors deficiency had has"
 ).split()
-PIECES = ["here", "##dit", "##ary", "##s", "##ed", "tel", "##ang", "##iect", "##asia", "ata", "##xia", "brc", "##a", "##1", "##2"]
+PIECES = [
+    "here",
+    "##dit",
+    "##ary",
+    "##s",
+    "##ed",
+    "tel",
+    "##ang",
+    "##iect",
+    "##asia",
+    "ata",
+    "##xia",
+    "brc",
+    "##a",
+    "##1",
+    "##2",
+]
 PUNCT = list(".,;:()-/'%") + [str(i) for i in range(10)]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *PIECES, *PUNCT]
 
@@ -55,8 +71,14 @@ def micro_dir(tmp_path_factory):
     tokenizer = transformers.BertTokenizerFast(vocab=str(path / "vocab.txt"))
     assert len(tokenizer) == len(VOCAB)
     tokenizer.save_pretrained(path)
-    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64)
+    config = transformers.BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     transformers.BertModel(config).save_pretrained(path)
     assert (path / "tokenizer.json").exists() and (path / "model.safetensors").exists()
@@ -101,7 +123,9 @@ def manual_vectors(bert, model, doc, max_length, min_overlap):
             hidden = bert(input_ids=torch.tensor([ids])).last_hidden_state[0]
             for i in range(start, end):
                 states[word_ids[i]].append((start, hidden[i - start + 1]))
-    vectors = numpy.stack([torch.stack([h for _, h in s]).mean(0).numpy() if s else numpy.zeros(HIDDEN, "f") for s in states])
+    vectors = numpy.stack(
+        [torch.stack([h for _, h in s]).mean(0).numpy() if s else numpy.zeros(HIDDEN, "f") for s in states]
+    )
     return vectors, spans, states
 
 
@@ -307,12 +331,25 @@ def entity_tuples(docs):
 def test_micro_ner_overfits_and_round_trips_through_disk(micro_dir, tmp_path):
     spacy.util.fix_random_seed(0)
     nlp = spacy.blank("en")
-    nlp.add_pipe("tok2vec", config={"model": {"@architectures": ARCH, "name": str(micro_dir), "max_length": 32, "min_overlap": 4}})
-    nlp.add_pipe("ner", config={"model": {
-        "@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner", "extra_state_tokens": False,
-        "hidden_width": 32, "maxout_pieces": 2, "use_upper": True, "nO": None,
-        "tok2vec": {"@architectures": "spacy.Tok2VecListener.v1", "width": HIDDEN, "upstream": "tok2vec"},
-    }})
+    nlp.add_pipe(
+        "tok2vec",
+        config={"model": {"@architectures": ARCH, "name": str(micro_dir), "max_length": 32, "min_overlap": 4}},
+    )
+    nlp.add_pipe(
+        "ner",
+        config={
+            "model": {
+                "@architectures": "spacy.TransitionBasedParser.v2",
+                "state_type": "ner",
+                "extra_state_tokens": False,
+                "hidden_width": 32,
+                "maxout_pieces": 2,
+                "use_upper": True,
+                "nO": None,
+                "tok2vec": {"@architectures": "spacy.Tok2VecListener.v1", "width": HIDDEN, "upstream": "tok2vec"},
+            }
+        },
+    )
     examples = ner_examples(nlp)
     nlp.initialize(lambda: examples)
     optimizer = Adam(0.003)
@@ -388,12 +425,42 @@ def test_spacy_train_with_the_minilm_preset(tmp_path):
         result = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
-    run("spacy_genbioel", "ner-corpus", str(dev), "--out", str(corpus), "--label-map", "ncbi", "--tokenizer-out", str(tokenizer))
-    run("spacy", "train", "configs/ner_ncbi_transformer.cfg", "--output", str(output),
-        "--paths.train", str(corpus), "--paths.dev", str(corpus), "--paths.tokenizer", str(tokenizer),
-        "--corpora.train.limit", "6", "--corpora.dev.limit", "6",
-        "--training.max_steps", "4", "--training.eval_frequency", "2",
-        "--training.optimizer.learn_rate.total_steps", "4", "--training.optimizer.learn_rate.warmup_steps", "1")
+    run(
+        "spacy_genbioel",
+        "ner-corpus",
+        str(dev),
+        "--out",
+        str(corpus),
+        "--label-map",
+        "ncbi",
+        "--tokenizer-out",
+        str(tokenizer),
+    )
+    run(
+        "spacy",
+        "train",
+        "configs/ner_ncbi_transformer.cfg",
+        "--output",
+        str(output),
+        "--paths.train",
+        str(corpus),
+        "--paths.dev",
+        str(corpus),
+        "--paths.tokenizer",
+        str(tokenizer),
+        "--corpora.train.limit",
+        "6",
+        "--corpora.dev.limit",
+        "6",
+        "--training.max_steps",
+        "4",
+        "--training.eval_frequency",
+        "2",
+        "--training.optimizer.learn_rate.total_steps",
+        "4",
+        "--training.optimizer.learn_rate.warmup_steps",
+        "1",
+    )
     assert (output / "model-best").is_dir()
     meta = srsly.read_json(output / "model-best" / "meta.json")
     assert isinstance(meta["performance"]["ents_f"], (int, float))

@@ -1,26 +1,26 @@
 """BERT2BERT warm starts: a tiny random BERT written here (always runs) and the
 real all-MiniLM-L6-v2 package (skipped when ``spacy_genbioel[minilm]`` is not installed)."""
+
 import string
 
 import pytest
 import spacy
 import torch
+from conftest import WORDS
+from test_model import assert_links_like_reference
 from typer.testing import CliRunner
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
+from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.linking.decoder import GenerativeLinker
 from spacy_genbioel.linking.inputs import InputBuilder, model_max_positions
 from spacy_genbioel.linking.settings import DecodingSettings
-from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.ty import Mention
 from spacy_genbioel.models import MARKERS, init_model, load_model, special_ids
+from spacy_genbioel.models.bert2bert import build_bert2bert, checkpoint_dir, init_warm_start, marker_tokenizer
 from spacy_genbioel.training import stages
 from spacy_genbioel.training.examples import TrainingExample, write_examples_jsonl
 from spacy_genbioel.training.seq2seq import TrainConfig, train_seq2seq
-from spacy_genbioel.models.bert2bert import build_bert2bert, checkpoint_dir, init_warm_start, marker_tokenizer
-
-from conftest import WORDS
-from test_model import assert_links_like_reference
+from spacy_genbioel.ty import Mention
 
 
 # -- a tiny random BERT directory, as a user's local checkpoint -----------------------
@@ -29,13 +29,34 @@ def tiny_bert(tmp_path_factory):
     from transformers import BertConfig, BertModel, BertTokenizer
 
     path = tmp_path_factory.mktemp("tiny_bert")
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "is", "the", "patient", "had", "and", "was", "treated", *WORDS]
+    tokens = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "is",
+        "the",
+        "patient",
+        "had",
+        "and",
+        "was",
+        "treated",
+        *WORDS,
+    ]
     tokens += [c for c in string.ascii_lowercase + string.digits + string.punctuation if c not in tokens]
     tokens += [f"##{c}" for c in string.ascii_lowercase + string.digits]
     tokenizer = BertTokenizer(vocab={t: i for i, t in enumerate(tokens)}, model_max_length=128)
-    config = BertConfig(vocab_size=len(tokens), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
+    config = BertConfig(
+        vocab_size=len(tokens),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     torch.manual_seed(0)
     BertModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -75,10 +96,16 @@ def test_tiny_bert2bert_decodes_like_the_reference(tiny_bert, small_kb):
 
 def test_tiny_bert2bert_training_lowers_the_loss(tiny_bert, small_kb):
     model, tokenizer = build_bert2bert(tiny_bert)
-    examples = [TrainingExample(Mention(name, left="the patient had", right="and was treated"), small_kb.names[i])
-                for i, name in enumerate(small_kb.names[:16])]
-    losses = train_seq2seq(model, tokenizer, examples, TrainConfig(max_steps=60, batch_size=8, learning_rate=3e-3,
-                                                                   warmup_steps=5, label_smoothing=0.0, log_every=0))
+    examples = [
+        TrainingExample(Mention(name, left="the patient had", right="and was treated"), small_kb.names[i])
+        for i, name in enumerate(small_kb.names[:16])
+    ]
+    losses = train_seq2seq(
+        model,
+        tokenizer,
+        examples,
+        TrainConfig(max_steps=60, batch_size=8, learning_rate=3e-3, warmup_steps=5, label_smoothing=0.0, log_every=0),
+    )
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
 
 
@@ -112,12 +139,14 @@ def minilm(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def disease_kb(tmp_path_factory):
-    kb = KnowledgeBase([
-        Concept("D1", ["renal failure", "kidney failure"]),
-        Concept("D2", ["breast cancer", "cancer of breast"]),
-        Concept("D3", ["cystic fibrosis"]),
-        Concept("D4", ["non-hodgkin's lymphoma", "type 2 diabetes mellitus"]),
-    ])
+    kb = KnowledgeBase(
+        [
+            Concept("D1", ["renal failure", "kidney failure"]),
+            Concept("D2", ["breast cancer", "cancer of breast"]),
+            Concept("D3", ["cystic fibrosis"]),
+            Concept("D4", ["non-hodgkin's lymphoma", "type 2 diabetes mellitus"]),
+        ]
+    )
     path = tmp_path_factory.mktemp("kb") / "kb.jsonl"
     kb.to_jsonl(path)
     return kb, path
@@ -135,25 +164,50 @@ def test_minilm_keeps_the_checkpoint_and_its_tokenizer(minilm, disease_kb):
     for key, value in checkpoint.items():
         if key.endswith("position_ids"):
             continue
-        assert torch.equal(state[f"encoder.{key}"][:n] if "word_embeddings" in key else state[f"encoder.{key}"], value), key
-    assert torch.equal(state["decoder.bert.encoder.layer.5.output.dense.weight"], checkpoint["encoder.layer.5.output.dense.weight"])
+        assert torch.equal(
+            state[f"encoder.{key}"][:n] if "word_embeddings" in key else state[f"encoder.{key}"], value
+        ), key
+    assert torch.equal(
+        state["decoder.bert.encoder.layer.5.output.dense.weight"], checkpoint["encoder.layer.5.output.dense.weight"]
+    )
     assert special_ids(model, tokenizer) == (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
     assert [len(tokenizer.tokenize(m)) for m in MARKERS] == [1, 1]
 
     kb, _ = disease_kb
-    linker = GenerativeLinker(model, tokenizer, kb, inputs=InputBuilder(context_words=32),
-                              decoding=DecodingSettings(num_beams=2, top_k=2, max_source_tokens=1000))
+    linker = GenerativeLinker(
+        model,
+        tokenizer,
+        kb,
+        inputs=InputBuilder(context_words=32),
+        decoding=DecodingSettings(num_beams=2, top_k=2, max_source_tokens=1000),
+    )
     assert model_max_positions(model) == 512 and linker.max_source_tokens == 512
     # prompt + name tokens, as training and the trie see them, are the WordPiece
     # tokens of the whole decoder text: inference and training agree
     prompts, names = ["renal failure is", "nhl is"], ["non-hodgkin's lymphoma", "type 2 diabetes mellitus"]
     for prompt, name in zip(prompts, names):
         joined = linker.prompt_tokens.prompts([prompt])[0] + linker.prompt_tokens.targets([name])[0]
-        assert joined == [tokenizer.cls_token_id] + tokenizer(f"{prompt} {name}", add_special_tokens=False)["input_ids"] + [
-            tokenizer.sep_token_id]
-        assert linker.prompt_tokens.prompts([prompt])[0][-1] == linker.prompt_tokens.root_token_id() == tokenizer.vocab["is"]
+        assert joined == [tokenizer.cls_token_id] + tokenizer(f"{prompt} {name}", add_special_tokens=False)[
+            "input_ids"
+        ] + [tokenizer.sep_token_id]
+        assert (
+            linker.prompt_tokens.prompts([prompt])[0][-1]
+            == linker.prompt_tokens.root_token_id()
+            == tokenizer.vocab["is"]
+        )
     source = linker.inputs.source(Mention("Renal Failure", left="At the start, acute", right="ended"))
-    assert tokenizer.tokenize(source) == ["at", "the", "start", ",", "acute", "START", "renal", "failure", "END", "ended"]
+    assert tokenizer.tokenize(source) == [
+        "at",
+        "the",
+        "start",
+        ",",
+        "acute",
+        "START",
+        "renal",
+        "failure",
+        "END",
+        "ended",
+    ]
     results = linker.link([Mention("kidney failure", left="the patient had", right="")])
     assert results[0] and results[0][0].name in kb.names
 
@@ -163,10 +217,20 @@ def test_minilm_finetunes_a_few_steps(minilm, disease_kb, tmp_path):
     records = [(Mention(name, left="the patient had", right="and was treated"), name) for name in kb.names]
     write_examples_jsonl(records, tmp_path / "train.jsonl")
     cfg = tmp_path / "tiny.cfg"
-    cfg.write_text("[training]\nmax_steps = 3\nbatch_size = 4\nlearning_rate = 0.0001\nwarmup_steps = 1\nprogress = false\n"
-                   "max_source_tokens = 128\n\n[inputs]\ncontext_words = 32\n", encoding="utf8")
-    result = stages.finetune(minilm / "init", tmp_path / "train.jsonl", None, kb_path, cfg, tmp_path / "fine",
-                             run=stages.StageRun(device="cpu"))
+    cfg.write_text(
+        "[training]\nmax_steps = 3\nbatch_size = 4\nlearning_rate = 0.0001\nwarmup_steps = 1\nprogress = false\n"
+        "max_source_tokens = 128\n\n[inputs]\ncontext_words = 32\n",
+        encoding="utf8",
+    )
+    result = stages.finetune(
+        minilm / "init",
+        tmp_path / "train.jsonl",
+        None,
+        kb_path,
+        cfg,
+        tmp_path / "fine",
+        run=stages.StageRun(device="cpu"),
+    )
     assert result.step == 3 and all(loss == loss for loss in result.losses)
     assert (result.model_dir / "model.safetensors").exists()
 
@@ -174,10 +238,13 @@ def test_minilm_finetunes_a_few_steps(minilm, disease_kb, tmp_path):
 def test_minilm_pipeline_round_trip(minilm, disease_kb, tmp_path):
     _, kb_path = disease_kb
     nlp = spacy.blank("en")
-    nlp.add_pipe("entity_ruler").add_patterns([{"label": "Disease", "pattern": "renal failure"},
-                                               {"label": "Disease", "pattern": "cystic fibrosis"}])
-    nlp.add_pipe("genbioel", config={"model": str(minilm / "init"), "kb": str(kb_path), "num_beams": 2, "top_k": 2,
-                                     "device": "cpu"})
+    nlp.add_pipe("entity_ruler").add_patterns(
+        [{"label": "Disease", "pattern": "renal failure"}, {"label": "Disease", "pattern": "cystic fibrosis"}]
+    )
+    nlp.add_pipe(
+        "genbioel",
+        config={"model": str(minilm / "init"), "kb": str(kb_path), "num_beams": 2, "top_k": 2, "device": "cpu"},
+    )
     texts = ["The patient had renal failure and cystic fibrosis .", "Nothing here ."]
 
     def linked(doc):

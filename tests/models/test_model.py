@@ -2,15 +2,13 @@ import json
 
 import pytest
 import torch
+from conftest import mentions_for
 
 from spacy_genbioel.linking.decoder import GenerativeLinker
-
-from spacy_genbioel.linking.settings import DecodingSettings
-from spacy_genbioel.models import PRESETS, build_model, init_model, load_model, special_ids
-from spacy_genbioel.util import resolve_device, resolve_dtype
 from spacy_genbioel.linking.reference import ReferenceLinker
-
-from conftest import mentions_for
+from spacy_genbioel.linking.settings import DecodingSettings
+from spacy_genbioel.models import PRESETS, init_model, load_model, special_ids
+from spacy_genbioel.util import resolve_device, resolve_dtype
 
 
 def test_presets_have_bart_shapes():
@@ -60,9 +58,17 @@ def test_device_and_dtype_resolution():
 def t5_model(tokenizer):
     from transformers import T5Config, T5ForConditionalGeneration
 
-    config = T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
-                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                      decoder_start_token_id=tokenizer.pad_token_id)
+    config = T5Config(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        d_kv=16,
+        d_ff=64,
+        num_layers=1,
+        num_heads=2,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(0)
     return T5ForConditionalGeneration(config).eval()
 
@@ -70,9 +76,18 @@ def t5_model(tokenizer):
 def bert2bert_model(tokenizer):
     from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel
 
-    kw = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-              intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)
-    config = EncoderDecoderConfig.from_encoder_decoder_configs(BertConfig(**kw), BertConfig(**kw, is_decoder=True, add_cross_attention=True))
+    kw = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    config = EncoderDecoderConfig.from_encoder_decoder_configs(
+        BertConfig(**kw), BertConfig(**kw, is_decoder=True, add_cross_attention=True)
+    )
     config.decoder_start_token_id = tokenizer.bos_token_id
     config.eos_token_id = tokenizer.eos_token_id
     config.pad_token_id = tokenizer.pad_token_id
@@ -136,8 +151,15 @@ def test_pickled_weights_are_never_loaded(saved, micro_model):
     assert isinstance(err.value, FileNotFoundError)
 
 
-@pytest.mark.parametrize("name,content", [("config.json", b"{not json"), ("config.json", b"[1, 2]"),
-                                          ("tokenizer.json", b'{"model": 5'), ("tokenizer_config.json", b"\xff\xfe")])
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("config.json", b"{not json"),
+        ("config.json", b"[1, 2]"),
+        ("tokenizer.json", b'{"model": 5'),
+        ("tokenizer_config.json", b"\xff\xfe"),
+    ],
+)
 def test_garbage_config_or_tokenizer_files_are_named(saved, name, content):
     from spacy_genbioel.models import ModelFormatError
 
@@ -148,9 +170,12 @@ def test_garbage_config_or_tokenizer_files_are_named(saved, name, content):
 
 def test_a_tokenizer_larger_than_the_model_is_refused(saved, tmp_path):
     from conftest import WORDS
+
     from spacy_genbioel.models import ModelFormatError, train_tokenizer
 
-    larger = train_tokenizer(WORDS * 5 + [w + s for w in WORDS for s in ("osis", "itis", "emia")] * 5, vocab_size=1200, min_frequency=1)
+    larger = train_tokenizer(
+        WORDS * 5 + [w + s for w in WORDS for s in ("osis", "itis", "emia")] * 5, vocab_size=1200, min_frequency=1
+    )
     larger.save_pretrained(tmp_path / "larger")
     with pytest.raises(ModelFormatError, match=r"tokens but the model has embeddings for \d+"):
         load_model(saved, tokenizer_path=tmp_path / "larger")
@@ -209,13 +234,18 @@ def test_every_weight_load_is_explicitly_pickle_free():
     assert not offenders, offenders
 
 
-def test_int8_dtype_quantizes_the_linear_layers_but_keeps_the_output_projection_and_saves_float(saved, tmp_path, small_kb):
+def test_int8_dtype_quantizes_the_linear_layers_but_keeps_the_output_projection_and_saves_float(
+    saved, tmp_path, small_kb
+):
     from spacy_genbioel.models import save_model
     from spacy_genbioel.ty import Mention
 
     model, tokenizer = load_model(saved, dtype="int8")
-    quantized = [name for name, module in model.named_modules() if type(module).__name__ == "Linear"
-                 and type(module).__module__.startswith("torch.ao.nn.quantized")]
+    quantized = [
+        name
+        for name, module in model.named_modules()
+        if type(module).__name__ == "Linear" and type(module).__module__.startswith("torch.ao.nn.quantized")
+    ]
     assert quantized, "no linear layer was quantized"
     assert isinstance(model.get_output_embeddings(), torch.nn.Linear)  # float: scores keep their normalization
     float_model, _ = load_model(saved)

@@ -1,4 +1,5 @@
 """Property tests of the word piece windows and the token <- (window, position) weights."""
+
 import math
 from collections import Counter, defaultdict
 
@@ -85,8 +86,13 @@ def test_windows_examples(n, m, o, expected):
 
 @pytest.mark.parametrize(
     "m, o, message",
-    [(0, 0, "max_pieces must be positive"), (-3, 0, "max_pieces must be positive"),
-     (4, 4, "min_overlap must be in"), (4, 9, "min_overlap must be in"), (4, -1, "min_overlap must be in")],
+    [
+        (0, 0, "max_pieces must be positive"),
+        (-3, 0, "max_pieces must be positive"),
+        (4, 4, "min_overlap must be in"),
+        (4, 9, "min_overlap must be in"),
+        (4, -1, "min_overlap must be in"),
+    ],
 )
 def test_windows_reject_bad_arguments(m, o, message):
     for n in (0, 3, 100):  # checked even for documents that need no window
@@ -140,9 +146,14 @@ def test_alignment_in_overlapping_windows():
     aligned = alignment([0, 0, 1, 3, 3, 3], [10, 11, 12, 13, 14, 15], 4, 4, 2)
     assert aligned.piece_ids == [[10, 11, 12, 13], [12, 13, 14, 15]]
     assert list(zip(aligned.rows, aligned.slots)) == [
-        (0, (0, 1)), (0, (0, 2)),
-        (1, (0, 3)), (1, (1, 1)),
-        (3, (0, 4)), (3, (1, 2)), (3, (1, 3)), (3, (1, 4)),
+        (0, (0, 1)),
+        (0, (0, 2)),
+        (1, (0, 3)),
+        (1, (1, 1)),
+        (3, (0, 4)),
+        (3, (1, 2)),
+        (3, (1, 3)),
+        (3, (1, 4)),
     ]
     assert aligned.weights == pytest.approx([0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25])
 

@@ -1,22 +1,16 @@
 """NER corpus conversion, the NER training configs, and packaging with a trained NER."""
+
 from pathlib import Path
 
 import pytest
 import spacy
+from conftest import data_dir
 from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
 from spacy_genbioel.corpus.pubtator import CorpusFormatError
-from spacy_genbioel.ner import (
-    NCBI_LABEL_MAP,
-    convert_pubtator,
-    make_tokenizer_nlp,
-    parse_label_map,
-    source_ner,
-)
-
-from conftest import data_dir
+from spacy_genbioel.ner import NCBI_LABEL_MAP, convert_pubtator, make_tokenizer_nlp, parse_label_map, source_ner
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -35,7 +29,10 @@ DOCS = [
     ),
     (
         "Renal failure and cystic fibrosis.",
-        [("Renal failure", 0, "CompositeMention", "D051437|D007676"), ("cystic fibrosis", 0, "SpecificDisease", "D003550")],
+        [
+            ("Renal failure", 0, "CompositeMention", "D051437|D007676"),
+            ("cystic fibrosis", 0, "SpecificDisease", "D003550"),
+        ],
     ),
 ]
 
@@ -80,18 +77,25 @@ def test_conversion_labels_boundaries_and_overlaps(tmp_path, caplog):
     assert "overlapping mention 'breast cancer'" in caplog.text
     first, second = read_docbin(tmp_path / "train.spacy")
     assert [(e.text, e.label_) for e in first.ents] == [
-        ("Hereditary breast cancer", "Disease"), ("ovarian cancers", "Disease"), ("Lidocaine", "Chemical"), ("arthritis", "Disease"),
+        ("Hereditary breast cancer", "Disease"),
+        ("ovarian cancers", "Disease"),
+        ("Lidocaine", "Chemical"),
+        ("arthritis", "Disease"),
     ]
     assert len(first.spans["gold"]) == 5  # every mention, overlapping ones included
     assert first.user_data["doc_id"] == "1" and second.user_data["doc_id"] == "2"
-    assert [(e.text, e.kb_id_) for e in second.ents] == [("Renal failure", "D051437|D007676"), ("cystic fibrosis", "D003550")]
+    assert [(e.text, e.kb_id_) for e in second.ents] == [
+        ("Renal failure", "D051437|D007676"),
+        ("cystic fibrosis", "D003550"),
+    ]
 
 
 def test_single_label_and_the_scispacy_tokenizer(tmp_path):
     pytest.importorskip("scispacy")
     corpus = write_pubtator(tmp_path / "train.txt", DOCS)
-    stats = convert_pubtator([corpus], tmp_path / "train.spacy", single_label="Disease", tokenizer="scispacy",
-                             tokenizer_out=tmp_path / "tok")
+    stats = convert_pubtator(
+        [corpus], tmp_path / "train.spacy", single_label="Disease", tokenizer="scispacy", tokenizer_out=tmp_path / "tok"
+    )
     assert dict(stats.labels) == {"Disease": 6}
     assert stats.boundary_changed == 2  # "Lidocaine" grows to the whole "Lidocaine-induced"
     loaded = spacy.load(tmp_path / "tok")
@@ -101,8 +105,10 @@ def test_single_label_and_the_scispacy_tokenizer(tmp_path):
 
 def test_the_scispacy_tokenizer_survives_saving_and_loading(tmp_path):
     pytest.importorskip("scispacy")
-    text = ("BRCA1-associated cancer (BC) in 5-FU/LV-treated pts; IL-2R alpha, Na+/K+-ATPase, 2.5mg/kg i.v. "
-            "e.g. Dr. Smith's C57BL/6J mice; [3H]thymidine (p<0.05), see http://www.x.org/a.")
+    text = (
+        "BRCA1-associated cancer (BC) in 5-FU/LV-treated pts; IL-2R alpha, Na+/K+-ATPase, 2.5mg/kg i.v. "
+        "e.g. Dr. Smith's C57BL/6J mice; [3H]thymidine (p<0.05), see http://www.x.org/a."
+    )
     nlp = make_tokenizer_nlp("scispacy")
     nlp.to_disk(tmp_path / "tok")
     loaded = spacy.load(tmp_path / "tok")
@@ -130,13 +136,36 @@ def test_bad_input_names_file_and_line(tmp_path):
 
 def test_ner_corpus_command(tmp_path):
     corpus = write_pubtator(tmp_path / "train.txt", DOCS)
-    result = runner.invoke(app, ["ner-corpus", str(corpus), str(corpus), "--out", str(tmp_path / "c" / "train.spacy"),
-                                 "--label-map", "ncbi", "--tokenizer-out", str(tmp_path / "tok")])
+    result = runner.invoke(
+        app,
+        [
+            "ner-corpus",
+            str(corpus),
+            str(corpus),
+            "--out",
+            str(tmp_path / "c" / "train.spacy"),
+            "--label-map",
+            "ncbi",
+            "--tokenizer-out",
+            str(tmp_path / "tok"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "4 documents, 12 entities (Chemical 2, Disease 10)" in " ".join(result.output.split())
     assert len(read_docbin(tmp_path / "c" / "train.spacy")) == 4 and (tmp_path / "tok" / "tokenizer").exists()
-    both = runner.invoke(app, ["ner-corpus", str(corpus), "--out", str(tmp_path / "y.spacy"), "--label-map", "ncbi",
-                               "--single-label", "Disease"])
+    both = runner.invoke(
+        app,
+        [
+            "ner-corpus",
+            str(corpus),
+            "--out",
+            str(tmp_path / "y.spacy"),
+            "--label-map",
+            "ncbi",
+            "--single-label",
+            "Disease",
+        ],
+    )
     assert both.exit_code != 0
 
 
@@ -155,9 +184,22 @@ def test_ner_configs_are_valid_spacy_training_configs(name):
 
 # -- training and packaging ----------------------------------------------------------------------------
 TRAIN_DOCS = [
-    ("Patients with renal failure were given Lidocaine-induced relief.", [("renal failure", 0, "Disease", "D1"), ("Lidocaine", 0, "Chemical", "C1")]),
-    ("Cystic fibrosis and renal failure after cocaine.", [("Cystic fibrosis", 0, "Disease", "D2"), ("renal failure", 0, "Disease", "D1"), ("cocaine", 0, "Chemical", "C2")]),
-    ("We studied lung cancer in mice given cocaine-treated water.", [("lung cancer", 0, "Disease", "D3"), ("cocaine", 0, "Chemical", "C2")]),
+    (
+        "Patients with renal failure were given Lidocaine-induced relief.",
+        [("renal failure", 0, "Disease", "D1"), ("Lidocaine", 0, "Chemical", "C1")],
+    ),
+    (
+        "Cystic fibrosis and renal failure after cocaine.",
+        [
+            ("Cystic fibrosis", 0, "Disease", "D2"),
+            ("renal failure", 0, "Disease", "D1"),
+            ("cocaine", 0, "Chemical", "C2"),
+        ],
+    ),
+    (
+        "We studied lung cancer in mice given cocaine-treated water.",
+        [("lung cancer", 0, "Disease", "D3"), ("cocaine", 0, "Chemical", "C2")],
+    ),
 ] * 2
 
 
@@ -171,10 +213,16 @@ def trained_ner(tmp_path_factory):
     corpus = write_pubtator(tmp / "train.txt", TRAIN_DOCS)
     convert_pubtator([corpus], tmp / "train.spacy", tokenizer="scispacy", tokenizer_out=tmp / "tok")
     overrides = {
-        "paths.train": str(tmp / "train.spacy"), "paths.dev": str(tmp / "train.spacy"), "paths.tokenizer": str(tmp / "tok"),
-        "training.max_steps": 60, "training.eval_frequency": 20, "training.patience": 0,
-        "training.batcher.size.start": 40, "training.batcher.size.stop": 40,
-        "components.tok2vec.model.embed_size": 500, "components.tok2vec.model.depth": 2,
+        "paths.train": str(tmp / "train.spacy"),
+        "paths.dev": str(tmp / "train.spacy"),
+        "paths.tokenizer": str(tmp / "tok"),
+        "training.max_steps": 60,
+        "training.eval_frequency": 20,
+        "training.patience": 0,
+        "training.batcher.size.start": 40,
+        "training.batcher.size.stop": 40,
+        "components.tok2vec.model.embed_size": 500,
+        "components.tok2vec.model.depth": 2,
     }
     train(ROOT / "configs" / "ner_ncbi_cnn.cfg", tmp / "out", overrides=overrides)
     return tmp / "out" / "model-last"
@@ -193,8 +241,13 @@ def test_package_with_a_trained_ner(tmp_path, trained_ner, micro_model, word_tok
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
-    out = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", entities=EntitySource(ner=trained_ner),
-                  settings={"num_beams": 2, "top_k": 2})
+    out = package(
+        tmp_path / "model",
+        tmp_path / "kb.jsonl",
+        tmp_path / "pkg",
+        entities=EntitySource(ner=trained_ner),
+        settings={"num_beams": 2, "top_k": 2},
+    )
     nlp = spacy.load(out)
     assert nlp.pipe_names == ["abbreviation_detector", "tok2vec", "ner", "genbioel"]
     assert "trained" in nlp.meta["description"]
@@ -208,11 +261,19 @@ def test_package_with_a_trained_ner(tmp_path, trained_ner, micro_model, word_tok
     kb_ids = {c.id for c in small_kb}
     assert all(e._.kb_id in kb_ids and e.kb_id_ == e._.kb_id for e in doc.ents)
     # without --ner the entity ruler stays the entity source
-    ruler = spacy.load(package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg2", settings={"num_beams": 2, "top_k": 2}))
+    ruler = spacy.load(
+        package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg2", settings={"num_beams": 2, "top_k": 2})
+    )
     assert "entity_ruler" in ruler.pipe_names and "ner" not in ruler.pipe_names
     assert not ruler.get_pipe("genbioel").linker.decoding.exact_match
-    exact = spacy.load(package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg3",
-                               settings={"num_beams": 2, "top_k": 2, "decoding.exact_match": True}))
+    exact = spacy.load(
+        package(
+            tmp_path / "model",
+            tmp_path / "kb.jsonl",
+            tmp_path / "pkg3",
+            settings={"num_beams": 2, "top_k": 2, "decoding.exact_match": True},
+        )
+    )
     assert exact.config["components"]["genbioel"]["decoding"]["exact_match"] is True
     assert exact.get_pipe("genbioel").linker.decoding.exact_match
 
@@ -229,8 +290,24 @@ def test_package_command_takes_ner(tmp_path, trained_ner, micro_model, word_toke
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     small_kb.to_jsonl(tmp_path / "kb.jsonl")
-    result = runner.invoke(app, ["package", "--model", str(tmp_path / "model"), "--kb", str(tmp_path / "kb.jsonl"),
-                                 "--out", str(tmp_path / "pkg"), "--ner", str(trained_ner), "--decoding.num_beams", "2", "--decoding.top_k", "2"])
+    result = runner.invoke(
+        app,
+        [
+            "package",
+            "--model",
+            str(tmp_path / "model"),
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--out",
+            str(tmp_path / "pkg"),
+            "--ner",
+            str(trained_ner),
+            "--decoding.num_beams",
+            "2",
+            "--decoding.top_k",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     config = spacy.util.load_config(tmp_path / "pkg" / "config.cfg")
     assert config["nlp"]["pipeline"] == ["abbreviation_detector", "tok2vec", "ner", "genbioel"]
@@ -238,17 +315,53 @@ def test_package_command_takes_ner(tmp_path, trained_ner, micro_model, word_toke
     assert (candidates["retriever"], candidates["shortcut_threshold"]) == ("none", None)
     assert config["components"]["genbioel"]["decoding"]["num_beams"] == 2
     # retrieve the easy mentions, generate the rest: the settings travel in the config
-    result = runner.invoke(app, ["package", "--model", str(tmp_path / "model"), "--kb", str(tmp_path / "kb.jsonl"),
-                                 "--out", str(tmp_path / "pkg2"), "--decoding.num_beams", "2", "--decoding.top_k", "2",
-                                 "--candidates.retriever", "tfidf", "--candidates.num_candidates", "7",
-                                 "--candidates.restrict_to_candidates", "false", "--candidates.shortcut_threshold", "0.8"])
+    result = runner.invoke(
+        app,
+        [
+            "package",
+            "--model",
+            str(tmp_path / "model"),
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--out",
+            str(tmp_path / "pkg2"),
+            "--decoding.num_beams",
+            "2",
+            "--decoding.top_k",
+            "2",
+            "--candidates.retriever",
+            "tfidf",
+            "--candidates.num_candidates",
+            "7",
+            "--candidates.restrict_to_candidates",
+            "false",
+            "--candidates.shortcut_threshold",
+            "0.8",
+        ],
+    )
     assert result.exit_code == 0, result.output
     linker = spacy.load(tmp_path / "pkg2").get_pipe("genbioel").linker
-    assert (linker.candidates.num_candidates, linker.candidates.restrict_to_candidates, linker.candidates.shortcut_threshold) == (7, False, 0.8)
+    assert (
+        linker.candidates.num_candidates,
+        linker.candidates.restrict_to_candidates,
+        linker.candidates.shortcut_threshold,
+    ) == (7, False, 0.8)
     assert linker.retriever.name == "tfidf"
     # an unknown setting is a usage error naming it
-    result = runner.invoke(app, ["package", "--model", str(tmp_path / "model"), "--kb", str(tmp_path / "kb.jsonl"),
-                                 "--out", str(tmp_path / "pkg3"), "--decoding.num_beam", "2"])
+    result = runner.invoke(
+        app,
+        [
+            "package",
+            "--model",
+            str(tmp_path / "model"),
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--out",
+            str(tmp_path / "pkg3"),
+            "--decoding.num_beam",
+            "2",
+        ],
+    )
     assert result.exit_code == 2 and "decoding.num_beam" in result.output
 
 
@@ -257,7 +370,9 @@ def test_package_command_takes_ner(tmp_path, trained_ner, micro_model, word_toke
 @pytest.mark.skipif(data_dir() is None, reason="needs ../shared/data")
 def test_conversion_of_the_real_corpora(tmp_path):
     data = data_dir()
-    ncbi = convert_pubtator([data / "ncbi_disease" / "NCBItrainset_corpus.txt"], tmp_path / "ncbi.spacy", label_map=NCBI_LABEL_MAP)
+    ncbi = convert_pubtator(
+        [data / "ncbi_disease" / "NCBItrainset_corpus.txt"], tmp_path / "ncbi.spacy", label_map=NCBI_LABEL_MAP
+    )
     assert (ncbi.documents, ncbi.mentions, ncbi.entities) == (593, 5145, 5145)
     assert (ncbi.boundary_changed, ncbi.overlaps_dropped, dict(ncbi.labels)) == (9, 0, {"Disease": 5145})
     cdr = convert_pubtator([data / "bc5cdr" / "CDR_TrainingSet.PubTator.txt"], tmp_path / "cdr.spacy")
@@ -307,4 +422,4 @@ def _check_spacy_line(spacy_cli, name, args, deps):
         config = spacy.util.load_config(ROOT / args[4])
         for arg in args[5:]:
             if arg.startswith("--paths."):
-                assert arg[len("--paths."):] in config["paths"], arg
+                assert arg[len("--paths.") :] in config["paths"], arg

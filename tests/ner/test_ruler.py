@@ -1,10 +1,12 @@
 """The dictionary NER ``package`` adds: which KB names are patterns (case, stop words, length), and
 the ``kb_entity_ruler`` component that matches them and loads without tokenizing them again."""
+
 import logging
 import pickle
 
 import pytest
 import spacy
+from conftest import WORDS, data_dir, random_kb
 
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
 from spacy_genbioel.ner.kb_ruler import FACTORY, KBEntityRuler, tokenizer_digest
@@ -17,8 +19,6 @@ from spacy_genbioel.ner.pipes import (
     name_patterns,
     ruler_patterns,
 )
-
-from conftest import WORDS, data_dir, random_kb
 
 # MEDIC's own troublemakers: "WAS" (Wiskott-Aldrich syndrome) and "ALL" (acute lymphoblastic leukemia)
 KB_CONCEPTS = [
@@ -33,8 +33,10 @@ KB_CONCEPTS = [
     Concept("D002118", ["Calcium", "Ca"], types=["D"]),
     Concept("D051381", ["Rats", "Rat"], types=["B"]),
 ]
-TEXT = ("The boy was treated for WAS and all signs of ALL. Gout and gout, not GOUT. MS and ms. "
-        "A disease with WT1 mutations, Wilms tumor, CdLS and cdls, breast cancer in rats.")
+TEXT = (
+    "The boy was treated for WAS and all signs of ALL. Gout and gout, not GOUT. MS and ms. "
+    "A disease with WT1 mutations, Wilms tumor, CdLS and cdls, breast cancer in rats."
+)
 
 
 def kb():
@@ -63,7 +65,10 @@ def test_docstring_examples_of_the_rules():
     assert name_patterns("MS") == [("MS", True)] and name_patterns("NO") == [("NO", True)]  # 2-letter abbreviations
     assert name_patterns("1") == [] and name_patterns("2-3") == [] and name_patterns("WT1") == []
     assert name_patterns("WT1", RulerRules(gene_like=True)) == [("WT1", True)]
-    assert name_patterns("Gout") == [("Gout", True), ("gout", True)] and name_patterns("gout") == [("Gout", True), ("gout", True)]
+    assert name_patterns("Gout") == [("Gout", True), ("gout", True)] and name_patterns("gout") == [
+        ("Gout", True),
+        ("gout", True),
+    ]
     assert name_patterns("CdLS") == [("CdLS", True)]
     assert name_patterns("Breast Cancer") == [("Breast Cancer", False)]
     assert name_patterns("Ca") == []  # shorter than min_chars and not an abbreviation
@@ -73,7 +78,9 @@ def test_docstring_examples_of_the_rules():
 def test_minimum_lengths():
     assert name_patterns("Ab") == [] and name_patterns("Ab", RulerRules(min_chars=2)) == [("Ab", True), ("ab", True)]
     assert name_patterns("AS") == [("AS", True)] and name_patterns("AS", RulerRules(min_abbreviation_chars=3)) == []
-    assert name_patterns("X") == [] and name_patterns("X", RulerRules(min_chars=1, min_abbreviation_chars=1)) == [("X", True)]
+    assert name_patterns("X") == [] and name_patterns("X", RulerRules(min_chars=1, min_abbreviation_chars=1)) == [
+        ("X", True)
+    ]
     # min_chars below min_abbreviation_chars lowers both (the demo's min_chars=0: every name)
     assert name_patterns("X", RulerRules(min_chars=0)) == [("X", True)]
 
@@ -82,7 +89,9 @@ def test_stop_words():
     assert len(STOP_WORDS) > 300 and all(w == w.lower() for w in STOP_WORDS)
     assert {"was", "all", "can", "disease", "syndrome", "patients", "rats"} <= STOP_WORDS
     assert {"cancer", "pain", "death", "alcohol", "infection"}.isdisjoint(STOP_WORDS)  # gold mentions in a train split
-    assert name_patterns("Patients") == [] and name_patterns("Patients", RulerRules(stop_words=())) == [("Patients", False)]
+    assert name_patterns("Patients") == [] and name_patterns("Patients", RulerRules(stop_words=())) == [
+        ("Patients", False)
+    ]
     assert name_patterns("CAN") == [("CAN", True)]  # an abbreviation: exact case instead
 
 
@@ -97,7 +106,9 @@ def test_patterns_of_a_kb_labels_and_types():
     typed = {p["pattern"] for p in ruler_patterns(kb(), rules=RulerRules(types=("C",)))}
     assert "Breast Cancer" in typed and "Calcium" not in typed and "WAS" in typed
     # each (label, text) once, case-insensitive patterns by their lower case
-    twice = KnowledgeBase([Concept("A", ["Renal Failure", "renal failure", "RF"]), Concept("B", ["RENAL FAILURE", "RF"])])
+    twice = KnowledgeBase(
+        [Concept("A", ["Renal Failure", "renal failure", "RF"]), Concept("B", ["RENAL FAILURE", "RF"])]
+    )
     assert [p["pattern"] for p in ruler_patterns(twice, "Disease")] == ["Renal Failure", "RF"]
 
 
@@ -107,7 +118,11 @@ def test_min_chars_of_the_old_signature():
     nlp = spacy.blank("en")
     every = add_kb_entity_ruler(nlp, kb(), "Disease", 0)
     assert "Ca" in {p["pattern"] for p in nlp.get_pipe("entity_ruler").patterns}
-    assert add_kb_entity_ruler(spacy.blank("en"), kb(), "Disease", 3) == add_kb_entity_ruler(spacy.blank("en"), kb(), "Disease") < every
+    assert (
+        add_kb_entity_ruler(spacy.blank("en"), kb(), "Disease", 3)
+        == add_kb_entity_ruler(spacy.blank("en"), kb(), "Disease")
+        < every
+    )
 
 
 def test_matching_case_and_stop_words(nlp):
@@ -121,8 +136,13 @@ def test_matching_case_and_stop_words(nlp):
 def test_longest_match_first_and_existing_entities():
     nlp = spacy.blank("en")
     ruler = nlp.add_pipe(FACTORY)
-    ruler.add_patterns([{"label": "A", "pattern": "renal failure"}, {"label": "B", "pattern": "acute renal failure"},
-                        {"label": "C", "pattern": "failure of the"}])
+    ruler.add_patterns(
+        [
+            {"label": "A", "pattern": "renal failure"},
+            {"label": "B", "pattern": "acute renal failure"},
+            {"label": "C", "pattern": "failure of the"},
+        ]
+    )
     # the longest first, then (same length) the earliest
     assert ents(nlp("Acute renal failure of the heart.")) == [("Acute renal failure", "B")]
     assert ents(nlp("The renal failure of the heart.")) == [("failure of the", "C")]
@@ -143,11 +163,14 @@ def test_same_spans_as_spacys_entity_ruler(seed, monkeypatch):
 
     names = sorted({n for c in random_kb(seed) for n in c.names})
     rng = random.Random(seed)
-    texts = [" ".join(rng.choice(WORDS).capitalize() if rng.random() < 0.2 else rng.choice(WORDS) for _ in range(60))
-             for _ in range(20)]
+    texts = [
+        " ".join(rng.choice(WORDS).capitalize() if rng.random() < 0.2 else rng.choice(WORDS) for _ in range(60))
+        for _ in range(20)
+    ]
     spacy_nlp, ours = spacy.blank("en"), spacy.blank("en")
     spacy_nlp.add_pipe("entity_ruler", config={"phrase_matcher_attr": "LOWER"}).add_patterns(
-        [{"label": "D", "pattern": n} for n in names])
+        [{"label": "D", "pattern": n} for n in names]
+    )
     ours.add_pipe(FACTORY).add_patterns([{"label": "D", "pattern": n} for n in names])
     expected = [ents(doc) for doc in spacy_nlp.pipe(texts)]
     assert [ents(doc) for doc in ours.pipe(texts)] == expected and any(expected)
@@ -158,11 +181,22 @@ def test_same_spans_as_spacys_entity_ruler(seed, monkeypatch):
 def test_add_patterns_checks_and_counts():
     nlp = spacy.blank("en")
     ruler = nlp.add_pipe(FACTORY)
-    assert ruler.add_patterns([{"label": "D", "pattern": "renal failure"}, {"label": "D", "pattern": "  "},
-                               {"label": "D", "pattern": "a\nb"}, {"label": "D", "pattern": "ALL", "case_sensitive": True}]) == 2
+    assert (
+        ruler.add_patterns(
+            [
+                {"label": "D", "pattern": "renal failure"},
+                {"label": "D", "pattern": "  "},
+                {"label": "D", "pattern": "a\nb"},
+                {"label": "D", "pattern": "ALL", "case_sensitive": True},
+            ]
+        )
+        == 2
+    )
     assert len(ruler) == 2 and ruler.labels == ("D",)
-    assert ruler.patterns == [{"label": "D", "pattern": "renal failure", "case_sensitive": False},
-                              {"label": "D", "pattern": "ALL", "case_sensitive": True}]
+    assert ruler.patterns == [
+        {"label": "D", "pattern": "renal failure", "case_sensitive": False},
+        {"label": "D", "pattern": "ALL", "case_sensitive": True},
+    ]
     with pytest.raises(ValueError, match="phrase patterns"):
         ruler.add_patterns([{"label": "D", "pattern": [{"LOWER": "x"}]}])
     with pytest.raises(ValueError, match="label"):
@@ -220,14 +254,18 @@ def _entry_point_installed():
     return any(ep.name == FACTORY for ep in entry_points(group="spacy_factories"))
 
 
-@pytest.mark.skipif(not _entry_point_installed(), reason="no kb_entity_ruler spacy_factories entry point installed yet "
-                    "(setup.cfg, then pip install -e .)")
+@pytest.mark.skipif(
+    not _entry_point_installed(),
+    reason="no kb_entity_ruler spacy_factories entry point installed yet (setup.cfg, then pip install -e .)",
+)
 def test_a_fresh_process_loads_the_pipeline_through_the_entry_point(nlp, tmp_path):
     import subprocess
     import sys
 
     nlp.to_disk(tmp_path / "pipeline")
-    code = f"import spacy; nlp = spacy.load({str(tmp_path / 'pipeline')!r}); print([e.text for e in nlp({TEXT!r}).ents])"
+    code = (
+        f"import spacy; nlp = spacy.load({str(tmp_path / 'pipeline')!r}); print([e.text for e in nlp({TEXT!r}).ents])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == str([text for text, _ in ents(nlp(TEXT))])
 

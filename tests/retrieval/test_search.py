@@ -1,4 +1,5 @@
 """Exact nearest-name search a chunk of names at a time (retrieval/search.py)."""
+
 import numpy as np
 import torch
 from hypothesis import given, settings
@@ -8,8 +9,14 @@ from spacy_genbioel.retrieval.search import nearest_rows
 
 
 @settings(max_examples=60, deadline=None)
-@given(n_names=st.integers(1, 60), n_queries=st.integers(1, 9), k=st.integers(1, 70), chunk=st.integers(1, 70),
-       max_block=st.integers(1, 400), seed=st.integers(0, 10**6))
+@given(
+    n_names=st.integers(1, 60),
+    n_queries=st.integers(1, 9),
+    k=st.integers(1, 70),
+    chunk=st.integers(1, 70),
+    max_block=st.integers(1, 400),
+    seed=st.integers(0, 10**6),
+)
 def test_chunked_search_finds_the_top_k_of_one_product(n_names, n_queries, k, chunk, max_block, seed):
     generator = torch.Generator().manual_seed(seed)
     names = torch.randn(n_names, 8, generator=generator)

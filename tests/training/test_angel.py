@@ -1,20 +1,19 @@
 """ANGEL negative-aware training: the DPO loss, sequence log-probabilities after
 the inference prompt, ANGEL's pair rules, KB negatives and short rounds on a
 micro model (a few seconds on one CPU core)."""
+
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import MICRO, random_kb
 
-from spacy_genbioel.linking.decoder import GenerativeLinker
-
-from spacy_genbioel.linking.inputs import InputBuilder
-
-from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.models import build_model, save_model, special_ids
 from spacy_genbioel.training import encode_examples
 from spacy_genbioel.training.angel import (
@@ -32,12 +31,11 @@ from spacy_genbioel.training.angel import (
     write_pairs_jsonl,
 )
 from spacy_genbioel.training.engine import TrainingEngine
-from spacy_genbioel.training.settings import EngineConfig
-from spacy_genbioel.training.trainlog import read_log
 from spacy_genbioel.training.examples import TrainingExample, write_examples_jsonl
 from spacy_genbioel.training.pretraining import pretraining_examples
-
-from conftest import MICRO, random_kb
+from spacy_genbioel.training.settings import EngineConfig
+from spacy_genbioel.training.trainlog import read_log
+from spacy_genbioel.ty import Candidate, Mention
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER = InputBuilder(context_words=8)
@@ -71,7 +69,9 @@ def _manual_logprob(model, tokenizer, linker, mention, name):
     target = linker.prompt_tokens.targets([name])[0]
     decoder = torch.tensor([prompt + target[:-1]])
     with torch.no_grad():
-        logits = model(input_ids=source["input_ids"], attention_mask=source["attention_mask"], decoder_input_ids=decoder).logits
+        logits = model(
+            input_ids=source["input_ids"], attention_mask=source["attention_mask"], decoder_input_ids=decoder
+        ).logits
     logp = torch.log_softmax(logits[0].float(), dim=-1)
     # the token after prompt[-1] is target[0]; EOS is the last one predicted
     return sum(logp[len(prompt) - 1 + t, tok].item() for t, tok in enumerate(target)), len(target)
@@ -79,10 +79,14 @@ def _manual_logprob(model, tokenizer, linker, mention, name):
 
 def test_sequence_logprob_is_the_sum_over_name_and_eos_after_the_inference_prompt(micro_model, word_tokenizer):
     kb = random_kb(4, n_concepts=20)
-    linker = GenerativeLinker(micro_model, word_tokenizer, kb, inputs=BUILDER, decoding=DecodingSettings(num_beams=4, top_k=4))
+    linker = GenerativeLinker(
+        micro_model, word_tokenizer, kb, inputs=BUILDER, decoding=DecodingSettings(num_beams=4, top_k=4)
+    )
     _, _, pad = special_ids(micro_model, word_tokenizer)
-    mentions = [Mention("acute renal failure", ("D0001",), left="the patient had", right="after surgery"),
-                Mention("pain", ("D0002",), left="chronic", right="")]
+    mentions = [
+        Mention("acute renal failure", ("D0001",), left="the patient had", right="after surgery"),
+        Mention("pain", ("D0002",), left="chronic", right=""),
+    ]
     names = [kb.names[0], kb.names[5]]
     examples = [TrainingExample(m, n) for m in mentions for n in names]  # prompts of different lengths: padding
     batch = encode_examples(examples, word_tokenizer, linker.prompt_tokens, BUILDER, pad)
@@ -94,7 +98,9 @@ def test_sequence_logprob_is_the_sum_over_name_and_eos_after_the_inference_promp
     # a pair batch (one encoder pass for both names) scores the same
     pairs = [PreferencePair(m, names[0], names[1]) for m in mentions]
     with torch.no_grad():
-        chosen, rejected = pair_logprobs(micro_model, encode_pairs(pairs, word_tokenizer, linker.prompt_tokens, BUILDER, pad))
+        chosen, rejected = pair_logprobs(
+            micro_model, encode_pairs(pairs, word_tokenizer, linker.prompt_tokens, BUILDER, pad)
+        )
     assert torch.allclose(chosen, got[[0, 2]], atol=1e-4) and torch.allclose(rejected, got[[1, 3]], atol=1e-4)
     # the beam search scores exactly these sequences: score = log p / tokens
     for mention in mentions:
@@ -148,13 +154,15 @@ class FakeLinker:
 
 @pytest.fixture()
 def pair_kb():
-    return KnowledgeBase([
-        Concept("D1", ["breast cancer", "mammary carcinoma", "cancer of the breast"]),
-        Concept("D2", ["breast cyst"]),
-        Concept("D3", ["ovarian cancer", "breast ovarian syndrome"]),
-        Concept("D4", ["cancer"]),
-        Concept("D5", ["breast cancer"]),  # "breast cancer" is shared by D1 and D5
-    ])
+    return KnowledgeBase(
+        [
+            Concept("D1", ["breast cancer", "mammary carcinoma", "cancer of the breast"]),
+            Concept("D2", ["breast cyst"]),
+            Concept("D3", ["ovarian cancer", "breast ovarian syndrome"]),
+            Concept("D4", ["cancer"]),
+            Concept("D5", ["breast cancer"]),  # "breast cancer" is shared by D1 and D5
+        ]
+    )
 
 
 def test_mine_pairs_records_ranks_ids_and_statistics(pair_kb):
@@ -164,8 +172,12 @@ def test_mine_pairs_records_ranks_ids_and_statistics(pair_kb):
         "mammary tumour": [_c("breast cyst", "D2"), _c("cancer", "D4")],  # gold D1 missing
         "nothing": [_c("cancer", "D4")],
     }
-    mentions = [Mention("breast cancers", ("D1",)), Mention("ovary cancer", ("D3",)), Mention("mammary tumour", ("D1",)),
-                Mention("nothing", ("-1",))]
+    mentions = [
+        Mention("breast cancers", ("D1",)),
+        Mention("ovary cancer", ("D3",)),
+        Mention("mammary tumour", ("D1",)),
+        Mention("nothing", ("-1",)),
+    ]
     linker = FakeLinker(rankings)
     pairs, stats = mine_pairs(linker, mentions, top_k=3, chunk_size=2)
     assert linker.calls == [2, 1]  # the no-gold mention is never linked
@@ -176,7 +188,13 @@ def test_mine_pairs_records_ranks_ids_and_statistics(pair_kb):
         ("ovary cancer", "ovarian cancer", 3, "breast cyst", 2),
     ]
     assert pairs[0].chosen_ids == ("D1", "D5") and pairs[0].rejected_ids == ("D2",) and pairs[0].kind == "mined"
-    assert (stats.mentions, stats.no_gold, stats.top1_correct, stats.gold_in_top_k, stats.gold_missing) == (3, 1, 1, 2, 1)
+    assert (stats.mentions, stats.no_gold, stats.top1_correct, stats.gold_in_top_k, stats.gold_missing) == (
+        3,
+        1,
+        1,
+        2,
+        1,
+    )
     assert stats.mined_pairs == 4 and stats.fallback_pairs == 0
     # top_k cuts the ranking before the rules apply
     short, _ = mine_pairs(linker, mentions[:2], top_k=2)
@@ -184,12 +202,12 @@ def test_mine_pairs_records_ranks_ids_and_statistics(pair_kb):
 
 
 def test_gold_fallback_pairs_the_best_gold_synonym_with_the_top_wrong_prediction(pair_kb):
-    rankings = {
-        "carcinoma of the mamma": [_c("breast cyst", "D2"), _c("cancer", "D4")],
-        "no candidates": [],
-    }
-    mentions = [Mention("carcinoma of the mamma", ("D1",)), Mention("no candidates", ("D1",)),
-                Mention("two concepts", ("D1", "D3"), composite=True)]
+    rankings = {"carcinoma of the mamma": [_c("breast cyst", "D2"), _c("cancer", "D4")], "no candidates": []}
+    mentions = [
+        Mention("carcinoma of the mamma", ("D1",)),
+        Mention("no candidates", ("D1",)),
+        Mention("two concepts", ("D1", "D3"), composite=True),
+    ]
     rankings["two concepts"] = [_c("cancer", "D4")]
     without, stats = mine_pairs(FakeLinker(rankings), mentions, top_k=5)
     assert without == [] and stats.gold_missing == 3
@@ -198,7 +216,12 @@ def test_gold_fallback_pairs_the_best_gold_synonym_with_the_top_wrong_prediction
     assert len(with_fallback) == 1 and stats.fallback_pairs == 1
     pair = with_fallback[0]
     assert (pair.chosen, pair.rejected, pair.chosen_rank, pair.rejected_rank, pair.kind) == (
-        "mammary carcinoma", "breast cyst", None, 1, "gold_fallback")
+        "mammary carcinoma",
+        "breast cyst",
+        None,
+        1,
+        "gold_fallback",
+    )
     assert "D1" in pair.chosen_ids
     with pytest.raises(ValueError):
         mine_pairs(FakeLinker(rankings), mentions, gold_fallback=True)
@@ -206,8 +229,15 @@ def test_gold_fallback_pairs_the_best_gold_synonym_with_the_top_wrong_prediction
 
 def test_pairs_jsonl_round_trip(tmp_path):
     pairs = [
-        PreferencePair(Mention("CF", ("D3",), left="l", right="r", doc_id="9", start=1, end=3, label="Disease"),
-                       "cystic fibrosis", "cyst", 2, 1, ("D3",), ("D7", "D8")),
+        PreferencePair(
+            Mention("CF", ("D3",), left="l", right="r", doc_id="9", start=1, end=3, label="Disease"),
+            "cystic fibrosis",
+            "cyst",
+            2,
+            1,
+            ("D3",),
+            ("D7", "D8"),
+        ),
         PreferencePair(Mention("a", ("D1",)), "b", "c", None, 1, ("D1",), ("D2",), kind="gold_fallback"),
     ]
     assert write_pairs_jsonl(pairs, tmp_path / "p" / "pairs.jsonl") == 2
@@ -218,16 +248,25 @@ def test_pairs_jsonl_round_trip(tmp_path):
 
 # -- KB negatives (pre-training variant) ---------------------------------------------------------------
 def test_kb_negatives_are_the_most_similar_names_of_other_concepts():
-    kb = KnowledgeBase([
-        Concept("D1", ["heart attack", "myocardial infarction"]),
-        Concept("D2", ["heart attack syndrome"]),
-        Concept("D3", ["heart disease", "cardiopathy"]),
-        Concept("D4", ["liver failure"]),
-        Concept("D5", ["heart attack"]),  # shared with D1: never a negative for D1
-    ])
-    example = TrainingExample(Mention("myocardial infarction", ("D1",), left="", right="has synonyms such as x"), "heart attack")
+    kb = KnowledgeBase(
+        [
+            Concept("D1", ["heart attack", "myocardial infarction"]),
+            Concept("D2", ["heart attack syndrome"]),
+            Concept("D3", ["heart disease", "cardiopathy"]),
+            Concept("D4", ["liver failure"]),
+            Concept("D5", ["heart attack"]),  # shared with D1: never a negative for D1
+        ]
+    )
+    example = TrainingExample(
+        Mention("myocardial infarction", ("D1",), left="", right="has synonyms such as x"), "heart attack"
+    )
     [pair] = kb_negative_pairs(kb, [example])
-    assert (pair.mention, pair.chosen, pair.rejected, pair.kind) == (example.mention, "heart attack", "heart attack syndrome", "kb")
+    assert (pair.mention, pair.chosen, pair.rejected, pair.kind) == (
+        example.mention,
+        "heart attack",
+        "heart attack syndrome",
+        "kb",
+    )
     assert pair.rejected_ids == ("D2",) and "D1" in pair.chosen_ids
     # drawn among the 2 most similar other-concept names
     drawn = {kb_negative_pairs(kb, [example], pool=2, seed=s)[0].rejected for s in range(20)}
@@ -252,8 +291,17 @@ def _corpus(kb, n, seed):
     mentions = []
     for i in range(n):
         concept = rng.choice(list(kb))
-        mentions.append(Mention(rng.choice(concept.names), (concept.id,), left=f"case {i} with", right="was seen",
-                                doc_id=str(i), start=0, end=1))
+        mentions.append(
+            Mention(
+                rng.choice(concept.names),
+                (concept.id,),
+                left=f"case {i} with",
+                right="was seen",
+                doc_id=str(i),
+                start=0,
+                end=1,
+            )
+        )
     return mentions
 
 
@@ -270,8 +318,9 @@ def test_rounds_keep_the_best_model_and_stop_on_patience(tmp_path, word_tokenize
         return {"recall@1": next(scores), "recall@5": 1.0}
 
     config = EngineConfig(max_steps=100, batch_size=4, learning_rate=1e-3, warmup_steps=0, progress=False, log_every=1)
-    settings = AngelConfig(rounds=5, patience=2, steps_per_round=2, top_k=3, num_beams=3, gold_fallback=True,
-                           mentions_per_round=6)
+    settings = AngelConfig(
+        rounds=5, patience=2, steps_per_round=2, top_k=3, num_beams=3, gold_fallback=True, mentions_per_round=6
+    )
     engine = TrainingEngine(model, word_tokenizer, config, inputs=BUILDER, out_dir=tmp_path, evaluate=evaluate)
     trainer = AngelTrainer(engine, kb, settings)
     result = trainer.run(_corpus(kb, 12, 0) * 2)  # duplicates are mined once
@@ -299,15 +348,36 @@ def test_angel_command_end_to_end(tmp_path, word_tokenizer):
     save_model(build_model(MICRO, word_tokenizer, seed=3, dropout=0.1), word_tokenizer, tmp_path / "start")
     cfg = tmp_path / "angel.cfg"
     cfg.write_text(
-        "[training]\nmax_steps = 100\nbatch_size = 8\nlearning_rate = 0.002\nwarmup_steps = 0\nscheduler = \"constant\"\n"
+        '[training]\nmax_steps = 100\nbatch_size = 8\nlearning_rate = 0.002\nwarmup_steps = 0\nscheduler = "constant"\n'
         "progress = false\nlog_every = 1\n\n[inputs]\ncontext_words = 8\n\n[data]\neval_beams = 3\n\n"
         "[angel]\nrounds = 1\nsteps_per_round = 12\ntop_k = 4\nnum_beams = 4\ngold_fallback = true\n",
         encoding="utf8",
     )
     out = tmp_path / "angel"
-    r = CliRunner().invoke(app, ["angel", "--model", str(tmp_path / "start"), "--train", str(tmp_path / "train.jsonl"),
-                                 "--dev", str(tmp_path / "dev.jsonl"), "--kb", str(tmp_path / "kb.jsonl"), "--config", str(cfg),
-                                 "--out", str(out), "--device", "cpu", "--kb-negatives", "6", "--angel.beta", "0.5"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "angel",
+            "--model",
+            str(tmp_path / "start"),
+            "--train",
+            str(tmp_path / "train.jsonl"),
+            "--dev",
+            str(tmp_path / "dev.jsonl"),
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--config",
+            str(cfg),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--kb-negatives",
+            "6",
+            "--angel.beta",
+            "0.5",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (out / "model" / "model.safetensors").exists() and (out / "model" / "tokenizer.json").exists()
     assert (out / "curve.png").exists() and "beta = 0.5" in (out / "config.cfg").read_text()

@@ -1,5 +1,6 @@
 """Document folds for cross-fitting (``folds``), AskAPatient's concept list as a KB
 (``build-kb --format askapatient``) and the ``corpus`` step on AskAPatient folds."""
+
 import json
 import random
 import re
@@ -28,8 +29,15 @@ def doc(pmid, title, abstract="", mentions=()):
 
 
 def corpus(n, repeat=None):
-    docs = [doc(str(100 + i), f"Case {i} of renal failure.", f"Abstract {i} on cystic fibrosis.",
-                [("renal failure", "D1"), ("cystic fibrosis", "D2")]) for i in range(n)]
+    docs = [
+        doc(
+            str(100 + i),
+            f"Case {i} of renal failure.",
+            f"Abstract {i} on cystic fibrosis.",
+            [("renal failure", "D1"), ("cystic fibrosis", "D2")],
+        )
+        for i in range(n)
+    ]
     if repeat is not None:  # the same PMID again, later in the file (a duplicate a split must not cut)
         docs.append(doc(str(100 + repeat), "Repeated renal failure.", "", [("renal failure", "D1")]))
     return docs
@@ -68,8 +76,9 @@ def test_pubtator_blocks_refuse_a_block_without_an_id(tmp_path):
 
 
 # -- assignment --------------------------------------------------------------------------------------------
-doc_ids = st.lists(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8), min_size=2, max_size=40,
-                   unique=True)
+doc_ids = st.lists(
+    st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8), min_size=2, max_size=40, unique=True
+)
 
 
 @settings(max_examples=80, deadline=None)
@@ -157,8 +166,9 @@ def test_split_pubtator_is_independent_of_file_order(tmp_path):
     b = split_pubtator(write(tmp_path / "b.txt", shuffled), tmp_path / "b", k=3, seed=5)
     assert a["documents"] == b["documents"]
     for i in range(3):
-        assert sorted(blocks_of(tmp_path / "a" / f"fold-{i}" / "heldout.txt")) == \
-            sorted(blocks_of(tmp_path / "b" / f"fold-{i}" / "heldout.txt"))
+        assert sorted(blocks_of(tmp_path / "a" / f"fold-{i}" / "heldout.txt")) == sorted(
+            blocks_of(tmp_path / "b" / f"fold-{i}" / "heldout.txt")
+        )
 
 
 def test_split_pubtator_refuses_too_few_documents(tmp_path):
@@ -177,10 +187,9 @@ def test_folds_command(tmp_path):
     assert not (tmp_path / "f" / "fold-2").exists()
 
 
-@pytest.mark.parametrize("args,problem", [
-    (["--k", "9"], "5 documents cannot make 9 folds"),
-    (["--k", "1"], "k must be at least 2"),
-])
+@pytest.mark.parametrize(
+    "args,problem", [(["--k", "9"], "5 documents cannot make 9 folds"), (["--k", "1"], "k must be at least 2")]
+)
 def test_folds_command_errors(tmp_path, args, problem):
     src = write(tmp_path / "train.txt", corpus(5))
     result = runner.invoke(app, ["folds", str(src), "--out", str(tmp_path / "f"), *args])
@@ -214,17 +223,20 @@ def test_read_askapatient_kb(tmp_path):
     }
 
 
-@pytest.mark.parametrize("content,problem", [
-    ("[1, 2]", "expected a JSON object"),
-    ('{"1": "name"}', "concept '1': expected a list of"),
-    ('{"1": [["primary"]]}', "concept '1': expected a list of"),
-    ('{"1": [["primary", 3]]}', "concept '1': expected a list of"),
-    ('{"1": [{"primary": "x"}]}', "concept '1': expected a list of"),
-    ('{"1": []}', "no ID or no name"),
-    ('{"1": [["primary", "  "]]}', "no ID or no name"),
-    ('{" ": [["primary", "x"]]}', "no ID or no name"),
-    ('{"1": [["primary", "x"]', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content,problem",
+    [
+        ("[1, 2]", "expected a JSON object"),
+        ('{"1": "name"}', "concept '1': expected a list of"),
+        ('{"1": [["primary"]]}', "concept '1': expected a list of"),
+        ('{"1": [["primary", 3]]}', "concept '1': expected a list of"),
+        ('{"1": [{"primary": "x"}]}', "concept '1': expected a list of"),
+        ('{"1": []}', "no ID or no name"),
+        ('{"1": [["primary", "  "]]}', "no ID or no name"),
+        ('{" ": [["primary", "x"]]}', "no ID or no name"),
+        ('{"1": [["primary", "x"]', "not valid JSON"),
+    ],
+)
 def test_read_askapatient_kb_refusals_name_the_file(tmp_path, content, problem):
     path = tmp_path / "ask_bad.json"
     path.write_text(content, encoding="utf8")
@@ -234,14 +246,26 @@ def test_read_askapatient_kb_refusals_name_the_file(tmp_path, content, problem):
 
 def test_build_kb_askapatient_command(tmp_path):
     (tmp_path / "askapatient.json").write_text(json.dumps(ASK_KB), encoding="utf8")
-    result = runner.invoke(app, ["build-kb", "--format", "askapatient", str(tmp_path / "askapatient.json"),
-                                 "--out", str(tmp_path / "kb.jsonl"), "--no-dedup"])
+    result = runner.invoke(
+        app,
+        [
+            "build-kb",
+            "--format",
+            "askapatient",
+            str(tmp_path / "askapatient.json"),
+            "--out",
+            str(tmp_path / "kb.jsonl"),
+            "--no-dedup",
+        ],
+    )
     assert result.exit_code == 0, result.output
     kb = KnowledgeBase.load(tmp_path / "kb.jsonl")
     assert len(kb) == 3 and kb.preferred_name("22298006") == "Myocardial infarction"
     assert kb.ids_for_name("Heart Attack") == ("22298006",)
     (tmp_path / "bad.json").write_text('{"1": "x"}', encoding="utf8")
-    result = runner.invoke(app, ["build-kb", "--format", "askapatient", str(tmp_path / "bad.json"), "--out", str(tmp_path / "b.jsonl")])
+    result = runner.invoke(
+        app, ["build-kb", "--format", "askapatient", str(tmp_path / "bad.json"), "--out", str(tmp_path / "b.jsonl")]
+    )
     assert result.exit_code == 1 and "bad.json" in result.output and not (tmp_path / "b.jsonl").exists()
 
 
@@ -254,11 +278,19 @@ def test_make_corpus_askapatient_with_several_train_files(tmp_path):
     kb = KnowledgeBase(read_askapatient_kb(tmp_path / "askapatient.json"))
     kb.to_jsonl(tmp_path / "kb.jsonl")
     (tmp_path / "fold-0.train.txt").write_text(
-        "22298006\tMyocardial infarction\tHEART ATTACK\n267032009\tTired all the time\tso  tired\n", encoding="utf8")
-    (tmp_path / "fold-0.validation.txt").write_bytes("83901003\tSj\u00f6gren's syndrome\tdry eyes\n\n".encode("latin-1"))
+        "22298006\tMyocardial infarction\tHEART ATTACK\n267032009\tTired all the time\tso  tired\n", encoding="utf8"
+    )
+    (tmp_path / "fold-0.validation.txt").write_bytes(
+        "83901003\tSj\u00f6gren's syndrome\tdry eyes\n\n".encode("latin-1")
+    )
     (tmp_path / "fold-0.test.txt").write_text("22298006\tMyocardial infarction\tchest pain attack\n", encoding="utf8")
-    stats = make_corpus([tmp_path / "fold-0.train.txt", tmp_path / "fold-0.validation.txt"], tmp_path / "fold-0.test.txt",
-                        tmp_path / "kb.jsonl", tmp_path / "corpus", CorpusSettings(fmt="askapatient"))
+    stats = make_corpus(
+        [tmp_path / "fold-0.train.txt", tmp_path / "fold-0.validation.txt"],
+        tmp_path / "fold-0.test.txt",
+        tmp_path / "kb.jsonl",
+        tmp_path / "corpus",
+        CorpusSettings(fmt="askapatient"),
+    )
     assert stats["train_documents"] == 0 and stats["dev_documents"] == 0
     assert stats["targets"]["mentions"] == 3 and stats["targets"]["used"] == 3 and stats["train_lines"] == 3
     assert stats["dev_lines"] == 1
@@ -270,11 +302,20 @@ def test_make_corpus_askapatient_with_several_train_files(tmp_path):
     dev = list(read_mentions_jsonl(tmp_path / "corpus" / "dev.jsonl"))
     assert [(m.text, t) for m, t in dev] == [("chest pain attack", None)]
     # no documents: the tokenizer texts are the training mentions
-    assert (tmp_path / "corpus" / "texts.txt").read_text(encoding="utf8").splitlines() == ["HEART ATTACK", "so tired", "dry eyes"]
+    assert (tmp_path / "corpus" / "texts.txt").read_text(encoding="utf8").splitlines() == [
+        "HEART ATTACK",
+        "so tired",
+        "dry eyes",
+    ]
     assert json.loads((tmp_path / "corpus" / "stats.json").read_text())["train_lines"] == 3
     # one file given as a path, not a list, reads the same
-    one = make_corpus(tmp_path / "fold-0.train.txt", tmp_path / "fold-0.test.txt", tmp_path / "kb.jsonl", tmp_path / "c1",
-                      CorpusSettings(fmt="askapatient"))
+    one = make_corpus(
+        tmp_path / "fold-0.train.txt",
+        tmp_path / "fold-0.test.txt",
+        tmp_path / "kb.jsonl",
+        tmp_path / "c1",
+        CorpusSettings(fmt="askapatient"),
+    )
     assert one["train_lines"] == 2
 
 
@@ -282,7 +323,9 @@ def test_make_corpus_several_pubtator_files_and_unknown_format(tmp_path):
     from spacy_genbioel.kb.base import Concept
     from spacy_genbioel.training.stages import CorpusSettings, make_corpus
 
-    KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]).to_jsonl(tmp_path / "kb.jsonl")
+    KnowledgeBase([Concept("D1", ["renal failure"]), Concept("D2", ["cystic fibrosis"])]).to_jsonl(
+        tmp_path / "kb.jsonl"
+    )
     docs = corpus(4)
     a, b = write(tmp_path / "a.txt", docs[:3]), write(tmp_path / "b.txt", docs[3:])
     stats = make_corpus([a, b], b, tmp_path / "kb.jsonl", tmp_path / "out")

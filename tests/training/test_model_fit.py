@@ -1,10 +1,12 @@
 """``fit-fusion --model``: a model not trained here scored on a labelled split, the fusion and the cascade fitted
 on its own predictions, and the pipeline packaged with that fusion linking through the cascade."""
+
 import json
 import random
 
 import pytest
 import spacy
+from conftest import WORDS, random_kb
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
@@ -14,8 +16,6 @@ from spacy_genbioel.models import save_model
 from spacy_genbioel.training.model_fit import FitOptions, HeldOutSplit, ModelFitError, fit_model_fusion
 from spacy_genbioel.training.package import EntitySource, package
 from spacy_genbioel.ty import Mention
-
-from conftest import WORDS, random_kb
 
 runner = CliRunner()
 #: gold mentions are linked: no entity ruler, no abbreviation detector
@@ -41,7 +41,7 @@ def write_corpus(path, kb, n_docs=12, seed=0):
             label = "Chemical" if k == 3 else "Disease"
             mentions.append(f"{1000 + d}\t{start}\t{start + len(name)}\t{name}\t{label}\t{cid}")
             text += " ."
-        abstract = text[len(title) + 1:]
+        abstract = text[len(title) + 1 :]
         lines += [f"{1000 + d}|t|{title}", f"{1000 + d}|a|{abstract}", *mentions, ""]
     path.write_text("\n".join(lines) + "\n", encoding="utf8")
     return path
@@ -57,14 +57,40 @@ def released(tmp_path, micro_model, word_tokenizer):
 
 
 def fit_args(model, corpus, out, *words):
-    return ["fit-fusion", "--model", str(model), "--corpus", str(corpus), "--retrievers", "tfidf", "--out", str(out), *words]
+    return [
+        "fit-fusion",
+        "--model",
+        str(model),
+        "--corpus",
+        str(corpus),
+        "--retrievers",
+        "tfidf",
+        "--out",
+        str(out),
+        *words,
+    ]
 
 
 def test_the_command_fits_fusion_and_cascade_on_the_models_own_predictions(tmp_path, released):
     model, kb, corpus = released
     out, work = tmp_path / "fusion.json", tmp_path / "work"
-    result = runner.invoke(app, fit_args(model, corpus, out, "--kb", str(kb), "--generator", "forced", "--cascade",
-                                         "--target-precision", "0.9", "--predictions", str(work)))
+    result = runner.invoke(
+        app,
+        fit_args(
+            model,
+            corpus,
+            out,
+            "--kb",
+            str(kb),
+            "--generator",
+            "forced",
+            "--cascade",
+            "--target-precision",
+            "0.9",
+            "--predictions",
+            str(work),
+        ),
+    )
     assert result.exit_code == 0, result.output
     fusion = FusionModel.load(out)
     assert fusion.sources == ["genbioel", "tfidf"] and fusion.generator == "forced"
@@ -73,7 +99,10 @@ def test_the_command_fits_fusion_and_cascade_on_the_models_own_predictions(tmp_p
     assert fusion.fit["scored"]["corpus"] == str(corpus) and fusion.fit["scored"]["generator"] == "forced"
     assert "cascade:" in result.output
     # the generator's rows were forced scores of tfidf's top candidates: every name it scored is one tfidf listed
-    files = {"genbioel": work / "predictions" / "genbioel_forced_tfidf_5.jsonl", "tfidf": work / "predictions" / "tfidf.jsonl"}
+    files = {
+        "genbioel": work / "predictions" / "genbioel_forced_tfidf_5.jsonl",
+        "tfidf": work / "predictions" / "tfidf.jsonl",
+    }
     rows = {source: path.read_text(encoding="utf8").splitlines() for source, path in files.items()}
     assert len(rows["genbioel"]) == len(rows["tfidf"]) == 48
     for generated, retrieved in zip(rows["genbioel"], rows["tfidf"]):
@@ -92,13 +121,16 @@ def test_the_command_fits_fusion_and_cascade_on_the_models_own_predictions(tmp_p
     assert (work / "predictions" / "genbioel_beam2.jsonl").is_file()
 
 
-@pytest.mark.parametrize("words, message", [
-    (["--source", "genbioel=a.jsonl"], "not both"),
-    ([], "--corpus"),
-    (["--corpus", "x.txt", "--alternative", "tfidf"], "--alternative"),
-    (["--corpus", "x.txt", "--defer", "tfidf"], "--cascade"),
-    (["--corpus", "x.txt", "--retrievers", "nope"], "not a retriever"),
-])
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (["--source", "genbioel=a.jsonl"], "not both"),
+        ([], "--corpus"),
+        (["--corpus", "x.txt", "--alternative", "tfidf"], "--alternative"),
+        (["--corpus", "x.txt", "--defer", "tfidf"], "--cascade"),
+        (["--corpus", "x.txt", "--retrievers", "nope"], "not a retriever"),
+    ],
+)
 def test_the_model_mode_refuses_what_it_cannot_do(tmp_path, words, message):
     result = runner.invoke(app, ["fit-fusion", "--model", str(tmp_path), "--out", str(tmp_path / "f.json"), *words])
     assert result.exit_code == 2 and message in result.output
@@ -112,8 +144,9 @@ def test_neither_source_nor_model_is_refused(tmp_path):
 
 def test_the_packaged_pipeline_links_through_the_cascade_with_that_fusion(tmp_path, released):
     model, kb, corpus = released
-    fitted = fit_model_fusion(model, HeldOutSplit(corpus), kb=kb, retrievers=["tfidf"],
-                              options=FitOptions(generator="forced", cascade=True))
+    fitted = fit_model_fusion(
+        model, HeldOutSplit(corpus), kb=kb, retrievers=["tfidf"], options=FitOptions(generator="forced", cascade=True)
+    )
     c = fitted.model.cascade
     assert c["settle_threshold"] is not None and c["report"]["settled_share"] > 0  # tfidf is sure of exact KB names
     fitted.model.save(tmp_path / "fusion.json")
@@ -137,8 +170,13 @@ def test_a_pipeline_is_scored_as_it_is_over_its_own_kb(tmp_path, released):
     with pytest.raises(ModelFitError, match="not the KB the pipeline"):
         fit_model_fusion(tmp_path / "plain", HeldOutSplit(corpus), kb=tmp_path / "other.jsonl", retrievers=["tfidf"])
     fitted.model.save(tmp_path / "fusion.json")
-    package(model, kb, tmp_path / "fused", settings={"device": "cpu", "reranker.fusion": str(tmp_path / "fusion.json")},
-            entities=QUIET)
+    package(
+        model,
+        kb,
+        tmp_path / "fused",
+        settings={"device": "cpu", "reranker.fusion": str(tmp_path / "fusion.json")},
+        entities=QUIET,
+    )
     with pytest.raises(ModelFitError, match="its own fusion"):
         fit_model_fusion(tmp_path / "fused", HeldOutSplit(corpus), retrievers=["tfidf"])
     with pytest.raises(ModelFitError, match="needs the KB"):

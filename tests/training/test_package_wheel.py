@@ -1,6 +1,7 @@
 """Installable pipelines: the package step declares this package, ``package-wheel``
 builds a wheel that requires it, and (marker ``slow``) the wheel installed in a
 fresh virtualenv links a document after ``spacy.load("en_<name>")``."""
+
 import json
 import os
 import shutil
@@ -21,7 +22,11 @@ from spacy_genbioel.training import wheel as wheel_module
 from spacy_genbioel.training.wheel import WheelError, build_wheel, wheel_requirements
 
 runner = CliRunner()
-KB = [Concept("D016918", ["reactive arthritis"]), Concept("613097", ["cystic fibrosis"]), Concept("D001943", ["breast cancer"])]
+KB = [
+    Concept("D016918", ["reactive arthritis"]),
+    Concept("613097", ["cystic fibrosis"]),
+    Concept("D001943", ["breast cancer"]),
+]
 
 
 @pytest.fixture()
@@ -31,9 +36,14 @@ def pipeline_dir(tmp_path, micro_model, word_tokenizer):
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     KnowledgeBase(KB).to_jsonl(tmp_path / "kb.jsonl")
-    return package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", settings={"num_beams": 2, "top_k": 2},
-                   entities=EntitySource(entity_label="Disease", abbreviations=False),
-                   meta=PipelineMeta(name="genbioel_wheeltest", version="0.0.1", kb_url="mesh,omim"))
+    return package(
+        tmp_path / "model",
+        tmp_path / "kb.jsonl",
+        tmp_path / "pkg",
+        settings={"num_beams": 2, "top_k": 2},
+        entities=EntitySource(entity_label="Disease", abbreviations=False),
+        meta=PipelineMeta(name="genbioel_wheeltest", version="0.0.1", kb_url="mesh,omim"),
+    )
 
 
 def test_package_meta_declares_this_package(pipeline_dir):
@@ -47,20 +57,31 @@ def test_a_pipeline_with_scispacy_requires_the_extra(tmp_path, pipeline_dir):
     pytest.importorskip("scispacy")
     from spacy_genbioel.training.package import EntitySource, package
 
-    with_detector = package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg2", settings={"num_beams": 2, "top_k": 2},
-                           entities=EntitySource(entity_label="Disease"))
+    with_detector = package(
+        tmp_path / "model",
+        tmp_path / "kb.jsonl",
+        tmp_path / "pkg2",
+        settings={"num_beams": 2, "top_k": 2},
+        entities=EntitySource(entity_label="Disease"),
+    )
     meta = json.loads((with_detector / "meta.json").read_text())
     assert meta["requirements"] == [f"spacy_genbioel[scispacy]>={spacy_genbioel.__version__}"]
 
 
 def fake_wheel(path, requires):
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("x-1.dist-info/METADATA", "Metadata-Version: 2.1\nName: x\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
+        archive.writestr(
+            "x-1.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: x\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        )
     return path
 
 
 def test_wheel_requirements_and_refusals(tmp_path, pipeline_dir, monkeypatch):
-    assert wheel_requirements(fake_wheel(tmp_path / "a.whl", ["spacy-genbioel>=0.1.0", "spacy<3.9"])) == ["spacy-genbioel>=0.1.0", "spacy<3.9"]
+    assert wheel_requirements(fake_wheel(tmp_path / "a.whl", ["spacy-genbioel>=0.1.0", "spacy<3.9"])) == [
+        "spacy-genbioel>=0.1.0",
+        "spacy<3.9",
+    ]
     with zipfile.ZipFile(tmp_path / "b.whl", "w") as archive:
         archive.writestr("x/__init__.py", "")
     with pytest.raises(WheelError, match="no .dist-info/METADATA"):
@@ -72,14 +93,18 @@ def test_wheel_requirements_and_refusals(tmp_path, pipeline_dir, monkeypatch):
     assert result.exit_code == 1 and "pip install 'spacy_genbioel[package]'" in " ".join(result.output.split())
 
 
-@pytest.mark.parametrize("requires,accepted", [
-    (["spacy<3.9"], False),
-    (["spacy-genbioel-extras>=1"], False),
-    (["spacy_genbioel[scispacy]>=0.1.0", "spacy<3.9"], True),
-    (["Spacy-GenBioEL>=0.1.0"], True),
-])
+@pytest.mark.parametrize(
+    "requires,accepted",
+    [
+        (["spacy<3.9"], False),
+        (["spacy-genbioel-extras>=1"], False),
+        (["spacy_genbioel[scispacy]>=0.1.0", "spacy<3.9"], True),
+        (["Spacy-GenBioEL>=0.1.0"], True),
+    ],
+)
 def test_the_wheel_must_require_this_package(tmp_path, pipeline_dir, monkeypatch, requires, accepted):
     """spacy package run for real is the slow test's; here its result is faked."""
+
     def fake_run(command, **kwargs):
         work = Path(command[command.index("package") + 2])
         (work / "en_x-0.0.1" / "dist").mkdir(parents=True)
@@ -118,8 +143,12 @@ def make_venv(venv: Path, view: Path) -> Path:
         if not (name.startswith(("spacy_genbioel", "__editable__", "en_genbioel")) or name.endswith(".pth")):
             (view / entry.name).symlink_to(entry)
     python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(purelib) / "_system_packages.pth").write_text(str(view) + "\n")
     return python
 
@@ -144,12 +173,20 @@ def test_wheel_installs_in_a_fresh_virtualenv_and_links(tmp_path, pipeline_dir):
     built = time.perf_counter()
     (tmp_path / "src").mkdir()
     src = source_copy(tmp_path / "src")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src), "-w", str(wheels)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src), "-w", str(wheels)],
+        check=True,
+        capture_output=True,
+    )
     python = make_venv(tmp_path / "venv", tmp_path / "system_view")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-index", "--find-links", str(wheels), str(pipeline_wheel)],
-                             capture_output=True, text=True, env=env, cwd=tmp_path)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-index", "--find-links", str(wheels), str(pipeline_wheel)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     # pip pulled this package in as the pipeline's requirement, from the wheel
     collected = next(line for line in install.stdout.splitlines() if line.startswith("Installing collected packages"))
@@ -163,5 +200,7 @@ def test_wheel_installs_in_a_fresh_virtualenv_and_links(tmp_path, pipeline_dir):
     assert result["pipes"][-1] == "genbioel"
     assert [text for text, _, _ in result["ents"]] == ["Reactive arthritis", "breast cancer"]
     assert all(kb_id == ext and kb_id in {c.id for c in KB} for _, kb_id, ext in result["ents"])
-    print(f"\nwheel {built - start:.1f}s, install {installed - built:.1f}s, load+link {time.perf_counter() - installed:.1f}s, "
-          f"total {time.perf_counter() - start:.1f}s")
+    print(
+        f"\nwheel {built - start:.1f}s, install {installed - built:.1f}s, load+link {time.perf_counter() - installed:.1f}s, "
+        f"total {time.perf_counter() - start:.1f}s"
+    )

@@ -1,12 +1,14 @@
 """Fitting the retrieval-only fusion (:mod:`spacy_genbioel.training.retrieval_fit`, ``fit-retrieval``): held-out
 predictions never see their own mention in the dictionary, the fit is retrieval-only with an early step, and
 the command writes a file the component links with."""
+
 import json
 
 import pytest
-
 import spacy
-from hypothesis import given, settings, strategies as st
+from conftest import random_kb
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
@@ -15,8 +17,6 @@ from spacy_genbioel.linking.fusion import FusionModel
 from spacy_genbioel.retrieval.registry import get_retriever
 from spacy_genbioel.training.retrieval_fit import FitCorpus, crossfit_retrieval, fit_retrieval_fusion, fold_of_mentions
 from spacy_genbioel.ty import Mention
-
-from conftest import random_kb
 
 
 def corpus(n_docs=12, seed=0):
@@ -90,8 +90,13 @@ def test_excluded_pairs_and_mentions_without_gold_are_left_out():
 
 def test_the_fit_is_retrieval_only_with_an_early_step():
     data = corpus(n_docs=30)
-    groups = {f"toy/{v}": ex for v, ex in crossfit_retrieval(data, ["tfidf", "exact"], lambda s, kb: get_retriever(s, kb)).items()}
-    model = fit_retrieval_fusion(groups, ["tfidf", "exact"], defer=["exact"], provenance={"splits": {"toy": "train.txt"}})
+    groups = {
+        f"toy/{v}": ex
+        for v, ex in crossfit_retrieval(data, ["tfidf", "exact"], lambda s, kb: get_retriever(s, kb)).items()
+    }
+    model = fit_retrieval_fusion(
+        groups, ["tfidf", "exact"], defer=["exact"], provenance={"splits": {"toy": "train.txt"}}
+    )
     assert model.retrieval_only and model.sources == ["genbioel", "tfidf", "exact"]
     assert all(w == 0 for f, w in zip(model.features, model.weights) if f.startswith("genbioel"))
     assert model.cascade["early"]["defer"] == ["exact"]
@@ -105,19 +110,58 @@ def test_the_fit_is_retrieval_only_with_an_early_step():
 
 
 def test_fit_retrieval_command_writes_a_fusion_the_component_links_with(tmp_path):
-    kb = KnowledgeBase([Concept(f"C{i}", [name]) for i, name in enumerate(
-        ["headache", "nausea", "skin rash", "muscle pain", "fatigue", "insomnia", "dizziness", "joint pain"])])
+    kb = KnowledgeBase(
+        [
+            Concept(f"C{i}", [name])
+            for i, name in enumerate(
+                ["headache", "nausea", "skin rash", "muscle pain", "fatigue", "insomnia", "dizziness", "joint pain"]
+            )
+        ]
+    )
     kb.to_jsonl(tmp_path / "kb.jsonl")
-    phrases = [("C0", "head ache"), ("C0", "my head hurts"), ("C1", "feel sick"), ("C1", "nauseous"), ("C2", "rash on skin"),
-               ("C2", "itchy rash"), ("C3", "muscles ache"), ("C3", "sore muscles"), ("C4", "tired"), ("C4", "so tired all day"),
-               ("C5", "cannot sleep"), ("C5", "no sleep"), ("C6", "dizzy"), ("C6", "feeling dizzy"), ("C7", "joints hurt"),
-               ("C7", "pain in joints")] * 2
-    (tmp_path / "train.txt").write_text("".join(f"{cid}\tname\t{text}{i % 3 * ' '}\n" for i, (cid, text) in enumerate(phrases)))
+    phrases = [
+        ("C0", "head ache"),
+        ("C0", "my head hurts"),
+        ("C1", "feel sick"),
+        ("C1", "nauseous"),
+        ("C2", "rash on skin"),
+        ("C2", "itchy rash"),
+        ("C3", "muscles ache"),
+        ("C3", "sore muscles"),
+        ("C4", "tired"),
+        ("C4", "so tired all day"),
+        ("C5", "cannot sleep"),
+        ("C5", "no sleep"),
+        ("C6", "dizzy"),
+        ("C6", "feeling dizzy"),
+        ("C7", "joints hurt"),
+        ("C7", "pain in joints"),
+    ] * 2
+    (tmp_path / "train.txt").write_text(
+        "".join(f"{cid}\tname\t{text}{i % 3 * ' '}\n" for i, (cid, text) in enumerate(phrases))
+    )
     (tmp_path / "valid.txt").write_text("C4\tname\ttired\n")
     out = tmp_path / "fusion.json"
-    result = CliRunner().invoke(app, ["fit-retrieval", "--train", f"toy={tmp_path / 'train.txt'}", "--kb", f"toy={tmp_path / 'kb.jsonl'}",
-                                      "--format", "toy=askapatient", "--exclude", f"toy={tmp_path / 'valid.txt'}",
-                                      "--sources", "tfidf,exact", "--defer", "exact", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "fit-retrieval",
+            "--train",
+            f"toy={tmp_path / 'train.txt'}",
+            "--kb",
+            f"toy={tmp_path / 'kb.jsonl'}",
+            "--format",
+            "toy=askapatient",
+            "--exclude",
+            f"toy={tmp_path / 'valid.txt'}",
+            "--sources",
+            "tfidf,exact",
+            "--defer",
+            "exact",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     model = FusionModel.load(out)
     assert model.retrieval_only and model.fit["provenance"]["splits"] == {"toy": str(tmp_path / "train.txt")}
@@ -129,19 +173,29 @@ def test_fit_retrieval_command_writes_a_fusion_the_component_links_with(tmp_path
 
 
 def test_fit_retrieval_refuses_a_split_without_its_kb(tmp_path):
-    result = CliRunner().invoke(app, ["fit-retrieval", "--train", "a=x.txt", "--kb", "b=kb.jsonl", "--out", str(tmp_path / "f.json")])
+    result = CliRunner().invoke(
+        app, ["fit-retrieval", "--train", "a=x.txt", "--kb", "b=kb.jsonl", "--out", str(tmp_path / "f.json")]
+    )
     assert result.exit_code != 0 and "one --train and one --kb per corpus" in result.output
 
 
 def test_read_splits_sets_the_data_folder_and_names_a_bad_block(tmp_path):
     from spacy_genbioel.training.retrieval_fit import SplitSpec, read_splits
 
-    (tmp_path / "ok.cfg").write_text('[paths]\ndata = "nowhere"\n\n[splits]\n\n[splits.toy]\ntrain = "${paths.data}/train.txt"\n'
-                                     'format = "askapatient"\nkb_format = "jsonl"\nkb_sources = ["${paths.data}/kb.jsonl"]\n'
-                                     'exclude = ["${paths.data}/valid.txt"]\n')
+    (tmp_path / "ok.cfg").write_text(
+        '[paths]\ndata = "nowhere"\n\n[splits]\n\n[splits.toy]\ntrain = "${paths.data}/train.txt"\n'
+        'format = "askapatient"\nkb_format = "jsonl"\nkb_sources = ["${paths.data}/kb.jsonl"]\n'
+        'exclude = ["${paths.data}/valid.txt"]\n'
+    )
     [spec] = read_splits(tmp_path / "ok.cfg", data_dir=tmp_path)
-    assert spec == SplitSpec("toy", f"{tmp_path}/train.txt", "askapatient", kb_format="jsonl", kb_sources=(f"{tmp_path}/kb.jsonl",),
-                             exclude=(f"{tmp_path}/valid.txt",))
+    assert spec == SplitSpec(
+        "toy",
+        f"{tmp_path}/train.txt",
+        "askapatient",
+        kb_format="jsonl",
+        kb_sources=(f"{tmp_path}/kb.jsonl",),
+        exclude=(f"{tmp_path}/valid.txt",),
+    )
     (tmp_path / "bad.cfg").write_text('[splits]\n\n[splits.toy]\ntrain = "t.txt"\nkb = "kb.jsonl"\ncorpus = "x"\n')
     with pytest.raises(ValueError, match=r"\[splits.toy\] has unknown keys \['corpus'\]"):
         read_splits(tmp_path / "bad.cfg")
@@ -158,5 +212,9 @@ def test_the_shipped_split_configs_name_training_splits_only():
 
     for path in sorted((Path(__file__).resolve().parents[2] / "configs" / "retrieval").glob("*.cfg")):
         for spec in read_splits(path, data_dir="/data"):
-            assert "dev" not in spec.train.lower() and "test" not in spec.train.lower() and "validation" not in spec.train.lower()
+            assert (
+                "dev" not in spec.train.lower()
+                and "test" not in spec.train.lower()
+                and "validation" not in spec.train.lower()
+            )
             assert spec.kb_sources and spec.kb_format

@@ -2,6 +2,7 @@
 masking, the resumable engine, configs, the project steps and project.yml.
 
 Every test here runs in a few seconds on one CPU core (micro models)."""
+
 import json
 import random
 from pathlib import Path
@@ -9,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import MICRO, WORDS, data_dir, random_kb
 
-from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.ty import Mention
+from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer
 from spacy_genbioel.models import build_model, special_ids
 from spacy_genbioel.training import (
     DEFINITION_TEMPLATES,
@@ -37,8 +38,7 @@ from spacy_genbioel.training import (
 from spacy_genbioel.training.checkpoints import STATE_FILE
 from spacy_genbioel.training.loop import lr_factor
 from spacy_genbioel.training.trainlog import read_log
-
-from conftest import MICRO, WORDS, data_dir, random_kb
+from spacy_genbioel.ty import Mention
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER = InputBuilder()
@@ -47,16 +47,22 @@ BUILDER = InputBuilder()
 # -- synonyms-aware targets ---------------------------------------------------------
 @pytest.fixture()
 def target_kb():
-    return KnowledgeBase([
-        Concept("D1", ["Breast Cancer", "cancer of the breast", "mammary carcinoma", "breast neoplasms"]),
-        Concept("D2", ["Reiter syndrome", "reactive arthritis"]),
-        Concept("D3", ["Cystic Fibrosis"]),
-        Concept("D4", ["ovarian cancer", "cancer ovarian", "ovary neoplasm"]),
-    ])
+    return KnowledgeBase(
+        [
+            Concept("D1", ["Breast Cancer", "cancer of the breast", "mammary carcinoma", "breast neoplasms"]),
+            Concept("D2", ["Reiter syndrome", "reactive arthritis"]),
+            Concept("D3", ["Cystic Fibrosis"]),
+            Concept("D4", ["ovarian cancer", "cancer ovarian", "ovary neoplasm"]),
+        ]
+    )
 
 
 def test_target_is_the_most_similar_synonym(target_kb):
-    mentions = [Mention("breast cancers", ("D1",)), Mention("carcinoma of the mamma", ("D1",)), Mention("arthritis, reactive", ("D2",))]
+    mentions = [
+        Mention("breast cancers", ("D1",)),
+        Mention("carcinoma of the mamma", ("D1",)),
+        Mention("arthritis, reactive", ("D2",)),
+    ]
     examples, stats = select_targets(target_kb, mentions)
     assert [e.target for e in examples] == ["breast cancer", "mammary carcinoma", "reactive arthritis"]
     assert all(e.mention is m for e, m in zip(examples, mentions))
@@ -126,7 +132,9 @@ def test_word_order_ties_prefer_the_mention_string(target_kb):
 def test_vectorized_choice_equals_a_per_mention_loop():
     kb = random_kb(3, n_concepts=40)
     rng = random.Random(0)
-    mentions = [Mention(" ".join(rng.choices(WORDS, k=rng.randint(1, 3))), (rng.choice(kb.concept_ids),)) for _ in range(80)]
+    mentions = [
+        Mention(" ".join(rng.choices(WORDS, k=rng.randint(1, 3))), (rng.choice(kb.concept_ids),)) for _ in range(80)
+    ]
     examples, _ = select_targets(kb, mentions, top_k=1)
     vec = fit_name_vectorizer(kb)
     for ex in examples:
@@ -141,8 +149,12 @@ def test_agreement_with_a_reference_file(tmp_path, target_kb):
         encoding="utf8",
     )
     (tmp_path / "trainlabel.txt").write_text("D1\nD2\nD4\n", encoding="utf8")
-    mentions = [Mention("breast cancers", ("D1",)), Mention("Reiter's disease", ("D2",)), Mention("ovarian cancer", ("D4",)),
-                Mention("mammary tumour", ("D1",))]
+    mentions = [
+        Mention("breast cancers", ("D1",)),
+        Mention("Reiter's disease", ("D2",)),
+        Mention("ovarian cancer", ("D4",)),
+        Mention("mammary tumour", ("D1",)),
+    ]
     examples, _ = select_targets(target_kb, mentions)
     report = agreement_with_reference(examples, tmp_path / "train.target", kb=target_kb)
     assert report["matched"] == 3  # the fourth mention has no reference line
@@ -162,7 +174,9 @@ def test_agreement_with_genbioel_train_target_on_ncbi():
     vec = fit_name_vectorizer(kb)
     examples, stats = select_targets(kb, mentions, vectorizer=vec)
     assert stats["composite"] == 115 and stats["not_in_kb"] == 0 and stats["used"] == 5030
-    report = agreement_with_reference(examples, data / "genbioel_reference" / "ncbi" / "train.target", kb=kb, vectorizer=vec)
+    report = agreement_with_reference(
+        examples, data / "genbioel_reference" / "ncbi" / "train.target", kb=kb, vectorizer=vec
+    )
     # measured: 0.689 exact, 0.878 counting GenBioEL's arbitrary tie breaks, 0.775 where its target is in MEDIC
     assert report["matched"] > 4000
     assert report["agreement"] > 0.65
@@ -172,13 +186,19 @@ def test_agreement_with_genbioel_train_target_on_ncbi():
 # -- KB-guided pre-training ----------------------------------------------------------
 @pytest.fixture()
 def pretrain_kb():
-    return KnowledgeBase([
-        Concept("DEF", ["alpha disease", "alpha syndrome", "alpha disorder"], definition="A rare Disorder of the alpha gene."),
-        Concept("SYN", ["beta fever", "beta pyrexia", "fever of beta", "beta hyperthermia"]),
-        Concept("TWO", ["gamma pain", "gamma ache"]),
-        Concept("ONE", ["delta palsy"]),
-        Concept("ONEDEF", ["epsilon cyst"], definition="A cyst."),
-    ])
+    return KnowledgeBase(
+        [
+            Concept(
+                "DEF",
+                ["alpha disease", "alpha syndrome", "alpha disorder"],
+                definition="A rare Disorder of the alpha gene.",
+            ),
+            Concept("SYN", ["beta fever", "beta pyrexia", "fever of beta", "beta hyperthermia"]),
+            Concept("TWO", ["gamma pain", "gamma ache"]),
+            Concept("ONE", ["delta palsy"]),
+            Concept("ONEDEF", ["epsilon cyst"], definition="A cyst."),
+        ]
+    )
 
 
 def _examples_for(kb, cid, n_epochs=40):
@@ -207,7 +227,12 @@ def test_definition_templates(pretrain_kb):
         assert BUILDER.prompt(ex.mention) == f"{a} is"
         seen.add((phrase, mention_first))
     assert seen == {(t.phrase, t.mention_first) for t in DEFINITION_TEMPLATES}
-    assert {t.phrase for t in DEFINITION_TEMPLATES} == {"is defined as", "is described as", "are the definitions of", "describe"}
+    assert {t.phrase for t in DEFINITION_TEMPLATES} == {
+        "is defined as",
+        "is described as",
+        "are the definitions of",
+        "describe",
+    }
 
 
 def test_synonym_templates_never_show_the_target(pretrain_kb):
@@ -219,7 +244,7 @@ def test_synonym_templates_never_show_the_target(pretrain_kb):
         assert family == "synonyms"
         a, b = ex.mention.text, ex.target
         assert a != b and {a, b} <= names
-        context = (ex.mention.right[len(phrase) + 1:] if mention_first else ex.mention.left[: -len(phrase) - 1])
+        context = ex.mention.right[len(phrase) + 1 :] if mention_first else ex.mention.left[: -len(phrase) - 1]
         listed = context.split(", ")
         assert b not in listed and a not in listed  # enough other names to list
         assert set(listed) <= names and 1 <= len(listed) <= 3
@@ -228,7 +253,11 @@ def test_synonym_templates_never_show_the_target(pretrain_kb):
         seen.add((phrase, mention_first))
     assert seen == {(t.phrase, t.mention_first) for t in SYNONYM_TEMPLATES}
     assert {t.phrase for t in SYNONYM_TEMPLATES} == {
-        "are the synonyms of", "indicate the same concept as", "has synonyms such as", "refers to the same concepts as"}
+        "are the synonyms of",
+        "indicate the same concept as",
+        "has synonyms such as",
+        "refers to the same concepts as",
+    }
 
 
 def test_two_synonym_concept_pairs_the_two_names(pretrain_kb):
@@ -244,7 +273,11 @@ def test_single_name_concepts(pretrain_kb):
     for ex in _examples_for(pretrain_kb, "ONE"):
         family, phrase, mention_first = _phrase(ex)
         assert family == "self" and ex.mention.text == ex.target == "delta palsy"
-        expected = f"START delta palsy END {phrase} delta palsy" if mention_first else f"delta palsy {phrase} START delta palsy END"
+        expected = (
+            f"START delta palsy END {phrase} delta palsy"
+            if mention_first
+            else f"delta palsy {phrase} START delta palsy END"
+        )
         assert BUILDER.source(ex.mention) == expected
         seen.add((phrase, mention_first))
     assert seen == {(t.phrase, t.mention_first) for t in SELF_TEMPLATES}
@@ -306,7 +339,9 @@ def _micro(tokenizer, dropout=0.1):
 
 
 def _cfg(**kw):
-    base = dict(max_steps=6, batch_size=8, grad_accumulation=2, warmup_steps=2, learning_rate=3e-3, progress=False, log_every=1)
+    base = dict(
+        max_steps=6, batch_size=8, grad_accumulation=2, warmup_steps=2, learning_rate=3e-3, progress=False, log_every=1
+    )
     base.update(kw)
     return EngineConfig(**base)
 
@@ -348,7 +383,9 @@ def test_gradient_accumulation_counts_micro_batches(word_tokenizer, small_kb):
             return self.examples
 
     examples = kb_name_examples(small_kb, synonyms_per_name=0)
-    engine = TrainingEngine(_micro(word_tokenizer), word_tokenizer, _cfg(max_steps=3, batch_size=10, grad_accumulation=3))
+    engine = TrainingEngine(
+        _micro(word_tokenizer), word_tokenizer, _cfg(max_steps=3, batch_size=10, grad_accumulation=3)
+    )
     calls = []
     original = engine._micro_batch_loss
     engine._micro_batch_loss = lambda batch: calls.append(len(batch)) or original(batch)
@@ -387,16 +424,22 @@ def test_learning_rate_schedules():
     cfg = EngineConfig(max_steps=110, warmup_steps=10, learning_rate=1.0, min_lr_ratio=0.1)
     assert lr_factor(cfg, 0) == pytest.approx(0.1) and lr_factor(cfg, 9) == pytest.approx(1.0)
     assert lr_factor(cfg, 10) == pytest.approx(1.0) and lr_factor(cfg, 110) == pytest.approx(0.1)
-    assert lr_factor(EngineConfig(max_steps=110, warmup_steps=10, scheduler="linear", min_lr_ratio=0.0), 60) == pytest.approx(0.5)
+    assert lr_factor(
+        EngineConfig(max_steps=110, warmup_steps=10, scheduler="linear", min_lr_ratio=0.0), 60
+    ) == pytest.approx(0.5)
     assert lr_factor(EngineConfig(max_steps=10, warmup_steps=0, scheduler="constant"), 9) == 1.0
     with pytest.raises(ValueError):
         lr_factor(EngineConfig(scheduler="bogus", warmup_steps=0), 5)
     # the short loop's schedule (train_seq2seq): warm-up, then the cosine clipped at 5 %
     import math
 
-    short = EngineConfig(max_steps=100, warmup_steps=10, scheduler="clipped_cosine", min_lr_ratio=0.05, schedule_horizon="steps")
+    short = EngineConfig(
+        max_steps=100, warmup_steps=10, scheduler="clipped_cosine", min_lr_ratio=0.05, schedule_horizon="steps"
+    )
     for step in (0, 9, 10, 50, 95, 100, 150):
-        expected = (step + 1) / 10 if step < 10 else max(0.05, 0.5 * (1 + math.cos(math.pi * min(1.0, (step - 10) / 90))))
+        expected = (
+            (step + 1) / 10 if step < 10 else max(0.05, 0.5 * (1 + math.cos(math.pi * min(1.0, (step - 10) / 90))))
+        )
         assert lr_factor(short, step) == expected
 
 
@@ -409,14 +452,19 @@ def test_budget_horizon_decays_by_the_end_of_the_time_budget():
     steps_first = EngineConfig(max_steps=100, warmup_steps=0, scheduler="linear", min_lr_ratio=0.0, max_seconds=100.0)
     assert lr_factor(steps_first, 75, time_fraction=0.1) == pytest.approx(0.25)
     # the step horizon ignores time; no budget ignores time
-    on_steps = EngineConfig(max_steps=100_000, warmup_steps=0, scheduler="linear", min_lr_ratio=0.0,
-                            max_seconds=100.0, schedule_horizon="steps")
+    on_steps = EngineConfig(
+        max_steps=100_000,
+        warmup_steps=0,
+        scheduler="linear",
+        min_lr_ratio=0.0,
+        max_seconds=100.0,
+        schedule_horizon="steps",
+    )
     assert lr_factor(on_steps, 10, time_fraction=0.9) == pytest.approx(1.0, abs=1e-3)
     no_budget = EngineConfig(max_steps=100_000, warmup_steps=0, scheduler="linear", min_lr_ratio=0.0)
     assert lr_factor(no_budget, 10, time_fraction=0.9) == pytest.approx(1.0, abs=1e-3)
     with pytest.raises(ValueError, match="schedule_horizon"):
         lr_factor(EngineConfig(max_seconds=1.0, schedule_horizon="bogus", warmup_steps=0), 5)
-
 
 
 def test_bf16_autocast_on_cpu_trains(word_tokenizer, small_kb):
@@ -479,7 +527,9 @@ def _pubtator(path, kb, seed, n_docs):
             start = text.index(name)
             out.write(f"{1000 + d}\t{start}\t{start + len(name)}\t{name}\tDisease\t{concept.id}\n")
             second = text.lower().index(name.lower(), start + 1)
-            out.write(f"{1000 + d}\t{second}\t{second + len(name)}\t{text[second:second + len(name)]}\tDisease\t{concept.id}\n\n")
+            out.write(
+                f"{1000 + d}\t{second}\t{second + len(name)}\t{text[second : second + len(name)]}\tDisease\t{concept.id}\n\n"
+            )
 
 
 def test_project_steps_end_to_end(tmp_path):
@@ -488,18 +538,22 @@ def test_project_steps_end_to_end(tmp_path):
     from spacy_genbioel.training import stages
     from spacy_genbioel.training.package import EntitySource, PipelineMeta, package
 
-    kb = KnowledgeBase([
-        Concept("D1", ["renal failure", "kidney failure"], definition="Loss of kidney function."),
-        Concept("D2", ["breast cancer", "cancer of breast"]),
-        Concept("D3", ["cystic fibrosis"]),
-        Concept("D4", ["reactive arthritis", "reiter syndrome"]),
-    ])
+    kb = KnowledgeBase(
+        [
+            Concept("D1", ["renal failure", "kidney failure"], definition="Loss of kidney function."),
+            Concept("D2", ["breast cancer", "cancer of breast"]),
+            Concept("D3", ["cystic fibrosis"]),
+            Concept("D4", ["reactive arthritis", "reiter syndrome"]),
+        ]
+    )
     kb.to_jsonl(tmp_path / "kb.jsonl")
     _pubtator(tmp_path / "train.txt", kb, 0, 30)
     _pubtator(tmp_path / "dev.txt", kb, 1, 6)
     stats = stages.make_corpus(tmp_path / "train.txt", tmp_path / "dev.txt", tmp_path / "kb.jsonl", tmp_path / "corpus")
     assert stats["targets"]["used"] == 60 and stats["dev_lines"] == 12
-    stages.train_tokenizer_step(tmp_path / "kb.jsonl", tmp_path / "tok", texts=tmp_path / "corpus" / "texts.txt", vocab_size=400)
+    stages.train_tokenizer_step(
+        tmp_path / "kb.jsonl", tmp_path / "tok", texts=tmp_path / "corpus" / "texts.txt", vocab_size=400
+    )
     stages.init_model_step(tmp_path / "tok", tmp_path / "init", preset=MICRO)
     cfg = tmp_path / "tiny.cfg"
     cfg.write_text(
@@ -507,18 +561,37 @@ def test_project_steps_end_to_end(tmp_path):
         "eval_every = 20\nlog_every = 10\n\n[inputs]\ncontext_words = 8\n\n[data]\nkb_examples_per_epoch = 4\neval_beams = 2\n",
         encoding="utf8",
     )
-    pre = stages.pretrain(tmp_path / "init", tmp_path / "kb.jsonl", cfg, tmp_path / "pre", overrides={"training.eval_every": 0},
-                          run=stages.StageRun(device="cpu"))
+    pre = stages.pretrain(
+        tmp_path / "init",
+        tmp_path / "kb.jsonl",
+        cfg,
+        tmp_path / "pre",
+        overrides={"training.eval_every": 0},
+        run=stages.StageRun(device="cpu"),
+    )
     assert pre.step == 40 and (tmp_path / "pre" / "model" / "config.json").exists() and not pre.evaluations
-    fine = stages.finetune(tmp_path / "pre" / "model", tmp_path / "corpus" / "train.jsonl", tmp_path / "corpus" / "dev.jsonl",
-                           tmp_path / "kb.jsonl", cfg, tmp_path / "fine", run=stages.StageRun(device="cpu"))
+    fine = stages.finetune(
+        tmp_path / "pre" / "model",
+        tmp_path / "corpus" / "train.jsonl",
+        tmp_path / "corpus" / "dev.jsonl",
+        tmp_path / "kb.jsonl",
+        cfg,
+        tmp_path / "fine",
+        run=stages.StageRun(device="cpu"),
+    )
     assert [e["step"] for e in fine.evaluations] == [20, 40]
     assert json.loads((tmp_path / "fine" / "result.json").read_text())["best_step"] == fine.best_step
     assert (tmp_path / "fine" / "curve.png").exists() and (tmp_path / "fine" / "config.cfg").exists()
 
-    out = package(tmp_path / "fine" / "model", tmp_path / "kb.jsonl", tmp_path / "pipeline", config_path=cfg,
-                  settings={"num_beams": 2, "top_k": 2}, entities=EntitySource(entity_label="Disease"),
-                  meta=PipelineMeta(name="test_linker", version="0.0.1"))
+    out = package(
+        tmp_path / "fine" / "model",
+        tmp_path / "kb.jsonl",
+        tmp_path / "pipeline",
+        config_path=cfg,
+        settings={"num_beams": 2, "top_k": 2},
+        entities=EntitySource(entity_label="Disease"),
+        meta=PipelineMeta(name="test_linker", version="0.0.1"),
+    )
     nlp = spacy.load(out)
     assert nlp.meta["name"] == "test_linker"
     assert "entity_ruler" in nlp.pipe_names and nlp.pipe_names[-1] == "genbioel"
@@ -526,8 +599,10 @@ def test_project_steps_end_to_end(tmp_path):
     assert nlp.get_pipe("genbioel").inputs.decoder_prompt is True
     # a model trained without the decoder prompt is packaged without it
     cfg_np = tmp_path / "no_prompt.cfg"
-    cfg_np.write_text(cfg.read_text(encoding="utf8").replace("context_words = 8\n", "context_words = 8\ndecoder_prompt = false\n"),
-                      encoding="utf8")
+    cfg_np.write_text(
+        cfg.read_text(encoding="utf8").replace("context_words = 8\n", "context_words = 8\ndecoder_prompt = false\n"),
+        encoding="utf8",
+    )
     out_np = package(tmp_path / "fine" / "model", tmp_path / "kb.jsonl", tmp_path / "pipeline_np", config_path=cfg_np)
     assert spacy.load(out_np).get_pipe("genbioel").inputs.decoder_prompt is False
     doc = nlp("A child with cystic fibrosis and kidney failure.")
@@ -539,11 +614,46 @@ def test_project_steps_end_to_end(tmp_path):
 #: the corpora that bring their inputs as a var file (NCBI-disease's are project.yml's defaults)
 CORPUS_VARS = sorted((ROOT / "configs" / "corpora").glob("*.vars"))
 #: one command per step, each for every corpus (the chain `all` runs them in this order)
-CHAIN = ["build-kb", "corpus", "tokenizer", "init-model", "pretrain", "finetune", "angel", "train-rescnn", "crossfit", "package", "evaluate",
-         "evaluate-peers", "calibration", "ner-corpus", "ner-train", "ner-evaluate", "package-ner", "package-wheel", "evaluate-e2e"]
-STEPS = {*CHAIN, "demo-pipeline", "train-dense", "evaluate-dense", "aap-prepare", "aap-folds", "aap-fusion", "aap-report",
-         "published-build-kb", "published-corpus", "published-finetune", "published-package", "published-evaluate", "test-peers",
-         "released-import", "released-package", "released-evaluate"}
+CHAIN = [
+    "build-kb",
+    "corpus",
+    "tokenizer",
+    "init-model",
+    "pretrain",
+    "finetune",
+    "angel",
+    "train-rescnn",
+    "crossfit",
+    "package",
+    "evaluate",
+    "evaluate-peers",
+    "calibration",
+    "ner-corpus",
+    "ner-train",
+    "ner-evaluate",
+    "package-ner",
+    "package-wheel",
+    "evaluate-e2e",
+]
+STEPS = {
+    *CHAIN,
+    "demo-pipeline",
+    "train-dense",
+    "evaluate-dense",
+    "aap-prepare",
+    "aap-folds",
+    "aap-fusion",
+    "aap-report",
+    "published-build-kb",
+    "published-corpus",
+    "published-finetune",
+    "published-package",
+    "published-evaluate",
+    "test-peers",
+    "released-import",
+    "released-package",
+    "released-evaluate",
+}
 
 
 def _var_file_args(var_file):
@@ -604,11 +714,13 @@ def test_project_has_one_command_per_step_for_every_corpus():
         assert not any(corpus in text for corpus in corpora), f"{command['name']} names a corpus: {text}"
     known = set(project["vars"])
     build_kb = next(c for c in project["commands"] if c["name"] == "build-kb")
-    assert "${vars.crosswalk}" in build_kb["deps"] and project["vars"]["crosswalk"].endswith("${vars.corpus}_crosswalk.tsv")
+    assert "${vars.crosswalk}" in build_kb["deps"] and project["vars"]["crosswalk"].endswith(
+        "${vars.corpus}_crosswalk.tsv"
+    )
     default = {c["name"]: set(c.get("outputs", [])) for c in _project()["commands"]}
     for var_file in CORPUS_VARS:
         settings = _var_file_args(var_file)
-        names = [arg[len("--vars."):] for arg in settings if arg.startswith("--vars.")]
+        names = [arg[len("--vars.") :] for arg in settings if arg.startswith("--vars.")]
         assert set(names) <= known, f"{var_file.name} sets unknown vars"
         assert settings[settings.index("--vars.corpus") + 1] == var_file.stem
         # a corpus named without its var file stops at build-kb: its default crosswalk is missing
@@ -696,10 +808,15 @@ def test_project_corpus_inputs_exist_in_the_data():
             for line in commands[name]["script"]:
                 args = shlex.split(line)
                 if name == "build-kb":  # its sources: the arguments before the first option
-                    sources = args[4:next(i for i, arg in enumerate(args) if arg.startswith("--"))]
-                    paths += [source[1] if isinstance(source, tuple) else source for source in map(parse_source, sources)]
-                paths += [args[i + 1] for i, arg in enumerate(args) if arg in ("--train", "--dev", "--corpus", "--crosswalk",
-                                                                            "--prior-pubtator")]
+                    sources = args[4 : next(i for i, arg in enumerate(args) if arg.startswith("--"))]
+                    paths += [
+                        source[1] if isinstance(source, tuple) else source for source in map(parse_source, sources)
+                    ]
+                paths += [
+                    args[i + 1]
+                    for i, arg in enumerate(args)
+                    if arg in ("--train", "--dev", "--corpus", "--crosswalk", "--prior-pubtator")
+                ]
         missing = sorted({path for path in paths if not (ROOT / path).exists()})
         assert not missing, f"{var_file.name if var_file else 'project.yml'}: {missing}"
 
@@ -714,17 +831,53 @@ def test_step_commands_run_with_config_overrides(tmp_path):
     kb.to_jsonl(tmp_path / "kb.jsonl")
     _pubtator(tmp_path / "train.txt", kb, 0, 4)
     runner = CliRunner()
-    r = runner.invoke(steps, ["corpus", "--train", str(tmp_path / "train.txt"), "--dev", str(tmp_path / "train.txt"),
-                              "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "c"), "--top-k-targets", "2"])
+    r = runner.invoke(
+        steps,
+        [
+            "corpus",
+            "--train",
+            str(tmp_path / "train.txt"),
+            "--dev",
+            str(tmp_path / "train.txt"),
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--out",
+            str(tmp_path / "c"),
+            "--top-k-targets",
+            "2",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert len(read_examples_jsonl(tmp_path / "c" / "train.jsonl")) > 8  # two targets for the two-name concept
-    r = runner.invoke(steps, ["tokenizer", "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "tok"), "--vocab-size", "300"])
+    r = runner.invoke(
+        steps, ["tokenizer", "--kb", str(tmp_path / "kb.jsonl"), "--out", str(tmp_path / "tok"), "--vocab-size", "300"]
+    )
     assert r.exit_code == 0, r.output
     stages.init_model_step(tmp_path / "tok", tmp_path / "init", preset=MICRO)
-    r = runner.invoke(steps, ["pretrain", "--model", str(tmp_path / "init"), "--kb", str(tmp_path / "kb.jsonl"),
-                              "--config", str(ROOT / "configs" / "pretrain_tiny.cfg"), "--out", str(tmp_path / "pre"),
-                              "--device", "cpu", "--training.max_steps", "3", "--training.batch_size", "4",
-                              "--training.progress", "false", "--training.save_every", "0"])
+    r = runner.invoke(
+        steps,
+        [
+            "pretrain",
+            "--model",
+            str(tmp_path / "init"),
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--config",
+            str(ROOT / "configs" / "pretrain_tiny.cfg"),
+            "--out",
+            str(tmp_path / "pre"),
+            "--device",
+            "cpu",
+            "--training.max_steps",
+            "3",
+            "--training.batch_size",
+            "4",
+            "--training.progress",
+            "false",
+            "--training.save_every",
+            "0",
+        ],
+    )
     assert r.exit_code == 0, r.output
     result = json.loads((tmp_path / "pre" / "result.json").read_text())
     assert result["step"] == 3 and result["stopped_by"] == "max_steps"
@@ -742,8 +895,14 @@ def test_rerun_resumes_only_from_the_same_start_and_data(tmp_path, word_tokenize
     quick = {"training.max_steps": 2, "training.batch_size": 4, "training.progress": False, "training.warmup_steps": 1}
 
     def run():
-        return stages.pretrain(tmp_path / "init", tmp_path / "kb.jsonl", cfg, tmp_path / "pre", overrides=quick,
-                               run=stages.StageRun(device="cpu"))
+        return stages.pretrain(
+            tmp_path / "init",
+            tmp_path / "kb.jsonl",
+            cfg,
+            tmp_path / "pre",
+            overrides=quick,
+            run=stages.StageRun(device="cpu"),
+        )
 
     assert run().resumed_from is None
     again = run()
@@ -756,5 +915,11 @@ def test_project_paths_survive_variable_interpolation():
     # confection joins consecutive list items that end and start with a variable
     for var_file in [None, *CORPUS_VARS]:
         config = _project(var_file)
-        joined = [(c["name"], p) for c in config["commands"] for key in ("deps", "outputs") for p in c.get(key, []) if ", " in p]
+        joined = [
+            (c["name"], p)
+            for c in config["commands"]
+            for key in ("deps", "outputs")
+            for p in c.get(key, [])
+            if ", " in p
+        ]
         assert joined == []

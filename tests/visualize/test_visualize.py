@@ -1,6 +1,7 @@
 """displaCy rendering of linked entities: concept pages per ID, concept names in
 the labels, escaping, the ``visualize`` command, and (marker ``browser``) the
 page as headless Chromium renders it."""
+
 import re
 import shutil
 import subprocess
@@ -35,27 +36,34 @@ SNOMED = "https://browser.ihtsdotools.org/?perspective=full&conceptId1="
 TEXT = "Reactive arthritis, once called Reiter syndrome, is not breast cancer nor a <b> & c."
 
 
-@pytest.mark.parametrize("kb_id,templates,url", [
-    ("D012345", None, MESH + "D012345"),
-    ("D000086382", None, MESH + "D000086382"),  # 9-digit descriptor
-    ("C565588", None, MESH + "C565588"),  # supplementary concept record
-    ("C000656484", None, MESH + "C000656484"),
-    ("MESH:D012345", None, MESH + "D012345"),
-    (" D015862", None, MESH + "D015862"),
-    ("613097", None, OMIM + "613097"),
-    ("OMIM:613097", None, OMIM + "613097"),
-    ("C0035012", None, UMLS + "C0035012"),
-    ("UMLS:C0035012", None, UMLS + "C0035012"),
-    ("22298006", None, SNOMED + "22298006&edition=MAIN&languages=en"),
-    ("613097", "snomedct", SNOMED + "613097&edition=MAIN&languages=en"),  # a 6-digit ID without OMIM in play
-    ("D012345", "omim", None),
-    ("DOID:1234", None, None),
-    ("DOID:1234", "https://example.org/c/{}", "https://example.org/c/DOID:1234"),
-    ("D012345", "mesh,https://example.org/{}", MESH + "D012345"),  # a scheme before the catch-all
-    ("DOID:1234", {"DOID:": "https://disease-ontology.org/?id={}", "mesh": None}, "https://disease-ontology.org/?id=DOID:1234"),
-    ("", None, None),
-    (None, None, None),
-])
+@pytest.mark.parametrize(
+    "kb_id,templates,url",
+    [
+        ("D012345", None, MESH + "D012345"),
+        ("D000086382", None, MESH + "D000086382"),  # 9-digit descriptor
+        ("C565588", None, MESH + "C565588"),  # supplementary concept record
+        ("C000656484", None, MESH + "C000656484"),
+        ("MESH:D012345", None, MESH + "D012345"),
+        (" D015862", None, MESH + "D015862"),
+        ("613097", None, OMIM + "613097"),
+        ("OMIM:613097", None, OMIM + "613097"),
+        ("C0035012", None, UMLS + "C0035012"),
+        ("UMLS:C0035012", None, UMLS + "C0035012"),
+        ("22298006", None, SNOMED + "22298006&edition=MAIN&languages=en"),
+        ("613097", "snomedct", SNOMED + "613097&edition=MAIN&languages=en"),  # a 6-digit ID without OMIM in play
+        ("D012345", "omim", None),
+        ("DOID:1234", None, None),
+        ("DOID:1234", "https://example.org/c/{}", "https://example.org/c/DOID:1234"),
+        ("D012345", "mesh,https://example.org/{}", MESH + "D012345"),  # a scheme before the catch-all
+        (
+            "DOID:1234",
+            {"DOID:": "https://disease-ontology.org/?id={}", "mesh": None},
+            "https://disease-ontology.org/?id=DOID:1234",
+        ),
+        ("", None, None),
+        (None, None, None),
+    ],
+)
 def test_concept_url(kb_id, templates, url):
     assert concept_url(kb_id, templates) == url
 
@@ -71,7 +79,9 @@ def test_id_schemes_and_bad_templates():
         resolve_templates({"mesh": "https://example.org/"})
     with pytest.raises(ValueError, match="kb_url key 'a b'"):
         resolve_templates({"a b": "https://example.org/{}"})
-    assert resolve_templates({"DOID": "https://d/{}"}) == {"DOID:": "https://d/{}"}  # configs cannot spell "DOID:" as a key
+    assert resolve_templates({"DOID": "https://d/{}"}) == {
+        "DOID:": "https://d/{}"
+    }  # configs cannot spell "DOID:" as a key
 
 
 def test_registered_for_configs():
@@ -110,7 +120,9 @@ def make_doc(kb_ids, labels=("Disease", "Disease", "Disease")):
     nlp = spacy.blank("en")
     doc = nlp.make_doc(TEXT)
     spans = [doc.char_span(0, 18), doc.char_span(32, 47), doc.char_span(56, 69)]
-    doc.ents = [Span(doc, s.start, s.end, label=label, kb_id=kb_id or "") for s, label, kb_id in zip(spans, labels, kb_ids)]
+    doc.ents = [
+        Span(doc, s.start, s.end, label=label, kb_id=kb_id or "") for s, label, kb_id in zip(spans, labels, kb_ids)
+    ]
     return doc
 
 
@@ -133,7 +145,9 @@ def test_plain_displacy_gets_a_link_per_id_scheme():
 
 
 def test_render_html_labels_with_concept_names():
-    kb = KnowledgeBase([Concept("D016918", ["Reactive Arthritis", "Reiter syndrome"]), Concept("109700", ["Reiter Disease"])])
+    kb = KnowledgeBase(
+        [Concept("D016918", ["Reactive Arthritis", "Reiter syndrome"]), Concept("109700", ["Reiter Disease"])]
+    )
     doc = make_doc(["D016918", "109700", None])
     html = render_html(doc, names=kb)
     assert links(html) == [(MESH + "D016918", "D016918"), (OMIM + "109700", "109700")]
@@ -181,7 +195,8 @@ def test_spans_key_and_extension_attribute():
     doc.spans["umls"] = group
     parsed = displacy_input(doc, spans_key="umls", kb_id_attr="umls_id", names={"C0035012": "Reactive arthritis"})
     assert [(e["start"], e["end"], e["kb_url"], e["label"]) for e in parsed["ents"]] == [
-        (0, 18, UMLS + "C0035012", "Disease: Reactive arthritis")]
+        (0, 18, UMLS + "C0035012", "Disease: Reactive arthritis")
+    ]
 
 
 @settings(max_examples=100, deadline=None)
@@ -198,9 +213,11 @@ def test_sample(n_items, n_docs, seed):
 
 
 # -- the command -----------------------------------------------------------------------------------------
-KB = [Concept("D016918", ["reactive arthritis", "reiter syndrome"], types=["Disease"]),
-      Concept("613097", ["cystic fibrosis"], types=["Disease"]),
-      Concept("D001943", ["breast cancer"], types=["Disease"])]
+KB = [
+    Concept("D016918", ["reactive arthritis", "reiter syndrome"], types=["Disease"]),
+    Concept("613097", ["cystic fibrosis"], types=["Disease"]),
+    Concept("D001943", ["breast cancer"], types=["Disease"]),
+]
 
 
 @pytest.fixture()
@@ -210,15 +227,33 @@ def pipeline_dir(tmp_path, micro_model, word_tokenizer):
 
     save_model(micro_model, word_tokenizer, tmp_path / "model")
     KnowledgeBase(KB).to_jsonl(tmp_path / "kb.jsonl")
-    return package(tmp_path / "model", tmp_path / "kb.jsonl", tmp_path / "pkg", settings={"num_beams": 2, "top_k": 2},
-                   entities=EntitySource(entity_label="Disease", abbreviations=False), meta=PipelineMeta(kb_url="mesh,omim"))
+    return package(
+        tmp_path / "model",
+        tmp_path / "kb.jsonl",
+        tmp_path / "pkg",
+        settings={"num_beams": 2, "top_k": 2},
+        entities=EntitySource(entity_label="Disease", abbreviations=False),
+        meta=PipelineMeta(kb_url="mesh,omim"),
+    )
 
 
 def test_visualize_command_links_texts(tmp_path, pipeline_dir):
     assert spacy.load(pipeline_dir).meta["kb_url_templates"] == {"mesh": MESH + "{}", "omim": OMIM + "{}"}
     out = tmp_path / "page.html"
-    result = runner.invoke(app, ["visualize", "--pipeline", str(pipeline_dir), "--out", str(out), "--text",
-                                 "Reactive arthritis and cystic fibrosis.", "--text", "Breast cancer <here> & there."])
+    result = runner.invoke(
+        app,
+        [
+            "visualize",
+            "--pipeline",
+            str(pipeline_dir),
+            "--out",
+            str(out),
+            "--text",
+            "Reactive arthritis and cystic fibrosis.",
+            "--text",
+            "Breast cancer <here> & there.",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "2 documents, 3 entities (3 linked, 3 with a concept page)" in said(result)
     html = out.read_text(encoding="utf8")
@@ -239,13 +274,27 @@ def test_visualize_command_samples_a_corpus_and_shows_gold(tmp_path, pipeline_di
         "2|t|Breast cancer.\n2|a|\n2\t0\t13\tBreast cancer\tDisease\tD001943\n\n"
     )
     out = tmp_path / "sample.html"
-    result = runner.invoke(app, ["visualize", str(corpus), "--pipeline", str(pipeline_dir), "--out", str(out), "--ids", "2,9"])
+    result = runner.invoke(
+        app, ["visualize", str(corpus), "--pipeline", str(pipeline_dir), "--out", str(out), "--ids", "2,9"]
+    )
     assert result.exit_code == 0, result.output
     assert "not found: 9" in said(result) and "1 documents, 1 entities" in said(result)
     assert ">2</h2>" in out.read_text(encoding="utf8")
     gold = tmp_path / "gold.html"
-    result = runner.invoke(app, ["visualize", str(corpus), "--gold", "--kb", str(tmp_path / "kb.jsonl"), "--out", str(gold),
-                                 "--kb-url", "mesh"])
+    result = runner.invoke(
+        app,
+        [
+            "visualize",
+            str(corpus),
+            "--gold",
+            "--kb",
+            str(tmp_path / "kb.jsonl"),
+            "--out",
+            str(gold),
+            "--kb-url",
+            "mesh",
+        ],
+    )
     assert result.exit_code == 0, result.output
     html = gold.read_text(encoding="utf8")
     # MESH: dropped by the reader; the composite shows its first concept; OMIM has no template here
@@ -261,7 +310,10 @@ def test_visualize_command_errors(tmp_path, pipeline_dir):
         (["--pipeline", str(pipeline_dir)], "give texts or input files"),
         (["--pipeline", str(pipeline_dir), "--text", "x", "--kb-url", "nope"], "unknown kb_url scheme 'nope'"),
         ([str(tmp_path / "missing.txt"), "--pipeline", str(pipeline_dir)], "input not found"),
-        (["--pipeline", str(pipeline_dir), "--text", "Breast cancer.", "--kb-id-attr", "no_such_attr"], "kb_id attribute 'no_such_attr'"),
+        (
+            ["--pipeline", str(pipeline_dir), "--text", "Breast cancer.", "--kb-id-attr", "no_such_attr"],
+            "kb_id attribute 'no_such_attr'",
+        ),
     ]:
         result = runner.invoke(app, ["visualize", "--out", str(out), *args])
         assert result.exit_code == 1 and message in said(result), (args, result.output)
@@ -286,5 +338,7 @@ def test_page_in_headless_chromium(tmp_path):
     assert anchors == [(MESH + "D016918", "D016918"), (OMIM + "109700", "109700")]
     assert "Reiter &lt;Disease&gt; &amp; co" in dom and "<disease>" not in dom.lower()
     shot = tmp_path / "page.png"
-    subprocess.run([*base, f"--screenshot={shot}", "--window-size=1200,900", page.as_uri()], capture_output=True, timeout=120)
+    subprocess.run(
+        [*base, f"--screenshot={shot}", "--window-size=1200,900", page.as_uri()], capture_output=True, timeout=120
+    )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000

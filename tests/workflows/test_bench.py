@@ -1,4 +1,5 @@
 """The benchmark scripts parse, and refuse what they do not know, without running anything heavy."""
+
 import dataclasses
 import json
 import os
@@ -17,12 +18,18 @@ def test_shell_scripts_parse(script):
 
 
 def test_variants_and_ablations_reject_unknown_names(tmp_path):
-    bad = subprocess.run(["bash", str(BENCH / "variants.sh"), "medmentions", str(tmp_path)], capture_output=True, text=True)
+    bad = subprocess.run(
+        ["bash", str(BENCH / "variants.sh"), "medmentions", str(tmp_path)], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "unknown corpus" in bad.stderr
     usage = subprocess.run(["bash", str(BENCH / "ablations.sh")], capture_output=True, text=True)
     assert usage.returncode == 2 and "Table 4" in usage.stdout
-    bad = subprocess.run(["bash", str(BENCH / "ablations.sh"), "run", "nonsense"], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path)})
+    bad = subprocess.run(
+        ["bash", str(BENCH / "ablations.sh"), "run", "nonsense"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path)},
+    )
     assert bad.returncode == 2 and "unknown variant" in bad.stderr
 
 
@@ -30,13 +37,23 @@ def test_ablation_table_reads_results(tmp_path):
     for name, r1 in (("run_tfidf", 0.85), ("run_tfidf_seed1", 0.84), ("run_no-pretrain-no-prompt", 0.1)):
         run = tmp_path / name
         run.mkdir()
-        (run / "result.json").write_text('{"step": 400, "seconds": 900.4, "evaluations": '
-                                         f'[{{"step": 400, "eval": {{"recall@1": {r1}, "recall@5": 0.9}}}}]}}')
-    out = subprocess.run(["bash", str(BENCH / "ablations.sh"), "table"], capture_output=True, text=True, check=True,
-                         env={"PATH": os.environ["PATH"], "OUT": str(tmp_path)})
+        (run / "result.json").write_text(
+            '{"step": 400, "seconds": 900.4, "evaluations": '
+            f'[{{"step": 400, "eval": {{"recall@1": {r1}, "recall@5": 0.9}}}}]}}'
+        )
+    out = subprocess.run(
+        ["bash", str(BENCH / "ablations.sh"), "table"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": os.environ["PATH"], "OUT": str(tmp_path)},
+    )
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "variant" not in line]
-    assert rows == ["| tfidf | 0 | 400 | 0.8500 | 0.9000 | 900 |", "| tfidf | 1 | 400 | 0.8400 | 0.9000 | 900 |",
-                    "| no-pretrain-no-prompt | 0 | 400 | 0.1000 | 0.9000 | 900 |"]
+    assert rows == [
+        "| tfidf | 0 | 400 | 0.8500 | 0.9000 | 900 |",
+        "| tfidf | 1 | 400 | 0.8400 | 0.9000 | 900 |",
+        "| no-pretrain-no-prompt | 0 | 400 | 0.1000 | 0.9000 | 900 |",
+    ]
 
 
 def test_shortcut_sweep_replays_the_component_rule(tmp_path):
@@ -50,15 +67,21 @@ def test_shortcut_sweep_replays_the_component_rule(tmp_path):
     from spacy_genbioel.evaluation.report import write_predictions
     from spacy_genbioel.ty import Candidate, Mention
 
-    mentions = [Mention("a", ("A",), doc_id="1", start=0, end=1), Mention("b", ("B",), doc_id="1", start=2, end=3),
-                Mention("c", ("-1",), doc_id="2", start=0, end=1)]
+    mentions = [
+        Mention("a", ("A",), doc_id="1", start=0, end=1),
+        Mention("b", ("B",), doc_id="1", start=2, end=3),
+        Mention("c", ("-1",), doc_id="2", start=0, end=1),
+    ]
     retrieved = [[Candidate(("A",), "a", 0.95)], [Candidate(("X",), "x", 0.7), Candidate(("B",), "b", 0.6)], []]
     generated = [[Candidate(("Y",), "y", -0.1), Candidate(("A",), "a", -0.5)], [Candidate(("B",), "b", -0.2)], []]
     write_predictions(tmp_path / "r.jsonl", mentions, retrieved)
     write_predictions(tmp_path / "g.jsonl", mentions, generated)
     rows = shortcut_sweep.sweep(tmp_path / "r.jsonl", tmp_path / "g.jsonl", [None, 0.9, 0.5])
     assert [(r["shortcut"], r["recall@1"], r["recall@5"], r["mentions"]) for r in rows] == [
-        (0, 0.5, 1.0, 2), (1, 1.0, 1.0, 2), (2, 0.5, 1.0, 2)]
+        (0, 0.5, 1.0, 2),
+        (1, 1.0, 1.0, 2),
+        (2, 0.5, 1.0, 2),
+    ]
     assert shortcut_sweep.combine(retrieved[0], generated[0], 0.9)[0] == [retrieved[0][0], generated[0][0]]
     write_predictions(tmp_path / "other.jsonl", mentions[::-1], generated)
     with pytest.raises(ValueError, match="different mentions"):
@@ -75,8 +98,9 @@ def test_annotate_scale_reads_bc5cdr_in_order_and_projects_linearly(tmp_path):
         sys.path.remove(str(BENCH))
     (tmp_path / "bc5cdr").mkdir()
     for name, pmids in (("CDR_TrainingSet.PubTator.txt", (1, 2)), ("CDR_DevelopmentSet.PubTator.txt", (3, 4))):
-        (tmp_path / "bc5cdr" / name).write_text("".join(f"{p}|t|Title {p}\n{p}|a|Abstract {p}.\n{p}\t0\t5\tTitle\tDisease\tD1\n\n"
-                                                        for p in pmids))
+        (tmp_path / "bc5cdr" / name).write_text(
+            "".join(f"{p}|t|Title {p}\n{p}|a|Abstract {p}.\n{p}\t0\t5\tTitle\tDisease\tD1\n\n" for p in pmids)
+        )
     n = annotate_scale.write_abstracts(annotate_scale.data_dir(str(tmp_path)), 3, tmp_path / "a.jsonl")
     lines = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert n == 3 and lines == [{"id": str(p), "title": f"Title {p}", "abstract": f"Abstract {p}."} for p in (1, 2, 3)]
@@ -95,9 +119,16 @@ def _wrapper_call(tmp_path, script: str, *args: str, **env) -> list:
     log = tmp_path / "calls.log"
     recorder = tmp_path / "record.sh"
     recorder.write_text('for word in "$@"; do printf "%s\\n" "$word"; done > "$CALLS"\n')
-    clean = {k: v for k, v in os.environ.items() if k not in ("DATA", "OUT", "K", "FOLD", "FOLDS", "BEAMS", "SEED", "JOBS")}
-    run = subprocess.run(["bash", str(BENCH / script), *args], capture_output=True, text=True, cwd=BENCH.parent,
-                         env={**clean, "G": f"bash {recorder}", "CALLS": str(log), **env})
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("DATA", "OUT", "K", "FOLD", "FOLDS", "BEAMS", "SEED", "JOBS")
+    }
+    run = subprocess.run(
+        ["bash", str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        cwd=BENCH.parent,
+        env={**clean, "G": f"bash {recorder}", "CALLS": str(log), **env},
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     return log.read_text().splitlines()
 
@@ -113,24 +144,95 @@ def _parses(words: list) -> None:
 
 
 def test_crossfit_wrapper_passes_the_scripts_arguments_and_environment(tmp_path):
-    call = _wrapper_call(tmp_path, "crossfit.sh", "bc5cdr", "score", "D", "-", "-", "-", "2",
-                         K="3", VARIANTS="plain", FORCED="0", FOLD="0 1", OUT="o")
-    assert call == ["crossfit", "score", "--corpus", "bc5cdr", "--data-dir", "D", "--beams", "2", "--k", "3", "--out", "o",
-                    "--variants", "plain", "--fold", "0", "--fold", "1", "--no-forced"]
+    call = _wrapper_call(
+        tmp_path,
+        "crossfit.sh",
+        "bc5cdr",
+        "score",
+        "D",
+        "-",
+        "-",
+        "-",
+        "2",
+        K="3",
+        VARIANTS="plain",
+        FORCED="0",
+        FOLD="0 1",
+        OUT="o",
+    )
+    assert call == [
+        "crossfit",
+        "score",
+        "--corpus",
+        "bc5cdr",
+        "--data-dir",
+        "D",
+        "--beams",
+        "2",
+        "--k",
+        "3",
+        "--out",
+        "o",
+        "--variants",
+        "plain",
+        "--fold",
+        "0",
+        "--fold",
+        "1",
+        "--no-forced",
+    ]
     _parses(call)
     call = _wrapper_call(tmp_path, "crossfit.sh", "ncbi", "train", "../shared/data", "tiny", "1200", "600")
-    assert call == ["crossfit", "train", "--corpus", "ncbi", "--data-dir", "../shared/data", "--preset", "tiny",
-                    "--seconds", "1200", "--rescnn-seconds", "600"]
+    assert call == [
+        "crossfit",
+        "train",
+        "--corpus",
+        "ncbi",
+        "--data-dir",
+        "../shared/data",
+        "--preset",
+        "tiny",
+        "--seconds",
+        "1200",
+        "--rescnn-seconds",
+        "600",
+    ]
     _parses(call)
     usage = subprocess.run(["bash", str(BENCH / "crossfit.sh"), "ncbi"], capture_output=True, text=True)
     assert usage.returncode != 0 and "usage" in usage.stderr
 
 
 def test_aap_wrapper_passes_the_scripts_environment(tmp_path):
-    call = _wrapper_call(tmp_path, "aap.sh", "cascade", "D", FOLDS="1 3", FOLDS_FIT="0 1 2 3", METRICS="m", EXTRA_ROWS=",x_loss",
-                         FINETUNE_STEPS="300", JOBS="1")
-    assert call == ["crossfit-folds", "cascade", "--data-dir", "D", "--folds", "1 3", "--folds-fit", "0 1 2 3", "--jobs", "1",
-                    "--finetune-steps", "300", "--metrics", "m", "--extra-rows", ",x_loss"]
+    call = _wrapper_call(
+        tmp_path,
+        "aap.sh",
+        "cascade",
+        "D",
+        FOLDS="1 3",
+        FOLDS_FIT="0 1 2 3",
+        METRICS="m",
+        EXTRA_ROWS=",x_loss",
+        FINETUNE_STEPS="300",
+        JOBS="1",
+    )
+    assert call == [
+        "crossfit-folds",
+        "cascade",
+        "--data-dir",
+        "D",
+        "--folds",
+        "1 3",
+        "--folds-fit",
+        "0 1 2 3",
+        "--jobs",
+        "1",
+        "--finetune-steps",
+        "300",
+        "--metrics",
+        "m",
+        "--extra-rows",
+        ",x_loss",
+    ]
     _parses(call)
     # MAX_RECALL_LOSS set but empty: the precision-targeted cascade alone
     call = _wrapper_call(tmp_path, "aap.sh", "cascade", MAX_RECALL_LOSS="")
@@ -138,7 +240,9 @@ def test_aap_wrapper_passes_the_scripts_environment(tmp_path):
     _parses(call)
 
 
-@pytest.mark.parametrize("script, command", [("folds_report.py", "folds-report"), ("cascade_folds.py", "cascade-folds-report")])
+@pytest.mark.parametrize(
+    "script, command", [("folds_report.py", "folds-report"), ("cascade_folds.py", "cascade-folds-report")]
+)
 def test_report_wrappers_run_the_package_commands(monkeypatch, script, command):
     import importlib.util
 
@@ -169,7 +273,8 @@ def _micro_data(root: Path, n_docs: int = 3) -> Path:
     kb = list(random_kb(0, n_concepts=30))
     (root / "vocab").mkdir(parents=True)
     (root / "vocab" / "medic_06Jul2012.txt").write_text(
-        "".join(f"{c.id}||{'|'.join(c.names)}\n" for c in kb), encoding="utf8")
+        "".join(f"{c.id}||{'|'.join(c.names)}\n" for c in kb), encoding="utf8"
+    )
     (root / "ncbi_disease").mkdir()
     for split, offset in (("trainset", 0), ("developset", 10)):
         docs = []
@@ -199,13 +304,34 @@ def test_bart_large_arguments_are_checked_before_anything_runs(tmp_path, capsys)
     data = _micro_data(tmp_path / "data")
     base = ["--data-dir", str(data), "--skip-mesh"]
     args = module.parse_args(base)
-    assert (args.routes, args.dtypes, args.threads, args.mentions) == (["component", "annotate"], ["fp32", "int8"], [1, 2], 24)
+    assert (args.routes, args.dtypes, args.threads, args.mentions) == (
+        ["component", "annotate"],
+        ["fp32", "int8"],
+        [1, 2],
+        24,
+    )
     assert args.preset["d_model"] == 1024 and args.vocab_size == 50265 and args.settings == {}
     assert [(c["route"], c["dtype"], c["threads"]) for c in module.configurations(args)][:3] == [
-        ("component", "fp32", 1), ("component", "fp32", 2), ("component", "int8", 1)]
+        ("component", "fp32", 1),
+        ("component", "fp32", 2),
+        ("component", "int8", 1),
+    ]
     micro = json.dumps(dataclasses.asdict(MICRO))
-    args = module.parse_args(base + ["--preset", micro, "--threads", "2,1,2", "--routes", "annotate",
-                                     "--setting", "decoding.batch_size=16", "--setting", "num_beams=3"])
+    args = module.parse_args(
+        base
+        + [
+            "--preset",
+            micro,
+            "--threads",
+            "2,1,2",
+            "--routes",
+            "annotate",
+            "--setting",
+            "decoding.batch_size=16",
+            "--setting",
+            "num_beams=3",
+        ]
+    )
     assert args.preset == dataclasses.asdict(MICRO) and args.vocab_size == MICRO.vocab_size and args.threads == [2, 1]
     assert args.settings == {"decoding.batch_size": 16, "num_beams": 3}
     assert "unknown gpu" in _args_error(module, base + ["--routes", "component,gpu"], capsys)
@@ -219,21 +345,56 @@ def test_bart_large_arguments_are_checked_before_anything_runs(tmp_path, capsys)
     # without --skip-mesh the CTD and MeSH files must be there; nothing is built before that is known
     err = _args_error(module, ["--data-dir", str(data)], capsys)
     assert "vocab/CTD_diseases_2017.tsv.gz" in err and "--skip-mesh" in err
-    assert "ncbi_disease/NCBIdevelopset_corpus.txt" in _args_error(module, ["--data-dir", str(tmp_path), "--skip-mesh"], capsys)
+    assert "ncbi_disease/NCBIdevelopset_corpus.txt" in _args_error(
+        module, ["--data-dir", str(tmp_path), "--skip-mesh"], capsys
+    )
 
 
 def test_bart_large_table_shows_failed_configurations():
     module = _bart_large()
-    report = {"date": "2026-01-01 00:00 UTC", "model": {"parameters": 406_291_456, "model_vocab": 50265},
-              "machine": {"cpu": "CPU", "usable_cores": 2, "memory_gib": 24.0,
-                          "versions": {k: "1" for k in ("torch", "transformers", "spacy", "spacy_genbioel", "python")}},
-              "setup": {"kb_medic": {"wall_s": 1.0, "cpu_s": 1.0, "peak_rss_mb": 300.0, "concepts": 14942, "names": 71884}},
-              "tries": {"medic": {"names": 71884, "nodes": 216170, "build_s": 0.98, "peak_rss_mb": 377.3,
-                                  "build_rss_growth_mb": 34.9, "arrays_mb": 5.8, "file_mb": 5.8}},
-              "runs": [{"route": "component", "dtype": "int8", "threads": 1, "mentions": 24, "mentions_per_s": 0.9,
-                        "load_s": 14.0, "genbioel_load_s": 4.0, "peak_rss_mb": 3900.0, "wall_s": 60.0},
-                       {"route": "annotate", "dtype": "fp32", "threads": 2, "error": "timed out after 1800 s",
-                        "peak_rss_mb": 3800.0, "wall_s": 1800.0}]}
+    report = {
+        "date": "2026-01-01 00:00 UTC",
+        "model": {"parameters": 406_291_456, "model_vocab": 50265},
+        "machine": {
+            "cpu": "CPU",
+            "usable_cores": 2,
+            "memory_gib": 24.0,
+            "versions": {k: "1" for k in ("torch", "transformers", "spacy", "spacy_genbioel", "python")},
+        },
+        "setup": {"kb_medic": {"wall_s": 1.0, "cpu_s": 1.0, "peak_rss_mb": 300.0, "concepts": 14942, "names": 71884}},
+        "tries": {
+            "medic": {
+                "names": 71884,
+                "nodes": 216170,
+                "build_s": 0.98,
+                "peak_rss_mb": 377.3,
+                "build_rss_growth_mb": 34.9,
+                "arrays_mb": 5.8,
+                "file_mb": 5.8,
+            }
+        },
+        "runs": [
+            {
+                "route": "component",
+                "dtype": "int8",
+                "threads": 1,
+                "mentions": 24,
+                "mentions_per_s": 0.9,
+                "load_s": 14.0,
+                "genbioel_load_s": 4.0,
+                "peak_rss_mb": 3900.0,
+                "wall_s": 60.0,
+            },
+            {
+                "route": "annotate",
+                "dtype": "fp32",
+                "threads": 2,
+                "error": "timed out after 1800 s",
+                "peak_rss_mb": 3800.0,
+                "wall_s": 1800.0,
+            },
+        ],
+    }
     table = module.markdown(report)
     assert "406,291,456 parameters, vocabulary 50,265" in table
     assert "| medic | 71,884 | 216,170 | 0.98 | 377.3 | 34.9 | 5.8 | 5.8 |" in table
@@ -247,29 +408,80 @@ def test_bart_large_micro_run_measures_both_routes(tmp_path):
 
     data = _micro_data(tmp_path / "data")
     out = subprocess.run(
-        [sys.executable, str(BENCH / "bart_large.py"), "--data-dir", str(data), "--work", str(tmp_path / "work"),
-         "--json", str(tmp_path / "report.json"), "--preset", json.dumps(dataclasses.asdict(MICRO)), "--mentions", "4",
-         "--warmup", "1", "--routes", "component", "--dtypes", "int8", "--threads", "1", "--skip-mesh",
-         "--setting", "decoding.batch_size=2"],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            str(BENCH / "bart_large.py"),
+            "--data-dir",
+            str(data),
+            "--work",
+            str(tmp_path / "work"),
+            "--json",
+            str(tmp_path / "report.json"),
+            "--preset",
+            json.dumps(dataclasses.asdict(MICRO)),
+            "--mentions",
+            "4",
+            "--warmup",
+            "1",
+            "--routes",
+            "component",
+            "--dtypes",
+            "int8",
+            "--threads",
+            "1",
+            "--skip-mesh",
+            "--setting",
+            "decoding.batch_size=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["model"]["model_vocab"] == MICRO.vocab_size and report["arguments"]["settings"] == {"decoding.batch_size": 2}
+    assert report["model"]["model_vocab"] == MICRO.vocab_size and report["arguments"]["settings"] == {
+        "decoding.batch_size": 2
+    }
     assert set(report["setup"]) == {"kb_medic", "model", "package"} and report["setup"]["kb_medic"]["concepts"] == 30
     trie = report["tries"]["medic"]
     assert trie["same_as_pipeline_trie"] and trie["file_mb"] >= 0 and trie["peak_rss_mb"] > 0
     (component,) = report["runs"]
     assert (component["route"], component["dtype"], component["threads"]) == ("component", "int8", 1)
     assert component["mentions"] == 4 and component["with_candidates"] == 4 and component["torch_threads"] == 1
-    assert component["mentions_per_s"] > 0 and component["peak_rss_mb"] > 0 and component["load_s"] >= component["genbioel_load_s"] > 0
+    assert (
+        component["mentions_per_s"] > 0
+        and component["peak_rss_mb"] > 0
+        and component["load_s"] >= component["genbioel_load_s"] > 0
+    )
     assert {"encoder", "decoder", "trie"} <= set(component["stages_s"]) and component["decoder_calls"] > 0
     assert "| component | int8 | 1 | 4 |" in out.stdout
     assert "component_int8_1t: " in out.stderr and (tmp_path / "work" / "logs" / "component_int8_1t.log").exists()
     # --reuse keeps what the first run built and runs the linking alone: here through annotate
     again = subprocess.run(
-        [sys.executable, str(BENCH / "bart_large.py"), "--data-dir", str(data), "--work", str(tmp_path / "work"),
-         "--preset", json.dumps(dataclasses.asdict(MICRO)), "--mentions", "4", "--routes", "annotate",
-         "--dtypes", "fp32", "--threads", "1", "--skip-mesh", "--reuse"], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            str(BENCH / "bart_large.py"),
+            "--data-dir",
+            str(data),
+            "--work",
+            str(tmp_path / "work"),
+            "--preset",
+            json.dumps(dataclasses.asdict(MICRO)),
+            "--mentions",
+            "4",
+            "--routes",
+            "annotate",
+            "--dtypes",
+            "fp32",
+            "--threads",
+            "1",
+            "--skip-mesh",
+            "--reuse",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads(again.stdout[: again.stdout.index("\n}\n") + 2])
     assert all(step["reused"] for step in summary["setup"].values())
@@ -282,8 +494,22 @@ def test_bart_large_micro_run_measures_both_routes(tmp_path):
 def test_bart_large_stops_with_a_report_when_a_set_up_step_fails(tmp_path):
     data = _micro_data(tmp_path / "data")
     (data / "vocab" / "medic_06Jul2012.txt").write_text("D0001 no separator here\n", encoding="utf8")
-    out = subprocess.run([sys.executable, str(BENCH / "bart_large.py"), "--data-dir", str(data), "--work", str(tmp_path / "work"),
-                          "--skip-mesh", "--json", str(tmp_path / "report.json")], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bart_large.py"),
+            "--data-dir",
+            str(data),
+            "--work",
+            str(tmp_path / "work"),
+            "--skip-mesh",
+            "--json",
+            str(tmp_path / "report.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 1
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["error"].startswith("kb_medic failed: exit status 1") and "'||'" in report["error"]
@@ -341,8 +567,17 @@ def test_name_cache_bench_encodes_only_the_names_the_derived_kb_adds(tmp_path):
     derived = KnowledgeBase([*base, Concept("D3", ["lung disease"])])
     base.to_jsonl(tmp_path / "base.jsonl")
     derived.to_jsonl(tmp_path / "derived.jsonl")
-    result = module.main(["--base", str(tmp_path / "base.jsonl"), "--derived", str(tmp_path / "derived.jsonl"), "--full",
-                          "--out", str(tmp_path / "out.json")])  # MiniLM as installed, offline
+    result = module.main(
+        [
+            "--base",
+            str(tmp_path / "base.jsonl"),
+            "--derived",
+            str(tmp_path / "derived.jsonl"),
+            "--full",
+            "--out",
+            str(tmp_path / "out.json"),
+        ]
+    )  # MiniLM as installed, offline
     rows = result["rows"]["dense"]
     assert (rows["base"]["rows_encoded"], rows["derived"]["rows_reused"], rows["derived"]["rows_encoded"]) == (3, 3, 1)
     assert rows["derived_full"]["rows_encoded"] == 4 and result["shared_names"] == 3

@@ -83,6 +83,7 @@ the inference prompt, the DPO loss), :mod:`.trainer` (the rounds and the
 section) are read with every other stage's by
 :mod:`spacy_genbioel.training.settings`.
 """
+
 from __future__ import annotations
 
 from spacy_genbioel.training.angel.dpo import dpo_loss, encode_pairs, pair_logprobs, sequence_logprobs
@@ -100,7 +101,21 @@ from spacy_genbioel.training.angel.trainer import PAIRS_DIR, AngelResult, AngelT
 from spacy_genbioel.training.settings import AngelConfig
 
 __all__ = [
-    "PAIRS_DIR", "AngelConfig", "AngelResult", "AngelTrainer", "MiningStats", "PreferencePair", "angel", "dpo_loss",
-    "encode_pairs", "gold_fallback_pairs", "kb_negative_pairs", "mine_pairs", "pair_logprobs", "preference_pairs",
-    "read_pairs_jsonl", "sequence_logprobs", "write_pairs_jsonl",
+    "PAIRS_DIR",
+    "AngelConfig",
+    "AngelResult",
+    "AngelTrainer",
+    "MiningStats",
+    "PreferencePair",
+    "angel",
+    "dpo_loss",
+    "encode_pairs",
+    "gold_fallback_pairs",
+    "kb_negative_pairs",
+    "mine_pairs",
+    "pair_logprobs",
+    "preference_pairs",
+    "read_pairs_jsonl",
+    "sequence_logprobs",
+    "write_pairs_jsonl",
 ]

@@ -7,6 +7,7 @@ linker's prompt tokens, so ``log p / length`` of a candidate equals its beam
 score; :func:`pair_logprobs` reads each mention's source once for both.
 No label smoothing: it would change the probabilities DPO compares.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, Mapping, Sequence, Tuple
@@ -22,14 +23,23 @@ if TYPE_CHECKING:
     from spacy_genbioel.training.angel.mining import PreferencePair
 
 
-def encode_pairs(pairs: Sequence[PreferencePair], tokenizer, prompts, inputs, pad_token_id: int,
-                 max_source_tokens: int = 256, sources=None) -> Dict[str, torch.Tensor]:
+def encode_pairs(
+    pairs: Sequence[PreferencePair],
+    tokenizer,
+    prompts,
+    inputs,
+    pad_token_id: int,
+    max_source_tokens: int = 256,
+    sources=None,
+) -> Dict[str, torch.Tensor]:
     """The chosen names (first half of the rows) and the rejected ones (second
     half) after each mention's inference prompt, by
     :func:`~spacy_genbioel.training.seq2seq.encode_examples` (``sources``: its
     :class:`~spacy_genbioel.linking.inputs.SourceEncoder`, with the corpus's
     documents registered in document mode)."""
-    examples = [TrainingExample(p.mention, p.chosen) for p in pairs] + [TrainingExample(p.mention, p.rejected) for p in pairs]
+    examples = [TrainingExample(p.mention, p.chosen) for p in pairs] + [
+        TrainingExample(p.mention, p.rejected) for p in pairs
+    ]
     return encode_examples(examples, tokenizer, prompts, inputs, pad_token_id, max_source_tokens, sources)
 
 
@@ -42,8 +52,11 @@ def sequence_logprobs(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """``log p(name + EOS | source, prompt)`` per row of an
     :func:`~spacy_genbioel.training.seq2seq.encode_examples` batch: the sum of
     the log-probabilities of the labelled tokens, without label smoothing."""
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                decoder_input_ids=batch["decoder_input_ids"])
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        decoder_input_ids=batch["decoder_input_ids"],
+    )
     return _label_logprobs(out.logits, batch["labels"])
 
 
@@ -53,8 +66,11 @@ def pair_logprobs(model, batch: Mapping[str, torch.Tensor]) -> Tuple[torch.Tenso
     n = batch["decoder_input_ids"].shape[0] // 2
     mask = batch["attention_mask"][:n]
     encoded = model.get_encoder()(input_ids=batch["input_ids"][:n], attention_mask=mask, return_dict=True)
-    out = model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded.last_hidden_state.repeat(2, 1, 1)),
-                attention_mask=mask.repeat(2, 1), decoder_input_ids=batch["decoder_input_ids"])
+    out = model(
+        encoder_outputs=BaseModelOutput(last_hidden_state=encoded.last_hidden_state.repeat(2, 1, 1)),
+        attention_mask=mask.repeat(2, 1),
+        decoder_input_ids=batch["decoder_input_ids"],
+    )
     logps = _label_logprobs(out.logits, batch["labels"])
     return logps[:n], logps[n:]
 

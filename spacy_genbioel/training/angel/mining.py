@@ -5,6 +5,7 @@ gold concept's best synonym when the gold is missing
 (:func:`gold_fallback_pairs`), or for KB-guided pre-training examples from
 the most similar name of another concept (:func:`kb_negative_pairs`); and
 their JSONL files (``pairs/round_NNN.jsonl``)."""
+
 from __future__ import annotations
 
 import json
@@ -40,16 +41,29 @@ class PreferencePair:
 
     def to_dict(self) -> Dict[str, Any]:
         data = mention_to_dict(self.mention)
-        data.update(chosen=self.chosen, rejected=self.rejected, chosen_rank=self.chosen_rank,
-                    rejected_rank=self.rejected_rank, chosen_ids=list(self.chosen_ids),
-                    rejected_ids=list(self.rejected_ids), kind=self.kind)
+        data.update(
+            chosen=self.chosen,
+            rejected=self.rejected,
+            chosen_rank=self.chosen_rank,
+            rejected_rank=self.rejected_rank,
+            chosen_ids=list(self.chosen_ids),
+            rejected_ids=list(self.rejected_ids),
+            kind=self.kind,
+        )
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "") -> "PreferencePair":
-        return cls(mention_from_dict(dict(data), where), data["chosen"], data["rejected"], data.get("chosen_rank"),
-                   data.get("rejected_rank"), tuple(data.get("chosen_ids", ())), tuple(data.get("rejected_ids", ())),
-                   data.get("kind", "mined"))
+        return cls(
+            mention_from_dict(dict(data), where),
+            data["chosen"],
+            data["rejected"],
+            data.get("chosen_rank"),
+            data.get("rejected_rank"),
+            tuple(data.get("chosen_ids", ())),
+            tuple(data.get("rejected_ids", ())),
+            data.get("kind", "mined"),
+        )
 
 
 def write_pairs_jsonl(pairs: Iterable[PreferencePair], path: PathLike) -> int:
@@ -66,7 +80,9 @@ def write_pairs_jsonl(pairs: Iterable[PreferencePair], path: PathLike) -> int:
 def read_pairs_jsonl(path: PathLike) -> List[PreferencePair]:
     path = Path(path)
     with path.open(encoding="utf8") as lines:
-        return [PreferencePair.from_dict(json.loads(line), f"{path}:{n}") for n, line in enumerate(lines, 1) if line.strip()]
+        return [
+            PreferencePair.from_dict(json.loads(line), f"{path}:{n}") for n, line in enumerate(lines, 1) if line.strip()
+        ]
 
 
 def preference_pairs(gold: Iterable[str], candidates: Sequence[Candidate]) -> List[Tuple[int, int]]:
@@ -152,8 +168,17 @@ def mine_pairs(
             continue
         stats.gold_in_top_k += 1
         for k, j in preference_pairs(gold, candidates):
-            pairs.append(PreferencePair(mention, candidates[k].name, candidates[j].name, k + 1, j + 1,
-                                        tuple(candidates[k].ids), tuple(candidates[j].ids)))
+            pairs.append(
+                PreferencePair(
+                    mention,
+                    candidates[k].name,
+                    candidates[j].name,
+                    k + 1,
+                    j + 1,
+                    tuple(candidates[k].ids),
+                    tuple(candidates[j].ids),
+                )
+            )
     stats.gold_missing = len(missing)
     stats.mined_pairs = len(pairs)
     if gold_fallback and missing:
@@ -180,18 +205,23 @@ def gold_fallback_pairs(
         target = best.get(id(mention))
         if target is None:
             continue
-        pairs.append(PreferencePair(mention, target, candidates[0].name, None, 1, kb.ids_for_name(target, normalize=False),
-                                    tuple(candidates[0].ids), kind="gold_fallback"))
+        pairs.append(
+            PreferencePair(
+                mention,
+                target,
+                candidates[0].name,
+                None,
+                1,
+                kb.ids_for_name(target, normalize=False),
+                tuple(candidates[0].ids),
+                kind="gold_fallback",
+            )
+        )
     return pairs
 
 
 def kb_negative_pairs(
-    kb: KnowledgeBase,
-    examples: Sequence[TrainingExample],
-    *,
-    tfidf=None,
-    pool: int = 1,
-    seed: int = 0,
+    kb: KnowledgeBase, examples: Sequence[TrainingExample], *, tfidf=None, pool: int = 1, seed: int = 0
 ) -> List[PreferencePair]:
     """Pairs for KB-guided pre-training examples (ANGEL's pre-training variant).
 
@@ -217,6 +247,16 @@ def kb_negative_pairs(
         if not wrong:
             continue
         negative = wrong[rng.randrange(len(wrong))]
-        pairs.append(PreferencePair(example.mention, example.target, negative.name, None, None,
-                                    kb.ids_for_name(example.target, normalize=False), tuple(negative.ids), kind="kb"))
+        pairs.append(
+            PreferencePair(
+                example.mention,
+                example.target,
+                negative.name,
+                None,
+                None,
+                kb.ids_for_name(example.target, normalize=False),
+                tuple(negative.ids),
+                kind="kb",
+            )
+        )
     return pairs

@@ -8,6 +8,7 @@ best-model bookkeeping, the log and the export, and
 stage leaves the same files as the others (``model``, ``best``,
 ``train_log.jsonl``, ``curve.png``) plus ``pairs/round_NNN.jsonl``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,7 +33,15 @@ from spacy_genbioel.training.angel.mining import PreferencePair, kb_negative_pai
 from spacy_genbioel.training.engine import TrainingEngine, TrainResult
 from spacy_genbioel.training.evaluator import stage_evaluator
 from spacy_genbioel.training.examples import read_mentions_jsonl
-from spacy_genbioel.training.loop import autocast, budget_clock, build_optimizer, log_due, lr_factor, set_seed, train_step
+from spacy_genbioel.training.loop import (
+    autocast,
+    budget_clock,
+    build_optimizer,
+    log_due,
+    lr_factor,
+    set_seed,
+    train_step,
+)
 from spacy_genbioel.training.settings import AngelConfig, load_stage_config
 from spacy_genbioel.training.sources import ExampleSource, SampledSource
 from spacy_genbioel.training.stages import kb_guided_examples, load_for_training
@@ -96,9 +105,16 @@ class AngelTrainer:
         self.inputs = self.engine.inputs
         self.kb_examples = kb_examples
         self.linker = GenerativeLinker(
-            model, tokenizer, kb, inputs=self.inputs,
-            decoding=DecodingSettings(num_beams=max(self.angel.num_beams, self.angel.top_k), top_k=self.angel.top_k,
-                                      batch_size=self.angel.mine_batch_size, max_source_tokens=config.max_source_tokens),
+            model,
+            tokenizer,
+            kb,
+            inputs=self.inputs,
+            decoding=DecodingSettings(
+                num_beams=max(self.angel.num_beams, self.angel.top_k),
+                top_k=self.angel.top_k,
+                batch_size=self.angel.mine_batch_size,
+                max_source_tokens=config.max_source_tokens,
+            ),
         )
         # the pairs are scored after the prompt the mining search used, token for token
         self.prompts = self.linker.prompt_tokens
@@ -114,11 +130,20 @@ class AngelTrainer:
         return autocast(self.engine.device, self.engine.autocast_dtype)
 
     def _encode(self, pairs: Sequence[PreferencePair]) -> Dict[str, torch.Tensor]:
-        batch = encode_pairs(pairs, self.tokenizer, self.prompts, self.inputs, self.engine.pad_id, self.config.max_source_tokens,
-                             self.engine.loss.sources)
+        batch = encode_pairs(
+            pairs,
+            self.tokenizer,
+            self.prompts,
+            self.inputs,
+            self.engine.pad_id,
+            self.config.max_source_tokens,
+            self.engine.loss.sources,
+        )
         return {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
 
-    def score_pairs(self, pairs: Sequence[PreferencePair], batch_size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def score_pairs(
+        self, pairs: Sequence[PreferencePair], batch_size: Optional[int] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """(chosen, rejected) sequence log-probabilities of the current model,
         without dropout or gradients, on the CPU."""
         batch_size = batch_size or 2 * self.config.batch_size
@@ -157,23 +182,41 @@ class AngelTrainer:
         if ang.gold_fallback and self._vectorizer is None:
             self._vectorizer = fit_name_vectorizer(self.kb)
         self.model.eval()
-        pairs, stats = mine_pairs(self.linker, mentions, ang.top_k, gold_fallback=ang.gold_fallback, kb=self.kb,
-                                  vectorizer=self._vectorizer, chunk_size=4 * ang.mine_batch_size,
-                                  progress=self.config.progress)
+        pairs, stats = mine_pairs(
+            self.linker,
+            mentions,
+            ang.top_k,
+            gold_fallback=ang.gold_fallback,
+            kb=self.kb,
+            vectorizer=self._vectorizer,
+            chunk_size=4 * ang.mine_batch_size,
+            progress=self.config.progress,
+        )
         info = stats.to_dict()
         if ang.kb_negatives:
             if self._tfidf is None:
                 self._tfidf = TfidfLinker(self.kb)
             examples = SampledSource(self.kb_examples, ang.kb_negatives, self.config.seed).epoch(round_no)
-            kb_pairs = kb_negative_pairs(self.kb, list(examples), tfidf=self._tfidf, pool=ang.kb_negative_pool,
-                                         seed=1000 * self.config.seed + round_no)
+            kb_pairs = kb_negative_pairs(
+                self.kb,
+                list(examples),
+                tfidf=self._tfidf,
+                pool=ang.kb_negative_pool,
+                seed=1000 * self.config.seed + round_no,
+            )
             info["kb_pairs"] = len(kb_pairs)
             pairs = pairs + kb_pairs
         return pairs, info
 
     # -- training one round ------------------------------------------------------------------------
-    def train_round(self, pairs: Sequence[PreferencePair], round_no: int = 1, first_step: int = 0,
-                    out_of_time: Callable[[], bool] = lambda: False, budget_left: Optional[float] = None) -> Dict[str, Any]:
+    def train_round(
+        self,
+        pairs: Sequence[PreferencePair],
+        round_no: int = 1,
+        first_step: int = 0,
+        out_of_time: Callable[[], bool] = lambda: False,
+        budget_left: Optional[float] = None,
+    ) -> Dict[str, Any]:
         """DPO on ``pairs`` against the current model as the reference; returns
         the round's training statistics (``steps``, mean ``train_loss``,
         preference accuracy and margin before and after, ...). ``budget_left``:
@@ -213,12 +256,24 @@ class AngelTrainer:
         accuracies: List[float] = []
         window: List[float] = []
         spent = time.monotonic() - began  # scoring the pairs counts in the round's time
-        bounds = [(left - spent, total, total - left + spent, name) for left, total, name in (
-            (ang.seconds_per_round, ang.seconds_per_round, "round budget"), (budget_left, cfg.max_seconds, "budget"))
-            if left is not None and total is not None]
+        bounds = [
+            (left - spent, total, total - left + spent, name)
+            for left, total, name in (
+                (ang.seconds_per_round, ang.seconds_per_round, "round budget"),
+                (budget_left, cfg.max_seconds, "budget"),
+            )
+            if left is not None and total is not None
+        ]
         _, max_seconds, before, name = min(bounds) if bounds else (None, None, 0.0, "budget")
-        bar = StepProgress.start(f"angel round {round_no}", planned, max_seconds=max_seconds, budget_before=before,
-                                 budget_name=name, enabled=cfg.progress and bool(planned), leave=False)
+        bar = StepProgress.start(
+            f"angel round {round_no}",
+            planned,
+            max_seconds=max_seconds,
+            budget_before=before,
+            budget_name=name,
+            enabled=cfg.progress and bool(planned),
+            leave=False,
+        )
         ended = False
         self.model.train(not ang.disable_dropout)
         stopped_by = "steps"
@@ -226,16 +281,29 @@ class AngelTrainer:
         try:
             while step < planned:
                 correct = 0.0
-                loss, lr = train_step(self.model, optimizer, scheduler, micro_batch_loss,
-                                      grad_accumulation=cfg.grad_accumulation, max_grad_norm=cfg.max_grad_norm)
+                loss, lr = train_step(
+                    self.model,
+                    optimizer,
+                    scheduler,
+                    micro_batch_loss,
+                    grad_accumulation=cfg.grad_accumulation,
+                    max_grad_norm=cfg.max_grad_norm,
+                )
                 step += 1
                 losses.append(loss)
                 accuracies.append(correct / cfg.grad_accumulation)
                 window.append(losses[-1])
                 bar.update(1, loss=f"{losses[-1]:.4f}", lr=f"{lr:.2e}")
                 if log_due(step, cfg.log_every):
-                    self.engine.log({"round": round_no, "step": first_step + step, "loss": sum(window) / len(window),
-                                     "reward_accuracy": accuracies[-1], "lr": lr})
+                    self.engine.log(
+                        {
+                            "round": round_no,
+                            "step": first_step + step,
+                            "loss": sum(window) / len(window),
+                            "reward_accuracy": accuracies[-1],
+                            "lr": lr,
+                        }
+                    )
                     window = []
                 if out_of_time():
                     stopped_by = "max_seconds"
@@ -290,8 +358,15 @@ class AngelTrainer:
 
         if self.out_dir is not None:  # a run starts afresh: no older run's best model, export, pairs or log
             engine.clear_outputs(PAIRS_DIR)
-        engine.log({"event": "start", "config": asdict(cfg), "angel": asdict(ang), "device": str(engine.device),
-                     "mentions": len(pool)})
+        engine.log(
+            {
+                "event": "start",
+                "config": asdict(cfg),
+                "angel": asdict(ang),
+                "device": str(engine.device),
+                "mentions": len(pool),
+            }
+        )
         order = random.Random(f"{cfg.seed}/angel").sample(range(len(pool)), len(pool))
         per_round = ang.mentions_per_round or len(pool)
         bookkeeping = TrainResult(step=0)
@@ -317,12 +392,22 @@ class AngelTrainer:
             if ang.save_pairs and self.out_dir is not None:
                 write_pairs_jsonl(pairs, self.out_dir / PAIRS_DIR / f"round_{round_no:03d}.jsonl")
             record: Dict[str, Any] = {"event": "round", "round": round_no, "mining": info, "pairs": len(pairs)}
-            logger.info("round %d: %d pairs from %d mentions (train recall@1 %s)", round_no, len(pairs),
-                        info["mentions"], info["recall@1"])
+            logger.info(
+                "round %d: %d pairs from %d mentions (train recall@1 %s)",
+                round_no,
+                len(pairs),
+                info["mentions"],
+                info["recall@1"],
+            )
             trained = {"steps": 0, "stopped_by": "no_pairs"}
             if pairs:
-                trained = self.train_round(pairs, round_no, step, out_of_time,
-                                           None if cfg.max_seconds is None else cfg.max_seconds - (clock() - began))
+                trained = self.train_round(
+                    pairs,
+                    round_no,
+                    step,
+                    out_of_time,
+                    None if cfg.max_seconds is None else cfg.max_seconds - (clock() - began),
+                )
             step += trained["steps"]
             record.update(trained)
             improved = False
@@ -376,8 +461,15 @@ def angel(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer, dev = load_for_training(model_dir, device)
-    engine = TrainingEngine(model, tokenizer, stage.training, inputs=stage.inputs, out_dir=out,
-                            evaluate=stage_evaluator(stage, kb, dev_jsonl), device=dev)
+    engine = TrainingEngine(
+        model,
+        tokenizer,
+        stage.training,
+        inputs=stage.inputs,
+        out_dir=out,
+        evaluate=stage_evaluator(stage, kb, dev_jsonl),
+        device=dev,
+    )
     trainer = AngelTrainer(engine, kb, settings, kb_examples=kb_examples)
     (out / "config.cfg").write_text(stage.text, encoding="utf8")
     result = trainer.run(mentions)
