@@ -78,8 +78,8 @@ def difference_kind(ours: str, theirs: str, raw_mention: str, ids: Tuple[str, ..
 def compare(data: Path, examples: int = 3) -> Dict[str, object]:
     from spacy_genbioel.corpus.pubtator import read_pubtator
     from spacy_genbioel.kb.base import KnowledgeBase
-    from spacy_genbioel.linking.export_sources import source_lines
     from spacy_genbioel.linking.inputs import InputBuilder
+    from spacy_genbioel.training.export_sources import source_lines
 
     reference = data / REFERENCE
     theirs = [json.loads(line)[0] for line in (reference / "dev.source").read_text(encoding="utf8").splitlines()]
@@ -108,7 +108,8 @@ def compare(data: Path, examples: int = 3) -> Dict[str, object]:
             continue
         ann = annotations[(line.doc_id, line.start, line.end)]
         kinds[difference_kind(ours[i], theirs[j], ann.text, tuple(ann.ids))].append(
-            f"PMID {line.doc_id} {ann.text!r}: ours {split_source(ours[i])[1]!r}, GenBioEL {split_source(theirs[j])[1]!r}"
+            f"PMID {line.doc_id} {ann.text!r}: ours {split_source(ours[i])[1]!r}, "
+            f"GenBioEL {split_source(theirs[j])[1]!r}"
         )
     return {
         "reference_lines": len(theirs),
@@ -148,7 +149,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"    {example}")
     print(f"unaligned: ours {result['unaligned_ours']}, GenBioEL's {result['unaligned_reference']}")
     print(
-        f"identical prompts (dev.target[0]): {result['identical_prompt']} / {n}; labels: {result['identical_label']} / {n}; "
+        f"identical prompts (dev.target[0]): {result['identical_prompt']} / {n}; "
+        f"labels: {result['identical_label']} / {n}; "
         f"target names (dev.target[1]): {result['identical_target_name']} / {n}, of the others "
         f"{result['target_name_is_the_mention']} are the mention itself, a name target_kb.json gives its gold concept "
         "(GenBioEL chose dev targets among its dev KB's names, with scispacy's UMLS TF-IDF)"

@@ -1,5 +1,5 @@
 """``export-sources``: a corpus written as GenBioEL's own ``.source`` / ``.target`` /
-``label.txt`` files in a released input style (:mod:`spacy_genbioel.linking.export_sources`)."""
+``label.txt`` files in a released input style (:mod:`spacy_genbioel.training.export_sources`)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def export_sources_cmd(
     """Write a corpus as GenBioEL's files, with the inputs its published models were trained on."""
     setup_logging(verbose)
     from spacy_genbioel.corpus.load import UnknownFormatError
-    from spacy_genbioel.linking.export_sources import export_sources
+    from spacy_genbioel.training.export_sources import export_sources
 
     try:
         result = export_sources(corpus, out, split, kb=kb, fmt=fmt, style=style, abbreviations=abbreviations)
