@@ -115,8 +115,13 @@ def test_tfidf_top_k_larger_than_kb(kb):
 
 
 def test_tfidf_custom_ngrams(kb):
-    linker = TfidfLinker(kb, ngram_range=(1, 2), analyzer="word")
-    assert linker.link([m("breast cancer")], top_k=2)[0][0].name == "breast cancer"
+    # a misspelt word shares character 3-grams with "breast ..." but no word: the settings must reach the vectorizer
+    chars, words = TfidfLinker(kb), TfidfLinker(kb, ngram_range=(1, 2), analyzer="word")
+    assert chars.link([m("brest")], top_k=2)[0][0].name.startswith("breast")
+    assert words.link([m("brest")], top_k=2) == [[]]
+    # word bigrams: the name with both words in that order outranks the one sharing a word
+    ranked = [c.name for c in words.link([m("ovarian cancer risk")], top_k=2)[0]]
+    assert ranked == ["ovarian cancer", "breast cancer"]
 
 
 def test_tfidf_similarity_helper(kb):
