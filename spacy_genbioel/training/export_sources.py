@@ -27,19 +27,22 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from spacy_genbioel.linking.inputs import INPUT_STYLES, InputBuilder
-from spacy_genbioel.linking.released_style import (
+from spacy_genbioel.linking.inputs.builder import INPUT_STYLES, InputBuilder
+from spacy_genbioel.linking.inputs.released_style import (
+    RELEASED_MAX_WORDS,
     RELEASED_STYLES,
     expand_short_forms,
     split_bc5cdr_composite,
     split_composite,
 )
-from spacy_genbioel.linking.short_forms import find_short_forms, read_ab3p_output
+from spacy_genbioel.linking.inputs.short_forms import find_short_forms, read_ab3p_output
 from spacy_genbioel.ty import Mention
 from spacy_genbioel.util import PathLike
 
@@ -51,11 +54,16 @@ __all__ = [
     "source_lines",
     "write_genbioel_files",
     "export_sources",
+    "check_split_name",
+    "DocumentSides",
     "ABBREVIATION_SOURCES",
 ]
 
 #: where abbreviations come from, besides an Ab3P output file
 ABBREVIATION_SOURCES = ("schwartz-hearst", "none")
+
+#: a split name: a plain file-name stem (it names ``SPLIT.source`` ... inside the output folder)
+SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,65 @@ class NameChooser:
         return names[int(sims.argmax())]
 
 
+def check_split_name(split: str) -> str:
+    """``split`` when it is a plain file-name stem (letters, digits, ``_``, ``.``, ``-``, not
+    starting with ``.`` or ``-``): a path (``../x``, ``/tmp/x``) would write outside the output folder."""
+    if not isinstance(split, str) or SPLIT_NAME.fullmatch(split) is None:
+        raise ValueError(
+            f"split must be a plain file-name stem (letters, digits, '_', '.', '-'; not starting with '.' or '-'), "
+            f"not {split!r}: it names SPLIT.source, SPLIT.target and SPLITlabel.txt inside the output folder"
+        )
+    return split
+
+
+class DocumentSides:
+    """The two sides of a mention in one (lower-cased) document, cut to what a released style's
+    :func:`~spacy_genbioel.linking.released_style.cut_context` can keep of them, so that a mention
+    costs its kept words, not the whole document (slicing the document once per mention was
+    quadratic: half an hour for 800k words and 8k mentions).
+
+    A side is kept whole when it has fewer than ``keep`` space-separated words; else only its
+    words from a word start on, with at least ``keep`` words (``cut_context`` keeps at most
+    ``max_words - 1`` of a side and only asks whether one has more than ``max_words // 2``). The cut
+    side starts and ends on a character that is not a space, so ``str.strip(" ")`` and
+    ``str.split(" ")`` give the same last (first) words as on the whole side."""
+
+    def __init__(self, text: str, max_words: int = RELEASED_MAX_WORDS) -> None:
+        self.text = text
+        #: spaces a cut side holds at least (so at least ``max_words + 2`` words)
+        self.spaces = max_words + 1
+        self.starts: List[int] = []
+        self.ends: List[int] = []
+        #: spaces in the text before each run of non-spaces
+        self.spaces_before: List[int] = []
+        seen = 0
+        for match in re.finditer(r"[^ ]+", text):
+            start, end = match.span()
+            self.starts.append(start)
+            self.ends.append(end)
+            self.spaces_before.append(start - seen)
+            seen += end - start
+
+    def left(self, start: int) -> str:
+        """``text[:start]``, stripped of spaces and cut to its last words."""
+        last = bisect_right(self.starts, start - 1) - 1  # the last run that starts before the mention
+        if last < 0:
+            return ""
+        end = min(self.ends[last], start)
+        need = self.spaces_before[last] - self.spaces
+        first = max(bisect_right(self.spaces_before, need, 0, last + 1) - 1, 0)
+        return self.text[self.starts[first] : end]
+
+    def right(self, end: int) -> str:
+        """``text[end:]``, stripped of spaces and cut to its first words."""
+        first = bisect_right(self.ends, end)  # the first run that ends after the mention
+        if first == len(self.ends):
+            return ""
+        need = self.spaces_before[first] + self.spaces
+        last = min(bisect_left(self.spaces_before, need, first), len(self.ends) - 1)
+        return self.text[max(self.starts[first], end) : self.ends[last]]
+
+
 def source_lines(
     documents: Iterable,
     inputs: InputBuilder,
@@ -111,8 +178,9 @@ def source_lines(
     lines: List[SourceLine] = []
     for doc in documents:
         text = doc.text
-        lowered = text.lower()  # GenBioEL cut the lower-cased document at the corpus offsets
-        n_words = len(text.split(" "))
+        # GenBioEL cut the lower-cased document at the corpus offsets
+        sides = DocumentSides(text.lower())
+        n_words = text.count(" ") + 1  # len(text.split(" "))
         if long_forms is not None:
             forms: Mapping[str, str] = long_forms.get(doc.pmid, {})
         else:
@@ -129,8 +197,8 @@ def source_lines(
                 mention = Mention(
                     text=mention_text,
                     ids=ids,
-                    left=lowered[:start],
-                    right=lowered[end:],
+                    left=sides.left(start),
+                    right=sides.right(end),
                     doc_id=doc.pmid,
                     start=start,
                     end=end,
@@ -182,7 +250,8 @@ def _pieces(
 
 def write_genbioel_files(lines: Sequence[SourceLine], out_dir: PathLike, split: str) -> Dict[str, Path]:
     """``SPLIT.source``, ``SPLIT.target`` and ``SPLITlabel.txt`` in ``out_dir``, as GenBioEL
-    wrote them (``json.dumps`` of a list per line)."""
+    wrote them (``json.dumps`` of a list per line). ``split``: a plain file-name stem."""
+    check_split_name(split)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"source": out / f"{split}.source", "target": out / f"{split}.target", "label": out / f"{split}label.txt"}
@@ -212,6 +281,7 @@ def export_sources(
     from spacy_genbioel.corpus.load import read_documents
     from spacy_genbioel.kb.base import KnowledgeBase
 
+    check_split_name(split)
     if style not in RELEASED_STYLES:
         raise ValueError(
             f"style must be a released style ({', '.join(RELEASED_STYLES)}); "

@@ -146,3 +146,103 @@ def test_ncbi_dev_lines_match_genbioel(capsys):
     assert result["reference_lines"] == result["aligned"] == 787 and result["share_identical"] >= 0.98, printed
     assert set(result["differences"]) <= {"composite mention split differently"}, printed
     assert result["identical_label"] == 787
+
+
+# --- split names and long documents (reliability audit) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("split", ["../x", "/tmp/abs", "a/b", "..", ".hidden", "", "-x", "dev\x00", "a\\b"])
+def test_export_refuses_a_split_that_is_not_a_file_name_stem(tmp_path, split):
+    corpus = pubtator(tmp_path / "c.txt")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["export-sources", str(corpus), "--out", str(out), "--split", split])
+    assert result.exit_code != 0
+    assert repr(split) in result.output or split.strip("\x00") in result.output
+    assert "plain file-name stem" in result.output
+    assert not (tmp_path / "x.source").exists() and not Path("/tmp/abs.source").exists()
+    assert "Traceback" not in result.output
+
+
+def test_write_genbioel_files_refuses_a_path_as_split(tmp_path):
+    from spacy_genbioel.training.export_sources import write_genbioel_files
+
+    with pytest.raises(ValueError, match=r"'\.\./x'"):
+        write_genbioel_files([], tmp_path / "out", "../x")
+    assert not (tmp_path / "x.source").exists()
+
+
+@pytest.mark.parametrize("split", ["dev", "train_1", "test.v2", "Fold-3"])
+def test_export_takes_plain_split_names(tmp_path, split):
+    corpus = pubtator(tmp_path / "c.txt")
+    result = runner.invoke(app, ["export-sources", str(corpus), "--out", str(tmp_path), "--split", split])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / f"{split}.source").is_file()
+
+
+def _sides_agree(text: str, start: int, end: int) -> None:
+    from spacy_genbioel.linking.inputs.released_style import cut_context
+    from spacy_genbioel.training.export_sources import DocumentSides
+
+    sides = DocumentSides(text)
+    n_words = len(text.split(" "))
+    for n in (n_words, max(n_words, 385), n_words + 10_000):  # a document has at least the words of its sides
+        assert cut_context(sides.left(start), sides.right(end), n) == cut_context(text[:start], text[end:], n)
+
+
+def test_document_sides_cut_as_the_whole_sides_do():
+    words = [("w%d" % i) + " " * (1 + (i % 7 == 0) * 3) for i in range(1500)]
+    text = "  " + "".join(words) + "   "
+    for start in [0, 1, 2, 5, 100, 1000, len(text) // 2, len(text) - 4, len(text) - 1, len(text)]:
+        for end in (start, min(start + 3, len(text)), len(text)):
+            _sides_agree(text, start, end)
+
+
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.lists(st.sampled_from(["a", "bb", " ", "  ", "c d", "É", "&amp;"]), min_size=300, max_size=1200),
+        st.integers(0, 10_000),
+        st.integers(0, 40),
+    )
+    def test_document_sides_fuzz(pieces, at, length):
+        text = "".join(pieces)
+        start = min(at, len(text))
+        _sides_agree(text, start, min(start + length, len(text)))
+
+
+def test_source_lines_are_linear_in_document_length_times_mentions(monkeypatch):
+    """A 300k-word document with 3000 mentions: slicing the document per mention (the old way) handed
+    InputBuilder about 3000 x 1.8 MB of context; now each mention gets at most a few hundred words a side."""
+    from spacy_genbioel.corpus.pubtator import PubTatorAnnotation, PubTatorDocument
+    from spacy_genbioel.linking.inputs.builder import InputBuilder
+    from spacy_genbioel.training.export_sources import source_lines
+
+    n_words, n_mentions = 300_000, 3000
+    text = " ".join(f"word{i % 997}" for i in range(n_words))
+    step = len(text) // n_mentions
+    annotations = []
+    for k in range(n_mentions):
+        start = text.index(" ", k * step) + 1
+        end = text.index(" ", start)
+        annotations.append(PubTatorAnnotation(start, end, text[start:end], "Disease", ("D1",)))
+    doc = PubTatorDocument("1", text, "", annotations)
+    handed = []
+    builder = InputBuilder(style="genbioel-released-bc5cdr.v1")
+    original = InputBuilder.source
+
+    def source(self, mention, n_words=None):
+        handed.append(len(mention.left) + len(mention.right))
+        return original(self, mention, n_words)
+
+    monkeypatch.setattr(InputBuilder, "source", source)
+    lines = source_lines([doc], builder, find_abbreviations=False)
+    assert len(lines) == n_mentions
+    assert max(handed) < 2 * 400 * len("word996 ")
+    assert all(len(line.source.split(" ")) <= 384 + 3 for line in lines)
