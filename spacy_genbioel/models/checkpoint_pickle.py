@@ -10,8 +10,11 @@ Only then does :func:`load_checkpoint_file` call ``torch.load(...,
 weights_only=True)`` (PyTorch's restricted unpickler, a second gate; memory
 mapped for the zip format) and check that what came back is tensors in plain
 containers. Both ``torch.save`` formats are read: the zip archive (its
-``*/data.pkl`` member) and the legacy ``_use_new_zipfile_serialization=False``
-sequence of pickles followed by raw storage bytes.
+``<prefix>/data.pkl`` member, scanned as PyTorch's own zip reader returns it, once
+:mod:`.checkpoint_archive` has accepted the archive's layout) and the legacy
+``_use_new_zipfile_serialization=False`` sequence of pickles followed by raw storage
+bytes. A storage the pickle asks for must fit in the bytes the file holds for it
+(PyTorch allocates it before reading them).
 """
 
 from __future__ import annotations
@@ -20,11 +23,10 @@ import _compat_pickle
 import io
 import logging
 import pickletools
-import zipfile
 from pathlib import Path
 from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
 
-from spacy_genbioel.models.hf import ModelFormatError
+from spacy_genbioel.models.checkpoint_archive import ArchiveLayout, CheckpointError, check_archive, read_record
 from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
@@ -86,15 +88,12 @@ ALLOWED_GLOBALS = frozenset(
 _STRING_OPS = {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"}
 _PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
 _GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
+_VALUE_OPS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "NONE", "NEWTRUE", "NEWFALSE"}
 _NEUTRAL_OPS = {"FRAME"}
 _UNKNOWN = object()  # a stack value the scanner does not track
 _ZIP_MAGIC = b"PK\x03\x04"
 # the legacy format: magic number, protocol version, system info, the object, its storage keys
 _LEGACY_PICKLES = 5
-
-
-class CheckpointError(ModelFormatError):
-    """A checkpoint that is refused or cannot be imported; the message names the file."""
 
 
 class UnsafePickleError(CheckpointError):
@@ -113,33 +112,62 @@ def _global_name(module: str, name: str, protocol: int) -> str:
     return f"{module}.{name}"
 
 
-def _pickle_globals(stream: IO[bytes], where: str) -> Iterator[str]:
-    """The globals one pickle (up to its STOP) names, in order. A ``STACK_GLOBAL``
+def _storage_id(value: Any) -> Optional[Tuple[str, int]]:
+    """``(key, elements)`` of a storage's persistent id, ``('storage', type, key, location, elements)``
+    (and the legacy format's view metadata after it), or None for anything else."""
+    if not isinstance(value, tuple) or len(value) not in (5, 6) or value[0] != "storage":
+        return None
+    key, elements = value[2], value[4]
+    if not isinstance(key, str) or not isinstance(elements, int) or isinstance(elements, bool) or elements < 0:
+        return None
+    return key, elements
+
+
+def _pickle_globals(stream: IO[bytes], where: str, storages: Dict[str, int]) -> Iterator[str]:
+    """The globals one pickle (up to its STOP) names, in order; the storages its
+    persistent ids ask for go into ``storages`` (key -> elements). A ``STACK_GLOBAL``
     whose module and name are not two strings pushed just before it cannot be
-    resolved by parsing alone: it is reported as ``<unresolved STACK_GLOBAL>``."""
+    resolved by parsing alone: it is reported as ``<unresolved STACK_GLOBAL>``, and so
+    is a persistent id that is not a storage's tuple built right before it."""
     memo: Dict[int, Any] = {}
     protocol = 0
     recent: List[Any] = []  # the values the last stack-pushing opcodes left on top, when known
+    since_mark = False  # whether ``recent`` is all the stack holds since the last MARK
     try:
         for op, arg, pos in pickletools.genops(stream):
             name = op.name
             if name in ("GLOBAL", "INST"):
                 module, _, attr = str(arg).partition(" ")
                 yield _global_name(module, attr, protocol)
-                recent = [_UNKNOWN]
+                recent.append(_UNKNOWN)
+                since_mark = since_mark and name == "GLOBAL"
             elif name == "STACK_GLOBAL":
                 if len(recent) >= 2 and isinstance(recent[-2], str) and isinstance(recent[-1], str):
                     yield _global_name(recent[-2], recent[-1], protocol)
+                    recent[-2:] = [_UNKNOWN]
                 else:
                     yield f"<unresolved STACK_GLOBAL at byte {pos}>"
-                recent = [_UNKNOWN]
+                    recent, since_mark = [_UNKNOWN], False
             elif name.startswith("EXT"):
                 yield f"<extension registry code {arg}>"
-                recent = [_UNKNOWN]
+                recent, since_mark = [_UNKNOWN], False
             elif name == "PROTO":
                 protocol = int(arg)
+            elif name == "MARK":
+                recent, since_mark = [], True
+            elif name == "TUPLE":
+                recent, since_mark = [tuple(recent) if since_mark else _UNKNOWN], False
+            elif name == "BINPERSID":
+                storage = _storage_id(recent[-1] if recent else None)
+                if storage is None:
+                    yield f"<unresolved persistent id at byte {pos}>"
+                else:
+                    storages[storage[0]] = max(storage[1], storages.get(storage[0], 0))
+                recent, since_mark = [_UNKNOWN], False
             elif name in _STRING_OPS:
                 recent.append(arg if isinstance(arg, str) else _UNKNOWN)
+            elif name in _VALUE_OPS:
+                recent.append(arg)
             elif name in _GET_OPS:
                 recent.append(memo.get(arg, _UNKNOWN))
             elif name in _PUT_OPS:
@@ -147,12 +175,12 @@ def _pickle_globals(stream: IO[bytes], where: str) -> Iterator[str]:
             elif name == "MEMOIZE":
                 memo[len(memo)] = recent[-1] if recent else _UNKNOWN
             elif name not in _NEUTRAL_OPS:
-                recent = []
+                recent, since_mark = [], False
     except ValueError as err:  # pickletools' own error for a damaged or foreign stream
         raise CheckpointError(f"{where}: not a pickle stream ({err})") from err
 
 
-def _scan_stream(stream: IO[bytes], where: str, count: int) -> List[str]:
+def _scan_stream(stream: IO[bytes], where: str, count: int, storages: Dict[str, int]) -> List[str]:
     """Globals of up to ``count`` consecutive pickles (fewer where the stream ends)."""
     found: List[str] = []
     for _ in range(count):
@@ -160,22 +188,33 @@ def _scan_stream(stream: IO[bytes], where: str, count: int) -> List[str]:
         if not start:
             break
         stream.seek(-1, io.SEEK_CUR)
-        found.extend(_pickle_globals(stream, where))
+        found.extend(_pickle_globals(stream, where, storages))
     return found
 
 
-def _zip_pickles(path: Path) -> List[Tuple[str, bytes]]:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-            if len(set(names)) != len(names):  # readers could disagree on which copy is the pickle
-                raise CheckpointError(f"{path}: a zip archive with duplicate member names: not a torch.save checkpoint")
-            members = [info for info in archive.infolist() if info.filename.endswith(".pkl")]
-            if not any(info.filename == "data.pkl" or info.filename.endswith("/data.pkl") for info in members):
-                raise CheckpointError(f"{path}: a zip archive without data.pkl: not a torch.save checkpoint")
-            return [(info.filename, archive.read(info)) for info in members]
-    except (zipfile.BadZipFile, OSError) as err:
-        raise CheckpointError(f"{path}: cannot read the zip archive ({err})") from err
+def _check_storages(path: Path, storages: Dict[str, int], layout: Optional[ArchiveLayout]) -> None:
+    """Refuse a storage larger than the bytes the file holds for it (PyTorch would allocate it
+    before finding out): its record's bytes in a zip archive, the whole file's in the legacy format."""
+    if layout is not None:
+        for key, elements in storages.items():
+            member = layout.members.get(f"data/{key}")
+            if member is None:
+                raise CheckpointError(
+                    f"{path}: refused: the pickle asks for storage {key!r}, but the archive has no member "
+                    f"{layout.prefix}/data/{key}: a damaged or altered checkpoint"
+                )
+            if elements > member.size:
+                raise CheckpointError(
+                    f"{path}: refused: the pickle asks for {elements} elements of storage {key!r}, but "
+                    f"{member.name} holds {member.size} bytes: a damaged or altered checkpoint"
+                )
+        return
+    total, size = sum(storages.values()), path.stat().st_size
+    if total > size:
+        raise CheckpointError(
+            f"{path}: refused: the pickle asks for storages of {total} elements in all, more than the file's "
+            f"{size} bytes: a damaged or altered checkpoint"
+        )
 
 
 def _file_format(path: Path) -> str:
@@ -203,13 +242,16 @@ def scan_pickle_globals(path: PathLike) -> Tuple[str, List[str]]:
     path = Path(path)
     kind = _file_format(path)
     found: List[Tuple[str, str]] = []  # (global, where)
-    if kind == "zip":
-        for member, data in _zip_pickles(path):
-            where = f"{path} (member {member})"
-            found.extend((global_name, where) for global_name in _scan_stream(io.BytesIO(data), where, 1))
+    storages: Dict[str, int] = {}
+    layout = None
+    if kind == "zip":  # the bytes torch.load unpickles, read through its own zip reader
+        layout = check_archive(path)
+        where = f"{path} (member {layout.members['data.pkl'].name})"
+        data = read_record(layout, "data.pkl")
+        found.extend((name, where) for name in _scan_stream(io.BytesIO(data), where, 1, storages))
     else:
         with path.open("rb") as handle:
-            found.extend((global_name, str(path)) for global_name in _scan_stream(handle, str(path), _LEGACY_PICKLES))
+            found.extend((name, str(path)) for name in _scan_stream(handle, str(path), _LEGACY_PICKLES, storages))
     for global_name, where in found:
         if global_name not in ALLOWED_GLOBALS:
             raise UnsafePickleError(
@@ -217,6 +259,7 @@ def scan_pickle_globals(path: PathLike) -> Tuple[str, List[str]]:
                 "container. Nothing in the file was run. Import only checkpoints of tensors "
                 "(a state dict saved with torch.save), from a source you trust"
             )
+    _check_storages(path, storages, layout)
     return kind, sorted({global_name for global_name, _ in found})
 
 
