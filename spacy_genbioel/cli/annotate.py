@@ -55,24 +55,29 @@ def annotate_cmd(
     inputs: List[str] = typer.Argument(
         ...,
         metavar="INPUTS...",
-        help="Input files or folders: PubTator, BioC XML/JSON, PubMed XML, JSONL, plain text (.gz too); then, after the flags, genbioel settings in spaCy's override syntax: --decoding.batch_size 16 --candidates.retriever tfidf",
+        help="Input files or folders: PubTator, BioC XML/JSON, PubMed XML, JSONL, plain text (.gz too); then, after "
+        "the flags, genbioel settings in spaCy's override syntax: --decoding.batch_size 16 "
+        "--candidates.retriever tfidf",
     ),
     pipeline: Path = typer.Option(..., "--pipeline", help="spaCy pipeline directory with NER and a genbioel component"),
     out: Path = typer.Option(
         ...,
         "--out",
-        help="Output folder of one job (chunk files, job.json, checkpoint, errors, provenance, summary); another job's folder is refused",
+        help="Output folder of one job (chunk files, job.json, checkpoint, errors, provenance, summary); another "
+        "job's folder is refused",
     ),
     format: str = typer.Option(DEFAULTS.format, "--format", "-f", help="jsonl | pubtator | bioc | docbin"),
     input_format: Optional[str] = typer.Option(
         DEFAULTS.input_format,
         "--input-format",
-        help="pubtator | bioc | pubmed | jsonl | text (default: detected per file; needed where the format cannot be told)",
+        help="pubtator | bioc | pubmed | jsonl | text "
+        "(default: detected per file; needed where the format cannot be told)",
     ),
     n_process: int = typer.Option(
         DEFAULTS.n_process,
         "--n-process",
-        help="Worker processes for nlp.pipe (CPU); with --engine ray: Ray workers, each with one GPU (--device cuda, or auto on a cluster with GPUs) or one CPU",
+        help="Worker processes for nlp.pipe (CPU); with --engine ray: Ray workers, each with one GPU (--device cuda, "
+        "or auto on a cluster with GPUs) or one CPU",
     ),
     device: str = typer.Option(
         DEFAULT_DEVICE, "--device", help="auto | cpu | cuda | cuda:N (the genbioel setting device)"
@@ -91,7 +96,8 @@ def annotate_cmd(
     max_record_bytes: int = typer.Option(
         DEFAULTS.max_record_bytes,
         "--max-record-bytes",
-        help="The most bytes one input line or XML record may hold; a larger one is an error entry naming the cap (memory per record stays bounded)",
+        help="The most bytes one input line or XML record may hold; a larger one is an error entry naming the cap "
+        "(memory per record stays bounded)",
     ),
     max_json_bytes: int = typer.Option(
         DEFAULTS.max_json_bytes, "--max-json-bytes", help="The most bytes of a BioC JSON collection file (parsed whole)"
@@ -104,7 +110,8 @@ def annotate_cmd(
     ray_address: Optional[str] = typer.Option(
         DEFAULTS.ray_address,
         "--ray-address",
-        help="With --engine ray: the cluster to run on (auto, or the head node HOST:6379); default: a local Ray started for the run",
+        help="With --engine ray: the cluster to run on (auto, or the head node HOST:6379); default: a local Ray "
+        "started for the run",
     ),
     progress: bool = typer.Option(DEFAULTS.progress, "--progress/--no-progress"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -122,7 +129,8 @@ def annotate_cmd(
         settings = parse_overrides([*inputs[split:], *ctx.args])
     except Exception as err:  # noqa: BLE001  (click's NoSuchOption for an undotted name: not typer's own click)
         msg.fail(
-            f"{str(getattr(err, 'message', None) or err).rstrip('.')}; genbioel settings are dotted: --decoding.batch_size 16",
+            f"{str(getattr(err, 'message', None) or err).rstrip('.')}; genbioel settings are dotted: "
+            "--decoding.batch_size 16",
             exits=1,
         )
     if not paths:
@@ -148,14 +156,15 @@ def annotate_cmd(
         return
     except OSError as err:  # annotate() names the file it cannot write; this is the last line of defence
         msg.fail(
-            f"cannot read or write a file ({err}); what was committed in {out} is kept: rerun the same command to resume",
+            f"cannot read or write a file ({err}); what was committed in {out} is kept: "
+            "rerun the same command to resume",
             exits=1,
         )
         return
     run = summary["this_run"]
     msg.good(
-        f"{summary['documents_written']} documents, {summary['mentions']} mentions ({summary['mentions_linked']} linked) "
-        f"in {summary['chunks']} chunks -> {out}"
+        f"{summary['documents_written']} documents, {summary['mentions']} mentions "
+        f"({summary['mentions_linked']} linked) in {summary['chunks']} chunks -> {out}"
     )
     msg.info(
         f"read {summary['documents_read']}, skipped {summary['documents_skipped']} duplicates, "

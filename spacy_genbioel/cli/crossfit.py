@@ -1,5 +1,6 @@
 """``crossfit`` and ``crossfit-folds``: cross-fitted fusion files (:mod:`spacy_genbioel.training.crossfit`);
-``folds-report`` and ``cascade-folds-report``: their per-fold reports summed up (:mod:`spacy_genbioel.evaluation.folds`)."""
+``folds-report`` and ``cascade-folds-report``: their per-fold reports summed up
+(:mod:`spacy_genbioel.evaluation.folds`)."""
 
 from __future__ import annotations
 
@@ -78,11 +79,13 @@ def _run(stage_fn, settings, stages: List[str]) -> None:
 def crossfit_cmd(
     stages: List[str] = typer.Argument(
         ...,
-        help="train (fold models, side by side) | score (held-out predictions) | fit (fusion files) | all; several run in order",
+        help="train (fold models, side by side) | score (held-out predictions) | fit (fusion files) | all; "
+        "several run in order",
     ),
     corpus: str = typer.Option(
         "ncbi",
-        help="Names the outputs; ncbi and bc5cdr know their inputs under --data-dir, another corpus gives --train, --kb-sources and --kb-format",
+        help="Names the outputs; ncbi and bc5cdr know their inputs under --data-dir, another corpus gives --train, "
+        "--kb-sources and --kb-format",
     ),
     data_dir: Path = typer.Option(Path("../shared/data"), help="Shared data folder (the known corpora's inputs)"),
     preset: str = typer.Option(
@@ -92,11 +95,14 @@ def crossfit_cmd(
     seconds: int = typer.Option(1200, help="Fine-tuning budget of each fold model (as the final model's)"),
     rescnn_seconds: int = typer.Option(
         0,
-        help="Also train a ResCNN per fold for this long (0: none); score and fit then use the fold ResCNNs (found by themselves once trained), and fit keeps the retrievers (tfidf+dense, tfidf+rescnn or all three) whose fusion links the held-out folds best",
+        help="Also train a ResCNN per fold for this long (0: none); score and fit then use the fold ResCNNs (found "
+        "by themselves once trained), and fit keeps the retrievers (tfidf+dense, tfidf+rescnn or all three) "
+        "whose fusion links the held-out folds best",
     ),
     beams: str = typer.Option(
         "null",
-        help="The fold generators' beam width and top-k (null: the model config's); the fusion file records it and pipelines linking with it search at that width (held-out files *_genbioel_b<N>.jsonl)",
+        help="The fold generators' beam width and top-k (null: the model config's); the fusion file records it and "
+        "pipelines linking with it search at that width (held-out files *_genbioel_b<N>.jsonl)",
     ),
     variants: str = typer.Option(
         "plain,aug", help="Fold KBs scored and fitted: plain, aug (+ the fold's training mentions)"
@@ -104,7 +110,8 @@ def crossfit_cmd(
     forced: bool = typer.Option(
         True,
         "--forced/--no-forced",
-        help="Forced-score rows and the forced-score cascade (cascade_<variant>.json); the packages' cascade (fusion_<variant>.json) needs only the beam lists",
+        help="Forced-score rows and the forced-score cascade (cascade_<variant>.json); the packages' cascade "
+        "(fusion_<variant>.json) needs only the beam lists",
     ),
     out: Optional[Path] = typer.Option(None, help="Output folder (training/<corpus>/<preset>/crossfit)"),
     pretrained: Optional[Path] = typer.Option(
@@ -220,7 +227,8 @@ def crossfit_folds_cmd(
     report_prefix: str = typer.Option("cascade_aap", help="The benches' file names"),
     max_recall_loss: str = typer.Option(
         "0.002",
-        help="cascade: also fit thresholds for this recall budget (fit-fusion --max-recall-loss; 0.002: 0.2 points) and bench them beside the precision-targeted cascade; none: that cascade alone",
+        help="cascade: also fit thresholds for this recall budget (fit-fusion --max-recall-loss; 0.002: 0.2 points) "
+        "and bench them beside the precision-targeted cascade; none: that cascade alone",
     ),
     extra_rows: str = typer.Option("", help="cascade: more bench rows (cascade_grouped_loss,...)"),
     cascade_bench: Path = typer.Option(
@@ -278,7 +286,8 @@ def folds_report_cmd(
     folds_dir: Path = typer.Argument(..., help="The folds folder (fold-<k>/<kb>_<linker>.json: crossfit-folds')"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON"),
 ) -> None:
-    """Mean and spread over folds of every linker's recall, per KB (markdown; a linker missing on some folds says so)."""
+    """Mean and spread over folds of every linker's recall, per KB (markdown; a linker missing on some folds \
+says so)."""
     from spacy_genbioel.evaluation.folds import linker_markdown, linker_summary
 
     summary = linker_summary(folds_dir)

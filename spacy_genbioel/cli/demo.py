@@ -19,7 +19,8 @@ def demo_cmd(
     train_steps: int = typer.Option(
         400,
         min=1,
-        help="Training steps: the same model on a busy machine as on a quiet one, only slower (about 2 minutes on 2 quiet cores)",
+        help="Training steps: the same model on a busy machine as on a quiet one, only slower "
+        "(about 2 minutes on 2 quiet cores)",
     ),
     train_seconds: float = typer.Option(600.0, help="Cap on training: seconds of CPU time per thread"),
     seed: int = typer.Option(0),
@@ -38,7 +39,8 @@ def demo_cmd(
         msg.info(text)
         result = run_demo(out, train_seconds=train_seconds, seed=seed, train_steps=train_steps)
     msg.good(
-        f"Pipeline saved to {result.pipeline_dir} (built in {result.train_seconds:.0f}s, {result.train_steps} training steps)"
+        f"Pipeline saved to {result.pipeline_dir} "
+        f"(built in {result.train_seconds:.0f}s, {result.train_steps} training steps)"
     )
     msg.table(
         [(m, label, cid, name, f"{score:.3f}") for m, label, cid, name, score in result.rows],
@@ -70,7 +72,8 @@ def benchmark_cmd(
     n_docs: int = typer.Option(1000, help="Abstracts annotated per setting with --pipeline"),
     settings: str = typer.Option(
         "mention-0,mention-16,mention-64,document",
-        help="Linker input settings compared with --pipeline: mention-<context words> or document, +int8 for dtype int8",
+        help="Linker input settings compared with --pipeline: mention-<context words> or document, "
+        "+int8 for dtype int8",
     ),
     threads: str = typer.Option("1", help="Torch thread counts for --pipeline, comma-separated"),
     skip_decoders: bool = typer.Option(False, help="Only the --pipeline annotation benchmark"),

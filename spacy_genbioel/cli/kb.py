@@ -22,12 +22,14 @@ def build_kb_cmd(
     ),
     out: Path = typer.Option(
         ...,
-        help="Output KB (.jsonl; .json for GenBioEL's target_kb.json; .safetensors for a compact KB, built in a fraction of the memory and loaded memory-mapped: UMLS-sized KBs)",
+        help="Output KB (.jsonl; .json for GenBioEL's target_kb.json; .safetensors for a compact KB, built in a "
+        "fraction of the memory and loaded memory-mapped: UMLS-sized KBs)",
     ),
     dedup: bool = typer.Option(
         False,
         "--dedup/--no-dedup",
-        help="GenBioEL's rule: a shared name stays only on the concept with the fewest names (the others lose it; what it took is reported). Default: every name kept, as the component and workflows use",
+        help="GenBioEL's rule: a shared name stays only on the concept with the fewest names (the others lose it; "
+        "what it took is reported). Default: every name kept, as the component and workflows use",
     ),
     sab: List[str] = typer.Option(
         [],
@@ -43,7 +45,8 @@ def build_kb_cmd(
     semantic_types: List[str] = typer.Option(
         [],
         "--semantic-types",
-        help="umls/rxnorm: keep concepts of these semantic types, TUIs (T047,T191) or names ('Disease or Syndrome'); needs MRSTY",
+        help="umls/rxnorm: keep concepts of these semantic types, TUIs (T047,T191) or names "
+        "('Disease or Syndrome'); needs MRSTY",
     ),
     suppressed: bool = typer.Option(
         False,
@@ -53,7 +56,8 @@ def build_kb_cmd(
     mrsty: Optional[Path] = typer.Option(
         None,
         "--mrsty",
-        help="umls/rxnorm: MRSTY.RRF (RXNSTY.RRF): semantic types (TUIs) as concept types; read from a META folder source by itself",
+        help="umls/rxnorm: MRSTY.RRF (RXNSTY.RRF): semantic types (TUIs) as concept types; read from a META folder "
+        "source by itself",
     ),
     mrdef: Optional[Path] = typer.Option(
         None, "--mrdef", help="umls: MRDEF.RRF: definitions; read from a META folder source by itself"
@@ -61,7 +65,8 @@ def build_kb_cmd(
     prefix: List[str] = typer.Option(
         [],
         "--prefix",
-        help="obo: keep terms with these ID prefixes (HP,GO); default: the ontology's own (its header's ontology: tag); ALL: every term",
+        help="obo: keep terms with these ID prefixes (HP,GO); default: the ontology's own (its header's ontology: "
+        "tag); ALL: every term",
     ),
     obsolete: bool = typer.Option(False, "--obsolete/--no-obsolete", help="obo: keep obsolete terms too"),
     synonym_scopes: List[str] = typer.Option(
@@ -73,7 +78,8 @@ def build_kb_cmd(
     ),
     prior_pubtator: List[Path] = typer.Option(
         [],
-        help="Count the gold IDs of these PubTator files (training splits only) as concept priors: a name shared by several concepts lists the most frequent answer first",
+        help="Count the gold IDs of these PubTator files (training splits only) as concept priors: a name shared by "
+        "several concepts lists the most frequent answer first",
     ),
     mentions_format: str = typer.Option(
         "pubtator",

@@ -93,7 +93,8 @@ def import_checkpoint_cmd(
     storage or plain container (nothing in the file runs) and any config.json with custom code; write
     model.safetensors, config.json, the tokenizer and import.json (SHA-256 of the sources, key mapping, versions);
     check the written model's logits against the source weights'. The tokenizer folder must load with a padding token
-    (facebook/bart-large's needs its config.json); the input style the weights were trained on is recorded for `package`."""
+    (facebook/bart-large's needs its config.json); the input style the weights were trained on is recorded \
+for `package`."""
     setup_logging(verbose)
     from spacy_genbioel.models import ImportOptions, ModelFormatError, import_checkpoint
 

@@ -161,11 +161,13 @@ def angel_cmd(
     device: str = DEVICE,
     kb_negatives: Optional[int] = typer.Option(
         None,
-        help="KB-guided pre-training pairs (other concepts' most similar names as negatives) mixed into each round (overrides angel.kb_negatives)",
+        help="KB-guided pre-training pairs (other concepts' most similar names as negatives) mixed into each round "
+        "(overrides angel.kb_negatives)",
     ),
     verbose: bool = VERBOSE_FLAG,
 ) -> None:
-    """ANGEL negative-aware training: mine the model's own wrong candidates, DPO, rounds until dev recall@1 stops improving."""
+    """ANGEL negative-aware training: mine the model's own wrong candidates, DPO, rounds until dev recall@1 \
+stops improving."""
     setup_logging(verbose)
     from spacy_genbioel.training.angel import angel
 

@@ -27,7 +27,8 @@ def visualize_cmd(
     input_format: Optional[str] = typer.Option(
         None,
         "--input-format",
-        help="pubtator | bioc | pubmed | jsonl | text (default: detected per file; --gold: pubtator | bioc | jsonl, default pubtator)",
+        help="pubtator | bioc | pubmed | jsonl | text (default: detected per file; --gold: pubtator | bioc | jsonl, "
+        "default pubtator)",
     ),
     gold: bool = typer.Option(False, "--gold", help="Show the input corpus's own annotations (no pipeline)"),
     kb: Optional[Path] = typer.Option(None, "--kb", help="KB for concept names (default: the pipeline's)"),
@@ -39,7 +40,8 @@ def visualize_cmd(
     kb_url: Optional[str] = typer.Option(
         None,
         "--kb-url",
-        help="Concept pages: schemes (mesh,omim,umls,snomedct) or a template with {} for the ID (default: the pipeline's meta.json, else every known scheme)",
+        help="Concept pages: schemes (mesh,omim,umls,snomedct) or a template with {} for the ID (default: the "
+        "pipeline's meta.json, else every known scheme)",
     ),
     label: str = typer.Option("both", "--label", help="both ('Disease: Reiter syndrome') | name | type"),
     component: Optional[str] = typer.Option(
@@ -52,7 +54,8 @@ def visualize_cmd(
     device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda | cuda:N (default: the pipeline's)"),
     verbose: bool = VERBOSE,
 ) -> None:
-    """Write an HTML page of linked entities (type and concept name as the label, the ID linking to the concept's page)."""
+    """Write an HTML page of linked entities (type and concept name as the label, the ID linking to the \
+concept's page)."""
     setup_logging(verbose)
     from spacy_genbioel.visualize import DocumentSource, PageOptions, VisualizeError, visualize
 
