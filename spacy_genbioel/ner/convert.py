@@ -254,7 +254,8 @@ def convert_pubtator(
     if tokenizer_out is not None:
         nlp.to_disk(tokenizer_out)
     logger.info(
-        "%d documents, %d entities (%d mentions: %d expanded to token boundaries, %d overlapping dropped, %d skipped) -> %s",
+        "%d documents, %d entities (%d mentions: %d expanded to "
+        "token boundaries, %d overlapping dropped, %d skipped) -> %s",
         stats.documents,
         stats.entities,
         stats.mentions,

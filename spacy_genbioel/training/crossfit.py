@@ -83,7 +83,8 @@ def run_subprocess(job: Step, log: Optional[Path] = None) -> None:
 
 
 def run_steps(steps: Iterable[Step], runner: Runner = run_subprocess, log: Optional[Path] = None) -> int:
-    """Run the steps not done yet, in order (``steps`` may be a generator that reads what earlier ones wrote); how many ran."""
+    """Run the steps not done yet, in order (``steps`` may be a generator that reads what earlier ones wrote);
+    how many ran."""
     ran = 0
     for job in steps:
         if not job.done:  # read as each step is reached: after the ones before it ran
@@ -358,7 +359,7 @@ def fold_score_steps(s: CrossfitSettings, i: int) -> Iterator[Step]:
         evaluate = ("--corpus", fold / "heldout.txt", *s.walk(), _flag("abbreviations", s.abbreviations))
         generator = ("--linker", "genbioel", "--pipeline", pipeline, "--device", s.device)
 
-        def row(name: str, *words: object) -> Step:
+        def row(name: str, *words: object, variant: str = variant, evaluate: Tuple[object, ...] = evaluate) -> Step:
             return _evaluate(rows / f"{variant}_{name}", *evaluate, *words)
 
         yield row(
@@ -391,7 +392,7 @@ def fit_steps(s: CrossfitSettings) -> Iterator[Step]:
     rescnn = s.rescnn_on()
     for variant in s.variants:
 
-        def files(row: str) -> str:
+        def files(row: str, variant: str = variant) -> str:
             return _files(s.out / f"fold-{i}" / f"{variant}_{row}.jsonl" for i in range(s.k))
 
         kbs = [w for i in range(s.k) for w in ("--kb", s.fold_dir(i) / f"kb_{variant}.jsonl")]
@@ -672,7 +673,8 @@ def _others(s: FoldsSettings, i: int, variant: str, row: str) -> Tuple[str, Tupl
 
 
 def fusion_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
-    """A fold's fusion, fitted on the other folds' validation predictions minus this fold's pairs, evaluated on the fold."""
+    """A fold's fusion, fitted on the other folds' validation predictions minus this fold's pairs,
+    evaluated on the fold."""
     fold = s.fold_dir(i)
     for variant in VARIANTS:
         fusion = fold / f"fusion_{variant}.json"
@@ -712,8 +714,9 @@ def fusion_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
 
 
 def cascade_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
-    """A fold's cascade over the generator's 2-beam lists and the retrievers the other folds prefer, fitted as the fusion
-    (and, with ``max_recall_loss``, one for that recall budget), benched on the fold beside generator and fusion."""
+    """A fold's cascade over the generator's 2-beam lists and the retrievers the other folds prefer,
+    fitted as the fusion (and, with ``max_recall_loss``, one for that recall budget),
+    benched on the fold beside generator and fusion."""
     fold = s.fold_dir(i)
     for variant in VARIANTS:
         generator, kbs = _others(s, i, variant, "genbioel_b2")
@@ -727,7 +730,13 @@ def cascade_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
             ),
         ]
 
-        def fit(out: Path, *words: object) -> Step:
+        def fit(
+            out: Path,
+            *words: object,
+            sources: Sequence[str] = sources,
+            kbs: Tuple[str, ...] = kbs,
+            variant: str = variant,
+        ) -> Step:
             return step(
                 "fit-fusion",
                 *sources,

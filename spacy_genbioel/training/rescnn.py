@@ -30,6 +30,7 @@ import logging
 import random
 import time
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -108,7 +109,8 @@ class ResCNNTrainConfig:
             raise ValueError("rescnn: need 0 <= dense_ratio <= 1, topk >= 2 and batch_size >= 1")
         if self.refresh_pool < 0 or (0 < self.refresh_pool <= self.topk):
             raise ValueError(
-                f"rescnn: refresh_pool must be 0 (the whole KB) or more than topk ({self.topk}), got {self.refresh_pool}"
+                "rescnn: refresh_pool must be 0 (the whole KB) or "
+                f"more than topk ({self.topk}), got {self.refresh_pool}"
             )
 
 
@@ -372,7 +374,7 @@ def train_rescnn(
                     model,
                     optimizer,
                     scheduler,
-                    lambda: _step_loss(encoder, weights, texts, names, batch_sparse, batch_positive),
+                    partial(_step_loss, encoder, weights, texts, names, batch_sparse, batch_positive),
                     max_grad_norm=config.max_grad_norm,
                 )
                 result.step += 1

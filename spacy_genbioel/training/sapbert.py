@@ -320,7 +320,7 @@ def train_sapbert(
             batch = epoch_pairs[position : position + config.batch_size]
             position += config.batch_size
 
-            def micro_batch_loss() -> torch.Tensor:
+            def micro_batch_loss(batch: List[SynonymPair] = batch) -> torch.Tensor:
                 loss, mined = batch_loss(encoder, batch, config, autocast)
                 counts.update(mined)
                 return loss

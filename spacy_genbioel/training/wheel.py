@@ -109,7 +109,8 @@ def build_wheel(
         wheels = sorted(work.glob("*/dist/*.whl"))
         if len(wheels) != 1:
             raise WheelError(
-                f"spacy package left {len(wheels)} wheels in {work}, expected one:\n{(proc.stdout + proc.stderr)[-3000:]}"
+                f"spacy package left {len(wheels)} wheels in {work}, "
+                f"expected one:\n{(proc.stdout + proc.stderr)[-3000:]}"
             )
         requirements = wheel_requirements(wheels[0])
         if not _declares_package(requirements):
