@@ -16,6 +16,10 @@ time, so:
   touched, the OS shares the pages between processes, and the arrays are
   writable (a write stays private), so ``torch.from_numpy`` takes them as
   they are;
+* :func:`check_arrays` checks arrays against what their reader expects
+  (:class:`ArraySpec`: dtype, shape, finite and positive values), a chunk at a
+  time, so a damaged file is refused naming it and the array, rather than
+  giving other results or an ``IndexError`` later;
 * :func:`release_pages` hands the pages under an array back to the OS once
   a full pass (a check) has read them: they stay in the page cache and come
   back on the next read, but no longer count in the process's memory.
@@ -30,15 +34,26 @@ from __future__ import annotations
 import json
 import mmap
 import struct
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple
 
 from spacy_genbioel.util import PathLike, atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-__all__ = ["read_arrays", "write_arrays", "backing_map", "release_pages", "DTYPES"]
+__all__ = [
+    "read_arrays",
+    "write_arrays",
+    "check_arrays",
+    "ArraySpec",
+    "backing_map",
+    "release_pages",
+    "DTYPES",
+    "MAX_HEADER",
+    "MAX_HEADER_DEPTH",
+]
 
 #: safetensors dtype name -> numpy dtype string (little-endian)
 DTYPES = {
@@ -55,7 +70,12 @@ DTYPES = {
     "F32": "<f4",
     "F64": "<f8",
 }
-_MAX_HEADER = 100_000_000  # safetensors' own limit
+#: the longest header read (safetensors' own limit)
+MAX_HEADER = 100_000_000
+#: containers nested in a safetensors header: the header, an entry, its shape or offsets
+MAX_HEADER_DEPTH = 3
+#: rows of an array checked at a time (bounded memory for the finiteness check)
+_CHECK_ELEMENTS = 1 << 22
 
 
 def write_arrays(path: PathLike, arrays: Mapping[str, "np.ndarray"], metadata: Mapping[str, str]) -> None:
@@ -110,21 +130,31 @@ def read_arrays(
         if len(head) < 8:
             raise error(f"{path}: not a safetensors file ({size} bytes)")
         (n,) = struct.unpack("<Q", head)
-        if n > min(size - 8, _MAX_HEADER):
+        if n > MAX_HEADER:
+            raise error(f"{path}: not a safetensors file (a header of {n} bytes; at most {MAX_HEADER} are read)")
+        if n > size - 8:
             raise error(f"{path}: not a complete safetensors file (header of {n} bytes in a file of {size})")
         try:
             header = json.loads(handle.read(n).decode("utf8"))
         except (UnicodeDecodeError, ValueError) as err:
             raise error(f"{path}: not a safetensors file (unreadable header: {err})") from None
+        except RecursionError:
+            raise error(f"{path}: not a safetensors file (its header is nested too deeply to read)") from None
         if not isinstance(header, dict):
             raise error(f"{path}: not a safetensors file (the header is not a JSON object)")
+        depth = _depth(header)
+        if depth > MAX_HEADER_DEPTH:
+            raise error(
+                f"{path}: not a safetensors file (its header nests {depth} levels of lists or objects; "
+                f"a safetensors header has at most {MAX_HEADER_DEPTH})"
+            )
         metadata = header.pop("__metadata__", None) or {}
         if not isinstance(metadata, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
         ):
             raise error(f"{path}: safetensors metadata must map strings to strings")
         layout = {key: _entry(path, key, value, error) for key, value in header.items()}
-        end = max((stop for _, _, _, stop in layout.values()), default=0)
+        end = _contiguous(path, layout, error)
         if size != 8 + n + end:
             raise error(f"{path}: not a complete safetensors file ({size} bytes, the header describes {8 + n + end})")
         if not layout:
@@ -147,15 +177,114 @@ def _entry(
     if not isinstance(value, dict) or value.get("dtype") not in DTYPES:
         raise error(f"{path}: tensor {key!r} has no dtype safetensors knows")
     shape, offsets = value.get("shape"), value.get("data_offsets")
-    ints = lambda xs: (
-        isinstance(xs, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)
-    )  # noqa: E731
-    if not ints(shape) or not ints(offsets) or len(offsets) != 2 or offsets[0] > offsets[1]:
+    if not _counts(shape) or not _counts(offsets) or len(offsets) != 2 or offsets[0] > offsets[1]:
         raise error(f"{path}: tensor {key!r} has a malformed shape or offsets")
     dtype = DTYPES[value["dtype"]]
     if int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize != offsets[1] - offsets[0]:
         raise error(f"{path}: tensor {key!r} of shape {shape} does not fill its {offsets[1] - offsets[0]} bytes")
     return dtype, tuple(shape), offsets[0], offsets[1]
+
+
+def _counts(value: object) -> bool:
+    """Whether ``value`` is a JSON list of integers >= 0."""
+    return isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)
+
+
+def _depth(header: object) -> int:
+    """How deeply lists and objects nest in a parsed header (without recursion)."""
+    deepest, stack = 0, [(header, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_HEADER_DEPTH:  # one level past the limit is enough to refuse it
+                stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
+def _contiguous(
+    path: Path, layout: Mapping[str, Tuple[str, Tuple[int, ...], int, int]], error: Callable[[str], Exception]
+) -> int:
+    """The end of the data: the tensors must tile it from 0 without holes or overlaps (as safetensors demands)."""
+    end = 0
+    for key, (_, _, start, stop) in sorted(layout.items(), key=lambda item: (item[1][2], item[1][3])):
+        if start != end:
+            what = "overlaps another tensor" if start < end else f"leaves bytes {end}..{start} unused"
+            raise error(f"{path}: tensor {key!r} at bytes {start}..{stop} {what}: the header is damaged")
+        end = stop
+    return end
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """What a reader expects of one array: its numpy dtype (one of ``dtypes``, e.g. ``"<f4"``), its
+    ``shape`` (None: any length in that dimension), whether it must be there (``required``), and
+    whether every value must be finite (``finite``) and greater than 0 (``positive``)."""
+
+    dtypes: Tuple[str, ...]
+    shape: Tuple[Optional[int], ...]
+    required: bool = True
+    finite: bool = False
+    positive: bool = False
+
+
+def check_arrays(
+    path: PathLike,
+    arrays: Mapping[str, "np.ndarray"],
+    specs: Mapping[str, ArraySpec],
+    error: Callable[[str], Exception] = ValueError,
+    remedy: str = "",
+) -> None:
+    """Raise ``error`` naming ``path`` and the array when ``arrays`` are not as ``specs`` say: an array
+    missing or not in ``specs``, another dtype or shape, a value that is not finite or not > 0 (read a
+    chunk at a time, the pages handed back after). ``remedy`` ends the message (what to do)."""
+    import numpy as np
+
+    tail = f"; {remedy}" if remedy else ""
+    problems: List[str] = []
+    for key in sorted(set(arrays) - set(specs)):
+        problems.append(f"array {key!r} is not one this file holds ({', '.join(sorted(specs))})")
+    for key, spec in specs.items():
+        array = arrays.get(key)
+        if array is None:
+            if spec.required:
+                problems.append(f"array {key!r} is missing")
+            continue
+        if np.dtype(array.dtype).str not in spec.dtypes:
+            problems.append(f"array {key!r} holds {array.dtype}, not {' or '.join(spec.dtypes)}")
+        elif len(array.shape) != len(spec.shape) or any(
+            want is not None and have != want for have, want in zip(array.shape, spec.shape)
+        ):
+            wanted = "x".join("?" if d is None else str(d) for d in spec.shape)
+            problems.append(f"array {key!r} has shape {'x'.join(map(str, array.shape))}, not {wanted}")
+        elif spec.finite or spec.positive:
+            problem = _bad_value(key, array, spec)
+            if problem:
+                problems.append(problem)
+        if problems:
+            break
+    if problems:
+        raise error(f"{path}: {problems[0]}{tail}")
+
+
+def _bad_value(key: str, array: "np.ndarray", spec: ArraySpec) -> Optional[str]:
+    """The first value of ``array`` that is not finite (or not > 0) as ``spec`` asks, described."""
+    import numpy as np
+
+    flat = array.reshape(-1)
+    for start in range(0, len(flat), _CHECK_ELEMENTS):
+        part = flat[start : start + _CHECK_ELEMENTS]
+        bad = ~np.isfinite(part) if spec.finite else np.zeros(len(part), dtype=bool)
+        if spec.positive:
+            bad |= ~(part > 0)
+        release_pages(part)
+        if bad.any():
+            at = start + int(np.flatnonzero(bad)[0])
+            row = np.unravel_index(at, array.shape) if array.ndim > 1 else (at,)
+            need = "finite and > 0" if spec.finite and spec.positive else ("finite" if spec.finite else "> 0")
+            where = ", ".join(str(int(i)) for i in row)
+            return f"array {key!r} holds {float(flat[at])} at [{where}]; every value must be {need}"
+    return None
 
 
 def backing_map(array: "np.ndarray") -> Optional[mmap.mmap]:

@@ -517,6 +517,9 @@ class CompactKB(KnowledgeBase):
                 raise self._damaged(f"{ptr} does not span {table}")
         if int(a["concept_raw_ptr"][0]) != 0 or int(a["concept_raw_ptr"][-1]) != len(a["raw_offsets"]) - 1:
             raise self._damaged("concept_raw_ptr does not span the raw names")
+        if len(a["priors"]) and not bool(np.isfinite(a["priors"]).all()):  # a NaN prior reorders candidates
+            at = int(np.flatnonzero(~np.isfinite(a["priors"]))[0])
+            raise self._damaged(f"array 'priors' holds {float(a['priors'][at])} at [{at}]; every value must be finite")
 
     def validate(self) -> None:
         """Check every array fully (sorted hashes, monotone offsets and pointers,

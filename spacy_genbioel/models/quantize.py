@@ -35,6 +35,11 @@ class Int8Linear(nn.Module):
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
         super().__init__()
         weight = weight.detach().float().contiguous()
+        if not bool(torch.isfinite(weight).all()) or (bias is not None and not bool(torch.isfinite(bias).all())):
+            raise ValueError(
+                f"Int8Linear: the {tuple(weight.shape)} layer holds non-finite weights (NaN or inf), which would "
+                "quantize to NaN scales: the model is damaged; load or train it again"
+            )
         scales = (weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0).double()
         with quantized_api_quiet():
             qweight = torch.quantize_per_channel(

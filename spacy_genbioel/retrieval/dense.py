@@ -35,11 +35,12 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from spacy_genbioel.arrayfile import ArraySpec
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.search import nearest_rows
@@ -62,6 +63,7 @@ __all__ = [
     "faiss_flat_index",
     "POOLINGS",
     "DENSE_CONFIG",
+    "name_layout",
 ]
 
 POOLINGS = ("cls", "mean")
@@ -70,6 +72,13 @@ DENSE_CONFIG = "dense_config.json"
 # SapBERT's --max_length: KB names and mentions are a few words
 DEFAULT_MAX_LENGTH = 25
 _STORAGE_DTYPES = {"float16": torch.float16, "float32": torch.float32}
+
+
+def name_layout(cache_dtype: str, dim: int) -> Callable[[int], Dict[str, ArraySpec]]:
+    """The arrays of a cached name matrix of ``n`` names: ``names``, ``cache_dtype``, ``n`` x ``dim``, finite
+    (a NaN row, or another dtype, would rank the names otherwise: such an entry is encoded again)."""
+    code = {"float16": "<f2", "float32": "<f4"}[cache_dtype]
+    return lambda n: {"names": ArraySpec((code,), (n, dim), finite=True)}
 
 
 def minilm_model_dir() -> Path:
@@ -382,11 +391,10 @@ class DenseLinker:
         if spec is None:
             stored = encode(np.arange(len(names)))["names"]
         else:
-            cache = self.cache = NameCache(self.cache_dir, spec, names, kb_name=self.kb.name)
+            layout = name_layout(self.cache_dtype, dim)
+            cache = self.cache = NameCache(self.cache_dir, spec, names, kb_name=self.kb.name, layout=layout)
             self.cache_path = cache.path
-            found = cache.read(
-                lambda arrays: arrays.get("names") is not None and arrays["names"].shape == (len(names), dim)
-            )
+            found = cache.read()
             self.from_cache = found is not None
             if found is None:
                 began = time.monotonic()
@@ -414,7 +422,8 @@ class DenseLinker:
         return nearest_rows(queries, lambda start, stop: names[start:stop], names.shape[0], k, max_block=self.max_block)
 
     def _ranked_names(self, texts: Sequence[str], queries: torch.Tensor, k: int) -> Tuple[np.ndarray, np.ndarray]:
-        """(scores, name indices; -1: none) of ``k`` names per query, best first: the nearest (a subclass may re-rank)."""
+        """(scores, name indices; -1: none) of ``k`` names per query, best first: the nearest
+        (a subclass may re-rank)."""
         return self._nearest(queries, k)
 
     def _group(self, ranked: Iterable[Tuple[int, float]], top_k: int) -> List[Candidate]:

@@ -32,11 +32,11 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from spacy_genbioel.arrayfile import read_arrays, write_arrays
+from spacy_genbioel.arrayfile import ArraySpec, check_arrays, read_arrays, write_arrays
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,10 @@ __all__ = ["NameCache", "name_hashes", "HASHES", "safe_stem"]
 HASHES = "name_hashes"
 
 Arrays = Dict[str, np.ndarray]
+#: the arrays an entry of ``n`` rows holds (besides the hashes): checked on every read, and on every donor
+Layout = Callable[[int], Mapping[str, ArraySpec]]
+#: what the warning about a damaged entry tells the user
+REMEDY = "delete the file: the names are encoded again"
 
 
 def name_hashes(names: Sequence[str]) -> np.ndarray:
@@ -78,8 +82,10 @@ class NameCache:
 
     ``spec`` is the settings part of the key, as bytes (each retriever keeps the
     bytes it always hashed, so existing entries stay valid); ``infix`` tells
-    retrievers sharing a folder apart (``.rescnn``). After :meth:`load`,
-    ``reused`` counts the rows taken from another entry and ``donor`` names it.
+    retrievers sharing a folder apart (``.rescnn``); ``layout`` gives the arrays
+    (dtype, shape, finite values) of an entry of ``n`` rows: an entry, or a donor,
+    that differs is ignored with a warning naming the file and the array. After
+    :meth:`build`, ``reused`` counts the rows taken from another entry and ``donor`` names it.
     """
 
     folder: Path
@@ -87,6 +93,7 @@ class NameCache:
     names: Sequence[str]
     kb_name: str = "kb"
     infix: str = ""
+    layout: Optional[Layout] = None
     reused: int = 0
     donor: Optional[Path] = None
     _hashes: Optional[np.ndarray] = field(default=None, repr=False)
@@ -113,14 +120,30 @@ class NameCache:
     def _entries(self, pattern: str) -> List[Path]:
         return sorted(p for p in self.folder.glob(pattern) if p.is_file()) if self.folder.is_dir() else []
 
-    def read(self, valid: Callable[[Arrays], bool]) -> Optional[Arrays]:
-        """This entry's arrays (memory-mapped, without the hashes) if a file holds them and ``valid`` accepts them; else None.
-        A damaged file is skipped with a warning, never fatal."""
+    def checked(self, path: Path, arrays: Arrays, rows: Optional[int] = None) -> None:
+        """Raise ValueError naming ``path`` and the array when ``arrays`` (an entry, with or without its
+        hashes) are not ``rows`` rows (default: as many as it has hashes) as :attr:`layout` says."""
+        hashes = arrays.get(HASHES)
+        if hashes is not None:
+            check_arrays(path, {HASHES: hashes}, {HASHES: ArraySpec(("<u8",), (rows,))}, remedy=REMEDY)
+            rows = len(hashes) if rows is None else rows
+        if self.layout is not None:
+            if rows is None:  # no hashes: the rows of the first array
+                rows = len(next(iter(arrays.values()))) if arrays else 0
+            rest = {k: v for k, v in arrays.items() if k != HASHES}
+            check_arrays(path, rest, self.layout(rows), remedy=REMEDY)
+
+    def read(self, valid: Optional[Callable[[Arrays], bool]] = None) -> Optional[Arrays]:
+        """This entry's arrays (memory-mapped, without the hashes) if a file holds them as :attr:`layout` says
+        and ``valid`` accepts them; else None. A damaged file is skipped with a warning, never fatal."""
         found = self._entries(f"*{self.infix}-{self.key[:24]}.safetensors")
         for path in sorted(found, key=lambda p: p != self.path):
             try:
                 arrays, meta = read_arrays(path)
-                if meta.get("key") != self.key or not valid(arrays):
+                if meta.get("key") != self.key:
+                    continue
+                self.checked(path, arrays, len(self.names))
+                if valid is not None and not valid(arrays):
                     continue
             except (ValueError, KeyError) as err:
                 logger.warning("Ignoring unreadable name cache %s (%s)", path, err)
@@ -150,10 +173,12 @@ class NameCache:
         for path in self._entries(f"*{self.infix}-*.safetensors"):
             try:
                 arrays, meta = read_arrays(path)
-            except ValueError:
-                continue
-            theirs = arrays.get(HASHES)
-            if meta.get("spec") != self.spec_digest or theirs is None or meta.get("key") == self.key:
+                theirs = arrays.get(HASHES)
+                if meta.get("spec") != self.spec_digest or theirs is None or meta.get("key") == self.key:
+                    continue
+                self.checked(path, arrays)
+            except ValueError as err:
+                logger.warning("Name cache %s cannot lend rows (%s)", path, err)
                 continue
             order = np.argsort(theirs, kind="stable")
             at = np.searchsorted(theirs, self.hashes, sorter=order)

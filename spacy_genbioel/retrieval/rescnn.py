@@ -36,12 +36,13 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from torch import nn
 
+from spacy_genbioel.arrayfile import ArraySpec
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.models.quantize import Int8Linear
 from spacy_genbioel.progress import StepProgress
@@ -63,6 +64,7 @@ __all__ = [
     "RESCNN_CONFIG",
     "RESCNN_WEIGHTS",
     "INDEX_DTYPES",
+    "index_layout",
 ]
 
 RESCNN_CONFIG = "rescnn_config.json"
@@ -72,7 +74,8 @@ INDEX_DTYPES = ("float16", "int8")
 
 @dataclass(frozen=True)
 class ResCNNArch:
-    """The network's shape (the paper's ``lightweight_cnn_text``: 256 channels, 4 blocks, filters 100 of widths 1/3/5)."""
+    """The network's shape (the paper's ``lightweight_cnn_text``: 256 channels, 4 blocks,
+    filters 100 of widths 1/3/5)."""
 
     hidden: int = 256
     blocks: int = 4
@@ -228,6 +231,19 @@ class ResCNNEncoder:
         config = json.loads(config_file.read_text(encoding="utf8"))
         arch = ResCNNArch(**config["arch"])
         state = load_file(str(path / RESCNN_WEIGHTS))
+        damaged = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if damaged:  # the network zeroes a NaN vector: every name would tie, silently
+            raise ValueError(
+                f"{path / RESCNN_WEIGHTS}: tensor {damaged[0]!r} holds NaN or inf values (a diverged training "
+                f"saved it; {len(damaged)} such tensors): train the model again"
+            )
+        for key in ("scale", "sparse_weight"):
+            value = config.get(key, 0.0)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value):
+                raise ValueError(
+                    f"{config_file}: {key} must be a finite number, got {value!r} (a diverged training saved it): "
+                    "train the model again"
+                )
         model = ResCNN(state["wordpieces"], arch)
         model.load_state_dict(state)
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
@@ -245,7 +261,8 @@ class ResCNNEncoder:
         return cls(model, tokenizer, source_dir=path, sparse_ratio=ratio)
 
     def save(self, out_dir: PathLike, **meta) -> Path:
-        """``rescnn.safetensors`` (network and frozen table), ``rescnn_config.json`` (shape, ``meta``), the tokenizer."""
+        """``rescnn.safetensors`` (network and frozen table), ``rescnn_config.json`` (shape, ``meta``),
+        the tokenizer."""
         from safetensors.torch import save_file
 
         out = Path(out_dir)
@@ -358,6 +375,24 @@ def quantize(vectors: torch.Tensor, dtype: str) -> Dict[str, np.ndarray]:
     raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {dtype!r}")
 
 
+def index_layout(dtype: str, dim: int) -> Callable[[int], Dict[str, ArraySpec]]:
+    """The arrays of a stored index of ``n`` names (:func:`quantize`'s): float16 vectors, finite; or
+    int8 vectors with one finite float32 scale > 0 per row. A file that differs (another dtype, a
+    scale per row missing or NaN) would give other candidates: it is refused, naming the array."""
+    if dtype not in INDEX_DTYPES:
+        raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {dtype!r}")
+
+    def layout(n: int) -> Dict[str, ArraySpec]:
+        if dtype == "float16":
+            return {"vectors": ArraySpec(("<f2",), (n, dim), finite=True)}
+        return {
+            "vectors": ArraySpec(("|i1",), (n, dim)),
+            "scales": ArraySpec(("<f4",), (n,), finite=True, positive=True),
+        }
+
+    return layout
+
+
 def dequantize(arrays: Dict[str, np.ndarray], start: int, stop: int) -> torch.Tensor:
     """float32 rows ``start:stop`` of a stored index."""
     rows = torch.from_numpy(np.asarray(arrays["vectors"][start:stop])).float()
@@ -451,11 +486,12 @@ class ResCNNLinker(DenseLinker):
         if spec is None:
             arrays = self._encode_names(np.arange(len(names)))
         else:
-            entry = self.cache = NameCache(self.index_dir, spec, names, kb_name=self.kb.name, infix=".rescnn")
-            self.index_path = entry.path
-            found = entry.read(
-                lambda arrays: arrays.get("vectors") is not None and arrays["vectors"].shape == (len(names), dim)
+            layout = index_layout(self.settings.index_dtype, dim)
+            entry = self.cache = NameCache(
+                self.index_dir, spec, names, kb_name=self.kb.name, infix=".rescnn", layout=layout
             )
+            self.index_path = entry.path
+            found = entry.read()
             if found is not None:
                 self.from_cache = True
                 logger.info("ResCNN index of %d names memory-mapped from the cache", len(names))

@@ -285,6 +285,25 @@ def test_a_damaged_file_is_refused_naming_it(tmp_path, damage):
         KnowledgeBase.load(path)
 
 
+def test_a_nan_prior_is_refused_naming_the_file_and_the_array(tmp_path):
+    path = tmp_path / "kb.safetensors"
+    concepts = [Concept("D1", ["renal failure"], prior=2.0), Concept("D2", ["renal failure", "lung"], prior=1.0)]
+    CompactKB.build(concepts).save(path)
+    _damage(path, lambda a, m: ({**a, "priors": np.array([np.nan, 1.0], dtype=a["priors"].dtype)}, m))
+    with pytest.raises(KBFormatError, match=r"kb\.safetensors.*'priors' holds nan at \[0\]"):
+        KnowledgeBase.load(path)
+
+
+def test_a_deeply_nested_header_is_a_kb_format_error(tmp_path):
+    import struct
+
+    path = tmp_path / "kb.safetensors"
+    text = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    path.write_bytes(struct.pack("<Q", len(text)) + text)
+    with pytest.raises(KBFormatError, match=r"kb\.safetensors.*nested"):
+        KnowledgeBase.load(path)
+
+
 def test_damage_inside_the_arrays_is_refused_where_it_is_read(tmp_path):
     path = tmp_path / "kb.safetensors"
     CompactKB.build([Concept("D1", ["renal failure", "cancer"]), Concept("D2", ["lung"])]).save(path)

@@ -5,6 +5,7 @@ import hashlib
 import json
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -145,7 +146,7 @@ def test_a_damaged_entry_is_skipped(tmp_path, caplog):
 
 
 # -- the retrievers ---------------------------------------------------------------------------------
-def test_dense_linker_encodes_only_the_names_a_kb_adds(tiny_bert_dir, tmp_path, monkeypatch):
+def test_dense_linker_encodes_only_the_names_a_kb_adds(tiny_bert_dir, tmp_path, monkeypatch):  # noqa: F811
     kb = KnowledgeBase(
         [Concept("D1", ["heart attack", "myocardial infarction"]), Concept("D2", ["renal failure"])], name="kb"
     )
@@ -183,3 +184,49 @@ def test_writers_of_one_entry_at_once_leave_one_whole_file(tmp_path):
     assert all(np.array_equal(w["rows"], arrays["rows"]) for w in written)
     assert [p.name for p in tmp_path.iterdir()] == [entry(tmp_path, names).path.name]  # no partial files left
     assert np.array_equal(entry(tmp_path, names).read(lambda a: True)["scales"], arrays["scales"])
+
+
+# -- damaged entries and donors (reliability audit) -----------------------------------------------------------------
+def rows_layout(n):
+    from spacy_genbioel.arrayfile import ArraySpec
+
+    return {
+        "rows": ArraySpec(("<f2",), (n, 4), finite=True),
+        "scales": ArraySpec(("<f4",), (n,), finite=True, positive=True),
+    }
+
+
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        # a hash more than rows, of a name the new KB has: was an IndexError
+        (lambda a: {**a, HASHES: np.append(a[HASHES], name_hashes(["new"]))}, "rows"),
+        (lambda a: {**a, HASHES: a[HASHES].astype(np.int64)}, HASHES),
+        (lambda a: {**a, "scales": np.full(len(a["scales"]), np.nan, np.float32)}, "scales"),
+        (lambda a: {**a, "rows": a["rows"].astype(np.float32)}, "rows"),
+    ],
+)
+def test_a_damaged_donor_lends_nothing_and_is_named(tmp_path, caplog, damage, words):
+    names = [f"n{i}" for i in range(6)]
+    first = entry(tmp_path, names, layout=rows_layout)
+    first.write(first.build(Encoder(names)), {})
+    stored, meta = read_arrays(first.path)
+    write_arrays(first.path, damage({k: np.array(v) for k, v in stored.items()}), meta)
+    bigger = entry(tmp_path, [*names, "new"], layout=rows_layout)
+    encoder = Encoder(bigger.names)
+    got = bigger.build(encoder)
+    assert encoder.calls == [bigger.names] and bigger.reused == 0  # every name encoded afresh
+    assert all(np.array_equal(got["rows"][i], vector(n)) for i, n in enumerate(bigger.names))
+    assert first.path.name in caplog.text and repr(words) in caplog.text
+
+
+def test_an_entry_with_nan_or_short_scales_is_encoded_again(tmp_path, caplog):
+    names = ["a", "bb", "ccc"]
+    cache = entry(tmp_path, names, layout=rows_layout)
+    cache.write(cache.build(Encoder(names)), {})
+    stored, meta = read_arrays(cache.path)
+    for scales in (np.array([1, np.nan, 3], np.float32), np.array([1, 2], np.float32)):
+        write_arrays(cache.path, {**{k: np.array(v) for k, v in stored.items()}, "scales": scales}, meta)
+        caplog.clear()
+        assert entry(tmp_path, names, layout=rows_layout).read() is None
+        assert cache.path.name in caplog.text and "'scales'" in caplog.text

@@ -507,3 +507,44 @@ def test_token_ids_are_the_tokenizers_own(encoder):
     assert (
         encoder.tokenizer("a " * 40, add_special_tokens=False)["input_ids"].__len__() == 40
     )  # the tokenizer is not changed
+
+
+@pytest.mark.parametrize(
+    "damage, array",
+    [
+        (lambda a: {**a, "scales": a["scales"][:-1]}, "scales"),  # was a broadcasting error at the first link
+        (lambda a: {**a, "scales": np.where(np.arange(len(a["scales"])) == 2, np.nan, a["scales"])}, "scales"),
+        (lambda a: {**a, "scales": a["scales"].astype(np.float64)}, "scales"),
+        (lambda a: {**a, "vectors": a["vectors"].astype(np.int16)}, "vectors"),
+    ],
+)
+def test_a_damaged_cached_index_is_encoded_again_with_a_warning(model_dir, tmp_path, caplog, damage, array):
+    from spacy_genbioel.arrayfile import read_arrays, write_arrays
+
+    kb = toy_kb()
+    first = ResCNNLinker(kb, model_dir, settings(tmp_path, index_dtype="int8"))
+    mentions = ["heart attack", "Kidney Failure", "breast"]
+    expected = first.link(mentions, top_k=3)
+    stored, meta = read_arrays(first.index_path)
+    write_arrays(first.index_path, damage({k: np.array(v) for k, v in stored.items()}), meta)
+    again = ResCNNLinker(kb, model_dir, settings(tmp_path, index_dtype="int8"))
+    assert not again.from_cache and again.link(mentions, top_k=3) == expected
+    assert first.index_path.name in caplog.text and f"array {array!r}" in caplog.text
+    assert ResCNNLinker(kb, model_dir, settings(tmp_path, index_dtype="int8")).from_cache  # the rebuilt entry
+
+
+def test_a_model_with_nan_weights_or_scale_is_refused_naming_the_file(encoder, tmp_path):
+    path = encoder.save(tmp_path / "model")
+    config = json.loads((path / RESCNN_CONFIG).read_text())
+    (path / RESCNN_CONFIG).write_text(json.dumps({**config, "scale": float("nan")}))
+    with pytest.raises(ValueError, match=r"rescnn_config\.json: scale must be a finite number, got nan"):
+        ResCNNEncoder.load(path)
+    (path / RESCNN_CONFIG).write_text(json.dumps(config))
+    with torch.no_grad():
+        for parameter in encoder.model.parameters():
+            parameter.fill_(float("nan"))
+    path = encoder.save(tmp_path / "nan")
+    with pytest.raises(ValueError, match=r"rescnn\.safetensors: tensor '.*' holds NaN or inf"):
+        ResCNNEncoder.load(path)
+    with pytest.raises(ValueError, match="non-finite weights"):
+        encoder.int8()
