@@ -23,22 +23,27 @@ from the source folder's name: ``ANGEL_ncbi``) is recorded in the model's
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
+import stat
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from spacy_genbioel.linking.released_style import RECORD_KEY, RELEASED_STYLES, style_named_in
+from spacy_genbioel.linking.inputs.released_style import RECORD_KEY, RELEASED_STYLES, style_named_in
 from spacy_genbioel.models.checkpoint_pickle import CheckpointError, load_checkpoint_file, tensor_entries
 from spacy_genbioel.models.hf import (
     ModelFormatError,
+    check_attention,
     check_padding,
     check_vocabulary,
     load_model,
@@ -68,6 +73,42 @@ RECORD_NAME = "import.json"
 #: GenBioEL's own inputs, not this package's (with its corpus known: the style, ``genbioel-released-<corpus>.v1``)
 RELEASED_INPUTS = "genbioel-released"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+#: what an import writes (with the weights' shards, ``model-00001-of-00002.safetensors``, and the
+#: files its ``import.json`` lists): ``--replace`` replaces a folder holding nothing else
+IMPORT_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        RECORD_NAME,
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "merges.txt",
+        "chat_template.jinja",
+    }
+)
+SHARD_NAME = re.compile(r"model-[0-9]{5}-of-[0-9]{5}\.safetensors")
+#: held (``flock``) in a folder an import is being written to, until it is published
+LOCK_NAME = ".import.lock"
+#: a folder of an import in progress with no lock (an older version's, or one just created) is
+#: left alone for this long
+STALE_SECONDS = 120.0
+#: config.json's sizes of a BART, and the least each may be
+SIZE_FIELDS = (
+    ("vocab_size", 1),
+    ("d_model", 1),
+    ("encoder_layers", 0),
+    ("decoder_layers", 0),
+    ("encoder_attention_heads", 1),
+    ("decoder_attention_heads", 1),
+    ("encoder_ffn_dim", 1),
+    ("decoder_ffn_dim", 1),
+    ("max_position_embeddings", 1),
+)
 ARCHITECTURES = ("BartForConditionalGeneration", "BartModel")
 TOKENIZER_HINT = (
     "The released GenBioEL/ANGEL checkpoints ship without a tokenizer: they use facebook/bart-large's. "
@@ -153,13 +194,27 @@ def _shard_files(index: Path) -> Tuple[Path, ...]:
     return tuple(index.parent / name for name in names)
 
 
+def check_regular(path: Path, what: str) -> None:
+    """Refuse a FIFO, device or socket (reading one would hang or never end), naming it."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # missing: the caller says what it expected there
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or special file"
+        raise CheckpointError(f"{path}: {kind}, not a regular file: give the {what} as a file")
+
+
 def find_source(src: PathLike, config: Optional[PathLike] = None) -> SourceCheckpoint:
     """The weights and config of a checkpoint folder or file (see the module docstring)."""
     src = Path(src)
     if not src.exists():
         raise CheckpointError(f"{src}: no such checkpoint file or folder")
+    check_regular(src, "checkpoint")
     index = None
     if src.is_dir():
+        for name in (INDEX_NAME, WEIGHTS_NAME, "config.json"):
+            check_regular(src / name, "checkpoint's " + name)
         pickles = sorted(p for p in src.iterdir() if p.is_file() and p.suffix in PICKLE_SUFFIXES)
         if (src / INDEX_NAME).is_file():
             index = src / INDEX_NAME
@@ -182,7 +237,10 @@ def find_source(src: PathLike, config: Optional[PathLike] = None) -> SourceCheck
         else:
             pickles = [src]
     weights = _shard_files(index) if index is not None else tuple(pickles)
+    for path in weights:
+        check_regular(path, "weights")
     config_path = Path(config) if config is not None else folder / "config.json"
+    check_regular(config_path, "config.json")
     if not config_path.is_file():
         raise CheckpointError(f"{config_path}: no config.json for the checkpoint {src} (give it with --config)")
     return SourceCheckpoint(config=config_path, weights=weights, index=index)
@@ -203,6 +261,10 @@ def read_config(path: PathLike) -> Dict[str, Any]:
             f"{path}: refused: auto_map asks for custom model code ({json.dumps(data['auto_map'])}); "
             "only the BART of transformers is imported, no code from a checkpoint"
         )
+    try:
+        check_attention(data, path)
+    except ModelFormatError as err:
+        raise CheckpointError(str(err)) from None
     if data.get("model_type") != "bart":
         raise CheckpointError(f"{path}: model_type is {data.get('model_type')!r}; only 'bart' checkpoints are imported")
     odd = [name for name in data.get("architectures") or () if name not in ARCHITECTURES]
@@ -280,9 +342,9 @@ def map_keys(state: Dict[str, Any], model, where: str = "the checkpoint") -> Tup
     )
     for name in mapping.unexpected:
         del mapped[name]
-    groups: Dict[int, List[str]] = {}
-    for name, tensor in target.items():
-        groups.setdefault(tensor.data_ptr(), []).append(name)
+    groups: Dict[int, List[str]] = {}  # tied weights are one parameter under several names
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
     for group in (sorted(g, key=lambda n: (n != "model.shared.weight", n)) for g in groups.values() if len(g) > 1):
         present = [name for name in group if name in mapped]
         if not present:
@@ -295,7 +357,8 @@ def map_keys(state: Dict[str, Any], model, where: str = "the checkpoint") -> Tup
                 mapped[name] = mapped[present[0]]
                 mapping.tied[name] = present[0]
     if "final_logits_bias" in target and "final_logits_bias" not in mapped:
-        mapped["final_logits_bias"] = torch.zeros_like(target["final_logits_bias"])
+        bias = target["final_logits_bias"]
+        mapped["final_logits_bias"] = torch.zeros(tuple(bias.shape), dtype=bias.dtype)
         mapping.zero_filled.append("final_logits_bias")
     missing = [name for name in target if name not in mapped]
     if missing:
@@ -371,9 +434,38 @@ def _file_record(path: Path) -> Dict[str, Any]:
     return {"file": str(path.resolve()), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
+def _not_written_by_an_import(out: Path) -> List[str]:
+    """What ``out`` (an earlier import) holds that an import did not write: the files its
+    ``import.json`` does not list (an older record lists none: :data:`IMPORT_FILES` and the
+    weights' shards then), any subfolder; ``[import.json]`` when that record cannot be read."""
+    try:
+        record = json.loads((out / RECORD_NAME).read_text(encoding="utf8"))
+        listed = record.get("files") if isinstance(record, dict) else None
+    except (OSError, ValueError):
+        return [RECORD_NAME + " (not an import record)"]
+    if not isinstance(record, dict) or "verification" not in record:
+        return [RECORD_NAME + " (not an import record)"]
+    written = set(listed) if isinstance(listed, list) else IMPORT_FILES
+    return sorted(
+        entry.name + ("/" if entry.is_dir() else "")
+        for entry in out.iterdir()
+        if entry.is_dir()
+        or entry.is_symlink()
+        or not (entry.name in written or (not isinstance(listed, list) and SHARD_NAME.fullmatch(entry.name)))
+    )
+
+
 def _check_out(out: Path, replace: bool = False) -> None:
-    if replace and out.is_dir() and (out / RECORD_NAME).is_file():
-        return  # an earlier import, replaced once the new one is verified
+    """Refuse an ``out`` that is neither missing, nor an empty folder, nor (with ``replace``) an
+    earlier import holding only what the import wrote."""
+    if replace and out.is_dir() and not out.is_symlink() and (out / RECORD_NAME).is_file():
+        extra = _not_written_by_an_import(out)
+        if not extra:
+            return  # an earlier import, replaced once the new one is verified
+        raise CheckpointError(
+            f"{out}: refused to replace: it holds {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}, "
+            "which import-checkpoint did not write; move them out of the folder, or choose another --out"
+        )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(
             f"{out}: already exists and is not an empty folder (nor an earlier import to replace); "
@@ -381,9 +473,66 @@ def _check_out(out: Path, replace: bool = False) -> None:
         )
 
 
+def _lock(folder: Path) -> int:
+    """A descriptor holding the lock of a folder an import is being written to (released when
+    the process ends, however it ends)."""
+    import fcntl
+
+    fd = os.open(folder / LOCK_NAME, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _in_use(folder: Path) -> bool:
+    """Whether an import still writes ``folder`` (holds its lock; without a lock: made lately)."""
+    import fcntl
+
+    try:
+        fd = os.open(folder / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        try:
+            return time.time() - folder.stat().st_mtime < STALE_SECONDS
+        except OSError:
+            return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def clean_stale(out: Path) -> List[Path]:
+    """Remove what imports into ``out`` that were killed left beside it (a hidden
+    ``.<out>.importing-*`` folder, a full model copy; an earlier import put aside to be replaced,
+    which is put back when ``out`` is gone), saying so in the log; the folders removed or put back."""
+    handled: List[Path] = []
+    if not out.parent.is_dir():
+        return handled
+    name = glob.escape(out.name)
+    for kind in ("importing", "replaced"):
+        for folder in sorted(out.parent.glob(f".{name}.{kind}-*")):
+            if folder.is_symlink() or not folder.is_dir() or _in_use(folder):
+                continue
+            if kind == "replaced" and not os.path.lexists(out):
+                os.replace(folder, out)
+                logger.warning(
+                    "%s: put back the earlier import %s, left aside by an import that was killed", out, folder
+                )
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+                logger.warning("%s: removed %s, left by an import that was killed", out, folder)
+            handled.append(folder)
+    return handled
+
+
 def _import_tokenizer(path: PathLike):
     """The tokenizer folder given with the checkpoint, refused (naming the missing file) unless it
     loads with a padding token: facebook/bart-large's without its config.json loads without one."""
+    if Path(path).is_dir():
+        for entry in Path(path).iterdir():
+            check_regular(entry, "tokenizer's " + entry.name)
     try:
         tokenizer = load_tokenizer(path)
         check_padding(tokenizer, path)
@@ -420,15 +569,86 @@ def _tokenizer_checks(model, tokenizer, where: str) -> List[str]:
 
 
 def _publish(tmp: Path, out: Path) -> None:
+    """Move the verified import ``tmp`` to ``out``: an earlier import there is renamed aside,
+    the new one renamed in, then the earlier one removed; if the new one cannot be moved in,
+    the earlier one is put back as it was."""
     os.chmod(tmp, 0o755)
     for file in tmp.iterdir():
         os.chmod(file, 0o644)
-    if out.exists() and (out / RECORD_NAME).is_file():  # an earlier import (checked before)
-        shutil.rmtree(out)
-    elif out.exists():
-        out.rmdir()  # empty (checked before)
     out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out)
+    if not (out.is_dir() and (out / RECORD_NAME).is_file()):
+        if out.exists():
+            out.rmdir()  # empty (checked before)
+        os.replace(tmp, out)
+        return
+    _check_out(out, replace=True)  # what it holds, again: files may have been added since the start
+    aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.replaced-"))
+    os.replace(out, aside)
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        os.replace(aside, out)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+    if aside.exists():
+        logger.warning("%s: could not remove the earlier import, renamed to %s: remove it", out, aside)
+
+
+def _bart_config(data: Dict[str, Any], path: Path):
+    """``config.json`` as a ``BartConfig``, refused naming the field that is not a size or
+    not of its type (transformers' own checks raise errors of many kinds)."""
+    from transformers import BartConfig
+
+    for name, least in SIZE_FIELDS:
+        value = data.get(name, least)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise CheckpointError(
+                f"{path}: {name} is {json.dumps(value)}: a whole number of at least {least} is expected; "
+                "use the config.json the checkpoint was saved with"
+            )
+    try:
+        config = BartConfig.from_dict(data)
+    except Exception as err:  # huggingface_hub's strict-dataclass errors are not ValueErrors
+        detail = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        raise CheckpointError(f"{path}: not a usable BART config ({type(err).__name__}: {detail})") from None
+    for side in ("encoder", "decoder"):
+        heads = getattr(config, f"{side}_attention_heads")
+        if config.d_model % heads:
+            raise CheckpointError(
+                f"{path}: d_model {config.d_model} is not a multiple of {side}_attention_heads {heads}"
+            )
+    return config
+
+
+def build_checked_model(config_data: Dict[str, Any], state: Dict[str, Any], source: SourceCheckpoint):
+    """``(model, key mapping)``: the BART ``config.json`` describes, with the checkpoint's weights,
+    its sizes checked against the checkpoint's tensors before anything is allocated (the model is
+    first built on the meta device: a ``vocab_size`` of 4e8 is refused, not allocated)."""
+    import torch
+    from transformers import BartForConditionalGeneration
+
+    config = _bart_config(config_data, source.config)
+    where = str(source.index or source.weights[0])
+    for side in ("encoder", "decoder"):
+        layers = {m.group(1) for key in state for m in [re.search(rf"(?:^|\.){side}\.layers\.([0-9]+)\.", key)] if m}
+        wanted = getattr(config, f"{side}_layers")
+        if wanted > len(layers):
+            raise CheckpointError(
+                f"{source.config}: {side}_layers is {wanted}, but {where} has weights for {len(layers)} {side} "
+                "layers: use the config.json the checkpoint was saved with"
+            )
+    try:
+        with torch.device("meta"):
+            skeleton = BartForConditionalGeneration(config)
+    except Exception as err:  # sizes transformers cannot build
+        raise CheckpointError(f"{source.config}: not a usable BART config ({type(err).__name__}: {err})") from None
+    try:
+        mapped, mapping = map_keys(state, skeleton, where)
+    except CheckpointError as err:
+        raise CheckpointError(f"{err} (the model described by {source.config})") from None
+    model = BartForConditionalGeneration(config).eval()
+    model.load_state_dict(mapped, strict=True)
+    return model, mapping
 
 
 def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = ImportOptions()) -> Dict[str, Any]:
@@ -438,9 +658,8 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
     Raises :class:`CheckpointError` (naming the file) for a refused or damaged
     source, a missing tokenizer without ``options.no_tokenizer``, or a written
     model whose logits differ from the source's; ``out`` is then left untouched."""
-    from transformers import BartConfig, BartForConditionalGeneration
-
     out = Path(out)
+    clean_stale(out)
     _check_out(out, options.replace)
     source = find_source(src, options.config)
     config_data = read_config(source.config)
@@ -449,22 +668,20 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
         raise CheckpointError(f"{src}: no tokenizer given. {TOKENIZER_HINT}")
     tokenizer = _import_tokenizer(options.tokenizer) if options.tokenizer is not None else None
     state, container, files = read_state_dict(source)
-    try:
-        model = BartForConditionalGeneration(BartConfig.from_dict(config_data)).eval()
-    except (TypeError, ValueError, AttributeError, KeyError) as err:
-        raise CheckpointError(f"{source.config}: not a usable BART config ({type(err).__name__}: {err})") from err
-    mapped, mapping = map_keys(state, model, str(source.index or source.weights[0]))
+    model, mapping = build_checked_model(config_data, state, source)
     mapping.container = container
-    model.load_state_dict(mapped, strict=True)
-    del state, mapped
-    # what inputs the weights were trained on travels with them: package applies the style, the component warns on another
+    del state
+    # what inputs the weights were trained on travels with them: package applies the style, the component
+    # warns on another
     setattr(model.config, RECORD_KEY, style or RELEASED_INPUTS)
     notes = (
         _tokenizer_checks(model, tokenizer, f"The tokenizer in {options.tokenizer}") if tokenizer is not None else []
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.importing-"))
+    lock = None
     try:
+        lock = _lock(tmp)
         model.save_pretrained(str(tmp), safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
@@ -496,11 +713,17 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
             },
             "verification": verification,
             "versions": _versions(),
+            # what this import wrote: --replace replaces a folder holding these alone
+            "files": sorted({path.name for path in tmp.iterdir() if path.name != LOCK_NAME} | {RECORD_NAME}),
         }
         (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
+        (tmp / LOCK_NAME).unlink()  # still held until the folder is published
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
     logger.info("imported %s into %s (max |logit diff| %.3g)", src, out, verification["max_abs_diff"])
     return record

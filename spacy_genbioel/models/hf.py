@@ -31,7 +31,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple, Union
 
 from spacy_genbioel.models.quantize import quantized_api_quiet
 from spacy_genbioel.util import PathLike, resolve_device, resolve_dtype, share_files
@@ -46,6 +46,11 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "spiece.model", 
 WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")
 #: facebook/bart-large's config.json: its tokenizer folder needs it to load with its special tokens
 BART_LARGE_CONFIG_URL = "https://huggingface.co/facebook/bart-large/resolve/main/config.json"
+#: the attention implementations a model config may name (or none): transformers' own. Any other,
+#: such as a Hub kernel repository (``kernels-community/flash-attn``), has transformers fetch and
+#: run code when the ``kernels`` package is installed
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
+ATTENTION_KEYS = ("attn_implementation", "_attn_implementation", "_attn_implementation_internal")
 #: the model config's record of its tokenizer's :func:`tokenizer_fingerprint` (written by :func:`save_model`)
 TOKENIZER_KEY = "genbioel_tokenizer_fingerprint"
 # texts whose token ids join the vocabulary in a tokenizer's fingerprint: case,
@@ -107,6 +112,25 @@ def load_tokenizer(path: PathLike):
         ) from err
 
 
+def check_attention(config: Any, path: PathLike) -> None:
+    """Refuse a model config (``config.json`` as data, sub-configs included) naming an attention
+    implementation other than transformers' own: a Hub kernel would be code from outside the package."""
+    pending = [config]
+    while pending:
+        data = pending.pop()
+        if not isinstance(data, dict):
+            continue
+        for key in ATTENTION_KEYS:
+            value = data.get(key)
+            if value is not None and value not in ATTENTION_IMPLEMENTATIONS:
+                raise ModelFormatError(
+                    f"{path}: refused: {key} is {json.dumps(value)}, an attention implementation that is not "
+                    f"transformers' own ({' or '.join(ATTENTION_IMPLEMENTATIONS)}): a Hub kernel would be code "
+                    f"fetched from outside. Remove the {key} entry (the model runs with sdpa)"
+                )
+        pending.extend(value for value in data.values() if isinstance(value, dict))
+
+
 def check_padding(tokenizer, path: PathLike) -> None:
     """Refuse a tokenizer without a padding token, which could not batch two inputs of
     different lengths (the first document would fail), naming the file that would give it
@@ -119,14 +143,14 @@ def check_padding(tokenizer, path: PathLike) -> None:
     if not (path / "tokenizer_config.json").exists() and not (path / "config.json").exists():
         raise ModelFileNotFoundError(
             f"{path / 'config.json'}: not found, and without it (or a tokenizer_config.json) the tokenizer in {path} "
-            f"loads as a bare {type(tokenizer).__name__} with no padding token. Copy the config.json of the model the "
-            f"tokenizer belongs to beside tokenizer.json (facebook/bart-large's for the released GenBioEL/ANGEL models: "
-            f"{BART_LARGE_CONFIG_URL})"
+            f"loads as a bare {type(tokenizer).__name__} with no padding token. Copy the config.json of the model "
+            f"the tokenizer belongs to beside tokenizer.json (facebook/bart-large's for the released GenBioEL/ANGEL "
+            f"models: {BART_LARGE_CONFIG_URL})"
         )
     raise ModelFormatError(
-        f"{path}: the tokenizer loaded from this folder ({type(tokenizer).__name__}) has no padding token; set pad_token "
-        f"in {path / 'tokenizer_config.json'}, or import the model again with a tokenizer folder that has one "
-        f"(facebook/bart-large's needs its config.json: {BART_LARGE_CONFIG_URL})"
+        f"{path}: the tokenizer loaded from this folder ({type(tokenizer).__name__}) has no padding token; set "
+        f"pad_token in {path / 'tokenizer_config.json'}, or import the model again with a tokenizer folder that has "
+        f"one (facebook/bart-large's needs its config.json: {BART_LARGE_CONFIG_URL})"
     )
 
 
@@ -221,6 +245,11 @@ def load_model(
     if not config_file.exists():
         raise ModelFileNotFoundError(f"No Hugging Face model (config.json) in {path}")
     dev = resolve_device(device) if isinstance(device, str) else device
+    try:
+        config_data = json.loads(config_file.read_text(encoding="utf8"))
+    except (OSError, ValueError) as err:
+        raise ModelFormatError(f"{config_file}: not a Hugging Face model config ({type(err).__name__}: {err})") from err
+    check_attention(config_data, config_file)
     try:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as err:  # JSON, type and value errors of many kinds

@@ -17,13 +17,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.models import (
-    CheckpointError,
-    ImportOptions,
-    checkpoint_archive,
-    checkpoint_pickle,
-    import_checkpoint,
-)
+from spacy_genbioel.models import CheckpointError, ImportOptions, checkpoint_pickle, import_checkpoint
 
 runner = CliRunner()
 
@@ -83,6 +77,8 @@ def test_a_case_colliding_pickle_is_refused_naming_both(tmp_path):
 
 def test_the_scanned_pickle_is_the_one_torch_reads(tmp_path, monkeypatch):
     """The scan reads ``data.pkl`` through PyTorch's reader: what it returns is what is checked."""
+    from spacy_genbioel.models import checkpoint_archive
+
     marker = tmp_path / "ran"
     path = genuine(tmp_path)
     seen = []
@@ -148,6 +144,8 @@ def test_a_compressed_member_is_refused(tmp_path, member):
 
 
 def test_a_zip_bomb_pickle_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from spacy_genbioel.models import checkpoint_archive
+
     items = members(genuine(tmp_path))
     name, data = items[0]
     bomb = data[:-1] + b"N" * (16 << 20) + b"."  # 16 MB of NONE opcodes, deflated to a few KB
