@@ -39,8 +39,8 @@ print(json.dumps({"rss_mb_before": status("VmRSS")}), flush=True)
 for run in range(int(sys.argv[2])):
     wall, cpu = time.perf_counter(), time.process_time()
     content_digest(arrays)
-    print(json.dumps({"run": run, "wall_s": round(time.perf_counter() - wall, 3), "cpu_s": round(time.process_time() - cpu, 3),
-                      "peak_rss_mb": status("VmHWM")}), flush=True)
+    print(json.dumps({"run": run, "wall_s": round(time.perf_counter() - wall, 3),
+                      "cpu_s": round(time.process_time() - cpu, 3), "peak_rss_mb": status("VmHWM")}), flush=True)
 """
 
 READER = r"""

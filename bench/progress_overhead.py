@@ -75,14 +75,14 @@ def main() -> None:
                 for _ in items:
                     pass
 
-            def bar_off():
+            def bar_off(reader=reader):
                 drain(InputProgress("bench", [path], counts=("docs",), enabled=False).read(reader(), count="docs"))
 
-            def bar_on():
+            def bar_on(reader=reader):
                 with InputProgress("bench", [path], counts=("docs",), file=Sink()) as bar:
                     drain(bar.read(reader(), count="docs"))
 
-            timed = best({"bare": lambda: drain(reader()), "off": bar_off, "on": bar_on}, args.repeats)
+            timed = best({"bare": lambda reader=reader: drain(reader()), "off": bar_off, "on": bar_on}, args.repeats)
             bare, off, on = timed["bare"], timed["off"], timed["on"]
             results[name] = {
                 "bare_s": round(bare, 3),

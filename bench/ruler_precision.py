@@ -374,8 +374,10 @@ def table(results: Dict[str, Any]) -> str:
     lines = [
         f"{results['date']}, {results['machine']}, load average {results['load_average_before']} -> "
         f"{results['load_average_after']}",
-        f"split: {results['split']}; a blank English pipeline (an empty entity_ruler) loads in {blank['load_s']} s (+{blank['load_rss_mb']} MB RSS)",
-        "| corpus | ruler | patterns | P | R | F1 | build s | build RSS MB | disk MB | spacy.load s | load RSS MB | ruler from_disk s |",
+        f"split: {results['split']}; a blank English pipeline (an empty entity_ruler) "
+        f"loads in {blank['load_s']} s (+{blank['load_rss_mb']} MB RSS)",
+        "| corpus | ruler | patterns | P | R | F1 | "
+        "build s | build RSS MB | disk MB | spacy.load s | load RSS MB | ruler from_disk s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for corpus, entry in results["corpora"].items():

@@ -135,8 +135,8 @@ def killed_run(
     start: Callable[[], Any], out: Path, target: str, rng: random.Random, hang_s: float = 60.0, delay: float = 0.3
 ) -> Dict[str, Any]:
     """Run ``start()`` (an annotate call) in a forked child; once its first chunk landed, and a random
-    moment more (up to ``delay`` seconds), SIGKILL the child (``target="parent"``) or one of its worker processes (``"worker"``).
-    Returns ``killed`` (what was killed, or None when nothing was: the run ended first, or it had no
+    moment more (up to ``delay`` seconds), SIGKILL the child (``target="parent"``) or one of its worker processes
+    (``"worker"``). Returns ``killed`` (what was killed, or None when nothing was: the run ended first, or it had no
     worker), ``strays`` (worker processes alive 10 s after their parent was killed; killed then),
     ``hung`` (a run whose worker was killed and that did not end within ``hang_s``; killed then),
     ``exitcode`` of the child and ``committed`` (chunks in the folder when the kill came)."""
@@ -300,7 +300,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['n_process']} | {r['killed']} | {r['trials']} | {r['kept']} | {r['written']} | {r['lost']} | {r['duplicated']} "
+            f"| {r['n_process']} | {r['killed']} | {r['trials']} | "
+            f"{r['kept']} | {r['written']} | {r['lost']} | {r['duplicated']} "
             f"| {r['strays']} | {r['hung']} | {r['rerun_refused']} |"
         )
     print(f"({time.monotonic() - started:.0f} s)")

@@ -78,7 +78,7 @@ def build_pipeline(root: Path, model=None, tokenizer=None, seed: int = 0, num_be
             "device": "cpu",
         },
     )
-    nlp.get_pipe("genbioel").linker  # load now so that to_disk stores model, KB and trie
+    _ = nlp.get_pipe("genbioel").linker  # load now so that to_disk stores model, KB and trie
     nlp.to_disk(root / "nlp")
     return root / "nlp"
 
@@ -134,7 +134,8 @@ def pubmed_article(pmid, title, abstracts=(), book=False) -> str:
     abstract = f"<Abstract>{sections}</Abstract>" if abstracts else ""
     if book:
         return (
-            f'<PubmedBookArticle><BookDocument><PMID Version="1">{pmid}</PMID><Book><BookTitle>{title}</BookTitle></Book>'
+            f'<PubmedBookArticle><BookDocument><PMID Version="1">{pmid}</PMID>'
+            f"<Book><BookTitle>{title}</BookTitle></Book>"
             f"{abstract}</BookDocument></PubmedBookArticle>\n"
         )
     return (
@@ -610,7 +611,7 @@ def cases() -> List[Case]:
     return _text_cases() + _jsonl_cases() + _pubtator_cases() + _xml_cases() + device
 
 
-# -- random damage ------------------------------------------------------------------------------------------------------
+# -- random damage -----------------------------------------------------------------------------------------------------
 def samples() -> Dict[str, bytes]:
     """One valid input per format, to be damaged by :func:`mutate`."""
     arts = [pubmed_article(40 + i, TEXTS[i % 4], [TEXTS[(i + 1) % 4]]) for i in range(4)]
@@ -710,7 +711,7 @@ def reader_fuzz(work: Path, seed: int = 0, n: int = 600) -> Dict[str, int]:
     return counts
 
 
-# -- running a case -------------------------------------------------------------------------------------------------------
+# -- running a case ----------------------------------------------------------------------------------------------------
 def resolve_ids(ids: Set[str], folder: Path) -> Set[str]:
     """``@name:N`` -> the text ID of line N of ``folder/name`` (its resolved path)."""
     return {
@@ -794,7 +795,7 @@ def run_case(case: Case, pipeline_dir: Path, work: Path) -> Tuple[str, str]:
     return "ok", f"{len(ids)} written, {len(errors)} errors"
 
 
-# -- job identity ----------------------------------------------------------------------------------------------------------
+# -- job identity ------------------------------------------------------------------------------------------------------
 def job_scenarios(
     pipeline_dir: Path, other_model: Path, other_config: Path
 ) -> List[Tuple[str, Callable[[Path], Tuple[str, str]]]]:
@@ -813,11 +814,10 @@ def job_scenarios(
             (folder / "notes.txt").write_bytes("".join(f"{TEXTS[i % 4]}\n" for i in range(6)).encode())
             make(folder)
             out = work / "out"
-            resolve = lambda d: {
-                **run,
-                **d,
-                "inputs": [folder / p if not Path(p).is_absolute() else p for p in d["inputs"]],
-            }  # noqa: E731
+
+            def resolve(d: dict) -> dict:
+                return {**run, **d, "inputs": [folder / p if not Path(p).is_absolute() else p for p in d["inputs"]]}
+
             try:
                 annotate(*job_args(resolve(first), out))
                 if "then" in second:
@@ -900,7 +900,7 @@ def job_scenarios(
     ]
 
 
-# -- reliability: where a job writes, read-only output, kills (issue 31) -------------------------------------------------------
+# -- reliability: where a job writes, read-only output, kills (issue 31) -----------------------------------------------
 def reliability_scenarios(pipeline_dir: Path) -> List[Tuple[str, Callable[[Path], Tuple[str, str]]]]:
     """(name, run): output folders where writing changes the job (refused), read-only output (refused
     unless the job is done there), and runs killed from outside, their parent or one worker (nothing
@@ -1040,7 +1040,7 @@ def reliability_scenarios(pipeline_dir: Path) -> List[Tuple[str, Callable[[Path]
     ]
 
 
-# -- the script ------------------------------------------------------------------------------------------------------------
+# -- the script --------------------------------------------------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--report", action="store_true", help="print counts per outcome (always done)")
@@ -1086,8 +1086,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(
             f"\n{title}: inputs tried: {sum(found.values())}; crashes: {found.get('crash', 0)}; silent acceptances: "
             f"{found.get('silent', 0)}; lost: {found.get('lost', 0)}; duplicated: {found.get('duplicated', 0)}; "
-            f"unlocated: {found.get('unlocated', 0)}; refused whole: {found.get('refused', 0)}; workers outliving their parent: "
-            f"{found.get('stray', 0)}; hung on a dead worker: {found.get('hung', 0)}; skipped: {found.get('skipped', 0)}; "
+            f"unlocated: {found.get('unlocated', 0)}; refused whole: {found.get('refused', 0)}; "
+            f"workers outliving their parent: {found.get('stray', 0)}; "
+            f"hung on a dead worker: {found.get('hung', 0)}; skipped: {found.get('skipped', 0)}; "
             f"ok: {found.get('ok', 0)}"
         )
     print(f"({time.monotonic() - started:.0f} s)")

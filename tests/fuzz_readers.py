@@ -44,9 +44,12 @@ MEDIC = "".join(
     for i in range(25)
 )
 CTD = (
-    "# Fields:\n# DiseaseName\tDiseaseID\tAltDiseaseIDs\tDefinition\tParentIDs\tTreeNumbers\tParentTreeNumbers\tSynonyms\tSlimMappings\n#\n"
+    "# Fields:\n"
+    "# DiseaseName\tDiseaseID\tAltDiseaseIDs\tDefinition\tParentIDs\tTreeNumbers\tParentTreeNumbers"
+    "\tSynonyms\tSlimMappings\n#\n"
     + "".join(
-        f"Disease {i}\tMESH:D{i:06d}\tOMIM:{600000 + i}\tA definition {i}.\tMESH:D1\tC0{i % 9}.{i:03d}\tC0{i % 9}\tAlias {i}|Other {i}\tSlim\n"
+        f"Disease {i}\tMESH:D{i:06d}\tOMIM:{600000 + i}\tA definition {i}.\tMESH:D1"
+        f"\tC0{i % 9}.{i:03d}\tC0{i % 9}\tAlias {i}|Other {i}\tSlim\n"
         for i in range(12)
     )
 )
@@ -132,7 +135,8 @@ CORPUS_JSONL = "".join(
 BIOC_XML = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<collection><source>test</source><date></date><key></key>\n'
     + "".join(
-        f'<document><id>{i}</id>\n<passage><infon key="type">title</infon><offset>0</offset><text>Renal failure.</text>\n'
+        f"<document><id>{i}</id>\n"
+        '<passage><infon key="type">title</infon><offset>0</offset><text>Renal failure.</text>\n'
         f'<annotation id="a{i}"><infon key="type">Disease</infon><infon key="MESH">D051437</infon>'
         f'<location offset="0" length="13"/><text>Renal failure</text></annotation></passage>\n'
         f'<passage><infon key="type">abstract</infon><offset>15</offset><text>Cystic fibrosis.</text></passage>\n'
@@ -708,7 +712,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for (target, outcome), n in sorted(per_target.items()):
         print(f"  {target:20} {outcome:8} {n}")
     print(
-        f"inputs {len(results)}  crashes {counts['crash']}  silent acceptances {counts['silent']}  misreads {counts['misread']}"
+        f"inputs {len(results)}  crashes {counts['crash']}  "
+        f"silent acceptances {counts['silent']}  misreads {counts['misread']}"
     )
     return 0 if len(results) == counts["ok"] else 1
 

@@ -42,9 +42,11 @@ PUBTATOR = "\n".join(
         f"227508|a|{ABSTRACT}",
         f"227508\t{span('Naloxone', 'Naloxone')}\tChemical\tMESH:D009270",
         f"227508\t{span('antihypertensive', 'antihypertensive')}\tDisease\t D006973",
-        f"227508\t{span('breast and ovarian cancers', 'breast and ovarian cancers')}\tDisease\tD001943|D010051\tbreast cancers|ovarian cancers",
+        f"227508\t{span('breast and ovarian cancers', 'breast and ovarian cancers')}\tDisease\tD001943|D010051"
+        "\tbreast cancers|ovarian cancers",
         f"227508\t{span('ovarian cancers', 'ovarian cancers')}\tDisease\tD010051",
-        f"227508\t{span('X-linked immunodeficiency disease  ', 'X-linked immunodeficiency disease')}\tDisease\tD007153+D040181",
+        f"227508\t{span('X-linked immunodeficiency disease  ', 'X-linked immunodeficiency disease')}"
+        "\tDisease\tD007153+D040181",
         f"227508\t{span('nalozone', 'nalozone')}\tChemical\t-1",
         "227508\tCID\tD008750\tD007022",
         "",
@@ -172,11 +174,14 @@ BIOC_XML = """<?xml version='1.0' encoding='utf-8' standalone='yes'?>
 <collection><source>test</source><date>2024</date><key>test.key</key>
 <document><id>42</id>
 <passage><infon key="type">title</infon><offset>0</offset><text>Aspirin causes ulcers.</text>
-<annotation id="1"><infon key="type">Chemical</infon><infon key="MESH">MESH:D001241</infon><location offset="0" length="7"/><text>Aspirin</text></annotation>
+<annotation id="1"><infon key="type">Chemical</infon><infon key="MESH">MESH:D001241</infon>\
+<location offset="0" length="7"/><text>Aspirin</text></annotation>
 </passage>
 <passage><infon key="type">abstract</infon><offset>23</offset><text>Gastric ulcers and bleeding were seen.</text>
-<annotation id="2"><infon key="type">Disease</infon><infon key="MESH">D013276|D006470</infon><location offset="23" length="14"/><text>Gastric ulcers</text></annotation>
-<annotation id="3"><infon key="type">Disease</infon><infon key="MESH">-1</infon><location offset="42" length="8"/><text>bleeding</text></annotation>
+<annotation id="2"><infon key="type">Disease</infon><infon key="MESH">D013276|D006470</infon>\
+<location offset="23" length="14"/><text>Gastric ulcers</text></annotation>
+<annotation id="3"><infon key="type">Disease</infon><infon key="MESH">-1</infon>\
+<location offset="42" length="8"/><text>bleeding</text></annotation>
 </passage>
 <passage><infon key="type">abstract</infon><offset>61</offset><text>More text.</text>
 <annotation id="4"><infon key="type">Disease</infon><location offset="66" length="4"/><text>text</text></annotation>
@@ -272,7 +277,8 @@ def test_read_bioc_json_and_offset_error(tmp_path: Path) -> None:
 def test_read_askapatient(tmp_path: Path) -> None:
     path = tmp_path / "AskAPatient.fold-0.validation.txt"
     path.write_text(
-        "267032009\tTired all the time\tpersisten feeling of tiredness\n22298006\tMyocardial infarction\tHEART ATTACK\n",
+        "267032009\tTired all the time\tpersisten feeling of tiredness\n"
+        "22298006\tMyocardial infarction\tHEART ATTACK\n",
         encoding="utf8",
     )
     mentions = list(read_askapatient(path))

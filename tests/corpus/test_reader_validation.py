@@ -12,7 +12,10 @@ import pytest
 
 from spacy_genbioel.corpus import CorpusFormatError, load_corpus, read_bioc, read_documents, read_pubtator
 
-BIOC = '<?xml version="1.0" encoding="UTF-8"?>\n{doctype}<collection><source>t</source><date/><key/>\n{docs}</collection>\n'
+BIOC = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n{doctype}<collection><source>t</source><date/><key/>\n'
+    "{docs}</collection>\n"
+)
 
 
 def bioc_doc(doc_id: str, text: str = "Renal failure.") -> str:

@@ -263,7 +263,7 @@ def test_workflows_produce_the_calibration_before_the_packages_that_read_it():
     for workflow, steps in project["workflows"].items():
         made = set()
         later = {out for step in steps for out in commands[step].get("outputs", [])}
-        for i, step in enumerate(steps):
+        for step in steps:
             for dep in commands[step].get("deps", []):
                 produced_later = dep in later and dep not in made
                 assert not produced_later, f"{workflow}: {step} depends on {dep}, made by a later step"

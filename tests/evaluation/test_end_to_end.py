@@ -214,7 +214,9 @@ def package_dir(tmp_path, micro_model, word_tokenizer):
     )
     text = "Renal failure and cystic fibrosis."
     (tmp_path / "dev.txt").write_text(
-        f"1|t|{text}\n1|a|\n1\t0\t13\tRenal failure\tSpecificDisease\tD1\n1\t18\t33\tcystic fibrosis\tModifier\tD2|D9\n\n"
+        f"1|t|{text}\n1|a|\n"
+        "1\t0\t13\tRenal failure\tSpecificDisease\tD1\n"
+        "1\t18\t33\tcystic fibrosis\tModifier\tD2|D9\n\n"
     )
     return package(
         tmp_path / "model",

@@ -178,7 +178,10 @@ def test_plot_similarity_bins_writes_png(kb, tmp_path):
 
 
 def test_evaluation_module_imports_matplotlib_lazily():
-    code = "import sys, spacy_genbioel.evaluation.plots, spacy_genbioel.evaluation.report; assert 'matplotlib' not in sys.modules"
+    code = (
+        "import sys, spacy_genbioel.evaluation.plots, spacy_genbioel.evaluation.report; "
+        "assert 'matplotlib' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

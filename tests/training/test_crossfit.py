@@ -396,7 +396,8 @@ def test_fit_command_chooses_the_retrievers_and_fits_the_cascade_on_their_forced
     cascade = json.loads((out / "cascade_plain.json").read_text())
     assert cascade["sources"] == fusion["sources"] and cascade["generator"] == "forced" and cascade["cascade"]
     assert "generator_beams" not in fusion["fit"] and fusion["fit"]["generator_width"] == 2
-    # --beams: the fold generators' files at that width, recorded in the fusion file; --no-forced: no forced-score cascade
+    # --beams: the fold generators' files at that width, recorded in the fusion file;
+    # --no-forced: no forced-score cascade
     for fold in range(2):
         (out / f"fold-{fold}" / "plain_genbioel.jsonl").rename(out / f"fold-{fold}" / "plain_genbioel_b2.jsonl")
         for forced in (out / f"fold-{fold}").glob("plain_forced*.jsonl"):

@@ -201,6 +201,7 @@ def test_wheel_installs_in_a_fresh_virtualenv_and_links(tmp_path, pipeline_dir):
     assert [text for text, _, _ in result["ents"]] == ["Reactive arthritis", "breast cancer"]
     assert all(kb_id == ext and kb_id in {c.id for c in KB} for _, kb_id, ext in result["ents"])
     print(
-        f"\nwheel {built - start:.1f}s, install {installed - built:.1f}s, load+link {time.perf_counter() - installed:.1f}s, "
+        f"\nwheel {built - start:.1f}s, install {installed - built:.1f}s, "
+        f"load+link {time.perf_counter() - installed:.1f}s, "
         f"total {time.perf_counter() - start:.1f}s"
     )

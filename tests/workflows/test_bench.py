@@ -115,7 +115,8 @@ def test_annotate_scale_reads_bc5cdr_in_order_and_projects_linearly(tmp_path):
 # -- bench/crossfit.sh, bench/aap.sh, bench/folds_report.py, bench/cascade_folds.py: wrappers of the package's commands
 # (crossfit, crossfit-folds, folds-report, cascade-folds-report; tests/training/test_crossfit.py tests what they run)
 def _wrapper_call(tmp_path, script: str, *args: str, **env) -> list:
-    """The one CLI call ``bench/SCRIPT ARGS`` makes, recorded instead of run (the script's ``G``), as a list of words."""
+    """The one CLI call ``bench/SCRIPT ARGS`` makes, recorded instead of run (the script's ``G``),
+    as a list of words."""
     log = tmp_path / "calls.log"
     recorder = tmp_path / "record.sh"
     recorder.write_text('for word in "$@"; do printf "%s\\n" "$word"; done > "$CALLS"\n')
