@@ -4,7 +4,7 @@ synonyms and training mentions (:mod:`spacy_genbioel.training.rescnn`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Dict, Mapping, Optional
 
 import typer
 from wasabi import msg
@@ -39,14 +39,33 @@ def train_rescnn_cmd(
         if path is not None and not path.exists():
             raise typer.BadParameter(f"{what} {path}: file not found")
     try:
-        result = train_rescnn_step(
-            kb, out, ResCNNRun(config, train, wordpieces, index, device), overrides=parse_overrides(ctx.args)
-        )
+        settings = checked_settings(config, parse_overrides(ctx.args))
+        result = train_rescnn_step(kb, out, ResCNNRun(config, train, wordpieces, index, device), overrides=settings)
     except (ValueError, FileNotFoundError) as err:
-        msg.fail(str(err).splitlines()[0], exits=1)
+        msg.fail(" ".join(line.strip() for line in str(err).splitlines() if line.strip())[:500], exits=1)
         return
     last = sum(result.losses[-50:]) / max(1, len(result.losses[-50:]))
     msg.good(
         f"Trained {result.trainable_parameters:,} parameters for {result.step} steps, {result.epoch} epochs "
         f"({result.stopped_by}, {result.seconds:.0f}s, loss {last:.4f}) -> {result.model_dir}"
     )
+
+
+def checked_settings(config: Optional[Path], overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    """The overrides, and the numeric settings of ``config``, checked and coerced
+    (:mod:`spacy_genbioel.retrieval.rescnn_checks`): a NaN ``initial_scale`` or negative ``epochs``
+    is refused naming the setting and where it came from, ``.5`` or ``+1`` become numbers.
+    The config file's values are passed on as overrides, so training reads the numbers."""
+    from spacy_genbioel.retrieval.rescnn_checks import check_rescnn_settings
+
+    settings: Dict[str, Any] = {}
+    if config is not None:
+        from spacy_genbioel.training.rescnn import RESCNN_SECTIONS
+        from spacy_genbioel.training.settings import read_config
+
+        values, _ = read_config(config, None, RESCNN_SECTIONS)
+        dotted = {f"{section}.{name}": value for section, names in values.items() for name, value in names.items()}
+        settings.update(check_rescnn_settings(dotted, str(config)))
+    for name, value in overrides.items():
+        settings.update(check_rescnn_settings({name: value}, f"--{name}"))
+    return settings

@@ -48,6 +48,7 @@ from spacy_genbioel.models.quantize import Int8Linear
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.dense import DenseLinker, default_cache_dir, faiss_flat_index, minilm_model_dir
 from spacy_genbioel.retrieval.name_cache import NameCache
+from spacy_genbioel.retrieval.rescnn_checks import RESCNN_BOUNDS, check_setting
 from spacy_genbioel.retrieval.search import nearest_rows
 from spacy_genbioel.retrieval.settings import ResCNNSettings
 from spacy_genbioel.util import PathLike, atomic_json, fingerprint
@@ -87,9 +88,11 @@ class ResCNNArch:
     max_length: int = 25
 
     def __post_init__(self) -> None:
+        for name in ("hidden", "blocks", "filters", "kernel_sizes", "dropout", "max_length"):  # "8", ".5": numbers
+            value = check_setting(f"model.{name}", getattr(self, name), RESCNN_BOUNDS[f"model.{name}"])
+            object.__setattr__(self, name, tuple(value) if name == "kernel_sizes" else value)
         if any(k % 2 == 0 for k in self.kernel_sizes):
             raise ValueError(f"kernel_sizes must be odd (same-length convolutions), got {list(self.kernel_sizes)}")
-        object.__setattr__(self, "kernel_sizes", tuple(int(k) for k in self.kernel_sizes))
 
 
 class _Block(nn.Module):
