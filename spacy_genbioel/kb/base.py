@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from spacy_genbioel.kb.normalizers import Normalizer, get_normalizer
-from spacy_genbioel.util import LINE_PROBE, PathLike, iter_json_lines, line_separator, parse_json, read_text
+from spacy_genbioel.kb.normalizers import Normalizer, get_normalizer, strip_controls
+from spacy_genbioel.util import LINE_PROBE, PathLike, iter_json_lines, iter_lines, line_separator, parse_json, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,59 @@ class KBFormatError(ValueError):
     def at(cls, path: PathLike, lineno: Union[int, str], reason: str) -> "KBFormatError":
         """The error for ``path`` at ``lineno``, as ``"file:line: reason"``."""
         return cls(f"{path}:{lineno}: {reason}")
+
+
+class ControlCharacters:
+    """What :func:`~spacy_genbioel.kb.normalizers.strip_controls` took out of one file's names and lines
+    (NUL, terminal escape sequences, DEL, C1 controls: kept, they reached the index, the trie and
+    printed output), counted for one warning that names the file and the first lines."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = path
+        self.count = 0
+        #: where the first few were (line numbers, or record names)
+        self.where: List[Union[int, str]] = []
+
+    def clean(self, text: str, lineno: Union[int, str], keep_tabs: bool = False) -> str:
+        """``text`` (of line ``lineno``) without control characters, counted when it had some."""
+        cleaned = strip_controls(text, keep_tabs)
+        if cleaned != text:
+            self.count += 1
+            if len(self.where) < 5:
+                self.where.append(lineno)
+        return cleaned
+
+    def concept(self, concept: "Concept", lineno: Union[int, str]) -> "Concept":
+        """``concept`` with control characters taken out of its names and definition."""
+        names = [self.clean(name, lineno) for name in concept.names]
+        definition = self.clean(concept.definition, lineno) if concept.definition else concept.definition
+        if names == concept.names and definition == concept.definition:
+            return concept
+        return Concept(concept.id, names, definition, concept.types, concept.prior)
+
+    def report(self) -> None:
+        """One warning when anything was taken out."""
+        if self.count:
+            logger.warning(
+                "%s: control characters (NUL, terminal escapes, DEL...) dropped from %d lines or names "
+                "(%s%s): check how the file was made",
+                self.path,
+                self.count,
+                ", ".join(f"line {at}" if isinstance(at, int) else str(at) for at in self.where),
+                ", ..." if self.count > len(self.where) else "",
+            )
+
+    def iter_lines(self) -> Iterator[Tuple[int, str]]:
+        """The file's lines (:func:`~spacy_genbioel.util.iter_lines`, errors as :class:`KBFormatError`),
+        control characters but tabs dropped and counted; the warning once the last line is read."""
+        for lineno, line in iter_lines(self.path, KBFormatError):
+            yield lineno, self.clean(line, lineno, keep_tabs=True)
+        self.report()
+
+
+def kb_lines(path: PathLike) -> Iterator[Tuple[int, str]]:
+    """The lines of a KB file, control characters but tabs dropped and counted (:class:`ControlCharacters`)."""
+    return ControlCharacters(path).iter_lines()
 
 
 class EmptyKBError(KBFormatError):
@@ -381,9 +434,12 @@ def clean_concept(concept: Concept, where: str) -> Tuple[str, List[str]]:
 
 
 def read_concepts_jsonl(path: PathLike) -> Iterator[Concept]:
-    """Stream concepts from a JSONL KB file (``.gz`` too), with errors that name file and line."""
+    """Stream concepts from a JSONL KB file (``.gz`` too), with errors that name file and line;
+    control characters in names and definitions are dropped and counted (:class:`ControlCharacters`)."""
+    controls = ControlCharacters(path)
     for lineno, record in iter_json_lines(path, KBFormatError):
-        yield concept_from_record(record, f"{path}:{lineno}")
+        yield controls.concept(concept_from_record(record, f"{path}:{lineno}"), lineno)
+    controls.report()
 
 
 def _strings(value: Any) -> bool:
@@ -456,6 +512,7 @@ def read_target_kb_json(path: PathLike, clean_id: Callable[[str], str] = str) ->
     _no_duplicate_ids(text, path)
     if not isinstance(data, dict):
         raise KBFormatError.at(path, 1, f"expected a JSON object {{id: [names]}}, got {type(data).__name__}")
+    controls = ControlCharacters(path)
     for raw_id, names in data.items():
         if isinstance(names, str):
             names = [names]
@@ -468,8 +525,10 @@ def read_target_kb_json(path: PathLike, clean_id: Callable[[str], str] = str) ->
             raise KBFormatError.at(path, _key_line(text, raw_id), f"empty concept ID {raw_id!r}")
         if id_problem(cid.strip()):
             raise KBFormatError.at(path, _key_line(text, raw_id), str(id_problem(cid.strip())))
+        names = [controls.clean(n, f"concept {raw_id!r}") for n in names]
         kept = [n for n in names if n.strip()]
         yield Concept(cid, kept or list(names))
+    controls.report()
 
 
 class _RepeatedKey(Exception):

@@ -47,6 +47,12 @@ _SPACES = re.compile(r"\s+")
 # invisible format characters: soft hyphen, Mongolian vowel separator, zero-width space, joiners and marks,
 # bidirectional embeddings and isolates, word joiner and invisible operators, byte order mark
 _INVISIBLE = re.compile("[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+# terminal escape sequences (CSI ``ESC [ ... m``, 8-bit CSI, OSC ``ESC ] ... BEL``, two-character escapes), whole
+_TERMINAL_ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# control characters that separate words (tab, line ends, form feed, file/group/record/unit separators, NEL)
+_CONTROL_SPACES = re.compile("[\t\n\x0b\x0c\r\x1c-\x1f\x85]")
+# every other C0 / C1 control character, DEL and NUL included
+_CONTROLS = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
 # the registered names get_normalizer calls (besides the aliases)
 _NORMALIZER_NAME = re.compile(r"^\S*normalizer\.v\d+$")
 
@@ -61,6 +67,16 @@ NORMALIZER_ALIASES: Dict[str, str] = {
 def canonical_text(text: str) -> str:
     """``text`` without invisible format characters, in Unicode NFC (what every normalizer starts with)."""
     return unicodedata.normalize("NFC", _INVISIBLE.sub("", text))
+
+
+def strip_controls(text: str, keep_tabs: bool = False) -> str:
+    """``text`` without terminal escape sequences (``ESC[31m``...) and control characters (NUL, DEL, C1):
+    those that separate words (tab, line ends, form feed...) become a space, the others go
+    (``keep_tabs``: a tab stays, for a line of a tab-separated file). Text without any is returned as it is."""
+    if text.isprintable() or not (_CONTROLS.search(text) or _CONTROL_SPACES.search(text)):
+        return text
+    text = _CONTROLS.sub("", _TERMINAL_ESCAPES.sub("", text))
+    return _CONTROL_SPACES.sub(lambda m: m.group() if keep_tabs and m.group() == "\t" else " ", text)
 
 
 def genbioel_normalize(text: str) -> str:

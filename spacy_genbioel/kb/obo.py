@@ -27,8 +27,8 @@ import logging
 import re
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 
-from spacy_genbioel.kb.base import Concept, KBFormatError
-from spacy_genbioel.util import PathLike, iter_lines
+from spacy_genbioel.kb.base import Concept, KBFormatError, kb_lines
+from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +39,52 @@ OBO_SCOPES = ("EXACT", "RELATED", "BROAD", "NARROW")
 _OBO_QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"\s*(.*)$')
 
 
+_OBO_ESCAPE = re.compile(r"\\(.)")
+#: OBO escapes that stand for whitespace (``\n`` newline, ``\W`` space, ``\t`` tab): a space in a name
+_OBO_SPACES = {"n": " ", "W": " ", "t": " "}
+
+
+def _obo_unescape(text: str) -> str:
+    """OBO's backslash escapes resolved (``\\!`` -> ``!``, ``\\,`` -> ``,``, ``\\n`` -> a space)."""
+    return _OBO_ESCAPE.sub(lambda m: _OBO_SPACES.get(m.group(1), m.group(1)), text)
+
+
+def _obo_value(value: str) -> str:
+    """A tag's value without its end-of-line ``! comment`` and its trailing ``{...}`` modifiers (OBO 1.4:
+    both start at a ``!`` or ``{`` that is neither escaped nor inside a quoted string), stripped."""
+    quoted = escaped = False
+    depth, block = 0, -1  # nesting of unquoted braces; where the last top-level block opened
+    closed_at = -1  # where the last top-level block closed
+    end = len(value)
+    for i, ch in enumerate(value):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch == "!":
+            end = i
+            break
+        elif ch == "{":
+            block = i if depth == 0 else block
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            closed_at = i if depth == 0 else closed_at
+    body = value[:end].rstrip()
+    if block >= 0 and closed_at == len(body) - 1:
+        body = body[:block].rstrip()
+    return body.strip()
+
+
 def _obo_unquote(value: str, path: PathLike, lineno: int) -> Tuple[str, str]:
     match = _OBO_QUOTED.match(value.strip())
     if not match:
         raise KBFormatError.at(path, lineno, f"expected a quoted string, got {value.strip()[:60]!r}")
-    text = re.sub(r"\\(.)", r"\1", match.group(1))
-    return text, match.group(2)
+    return _obo_unescape(match.group(1)), match.group(2)
 
 
 def _prefixes(prefix: Union[str, Sequence[str], None]) -> Optional[Tuple[str, ...]]:
@@ -99,7 +139,7 @@ def read_obo(
         return Concept(cid, list(dict.fromkeys(names)), term.get("def"), types)
 
     in_header = True
-    for lineno, line in iter_lines(path, KBFormatError):
+    for lineno, line in kb_lines(path):
         stripped = line.strip()
         if not stripped or stripped.startswith("!"):
             continue
@@ -115,16 +155,16 @@ def read_obo(
         if ":" not in stripped:
             raise KBFormatError.at(path, lineno, f"expected 'tag: value', got {stripped[:60]!r}")
         tag, value = stripped.split(":", 1)
-        value = value.strip()
+        value = _obo_value(value)  # quoted values keep their escapes until unquoted
         if in_header:
             header.setdefault(tag, value)
             continue
         if stanza is None:
             continue  # a non-Term stanza ([Typedef], [Instance])
         if tag == "id":
-            stanza["id"] = value.split(" !", 1)[0].strip()
+            stanza["id"] = _obo_unescape(value)
         elif tag == "name":
-            stanza["name"] = value
+            stanza["name"] = _obo_unescape(value).strip()
         elif tag == "synonym":
             text, rest = _obo_unquote(value, path, lineno)
             scope = rest.split()[0].upper() if rest.split() else "RELATED"
@@ -135,7 +175,7 @@ def read_obo(
         elif tag == "is_obsolete":
             stanza["obsolete"] = value.lower() == "true"
         elif tag == "namespace":
-            stanza["types"].append(value)
+            stanza["types"].append(_obo_unescape(value))
     concept = finish(stanza)
     if concept is not None:
         yield concept

@@ -34,16 +34,18 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from spacy_genbioel.kb.base import (
     Concept,
+    ControlCharacters,
     KBFormatError,
     concept_from_record,
     id_problem,
+    kb_lines,
     load_target_kb_json,
     read_concepts_jsonl,
     read_target_kb_json,
 )
 from spacy_genbioel.kb.crosswalk import normalize_id
 from spacy_genbioel.kb.safe_xml import XML_ERRORS, check_entities, safe_pull_parser
-from spacy_genbioel.util import PathLike, iter_json_lines, iter_lines, iter_raw_lines, parse_json, read_text
+from spacy_genbioel.util import PathLike, iter_json_lines, iter_raw_lines, parse_json, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ def read_medic(path: PathLike, unescape: bool = True) -> Iterator[Concept]:
     does the same (``C567755`` and ``613097`` carry the same names). Names are
     HTML-unescaped (``Gunther&apos;s`` -> ``Gunther's``) unless told otherwise.
     """
-    for lineno, line in iter_lines(path, KBFormatError):
+    for lineno, line in kb_lines(path):
         if not line.strip():
             continue
         if "||" not in line:
@@ -96,7 +98,7 @@ def read_medic(path: PathLike, unescape: bool = True) -> Iterator[Concept]:
         if any(id_problem(cid) for cid in ids):
             raise KBFormatError.at(path, lineno, str(next(filter(None, map(id_problem, ids)))))
         names = _split_names(name_field)
-        if unescape:
+        if unescape:  # (html.unescape drops the controls an entity spells: &#27;)
             names = [html.unescape(name) for name in names]
         if not names:
             raise KBFormatError.at(path, lineno, f"concept {ids[0]} has no names after '||'")
@@ -144,7 +146,7 @@ def read_ctd(path: PathLike, alt_id_prefixes: Sequence[str] = ("OMIM",)) -> Iter
     fields: Optional[List[str]] = None
     expect_fields = False
     prefixes = tuple(p.rstrip(":") + ":" for p in alt_id_prefixes)
-    for lineno, line in iter_lines(path, KBFormatError):
+    for lineno, line in kb_lines(path):
         if line.startswith("#"):
             body = line[1:].strip()
             if body.rstrip(":") == "Fields":
@@ -208,7 +210,7 @@ def read_mesh_tsv(path: PathLike) -> Iterator[Concept]:
     types, so supplementary concepts get no types. One supplementary row has a
     tab inside a synonym; extra middle columns are read as more synonyms.
     """
-    for lineno, line in iter_lines(path, KBFormatError):
+    for lineno, line in kb_lines(path):
         if not line.strip():
             continue
         row = line.split("\t")
@@ -246,6 +248,7 @@ def read_mesh_xml(path: PathLike) -> Iterator[Concept]:
     Streams with a pull parser, clearing each record, so GB files fit in memory.
     """
     parser = safe_pull_parser()  # no entities, no network (kb.safe_xml)
+    controls = ControlCharacters(path)  # XML 1.0 allows C1 controls (&#x9b;)
     root: Optional[ET.Element] = None
     lineno = record_line = 0
     n_records = 0
@@ -270,7 +273,7 @@ def read_mesh_xml(path: PathLike) -> Iterator[Concept]:
                 check_entities(elem)
             except XML_ERRORS as err:
                 raise KBFormatError.at(path, record_line, str(err)) from err
-            yield _mesh_record(elem, _MESH_RECORDS[elem.tag], path, record_line)
+            yield controls.concept(_mesh_record(elem, _MESH_RECORDS[elem.tag], path, record_line), record_line)
             # the record is done: drop it (and earlier ones) from the tree
             if root is not None:
                 root.clear()
@@ -279,6 +282,7 @@ def read_mesh_xml(path: PathLike) -> Iterator[Concept]:
     except XML_ERRORS as err:
         line = err.position[0] if getattr(err, "position", None) else lineno
         raise KBFormatError.at(path, line, f"XML parse error: {err}") from err
+    controls.report()
     if n_records == 0:
         logger.warning("%s: no DescriptorRecord or SupplementalRecord elements found", path)
 
@@ -339,6 +343,7 @@ def read_jsonl(path: PathLike) -> Iterator[Concept]:
 
 def read_scispacy_jsonl(path: PathLike) -> Iterator[Concept]:
     """scispacy KB JSONL: ``concept_id, canonical_name, aliases, types, definition``."""
+    controls = ControlCharacters(path)
     for lineno, record in iter_json_lines(path, KBFormatError):
         if not isinstance(record, dict):
             raise KBFormatError.at(path, lineno, f"expected a JSON object, got {type(record).__name__}")
@@ -346,7 +351,8 @@ def read_scispacy_jsonl(path: PathLike) -> Iterator[Concept]:
             raise KBFormatError.at(path, lineno, "record has no 'concept_id'")
         if not record.get("canonical_name") and not record.get("aliases"):
             raise KBFormatError.at(path, lineno, f"concept {record['concept_id']!r} has no canonical_name or aliases")
-        yield concept_from_record(record, f"{path}:{lineno}")
+        yield controls.concept(concept_from_record(record, f"{path}:{lineno}"), lineno)
+    controls.report()
 
 
 def read_askapatient_kb(path: PathLike) -> Iterator[Concept]:
@@ -355,13 +361,16 @@ def read_askapatient_kb(path: PathLike) -> Iterator[Concept]:
     data = parse_json(read_text(path, KBFormatError), path, KBFormatError)
     if not isinstance(data, dict):
         raise KBFormatError(f"{path}: expected a JSON object {{id: [[kind, name], ...]}}, got {type(data).__name__}")
+    controls = ControlCharacters(path)
     for raw_id, entries in data.items():
         if not isinstance(entries, list) or not all(
             isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries
         ):
             raise KBFormatError(f"{path}: concept {raw_id!r}: expected a list of [kind, name] pairs")
         ordered = sorted(entries, key=lambda e: e[0] != "primary")
-        names = list(dict.fromkeys(name.strip() for _, name in ordered if name.strip()))
+        cleaned = [controls.clean(name, f"concept {raw_id!r}").strip() for _, name in ordered]
+        names = list(dict.fromkeys(name for name in cleaned if name))
         if not raw_id.strip() or not names:
             raise KBFormatError(f"{path}: concept {raw_id!r} has no ID or no name")
         yield Concept(normalize_id(raw_id), names)
+    controls.report()

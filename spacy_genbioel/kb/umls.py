@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from spacy_genbioel.kb.base import Concept, KBFormatError
-from spacy_genbioel.util import PathLike, iter_lines
+from spacy_genbioel.kb.base import Concept, KBFormatError, kb_lines
+from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def _read_rrf(
         names = [name for _, name in sorted(atoms, key=lambda a: not a[0])]
         return Concept(current, list(dict.fromkeys(names)), defs.get(current), list(tuis.get(current, ())))
 
-    for lineno, line in iter_lines(conso, KBFormatError):
+    for lineno, line in kb_lines(conso):
         if not line:
             continue
         row = line.split("|")
@@ -231,7 +231,7 @@ def _read_mrsty(path: PathLike) -> Tuple[Dict[str, List[str]], Dict[str, str]]:
     """(TUIs per concept ID, TUI per lower-cased semantic type name) from MRSTY/RXNSTY."""
     tuis: Dict[str, List[str]] = {}
     names: Dict[str, str] = {}
-    for lineno, line in iter_lines(path, KBFormatError):
+    for lineno, line in kb_lines(path):
         if not line:
             continue
         row = line.split("|")
@@ -259,16 +259,35 @@ def _wanted_tuis(wanted: Sequence[str], sty_names: Dict[str, str], path: PathLik
     return tuis
 
 
+#: MRDEF's fields: CUI|AUI|ATUI|SATUI|SAB|DEF|SUPPRESS|CVF
+_MRDEF_FIELDS = 8
+#: MRDEF's SUPPRESS values (empty in some subsets)
+_SUPPRESS_FLAGS = ("", "N", "O", "E", "Y")
+
+
 def _read_mrdef(path: PathLike, filters: RRFFilters) -> Dict[str, str]:
     """One definition per concept: the first from a preferred source, else the first."""
     defs: Dict[str, str] = {}
     from_preferred: Set[str] = set()
-    for lineno, line in iter_lines(path, KBFormatError):
+    joined = 0
+    for lineno, line in kb_lines(path):
         if not line:
             continue
         row = line.split("|")
         if len(row) < 7 or not row[0]:
             raise KBFormatError.at(path, lineno, "MRDEF row needs CUI|AUI|ATUI|SATUI|SAB|DEF|SUPPRESS|...")
+        fields = row[:-1] if row[-1] == "" else row  # a row ends in '|'
+        if len(fields) > _MRDEF_FIELDS:  # a '|' inside DEF: the middle fields are the definition
+            cvf = fields[-1].strip()
+            if fields[-2] not in _SUPPRESS_FLAGS or (cvf and not cvf.isdigit()):
+                raise KBFormatError.at(
+                    path,
+                    lineno,
+                    f"MRDEF row has {len(fields)} fields, expected {_MRDEF_FIELDS} (CUI|AUI|ATUI|SATUI|SAB|DEF|"
+                    "SUPPRESS|CVF|), and its last two are not SUPPRESS and CVF: cannot tell where DEF ends",
+                )
+            row = [*fields[:5], "|".join(fields[5:-2]), *fields[-2:]]
+            joined += 1
         cui, sab, definition, suppress = row[0], row[4], row[5].strip(), row[6]
         if not definition or cui in from_preferred:
             continue
@@ -281,4 +300,6 @@ def _read_mrdef(path: PathLike, filters: RRFFilters) -> Dict[str, str]:
             from_preferred.add(cui)
         else:
             defs.setdefault(cui, definition)
+    if joined:
+        logger.info("%s: %d definitions hold a '|' (their middle fields were joined)", path, joined)
     return defs
