@@ -130,7 +130,8 @@ class Checkpoint:
         foreign = [n for n in present if CHUNK_NAME.match(n).group(2) != writer.suffix]  # type: ignore[union-attr]
         if foreign:
             raise AnnotateError(
-                f"{out} holds chunks of another output format ({foreign[0]}); use another output folder ({named('out')})"
+                f"{out} holds chunks of another output format ({foreign[0]}); use another output folder "
+                f"({named('out')})"
             )
         entries: Dict[str, Dict[str, Any]] = {}
         lines = _complete_lines(self.path)
@@ -332,7 +333,8 @@ def update_provenance(out: Path, provenance: Dict[str, Any], format: str, chunk_
             ) from err
         if previous.get("format") != format:
             raise AnnotateError(
-                f"{out} was written as {previous.get('format')}, not {format}; use another output folder ({named('out')})"
+                f"{out} was written as {previous.get('format')}, not {format}; use another output folder "
+                f"({named('out')})"
             )
         if previous.get("kb", {}).get("checksum") != provenance["kb"]["checksum"]:
             raise AnnotateError(

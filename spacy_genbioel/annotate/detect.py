@@ -119,8 +119,8 @@ def detect_format(path: PathLike) -> str:
         if kind:
             choices = {"pubtator": "pubtator", "jsonl": "jsonl", "XML": "pubmed or bioc"}[kind]
             raise AnnotateError(
-                f"{path}: the format cannot be told: line {skipped + index + 1} looks like {kind} ({lines[index][:60]!r}) but the "
-                f"first line ({first_line[:60]!r}) does not; give the input format ({named('input_format')}: {choices}, "
-                "and the lines that are not become errors; or text)"
+                f"{path}: the format cannot be told: line {skipped + index + 1} looks like {kind} "
+                f"({lines[index][:60]!r}) but the first line ({first_line[:60]!r}) does not; give the input format "
+                f"({named('input_format')}: {choices}, and the lines that are not become errors; or text)"
             )
     return "text"

@@ -30,11 +30,11 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-logger = logging.getLogger(__name__)
-
 from spacy_genbioel.annotate.checkpoint import CHUNK_NAME
 from spacy_genbioel.annotate.records import CHECKPOINT, JOB, PROVENANCE, SUMMARY, AnnotateError, named
 from spacy_genbioel.util import PathLike, atomic_json, fingerprint
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "RUN_SETTINGS",
@@ -203,9 +203,9 @@ def check_job(out: Path, identity: Dict[str, Any]) -> bool:
         )
         if earlier:
             raise AnnotateError(
-                f"{out} holds annotate output ({_listed(earlier)}) but no {JOB}: it was written by an earlier version, "
-                f"so it cannot be told whether it is this job. Give another output folder ({named('out')}), or remove {out}, "
-                "to start this job."
+                f"{out} holds annotate output ({_listed(earlier)}) but no {JOB}: it was written by an earlier "
+                f"version, so it cannot be told whether it is this job. Give another output folder ({named('out')}), "
+                f"or remove {out}, to start this job."
             )
         return True
     try:
@@ -220,7 +220,8 @@ def check_job(out: Path, identity: Dict[str, Any]) -> bool:
     if diffs:
         raise AnnotateError(
             f"{out} holds the output of another job: {'; '.join(diffs)}. To resume that job, rerun the command that "
-            f"started it (in {out / PROVENANCE}); to start this one, give another output folder ({named('out')}), or remove {out}."
+            f"started it (in {out / PROVENANCE}); to start this one, "
+            f"give another output folder ({named('out')}), or remove {out}."
         )
     return False
 
@@ -238,9 +239,12 @@ def check_places(
     out: Path, errors_path: Optional[Path], inputs: Union[PathLike, Sequence[PathLike]], pipeline_dir: Path
 ) -> None:
     """Refuse, before anything is written, an output folder (or errors file) where writing changes the job:
-    a folder given as an input (its files are the inputs), or in the pipeline folder (its files are the pipeline)."""
+    a folder given as an input or inside one, the folder that holds an input file (what is written lands
+    beside the inputs, and a run over that folder reads it), or in the pipeline folder (its files are the
+    pipeline). The message names both paths."""
     given = [Path(p) for p in ([inputs] if isinstance(inputs, (str, Path)) else inputs)]
     folders = [p for p in given if p.is_dir()]
+    files = [p for p in given if not p.is_dir()]
     pipeline = pipeline_dir.resolve()
     if errors_path is not None and any(errors_path.resolve() == p.resolve() for p in given):
         raise AnnotateError(
@@ -251,10 +255,17 @@ def check_places(
             continue
         where = path.resolve() if setting == "out" else path.resolve().parent
         for folder in folders:
-            if where == folder.resolve():
+            if _inside(where, folder.resolve()):
                 raise AnnotateError(
                     f"{named(setting)} {path} is in the input folder {folder}: what the job writes there would "
                     f"be read as input by a rerun, which could then never resume it; give another {named(setting)}"
+                )
+        for file in files:
+            if where == file.resolve().parent:
+                raise AnnotateError(
+                    f"{named(setting)} {path} is in the folder {file.parent} that holds the input file {file}: "
+                    f"what the job writes would land beside its inputs, and a run over that folder would read "
+                    f"it as input; give another {named(setting)}"
                 )
         if _inside(path.resolve(), pipeline):
             raise AnnotateError(

@@ -49,7 +49,8 @@ __all__ = [
 ]
 
 BLOCK = 1 << 16
-# what reading a damaged file raises: a cut .gz (EOFError), a bad gzip header or CRC (OSError), bad deflate data (zlib.error)
+# what reading a damaged file raises: a cut .gz (EOFError), a bad gzip header or CRC (OSError),
+# bad deflate data (zlib.error)
 READ_ERRORS = (OSError, EOFError, zlib.error)
 
 

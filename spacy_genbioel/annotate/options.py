@@ -43,7 +43,8 @@ class AnnotateOptions:
 
     #: output format: jsonl, pubtator, bioc or docbin
     format: str = "jsonl"
-    #: the format of every input (pubtator, bioc, pubmed, jsonl, text); None: told per file (:func:`~.detect.detect_format`)
+    #: the format of every input (pubtator, bioc, pubmed, jsonl, text);
+    #: None: told per file (:func:`~.detect.detect_format`)
     input_format: Optional[str] = None
     #: documents per ``nlp.pipe`` batch (the linker's own batch of mentions is the setting ``decoding.batch_size``)
     batch_size: int = 64

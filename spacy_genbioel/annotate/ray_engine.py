@@ -113,7 +113,8 @@ class UnitWorker:
         return self.status()
 
     def status(self) -> Dict[str, Any]:
-        """``pid``, ``host``, ``device``, the ``unit`` in progress (None when idle), its ``documents`` done ``of`` its size."""
+        """``pid``, ``host``, ``device``, the ``unit`` in progress (None when idle),
+        its ``documents`` done ``of`` its size."""
         return dict(self.state)
 
     def run(self, unit: Unit) -> UnitResult:

@@ -54,7 +54,8 @@ _NAMED = re.compile("\0([A-Za-z_][\\w.]*)\0")
 
 def named(setting: str) -> str:
     """``setting`` (an argument or option of :func:`~.runner.annotate`, or a genbioel setting) as an
-    :class:`AnnotateError` message names it: shown as is, or as a command line names it (:meth:`AnnotateError.naming`)."""
+    :class:`AnnotateError` message names it: shown as is, or as a command line names it
+    (:meth:`AnnotateError.naming`)."""
     return f"\0{setting}\0"
 
 

@@ -95,7 +95,8 @@ def genbioel_component(nlp: Any) -> Any:
 
 def load_pipeline(pipeline_dir: Path, name: str, overrides: Dict[str, Any]) -> Tuple[Any, Any]:
     """``(nlp, genbioel component)`` with its linker loaded, the ``name`` component's config overridden
-    by ``overrides`` (nested: ``{"device": "cpu", "decoding": {"batch_size": 16}}``); any failure is an AnnotateError."""
+    by ``overrides`` (nested: ``{"device": "cpu", "decoding": {"batch_size": 16}}``);
+    any failure is an AnnotateError."""
     import spacy
 
     try:

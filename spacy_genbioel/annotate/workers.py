@@ -279,9 +279,9 @@ def _collect(
     counts["units_retried"] += 1
     if attempt >= MAX_ATTEMPTS:
         raise AnnotateError(
-            f"unit {unit.index} (from {unit.where}): its worker process died {attempt} times ({how}); what was committed "
-            f"is kept: rerun the same command to resume (with a smaller {named('n_process')} or {named('chunk_size')} "
-            "if memory ran out)"
+            f"unit {unit.index} (from {unit.where}): its worker process died {attempt} times ({how}); what was "
+            f"committed is kept: rerun the same command to resume (with a smaller {named('n_process')} or "
+            f"{named('chunk_size')} if memory ran out)"
         )
     logger.warning(
         "unit %d (from %s): its worker process %d died (%s); annotating the unit again in a new worker",

@@ -248,7 +248,7 @@ class KnowledgeBase:
                     keep = min(ids, key=lambda c: len(per_concept[c]))
                     name_to_ids[name] = [keep]
         # concepts of a shared name: highest prior first (stable: KB order on ties)
-        for name, ids in name_to_ids.items():
+        for ids in name_to_ids.values():
             if len(ids) > 1:
                 ids.sort(key=lambda c: -self._concepts[c].prior)
         # canonical order: first kept occurrence, so a saved de-duplicated KB

@@ -347,7 +347,8 @@ class CompactKB(KnowledgeBase):
         return list(self._memoized("names_of", concept_id, read))
 
     def _memoized(self, kind: str, key: object, read: Callable[[], Any]) -> Any:
-        """``read()``, remembered for the next ``(kind, key)`` (at most :data:`_MEMO` answers, then forgotten at once)."""
+        """``read()``, remembered for the next ``(kind, key)``
+        (at most :data:`_MEMO` answers, then forgotten at once)."""
         try:
             return self._memo[kind, key]
         except KeyError:

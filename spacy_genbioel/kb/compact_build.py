@@ -194,7 +194,6 @@ def build_arrays(
     records = _Records(normalize)
     for concept in concepts:
         records.add(concept)
-    n_rec = len(records)
     raw_count = np.frombuffer(records.raw_count, dtype=np.int64)
     rec_ptr = np.concatenate([[0], np.cumsum(raw_count)]).astype(np.int64)
 

@@ -66,7 +66,10 @@ SCISPACY_SETTINGS: Dict[str, str] = {
 
 def scispacy_setting_hint(name: str) -> str:
     """The message for scispacy's argument ``name`` given at the top level of the config."""
-    return f"{name!r} is a setting of scispacy's EntityLinker; in the genbioel component it lives in {SCISPACY_SETTINGS[name]}"
+    return (
+        f"{name!r} is a setting of scispacy's EntityLinker; in the genbioel component it lives in "
+        f"{SCISPACY_SETTINGS[name]}"
+    )
 
 
 def as_probabilities(candidates: Sequence[Candidate]) -> List[Candidate]:

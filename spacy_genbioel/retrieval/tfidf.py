@@ -107,7 +107,8 @@ class TfidfLinker:
         return np.asarray((vectors @ self._names_t).todense(), dtype=np.float32)
 
     def pair_scores(self, texts: Sequence[str], name_index: np.ndarray, normalize: bool = True) -> np.ndarray:
-        """Cosine of ``texts[i]`` with KB name ``name_index[i, j]`` ((len(texts), k) float32; 0 where an index is -1)."""
+        """Cosine of ``texts[i]`` with KB name ``name_index[i, j]``
+        ((len(texts), k) float32; 0 where an index is -1)."""
         name_index = np.asarray(name_index, dtype=np.int64)
         if name_index.ndim != 2 or name_index.shape[0] != len(texts):
             raise ValueError(f"pair_scores: name_index must be ({len(texts)}, k), got {name_index.shape}")
