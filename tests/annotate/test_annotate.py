@@ -207,12 +207,17 @@ def test_pubmed_reader_and_gz(tmp_path):
             pubmed_article(12, "Broken & unescaped", ["x"]),
             "<PubmedArticle><MedlineCitation><PMID>13</PMID><Article><ArticleTitle>cut off\n",  # no end tag
             pubmed_article(14, "Title only"),
-            "<PubmedArticle><MedlineCitation><Article><ArticleTitle>No PMID</ArticleTitle></Article></MedlineCitation></PubmedArticle>\n",
+            "<PubmedArticle><MedlineCitation>"
+            "<Article><ArticleTitle>No PMID</ArticleTitle></Article></MedlineCitation></PubmedArticle>\n",
             pubmed_article(15, "A book", ["Book abstract."], book=True),
             "<DeleteCitation><PMID>99</PMID></DeleteCitation>\n",
         ]
     )
-    xml = f'<?xml version="1.0" encoding="utf-8"?>\n<!DOCTYPE PubmedArticleSet PUBLIC "-//NLM//DTD PubMedArticle, 1st January 2024//EN" "x.dtd">\n<PubmedArticleSet>\n{body}</PubmedArticleSet>\n'
+    xml = (
+        '<?xml version="1.0" encoding="utf-8"?>\n'
+        '<!DOCTYPE PubmedArticleSet PUBLIC "-//NLM//DTD PubMedArticle, 1st January 2024//EN" "x.dtd">\n'
+        f"<PubmedArticleSet>\n{body}</PubmedArticleSet>\n"
+    )
     path = tmp_path / "pubmed24n0001.xml.gz"
     with gzip.open(path, "wt", encoding="utf8") as handle:
         handle.write(xml)
@@ -629,7 +634,8 @@ def slow_write(self, items, path):
     time.sleep(0.1)
 
 writers.JsonlWriter.write = slow_write
-annotate([sys.argv[1]], sys.argv[2], sys.argv[3], dict(format="jsonl", chunk_size=20, batch_size=8, progress=False), {"device": "cpu"})
+annotate([sys.argv[1]], sys.argv[2], sys.argv[3], dict(format="jsonl", chunk_size=20, batch_size=8, progress=False),
+         {"device": "cpu"})
 """
 
 

@@ -381,9 +381,9 @@ def test_options_that_cannot_run_on_ray_are_refused_before_anything_is_written(t
         (dict(engine="ray"), {"device": "cuda:1"}, "^device cuda:1 with engine ray: .*; use device cuda$"),
         (dict(engine="ray"), {"device": "tpu"}, "^device tpu: use auto, cpu or cuda with engine ray$"),
     ]
-    for options, settings, message in cases:
+    for options, genbioel_settings, message in cases:
         with pytest.raises(AnnotateError, match=message):
-            annotate([docs], tmp_path / "no_pipeline", tmp_path / "out", options, settings)
+            annotate([docs], tmp_path / "no_pipeline", tmp_path / "out", options, genbioel_settings)
     monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed
     with pytest.raises(AnnotateError, match=r"^engine ray needs Ray: pip install 'spacy_genbioel\[ray\]'"):
         annotate([docs], tmp_path / "no_pipeline", tmp_path / "out", {"engine": "ray"})

@@ -32,7 +32,8 @@ from spacy_genbioel.annotate import INPUT_FORMATS, InputRecord, RecordError, rea
 CASES = cases()
 MUTATED = mutated_cases(seed=0, per_format=3)
 SCENARIOS = [name for name, _ in job_scenarios(*[None] * 3)]
-# issue 31: the kills start real runs with 1 to 4 workers (a few seconds each): slow; test_annotate_workers.py has fast ones
+# issue 31: the kills start real runs with 1 to 4 workers (a few seconds each): slow;
+# test_annotate_workers.py has fast ones
 RELIABILITY = [
     pytest.param(name, marks=[pytest.mark.slow] if name.startswith("kill/") else [])
     for name, _ in reliability_scenarios(Path("."))

@@ -147,7 +147,8 @@ CTD_DISEASES = (
     "# The Comparative Toxicogenomics Database (CTD)\n"
     "#\n"
     "# Fields:\n"
-    "# DiseaseName\tDiseaseID\tAltDiseaseIDs\tDefinition\tParentIDs\tTreeNumbers\tParentTreeNumbers\tSynonyms\tSlimMappings\n"
+    "# DiseaseName\tDiseaseID\tAltDiseaseIDs\tDefinition\tParentIDs\tTreeNumbers\tParentTreeNumbers"
+    "\tSynonyms\tSlimMappings\n"
     "#\n"
     "17-Hydroxysteroid Dehydrogenase Deficiency\tMESH:C537805\tOMIM:264300|DO:DOID:123\t\tMESH:D006177\t"
     "C12.706/C537805|C16.131/C537805\tC12.706\t17-Ksr Deficiency|Male pseudohermaphroditism\tMetabolic disease\n"
@@ -174,8 +175,10 @@ def test_read_ctd_diseases(tmp_path: Path) -> None:
 def test_read_ctd_chemicals_without_header(tmp_path: Path) -> None:
     text = (
         "# CTD chemicals\n"
-        "10,10-bis(4-pyridinylmethyl)-9(10H)-anthracenone\tMESH:C112297\t\t\tMESH:D000873\tD03.633/C112297\tD03.633\tDMP 543\n"
-        "Aspirin\tMESH:D001241\t50-78-2\tThe prototypical analgesic.\t\tD02.241\t\tAcetylsalicylic Acid|2-(Acetyloxy)benzoic Acid\n"
+        "10,10-bis(4-pyridinylmethyl)-9(10H)-anthracenone\tMESH:C112297\t\t\tMESH:D000873\tD03.633/C112297"
+        "\tD03.633\tDMP 543\n"
+        "Aspirin\tMESH:D001241\t50-78-2\tThe prototypical analgesic.\t\tD02.241"
+        "\t\tAcetylsalicylic Acid|2-(Acetyloxy)benzoic Acid\n"
     )
     concepts = list(read_ctd(write(tmp_path / "CTD_chemicals.tsv", text)))
     assert [c.id for c in concepts] == ["C112297", "D001241"]
@@ -205,7 +208,8 @@ def test_read_mesh_tsv_descriptors_and_supplementary(tmp_path: Path) -> None:
     supp = write(
         tmp_path / "supp.tsv",
         "C000002\tbevonium\t2-(hydroxymethyl)piperidinium benzilate\tD001561\n"
-        'C483025\tAckr1 protein mouse\t"Dfy protein, mouse|ID: 13349 ims\tDARC antigen, mouse|Darc protein\tD004375,D011956\n'
+        'C483025\tAckr1 protein mouse\t"Dfy protein, mouse|ID: 13349 ims'
+        "\tDARC antigen, mouse|Darc protein\tD004375,D011956\n"
         "C000009\tnaked name\n",
     )
     concepts = list(read_mesh_tsv(supp))
@@ -238,7 +242,8 @@ DESC_XML = """<?xml version="1.0"?>
   <DescriptorName><String>Calcimycin</String></DescriptorName>
   <PharmacologicalActionList>
     <PharmacologicalAction>
-      <DescriptorReferredTo><DescriptorUI>D000900</DescriptorUI><DescriptorName><String>Anti-Bacterial Agents</String></DescriptorName></DescriptorReferredTo>
+      <DescriptorReferredTo><DescriptorUI>D000900</DescriptorUI>\
+<DescriptorName><String>Anti-Bacterial Agents</String></DescriptorName></DescriptorReferredTo>
     </PharmacologicalAction>
   </PharmacologicalActionList>
   <TreeNumberList><TreeNumber>D03.633.100.221.173</TreeNumber><TreeNumber>D04.345</TreeNumber></TreeNumberList>
@@ -260,7 +265,8 @@ DESC_XML = """<?xml version="1.0"?>
   <DescriptorUI>D000002</DescriptorUI>
   <DescriptorName><String>Temefos</String></DescriptorName>
   <TreeNumberList><TreeNumber>G02.705</TreeNumber></TreeNumberList>
-  <ConceptList><Concept PreferredConceptYN="Y"><TermList><Term><String>Temephos</String></Term></TermList></Concept></ConceptList>
+  <ConceptList><Concept PreferredConceptYN="Y">\
+<TermList><Term><String>Temephos</String></Term></TermList></Concept></ConceptList>
 </DescriptorRecord>
 </DescriptorRecordSet>
 """
@@ -312,13 +318,17 @@ def test_read_mesh_xml_errors(tmp_path: Path) -> None:
 MRCONSO = (
     "\n".join(
         [
-            "C0000005|ENG|S|L0000005|PF|S0007492|Y|A26634265||M0019694|D012711|MSH|PEP|D012711|(131)I-Macroaggregated Albumin|0|N|256|",
+            "C0000005|ENG|S|L0000005|PF|S0007492|Y|A26634265||M0019694|D012711|MSH|PEP|D012711|"
+            "(131)I-Macroaggregated Albumin|0|N|256|",
             "C0000005|ENG|P|L0270109|PF|S0007491|Y|A26634266||M0019694|D012711|MSH|MH|D012711|(131)I-MAA|0|N|256|",
             "C0000005|FRE|P|L0270110|PF|S0007493|Y|A26634267||M0019694|D012711|MSHFRE|EN|D012711|MAA-131I|3|N||",
             "C0000039|ENG|P|L0000039|PF|S0007564|N|A0016515||M0023172|D015060|MSH|MH|D015060|1,2-Dipalmitoylphosphatidylcholine|0|N|256|",
-            "C0000039|ENG|P|L0000039|VO|S1357296|Y|A1317687||M0023172|D015060|RXNORM|SY|D015060|Dipalmitoylphosphatidylcholine|0|N|256|",
-            "C0000039|ENG|S|L0000035|PF|S0007560|Y|A0016511||M0023172|D015060|MSH|EP|D015060|old suppressed name|0|O|256|",
-            "C0000052|ENG|P|L0000052|PF|S0007586|Y|A0016549||M0023325|D000479|MSH|MH|D000479|1,4-alpha-Glucan Branching Enzyme|0|N|256|",
+            "C0000039|ENG|P|L0000039|VO|S1357296|Y|A1317687||M0023172|D015060|RXNORM|SY|D015060|"
+            "Dipalmitoylphosphatidylcholine|0|N|256|",
+            "C0000039|ENG|S|L0000035|PF|S0007560|Y|A0016511||M0023172|D015060|MSH|EP|D015060|"
+            "old suppressed name|0|O|256|",
+            "C0000052|ENG|P|L0000052|PF|S0007586|Y|A0016549||M0023325|D000479|MSH|MH|D000479|"
+            "1,4-alpha-Glucan Branching Enzyme|0|N|256|",
         ]
     )
     + "\n"

@@ -56,7 +56,8 @@ def test_a_header_prefix_no_term_has_warns(tmp_path, caplog):
     assert ids(read_obo(path, prefix="Orphanet")) == ["Orphanet:558"]
     url = tmp_path / "url.obo"
     url.write_text(
-        "ontology: http://purl.obolibrary.org/obo/mondo.owl\n\n[Term]\nid: MONDO:1\nname: x\n\n[Term]\nid: HP:1\nname: y\n",
+        "ontology: http://purl.obolibrary.org/obo/mondo.owl\n\n[Term]\nid: MONDO:1\nname: x\n\n"
+        "[Term]\nid: HP:1\nname: y\n",
         encoding="utf8",
     )
     assert ids(read_obo(url)) == ["MONDO:1"]

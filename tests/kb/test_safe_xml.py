@@ -1,5 +1,6 @@
 """The package's XML parser (:mod:`spacy_genbioel.kb.safe_xml`): its options, and what they do on the
-lxml installed (run it with the oldest lxml setup.cfg allows: ``PYTHONPATH=<lxml 4.9> pytest tests/kb/test_safe_xml.py``)."""
+lxml installed (run it with the oldest lxml setup.cfg allows:
+``PYTHONPATH=<lxml 4.9> pytest tests/kb/test_safe_xml.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Pipelines saved by spacy_genbioel 0.1 (flat settings) and 0.2 (blocks, top-level fusion) load and link as they did."""
+"""Pipelines saved by spacy_genbioel 0.1 (flat settings) and 0.2 (blocks, top-level fusion)
+load and link as they did."""
 
 import json
 import subprocess

@@ -79,10 +79,10 @@ def test_code_written_for_scispacy_runs_unchanged(resources, capsys):
     tmp_path, kb, _ = resources
     nlp = make_nlp(tmp_path)
     doc = nlp(TEXTS[0])
-    # scispacy's README, verbatim but for the pipe name
+    # scispacy's README, verbatim but for the pipe name (and _score: the README leaves it unused)
     linker = nlp.get_pipe("genbioel")
     for ent in doc.ents:
-        for cui, score in ent._.kb_ents:
+        for cui, _score in ent._.kb_ents:
             print(linker.kb.cui_to_entity[cui])
     printed = capsys.readouterr().out
     top = doc.ents[0]._.kb_ents[0][0]
@@ -128,7 +128,7 @@ def test_threshold_abstains_below_and_keeps_the_candidates(resources):
     assert nlp.get_pipe("genbioel").output.threshold == threshold
     n_abstained = 0
     for before, doc in zip(free, nlp.pipe(TEXTS)):
-        for (text, _, kb_id, cands, ents), ent in zip(before, doc.ents):
+        for (_text, _, kb_id, cands, ents), ent in zip(before, doc.ents):
             assert ent._.kb_candidates == cands and ent._.kb_ents == ents  # the candidates stay
             if ents[0][1] >= threshold:
                 assert ent._.kb_id == kb_id == ent.kb_id_
