@@ -280,8 +280,10 @@ def read_record(layout: ArchiveLayout, name: str) -> bytes:
             if reader.get_record_offset(record) != member.data_offset or reader.get_record_size(record) != member.size:
                 raise _refuse(path, f"PyTorch's zip reader finds member {member.name} at other bytes")
         data = reader.get_record(name)
-    except RuntimeError as err:
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+    except CheckpointError:
+        raise
+    except Exception as err:  # RuntimeError mostly; a damaged version record gives UnicodeDecodeError
+        detail = f"{type(err).__name__}: {str(err).splitlines()[0]}" if str(err) else type(err).__name__
         raise CheckpointError(f"{path}: PyTorch's zip reader cannot read it ({detail})") from None
     if len(data) != layout.members[name].size:
         raise _refuse(path, f"PyTorch's zip reader reads {len(data)} bytes of {layout.members[name].name}")

@@ -24,9 +24,15 @@ import io
 import logging
 import pickletools
 from pathlib import Path
-from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Any, Dict, Iterator, List, Optional, Tuple, Union
 
-from spacy_genbioel.models.checkpoint_archive import ArchiveLayout, CheckpointError, check_archive, read_record
+from spacy_genbioel.models.checkpoint_archive import (
+    PICKLE_CAP,
+    ArchiveLayout,
+    CheckpointError,
+    check_archive,
+    read_record,
+)
 from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
@@ -123,7 +129,7 @@ def _storage_id(value: Any) -> Optional[Tuple[str, int]]:
     return key, elements
 
 
-def _pickle_globals(stream: IO[bytes], where: str, storages: Dict[str, int]) -> Iterator[str]:
+def _pickle_globals(stream: "Stream", where: str, storages: Dict[str, int]) -> Iterator[str]:
     """The globals one pickle (up to its STOP) names, in order; the storages its
     persistent ids ask for go into ``storages`` (key -> elements). A ``STACK_GLOBAL``
     whose module and name are not two strings pushed just before it cannot be
@@ -176,11 +182,44 @@ def _pickle_globals(stream: IO[bytes], where: str, storages: Dict[str, int]) -> 
                 memo[len(memo)] = recent[-1] if recent else _UNKNOWN
             elif name not in _NEUTRAL_OPS:
                 recent, since_mark = [], False
+    except CheckpointError:
+        raise
     except ValueError as err:  # pickletools' own error for a damaged or foreign stream
         raise CheckpointError(f"{where}: not a pickle stream ({err})") from err
 
 
-def _scan_stream(stream: IO[bytes], where: str, count: int, storages: Dict[str, int]) -> List[str]:
+class _CappedReader:
+    """A file read by :mod:`pickletools` without its length fields deciding what is allocated: a
+    read of more than :data:`PICKLE_CAP` bytes (a string no state dict's pickle holds) is refused,
+    and no read asks for more than the file has left (``BufferedReader.read(n)`` allocates ``n``)."""
+
+    def __init__(self, handle: IO[bytes], size: int, where: str) -> None:
+        self.handle, self.size, self.where = handle, size, where
+
+    def read(self, n: int = -1) -> bytes:
+        left = max(self.size - self.handle.tell(), 0)
+        if n is not None and n > PICKLE_CAP:
+            raise CheckpointError(
+                f"{self.where}: refused: the pickle holds a {n}-byte value, over the {PICKLE_CAP >> 20} MiB "
+                "a state dict's pickle needs: a damaged or altered checkpoint"
+            )
+        return self.handle.read(left if n is None or n < 0 else min(n, left))
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self.handle.readline(PICKLE_CAP if limit is None or limit < 0 else limit)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self.handle.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.handle.tell()
+
+
+#: what the scanner reads a pickle from
+Stream = Union[IO[bytes], _CappedReader]
+
+
+def _scan_stream(stream: "Stream", where: str, count: int, storages: Dict[str, int]) -> List[str]:
     """Globals of up to ``count`` consecutive pickles (fewer where the stream ends)."""
     found: List[str] = []
     for _ in range(count):
@@ -251,7 +290,8 @@ def scan_pickle_globals(path: PathLike) -> Tuple[str, List[str]]:
         found.extend((name, where) for name in _scan_stream(io.BytesIO(data), where, 1, storages))
     else:
         with path.open("rb") as handle:
-            found.extend((name, str(path)) for name in _scan_stream(handle, str(path), _LEGACY_PICKLES, storages))
+            capped = _CappedReader(handle, path.stat().st_size, str(path))
+            found.extend((name, str(path)) for name in _scan_stream(capped, str(path), _LEGACY_PICKLES, storages))
     for global_name, where in found:
         if global_name not in ALLOWED_GLOBALS:
             raise UnsafePickleError(
@@ -290,15 +330,13 @@ def load_checkpoint_file(path: PathLike) -> Tuple[Any, Dict[str, Any]]:
     """``(object, facts)``: the contents of a ``torch.save`` file read without running
     anything in it (scan, then ``torch.load(weights_only=True)``, memory mapped for
     the zip format, on CPU), and what was learned (format, globals)."""
-    import pickle
-
     import torch
 
     path = Path(path)
     kind, names = scan_pickle_globals(path)
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=kind == "zip")
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, TypeError) as err:
+    except Exception as err:  # the restricted unpickler raises many kinds for a damaged or foreign stream
         text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
         marker = "WeightsUnpickler error:"
         detail = text.split(marker, 1)[1].split("Check the documentation")[0].strip() if marker in text else text

@@ -14,20 +14,13 @@ from collections import OrderedDict
 
 import pytest
 import torch
+from test_checkpoint_import import Reduce
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
 from spacy_genbioel.models import CheckpointError, ImportOptions, checkpoint_pickle, import_checkpoint
 
 runner = CliRunner()
-
-
-class Reduce:
-    def __init__(self, call, args):
-        self.call, self.args = call, args
-
-    def __reduce__(self):
-        return self.call, self.args
 
 
 def genuine(tmp_path, name="ckpt.bin", state=None):
