@@ -99,6 +99,11 @@ def crossfit_cmd(
         "by themselves once trained), and fit keeps the retrievers (tfidf+dense, tfidf+rescnn or all three) "
         "whose fusion links the held-out folds best",
     ),
+    angel_config: Optional[Path] = typer.Option(
+        None,
+        help="Run the final model's ANGEL stage on each fold generator with this config (configs/angel_<preset>.cfg "
+        "or angel_rank_<preset>.cfg), so the fusion is fitted on the generator the pipeline links with",
+    ),
     beams: str = typer.Option(
         "null",
         help="The fold generators' beam width and top-k (null: the model config's); the fusion file records it and "
@@ -160,6 +165,7 @@ def crossfit_cmd(
             k=k,
             seconds=seconds,
             rescnn_seconds=rescnn_seconds,
+            angel_config=angel_config,
             beams=_optional(beams, int, "--beams"),
             variants=_words(variants),
             forced=forced,

@@ -165,6 +165,9 @@ class CrossfitSettings:
     k: int = 2
     seconds: int = 1200  # each fold generator's fine-tuning budget (the final model's)
     rescnn_seconds: int = 0  # a ResCNN per fold for this long (0: none; score and fit use fold ResCNNs once there)
+    # the final model's ANGEL stage, run on each fold generator after fine-tuning with this config, so that
+    # the fusion and cascade are fitted on the generator the pipeline links with (None: fine-tuning alone)
+    angel_config: Optional[Path] = None
     beams: Optional[int] = None  # the fold generators' beam width and top-k (None: the model config's)
     variants: Tuple[str, ...] = VARIANTS
     forced: bool = True  # the forced-score rows and cascade_<variant>.json (the packages' cascade needs neither)
@@ -241,6 +244,10 @@ class CrossfitSettings:
     def model_dir(self, i: int) -> Path:
         return self.out / "models" / f"fold-{i}"
 
+    def generator_dir(self, i: int) -> Path:
+        """Fold ``i``'s generator folder (``model``, ``config.cfg``): the ANGEL stage's when it runs."""
+        return self.model_dir(i) / "angel" if self.angel_config else self.model_dir(i)
+
     def rescnn_on(self) -> bool:
         """The ResCNN is a source: fold ResCNNs are being trained, or were."""
         return self.rescnn_seconds != 0 or (self.model_dir(0) / "rescnn" / "model").is_dir()
@@ -286,28 +293,20 @@ def fold_train_steps(s: CrossfitSettings, i: int) -> Iterator[Step]:
         _flag("abbreviations", s.abbreviations),
         done_when=train,
     )
+    # fine-tuning, then (angel_config) the final model's ANGEL stage: the same data, device and seed
+    stage = ("--train", train, "--dev", s.dev, "--kb", kb, "--device", s.device, "--training.seed", i)
     yield step(
         "finetune",
-        "--model",
-        s.pretrained,
-        "--train",
-        train,
-        "--dev",
-        s.dev,
-        "--kb",
-        kb,
-        "--config",
-        s.config,
-        "--out",
-        models,
-        "--device",
-        s.device,
-        "--training.max_seconds",
-        s.seconds,
-        "--training.seed",
-        i,
+        *("--model", s.pretrained, "--config", s.config, "--out", models, *stage),
+        *("--training.max_seconds", s.seconds),
         done_when=models / "result.json",
     )
+    if s.angel_config:
+        yield step(
+            "angel",
+            *("--model", models / "model", "--config", s.angel_config, "--out", models / "angel", *stage),
+            done_when=models / "angel" / "result.json",
+        )
     if s.rescnn_seconds:
         yield step(
             "train-rescnn",
@@ -345,11 +344,11 @@ def fold_score_steps(s: CrossfitSettings, i: int) -> Iterator[Step]:
         yield step(
             "package",
             "--model",
-            models / "model",
+            s.generator_dir(i) / "model",
             "--kb",
             kb,
             "--config",
-            models / "config.cfg",
+            s.generator_dir(i) / "config.cfg",
             "--out",
             pipeline,
             "--no-entity-ruler",

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple,
 from spacy_genbioel.util import PathLike
 
 if TYPE_CHECKING:
-    from spacy_genbioel.linking.inputs import InputBuilder
+    from spacy_genbioel.linking.inputs.builder import InputBuilder
 
 T = TypeVar("T")
 
@@ -158,6 +158,24 @@ class AngelConfig:
     save_pairs: bool = True  # write pairs/round_NNN.jsonl
     # pairs re-scored after each round for the logged preference accuracy and margin (0: all)
     score_after: int = 512
+    # what the model is asked when pairs are mined: "beam" (ANGEL: its own beam search over the whole KB)
+    # or "forced" (the cascade's question: its forced score of each name mining_retriever retrieves, so the
+    # names it wrongly prefers among those the cascade will show it become the rejected ones)
+    mining: str = "beam"
+    mining_retriever: str = "tfidf"  # forced mining: a retriever or a union (tfidf+rescnn), as candidates.retriever
+    mining_retriever_model: Optional[str] = None  # its model directory (NAME=DIR pairs), as candidates.model
+    mining_candidates: int = 10  # concepts each retriever proposes per mention
+    # pairs of mentions whose top retrieved concept is wrong (those the cascade hands to the generator)
+    # count this many times in the loss; 1: every pair alike
+    deferred_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.mining not in ("beam", "forced"):
+            raise ValueError(f"[angel] mining: 'beam' or 'forced' (got {self.mining!r})")
+        if self.mining_candidates < 1:
+            raise ValueError(f"[angel] mining_candidates: at least 1 (got {self.mining_candidates!r})")
+        if not (isinstance(self.deferred_weight, (int, float)) and 0 < self.deferred_weight < float("inf")):
+            raise ValueError(f"[angel] deferred_weight: a finite number above 0 (got {self.deferred_weight!r})")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "AngelConfig":
@@ -206,7 +224,7 @@ class StageConfig:
 
 def load_stage_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = None) -> StageConfig:
     """Read a stage config (``configs/{pretrain,finetune,angel}_*.cfg``) with dotted-key overrides."""
-    from spacy_genbioel.linking.inputs import InputBuilder
+    from spacy_genbioel.linking.inputs.builder import InputBuilder
 
     values, text = read_config(path, overrides, STAGE_SECTIONS)
     return StageConfig(

@@ -206,6 +206,24 @@ def test_train_stage_cuts_folds_once_and_trains_each_fold_in_its_log(tmp_path):
     assert again.steps == []  # everything is there: a rerun does nothing
 
 
+def test_fold_generators_take_the_final_models_angel_stage_and_are_the_ones_scored(tmp_path):
+    s = CrossfitSettings(out=tmp_path / "cf", angel_config=Path("configs/angel_rank_tiny.cfg"), folds=(1,), jobs=1)
+    record = Recorder()
+    crossfit_stage(s, "train", runner=record)
+    assert [st.argv[0] for st in record.steps] == ["folds", "build-kb", "corpus", "finetune", "angel"]
+    angel = record.commands("angel")[0]
+    models = tmp_path / "cf/models/fold-1"
+    assert option(angel, "--model") == str(models / "model") and option(angel, "--out") == str(models / "angel")
+    assert option(angel, "--config") == "configs/angel_rank_tiny.cfg" and option(angel, "--training.seed") == "1"
+    assert option(angel, "--train") == str(tmp_path / "cf/folds/fold-1/corpus/train.jsonl")
+    assert record.steps[-1].done_when == models / "angel" / "result.json"
+    scored = Recorder()
+    crossfit_stage(s, "score", runner=scored)
+    for package in scored.commands("package"):
+        assert option(package, "--model") == str(models / "angel" / "model")
+        assert option(package, "--config") == str(models / "angel" / "config.cfg")
+
+
 def test_bc5cdr_folds_use_its_vocabularies_crosswalk_and_refresh_pool(tmp_path):
     s = CrossfitSettings(
         corpus="bc5cdr", out=tmp_path / "cf", data_dir=Path("D"), rescnn_seconds=600, folds=(1,), jobs=1
@@ -604,7 +622,15 @@ def test_every_planned_step_is_a_call_the_command_line_takes(tmp_path):
 
     record = Recorder()
     crossfit_stage(
-        CrossfitSettings(corpus="bc5cdr", out=tmp_path / "cf", rescnn_seconds=5, beams=2), "all", runner=record
+        CrossfitSettings(
+            corpus="bc5cdr",
+            out=tmp_path / "cf",
+            rescnn_seconds=5,
+            beams=2,
+            angel_config=Path("configs/angel_rank_tiny.cfg"),
+        ),
+        "all",
+        runner=record,
     )
     given_folds_stage(
         FoldsSettings(out=tmp_path / "aap", metrics=tmp_path / "m", cascade_bench=ROOT / "bench" / "cascade.py"),
@@ -629,6 +655,7 @@ def test_every_planned_step_is_a_call_the_command_line_takes(tmp_path):
         "build-kb",
         "corpus",
         "finetune",
+        "angel",
         "train-rescnn",
         "package",
         "evaluate",

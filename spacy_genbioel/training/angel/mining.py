@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -38,6 +38,8 @@ class PreferencePair:
     chosen_ids: Tuple[str, ...] = ()
     rejected_ids: Tuple[str, ...] = ()
     kind: str = "mined"  # mined | gold_fallback | kb
+    #: the pair's share of the DPO loss (``angel.deferred_weight`` for mentions retrieval gets wrong)
+    weight: float = 1.0
 
     def to_dict(self) -> Dict[str, Any]:
         data = mention_to_dict(self.mention)
@@ -49,6 +51,7 @@ class PreferencePair:
             chosen_ids=list(self.chosen_ids),
             rejected_ids=list(self.rejected_ids),
             kind=self.kind,
+            weight=self.weight,
         )
         return data
 
@@ -63,6 +66,7 @@ class PreferencePair:
             tuple(data.get("chosen_ids", ())),
             tuple(data.get("rejected_ids", ())),
             data.get("kind", "mined"),
+            float(data.get("weight", 1.0)),
         )
 
 
@@ -186,6 +190,25 @@ def mine_pairs(
         stats.fallback_pairs = len(fallback)
         pairs.extend(fallback)
     return pairs, stats
+
+
+def weight_deferred(
+    pairs: Sequence[PreferencePair], retrieved: Mapping[int, Sequence[Candidate]], weight: float
+) -> List[PreferencePair]:
+    """``pairs`` with ``weight`` on those whose mention retrieval ranks wrong at the top.
+
+    ``retrieved`` maps ``id(mention)`` to retrieval's own ranking of the mention (the
+    cascade's first look): a mention whose top retrieved concept is not gold is one the
+    cascade cannot settle and hands to the generator, so its pairs count ``weight`` times
+    (a mention retrieval found nothing for counts as wrong)."""
+    if weight == 1.0:
+        return list(pairs)
+    out: List[PreferencePair] = []
+    for pair in pairs:
+        ranked = retrieved.get(id(pair.mention), ())
+        wrong = not ranked or not gold_id_set(pair.mention).intersection(ranked[0].ids)
+        out.append(replace(pair, weight=weight) if wrong else pair)
+    return out
 
 
 def gold_fallback_pairs(

@@ -24,14 +24,21 @@ import torch
 
 from spacy_genbioel.evaluation.recall import gold_id_set
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.decoding.candidates import make_candidate_generator
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 from spacy_genbioel.training.angel.dpo import dpo_loss, encode_pairs, pair_logprobs
-from spacy_genbioel.training.angel.mining import PreferencePair, kb_negative_pairs, mine_pairs, write_pairs_jsonl
+from spacy_genbioel.training.angel.mining import (
+    PreferencePair,
+    kb_negative_pairs,
+    mine_pairs,
+    weight_deferred,
+    write_pairs_jsonl,
+)
 from spacy_genbioel.training.engine import TrainingEngine, TrainResult
-from spacy_genbioel.training.evaluator import stage_evaluator
+from spacy_genbioel.training.evaluator import mining_candidates, stage_evaluator
 from spacy_genbioel.training.examples import read_mentions_jsonl
 from spacy_genbioel.training.loop import (
     autocast,
@@ -46,7 +53,7 @@ from spacy_genbioel.training.settings import AngelConfig, load_stage_config
 from spacy_genbioel.training.sources import ExampleSource, SampledSource
 from spacy_genbioel.training.stages import kb_guided_examples, load_for_training
 from spacy_genbioel.training.targets import fit_name_vectorizer
-from spacy_genbioel.ty import Mention
+from spacy_genbioel.ty import Linker, Mention
 from spacy_genbioel.util import PathLike, atomic_json
 
 logger = logging.getLogger(__name__)
@@ -104,17 +111,27 @@ class AngelTrainer:
         self.model, self.tokenizer, self.kb, self.config = model, tokenizer, kb, config
         self.inputs = self.engine.inputs
         self.kb_examples = kb_examples
+        decoding = DecodingSettings(
+            num_beams=max(self.angel.num_beams, self.angel.top_k),
+            top_k=self.angel.top_k,
+            batch_size=self.angel.mine_batch_size,
+            max_source_tokens=config.max_source_tokens,
+        )
+        # forced mining asks the cascade's question (the forced score of each retrieved name); the
+        # retriever also tells which mentions the cascade would hand to the generator (deferred_weight)
+        candidates = mining_candidates(self.angel)
+        forced = self.angel.mining == "forced"
+        self.retriever: Optional[Linker] = None
+        if forced or self.angel.deferred_weight != 1.0:
+            self.retriever = make_candidate_generator(candidates.retriever, kb, candidates.model)
         self.linker = GenerativeLinker(
             model,
             tokenizer,
             kb,
             inputs=self.inputs,
-            decoding=DecodingSettings(
-                num_beams=max(self.angel.num_beams, self.angel.top_k),
-                top_k=self.angel.top_k,
-                batch_size=self.angel.mine_batch_size,
-                max_source_tokens=config.max_source_tokens,
-            ),
+            decoding=replace(decoding, search="forced") if forced else decoding,
+            candidates=candidates if forced else None,
+            retriever=self.retriever if forced else None,
         )
         # the pairs are scored after the prompt the mining search used, token for token
         self.prompts = self.linker.prompt_tokens
@@ -168,7 +185,8 @@ class AngelTrainer:
             chosen, rejected = pair_logprobs(self.model, tensors)
         device = chosen.device
         losses, logits = dpo_loss(chosen, rejected, ref_chosen.to(device), ref_rejected.to(device), self.angel.beta)
-        loss = losses.mean()
+        weights = torch.tensor([p.weight for p in pairs], dtype=losses.dtype, device=device)
+        loss = (losses * weights).sum() / weights.sum()  # the mean when every pair weighs 1
         if self.angel.sft_weight:
             n_tokens = (tensors["labels"][: len(pairs)] != -100).sum(dim=-1).clamp(min=1)
             loss = loss + self.angel.sft_weight * (-chosen / n_tokens).mean()
@@ -193,6 +211,10 @@ class AngelTrainer:
             progress=self.config.progress,
         )
         info = stats.to_dict()
+        if ang.deferred_weight != 1.0 and self.retriever is not None:
+            first = self.retriever.link(list(mentions), top_k=1)
+            pairs = weight_deferred(pairs, {id(m): r for m, r in zip(mentions, first)}, ang.deferred_weight)
+            info["deferred_pairs"] = sum(p.weight != 1.0 for p in pairs)
         if ang.kb_negatives:
             if self._tfidf is None:
                 self._tfidf = TfidfLinker(self.kb)
