@@ -397,8 +397,8 @@ def step_trie(kb: str, model: str, out: str, pipeline_trie: Optional[str] = None
     from transformers import AutoConfig
 
     from spacy_genbioel.kb.base import KnowledgeBase
-    from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer
-    from spacy_genbioel.linking.trie import NameTrie
+    from spacy_genbioel.linking.inputs.builder import InputBuilder, PromptTokenizer
+    from spacy_genbioel.linking.trie.name_trie import NameTrie
     from spacy_genbioel.models import load_tokenizer
 
     began = time.monotonic()
@@ -498,7 +498,7 @@ def step_link(
 
     from spacy_genbioel.annotate.options import component_settings
     from spacy_genbioel.annotate.units import load_pipeline
-    from spacy_genbioel.linking.stages import StageClock
+    from spacy_genbioel.linking.decoding.stages import StageClock
 
     every = dev_mentions(data_dir, max(mentions, warmup))
     measured = every[:mentions]

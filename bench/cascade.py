@@ -74,7 +74,7 @@ def rows(fusion: str, cascade: str, label: str = "", beams: int = 0):
             "dtype": "int8",
         },
     }
-    # the same with one decoder batch per prompt length (before mixed prompt batches, linking/prompt_batch.py)
+    # the same with one decoder batch per prompt length (before mixed prompt batches, linking/decoding/prompt_batch.py)
     table.update(
         {
             f"{name}_grouped": {**table[name], "decoding.mixed_prompts": False}
@@ -199,7 +199,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     mentions, texts = load_corpus(args.corpus, args.format, args.crosswalk)
     if not args.no_abbreviations:
-        from spacy_genbioel.linking.abbreviations import AbbreviationExpander
+        from spacy_genbioel.linking.inputs.abbreviations import AbbreviationExpander
 
         mentions, _ = AbbreviationExpander().expand(mentions, texts)
     if args.limit:

@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from spacy_genbioel.kb import KnowledgeBase
-from spacy_genbioel.linking import fusion as fusion_module
+from spacy_genbioel.linking.reranking import fusion as fusion_module
 from spacy_genbioel.training import fusion_fit
 from spacy_genbioel.training.fusion_fit import read_fusion_examples
 

@@ -62,7 +62,7 @@ def align(ours: List[str], theirs: List[str]) -> Tuple[List[Tuple[int, int]], Li
 
 def difference_kind(ours: str, theirs: str, raw_mention: str, ids: Tuple[str, ...]) -> str:
     """Why two aligned lines differ."""
-    from spacy_genbioel.linking.released_style import RELEASED_STYLES, released_mention
+    from spacy_genbioel.linking.inputs.released_style import RELEASED_STYLES, released_mention
 
     (our_left, our_mention, our_right), (left, mention, right) = split_source(ours), split_source(theirs)
     if (our_left, our_right) != (left, right):
@@ -78,7 +78,7 @@ def difference_kind(ours: str, theirs: str, raw_mention: str, ids: Tuple[str, ..
 def compare(data: Path, examples: int = 3) -> Dict[str, object]:
     from spacy_genbioel.corpus.pubtator import read_pubtator
     from spacy_genbioel.kb.base import KnowledgeBase
-    from spacy_genbioel.linking.inputs import InputBuilder
+    from spacy_genbioel.linking.inputs.builder import InputBuilder
     from spacy_genbioel.training.export_sources import source_lines
 
     reference = data / REFERENCE

@@ -39,7 +39,7 @@ def main() -> None:
 
     from spacy_genbioel.evaluation.report import evaluate_linker
     from spacy_genbioel.evaluation.run import load_corpus
-    from spacy_genbioel.linking.abbreviations import AbbreviationExpander
+    from spacy_genbioel.linking.inputs.abbreviations import AbbreviationExpander
 
     data = Path(os.environ.get("GENBIOEL_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
     corpus = args.corpus or data / "ncbi_disease" / "NCBIdevelopset_corpus.txt"

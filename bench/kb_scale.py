@@ -138,7 +138,7 @@ def step_model(kb: str, out: str, sample: int = 200_000) -> Dict:
 
 def step_trie(kb: str, model: str, out: str) -> Dict:
     from spacy_genbioel.kb.base import KnowledgeBase
-    from spacy_genbioel.linking.decoder import GenerativeLinker
+    from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
     from spacy_genbioel.models import load_model
 
     began = time.monotonic()
@@ -174,7 +174,7 @@ def step_save(kb: str, model: str, trie: str, out: str) -> Dict:
 
     import spacy_genbioel  # noqa: F401
     from spacy_genbioel.kb.base import KnowledgeBase
-    from spacy_genbioel.linking.trie import NameTrie
+    from spacy_genbioel.linking.trie.name_trie import NameTrie
     from spacy_genbioel.models import load_model
 
     hf_model, tokenizer = load_model(model, device="cpu")

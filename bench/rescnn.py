@@ -145,7 +145,7 @@ def main() -> None:
 
     mentions, texts = load_corpus(args.corpus, args.format, args.crosswalk)
     if args.abbreviations:
-        from spacy_genbioel.linking.abbreviations import AbbreviationExpander
+        from spacy_genbioel.linking.inputs.abbreviations import AbbreviationExpander
 
         mentions = AbbreviationExpander().expand(mentions, texts)[0]
     kbs = [KnowledgeBase.load(args.kb)]

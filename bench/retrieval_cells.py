@@ -33,8 +33,8 @@ from spacy_genbioel.corpus.load import load_corpus
 from spacy_genbioel.evaluation.report import evaluate_linker
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.kb.build import augment_kb, build_kb
-from spacy_genbioel.linking.fusion import FusionModel
-from spacy_genbioel.linking.retrieval_only import DEFAULT_RETRIEVAL_FUSION, retrieval_reranker
+from spacy_genbioel.linking.reranking.fusion import FusionModel
+from spacy_genbioel.linking.reranking.retrieval_only import DEFAULT_RETRIEVAL_FUSION, retrieval_reranker
 from spacy_genbioel.linking.settings import RerankerSettings
 from spacy_genbioel.retrieval.registry import get_retriever
 
@@ -156,7 +156,7 @@ def main() -> None:
     for label, dev, texts, kb, train in corpora(args.corpus, args.data):
         dev = [m for m in dev if m.ids and not all(i in ("-1", "") for i in m.ids)]
         if texts and not args.no_abbreviations:
-            from spacy_genbioel.linking.abbreviations import AbbreviationExpander
+            from spacy_genbioel.linking.inputs.abbreviations import AbbreviationExpander
 
             dev, _ = AbbreviationExpander().expand(dev, texts)
         for variant in args.variants.split(","):

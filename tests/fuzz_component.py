@@ -259,7 +259,7 @@ def _fusion(
     its JSON object (returning a replacement, or None to keep the edited one), ``text`` its JSON text."""
 
     def run(folder: Path, _res) -> None:
-        from spacy_genbioel.linking.fusion import FusionModel, feature_names
+        from spacy_genbioel.linking.reranking.fusion import FusionModel, feature_names
 
         sources = ["genbioel", "tfidf"]
         data = FusionModel(sources, [1.0 if f == "exact" else 0.0 for f in feature_names(sources)]).to_dict()

@@ -355,7 +355,7 @@ def test_kb_tfidf_and_trie_bars(tmp_path, small_kb, word_tokenizer, monkeypatch,
     import numpy as np
 
     from spacy_genbioel.kb.build import build_kb
-    from spacy_genbioel.linking.trie import NameTrie
+    from spacy_genbioel.linking.trie.name_trie import NameTrie
     from spacy_genbioel.retrieval.tfidf import TfidfLinker
 
     path = tmp_path / "kb.jsonl.gz"

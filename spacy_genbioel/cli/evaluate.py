@@ -88,7 +88,7 @@ def evaluate_cmd(
         write_report_json,
     )
     from spacy_genbioel.kb import KBFormatError
-    from spacy_genbioel.linking.fusion import FusionFormatError
+    from spacy_genbioel.linking.reranking.fusion import FusionFormatError
     from spacy_genbioel.models import ModelFormatError
 
     if linker != "genbioel":  # a mistyped --linker: one line naming the known ones

@@ -1,4 +1,5 @@
-"""``folds``, ``fit-fusion`` and ``fit-retrieval``: cross-fitted score fusion (:mod:`spacy_genbioel.linking.fusion`)."""
+"""``folds``, ``fit-fusion`` and ``fit-retrieval``: cross-fitted score fusion
+(:mod:`spacy_genbioel.linking.reranking.fusion`)."""
 
 from __future__ import annotations
 
@@ -131,7 +132,7 @@ def fit_fusion_cmd(
     for a model not trained here (--model: a released checkpoint), on its own predictions over a labelled split it
     was not trained on."""
     setup_logging(verbose)
-    from spacy_genbioel.linking.fusion import GENERATOR
+    from spacy_genbioel.linking.reranking.fusion import GENERATOR
     from spacy_genbioel.training.cascade_fit import CascadeTargets
     from spacy_genbioel.training.model_fit import FitOptions, HeldOutSplit, Packaging, fit_model_fusion, fit_predictions
 

@@ -69,7 +69,7 @@ def package_cmd(
     --decoding.exact_match true, --candidates.retriever tfidf, --candidates.shortcut_threshold 0.9 (docs/training.md)."""
     setup_logging(verbose)
     from spacy_genbioel.kb import KBFormatError
-    from spacy_genbioel.linking.fusion import FusionFormatError
+    from spacy_genbioel.linking.reranking.fusion import FusionFormatError
     from spacy_genbioel.models import ModelFormatError
     from spacy_genbioel.training.package import EntitySource, PackageError, PipelineMeta, package
 

@@ -1,6 +1,6 @@
 """Document folds of a training split, for cross-fitting.
 
-Score fusion (:mod:`spacy_genbioel.linking.fusion`) is fitted on training
+Score fusion (:mod:`spacy_genbioel.linking.reranking.fusion`) is fitted on training
 mentions scored by models that never saw them: the training split is cut into
 ``k`` folds of whole documents; for each fold a model trained on the other
 folds scores the held-out one. :func:`split_pubtator` writes, per fold,

@@ -418,7 +418,7 @@ def load_pipeline(
     import spacy
     from spacy.util import load_config
 
-    from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
+    from spacy_genbioel.linking.inputs.abbreviations import abbreviation_detector_available
 
     abbreviation_detector_available()  # scispacy registers its factory on import
     config = load_config(Path(path) / "config.cfg")

@@ -21,7 +21,7 @@ from spacy_genbioel.evaluation.calibration import DEFAULT_TARGET_PRECISION, Cali
 from spacy_genbioel.evaluation.plots import plot_calibration, plot_similarity_bins
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.linking.fusion import FusionFormatError, resolve_fusion_path
+from spacy_genbioel.linking.reranking.fusion import FusionFormatError, resolve_fusion_path
 from spacy_genbioel.linking.settings import NO_RETRIEVER, UnknownSettingError, load_overrides, nested_overrides
 from spacy_genbioel.ty import Linker
 from spacy_genbioel.util import PathLike, resolve_device
@@ -180,7 +180,7 @@ def run_evaluation(
     train_mentions = load_corpus(gold.train, gold.fmt, gold.crosswalk)[0] if gold.train else None
     n_expanded = None
     if gold.abbreviations:
-        from spacy_genbioel.linking.abbreviations import AbbreviationExpander
+        from spacy_genbioel.linking.inputs.abbreviations import AbbreviationExpander
 
         mentions, n_expanded = AbbreviationExpander().expand(mentions, texts)
         logger.info("%d mentions expanded from abbreviations", n_expanded)

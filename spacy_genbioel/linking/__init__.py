@@ -1,12 +1,15 @@
-"""The ``genbioel`` spaCy component and everything inference needs.
+"""The ``genbioel`` spaCy component and everything inference needs, in the order data flows.
 
-:mod:`.component` (the factory and pipe), :mod:`.settings` (its config
-blocks, defined once), :mod:`.inputs` (``left START mention END right`` and the
-``mention is`` prompt), :mod:`.decoder` (batched, KV-cached, trie-constrained
-beam search), :mod:`.trie` (the name trie as flat arrays; :mod:`.trie_tensors`
-its batched torch queries),
-:mod:`.candidates` (retrieve, then generate), :mod:`.abbreviations` (long
-forms of short forms) and :mod:`.reference` (the one-at-a-time yardstick).
-Importing the package does not load torch; the component registers through
+* :mod:`.inputs`: what the model reads (``left START mention END right``, the ``mention is``
+  prompt, their token ids), whole documents, the released models' styles, abbreviations;
+* :mod:`.decoding`: the generator (batched, KV-cached, trie-constrained beam search), retrieve
+  then generate, forced scores of given names, and the one-at-a-time yardstick;
+* :mod:`.trie`: the KB's names as a token trie in flat arrays, its file and its torch queries;
+* :mod:`.reranking`: score fusion, the cascade, and linking with the retrievers alone;
+* here, the component: :mod:`.component` (the factory and pipe), :mod:`.settings` (its config
+  blocks, defined once), :mod:`.paths`, :mod:`.model_inputs`, :mod:`.span_outputs`,
+  :mod:`.kb_view`, :mod:`.scispacy_compat` and :mod:`.scorer`.
+
+Importing the package (or a sub-package) does not load torch; the component registers through
 the ``spacy_factories`` entry point.
 """

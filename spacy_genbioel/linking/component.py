@@ -19,7 +19,7 @@ so ``spacy.load(dir)`` works once the original files are gone; a damaged saved
 file is refused naming it.
 
 Every setting is defined once, in :mod:`.settings` (one dataclass per config
-block); the generator (:class:`~.decoder.GenerativeLinker`) is built once with
+block); the generator (:class:`~.decoding.decoder.GenerativeLinker`) is built once with
 its settings and retriever (``candidates.retriever``: retrieve, then generate),
 and ``link`` applies the reranker (``reranker.fusion``) to its candidates.
 """
@@ -44,17 +44,18 @@ from spacy.util import minibatch
 
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.kb.compact import CompactKB
-from spacy_genbioel.linking.abbreviations import doc_long_forms
-from spacy_genbioel.linking.candidates import make_candidate_generator
-from spacy_genbioel.linking.cascade import LinkPaths, link_with_paths, make_reranker
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.fusion import SHIPPED, FusionFormatError, FusionModel
-from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.decoding.candidates import make_candidate_generator
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs.abbreviations import LongForms, doc_long_forms
+from spacy_genbioel.linking.inputs.builder import InputBuilder
+from spacy_genbioel.linking.inputs.released_style import expand_short_forms
+from spacy_genbioel.linking.inputs.short_forms import find_short_forms
 from spacy_genbioel.linking.kb_view import LinkerKB
 from spacy_genbioel.linking.model_inputs import recorded_inputs, warn_on_input_style
 from spacy_genbioel.linking.paths import check_resource_paths, read_component_cfg
-from spacy_genbioel.linking.released_style import expand_short_forms
-from spacy_genbioel.linking.retrieval_only import (
+from spacy_genbioel.linking.reranking.cascade import LinkPaths, link_with_paths, make_reranker
+from spacy_genbioel.linking.reranking.fusion import SHIPPED, FusionFormatError, FusionModel
+from spacy_genbioel.linking.reranking.retrieval_only import (
     DEFAULT_RETRIEVAL_FUSION,
     RetrievalOnly,
     default_retrieval_fusion,
@@ -71,9 +72,8 @@ from spacy_genbioel.linking.settings import (
     factory_signature,
     written_score,
 )
-from spacy_genbioel.linking.short_forms import find_short_forms
-from spacy_genbioel.linking.span_outputs import LongForms, concept_scores, register_extensions
-from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError
+from spacy_genbioel.linking.span_outputs import concept_scores, register_extensions
+from spacy_genbioel.linking.trie.name_trie import NameTrie, TrieMismatchError
 from spacy_genbioel.models import ModelFileNotFoundError, load_model, save_model
 from spacy_genbioel.ty import Candidate, Linker, Mention
 from spacy_genbioel.util import resolve_device
@@ -139,7 +139,7 @@ class GenBioELLinker(Pipe):
         self.vocab = vocab
         self.name = name
         self.settings = settings or LinkerSettings()
-        #: score fusion (:mod:`.fusion`): read from ``reranker.fusion`` now; a saved pipeline
+        #: score fusion (:mod:`.reranking.fusion`): read from ``reranker.fusion`` now; a saved pipeline
         #: carries its own as fusion.json (read by from_disk unless the setting names another)
         self.fusion: Optional[FusionModel] = None
         # a configured fusion file that is gone: a saved pipeline's from_disk uses its own fusion.json
@@ -156,7 +156,8 @@ class GenBioELLinker(Pipe):
         register_extensions(self.output)
         self._linker: Optional[GenerativeLinker] = None
         self._reranker: Optional[Any] = None
-        #: mentions linked per path (:data:`~.cascade.PATHS`: ``early``, ``retrieval``, ``forced``, ``beam``, ``none``)
+        #: mentions linked per path (:data:`~.reranking.cascade.PATHS`: ``early``, ``retrieval``, ``forced``,
+        #: ``beam``, ``none``)
         self.stats: Counter = Counter()
         self._kb_view: Optional[LinkerKB] = None
 
@@ -192,7 +193,8 @@ class GenBioELLinker(Pipe):
 
     @property
     def reranker(self) -> Optional[Any]:
-        """The fusion (:class:`~.fusion.FusionReranker`) or the cascade (:class:`~.cascade.CascadeReranker`); None: neither."""
+        """The fusion (:class:`~.reranking.fusion.FusionReranker`) or the cascade
+        (:class:`~.reranking.cascade.CascadeReranker`); None: neither."""
         self.linker  # noqa: B018  (built with the linker)
         return self._reranker
 
@@ -260,7 +262,7 @@ class GenBioELLinker(Pipe):
 
     def set_kb(self, kb: KnowledgeBase) -> None:
         """Link with no generator: the retrievers over ``kb``, fused by ``reranker.fusion`` (a
-        retrieval-only one) or the package's default (:mod:`.retrieval_only`), which a saved
+        retrieval-only one) or the package's default (:mod:`.reranking.retrieval_only`), which a saved
         pipeline then carries as its own fusion.json."""
         if self._fusion_missing is not None:
             raise self._fusion_missing
@@ -329,7 +331,7 @@ class GenBioELLinker(Pipe):
         return self.link_paths(mentions, top_k)[0]
 
     def link_paths(self, mentions: Sequence[Mention], top_k: Optional[int] = None) -> LinkPaths:
-        """:meth:`link`, with each mention's path (:data:`~.cascade.PATHS`), counted in ``stats``."""
+        """:meth:`link`, with each mention's path (:data:`~.reranking.cascade.PATHS`), counted in ``stats``."""
         results, paths = link_with_paths(self.linker, self._reranker, mentions, top_k or self.decoding.top_k)
         # [output] probability and filter_for_definitions (scispacy's meaning: .scispacy_compat)
         results = written_candidates(results, self.output, getattr(self.linker, "kb", None), self._reranker is not None)
@@ -375,7 +377,7 @@ class GenBioELLinker(Pipe):
     def _abbreviations(self, doc: Doc) -> "LongForms":
         """Long forms from scispacy's abbreviation_detector, when it ran; for the ncbi released
         style, the document's short forms, expanded word by word inside each mention as BioSyn's
-        preprocessing did (:func:`~.released_style.expand_short_forms`)."""
+        preprocessing did (:func:`~.inputs.released_style.expand_short_forms`)."""
         if not self.settings.resources.resolve_abbreviations:
             return LongForms()
         rules = self.inputs.released

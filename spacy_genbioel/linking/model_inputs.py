@@ -8,8 +8,8 @@ import dataclasses
 import logging
 from typing import Any
 
-from spacy_genbioel.linking.inputs import InputBuilder
-from spacy_genbioel.linking.released_style import recorded_input_style, recorded_max_source_tokens
+from spacy_genbioel.linking.inputs.builder import InputBuilder
+from spacy_genbioel.linking.inputs.released_style import recorded_input_style, recorded_max_source_tokens
 from spacy_genbioel.linking.settings import DecodingSettings, LinkerSettings
 
 logger = logging.getLogger(__name__)

@@ -1,8 +1,9 @@
 """The ``genbioel`` component's settings, each defined once.
 
 Every setting is a field of one frozen dataclass, defined beside the code that
-reads it (the decoding block in :mod:`.decoder`, the candidates block in
-:mod:`.candidates`, the inputs block in :mod:`.inputs`): its default, type and
+reads it (the decoding block in :mod:`.decoding.decoder`, the candidates block in
+:mod:`.decoding.candidates`, the inputs block in :mod:`.inputs.builder`, the reranker block in
+:mod:`.reranking.settings`): its default, type and
 doc live there and nowhere else. The top-level settings (the resources: model,
 tokenizer, KB, device...) are :class:`ComponentResources`; the behaviour is in
 blocks, each a dataclass registered in spaCy's ``misc`` registry under a
@@ -12,13 +13,13 @@ and the ``.v1`` a saved pipeline names keeps working)::
     [components.genbioel.inputs]
     @misc = "genbioel.inputs.v1"          # left START mention END right / "mention is"  (InputBuilder)
     [components.genbioel.decoding]
-    @misc = "genbioel.decoding.v1"        # beam search                        (.decoder.DecodingSettings)
+    @misc = "genbioel.decoding.v1"        # beam search               (.decoding.decoder.DecodingSettings)
     [components.genbioel.candidates]
-    @misc = "genbioel.candidates.v1"      # retrieve, then generate            (.candidates.CandidateSettings)
+    @misc = "genbioel.candidates.v1"      # retrieve, then generate   (.decoding.candidates.CandidateSettings)
     [components.genbioel.output]
     @misc = "genbioel.output.v1"          # abstention threshold, attribute names         (OutputSettings)
     [components.genbioel.reranker]
-    @misc = "genbioel.reranker.v1"        # score fusion over the candidates              (RerankerSettings)
+    @misc = "genbioel.reranker.v1"        # score fusion over the candidates  (.reranking.settings.RerankerSettings)
 
 Everything else derives from these classes: :data:`DEFAULT_CONFIG` (the
 factory's default config), the factory's signature (:func:`factory_signature`),
@@ -41,9 +42,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from spacy.util import registry
 
-from spacy_genbioel.linking.candidates import NO_CANDIDATES, CandidateSettings
-from spacy_genbioel.linking.decoder import DecodingSettings
-from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.decoding.candidates import NO_CANDIDATES, CandidateSettings
+from spacy_genbioel.linking.decoding.decoder import DecodingSettings
+from spacy_genbioel.linking.inputs.builder import InputBuilder
+from spacy_genbioel.linking.reranking.settings import RerankerSettings
 from spacy_genbioel.linking.scispacy_compat import SCISPACY_SETTINGS, scispacy_setting_hint
 
 logger = logging.getLogger(__name__)
@@ -133,46 +135,6 @@ class OutputSettings:
     def keeps_undefined(self, score: float) -> bool:
         """Whether ``filter_for_definitions`` keeps a concept without a definition of this (written) score."""
         return self.no_definition_threshold is not None and written_score(score) >= self.no_definition_threshold
-
-
-@dataclass(frozen=True)
-class RerankerSettings:
-    """Reranking of the linker's candidates (:mod:`~spacy_genbioel.linking.fusion`)."""
-
-    #: score fusion weights (a ``fit-fusion`` JSON file); a saved pipeline carries its own as fusion.json
-    fusion: Optional[str] = None
-    #: ``off``: the generator's beam, then the fusion; ``on``: mentions retrieval settles skip the
-    #: generator, the rest get forced scores of the retrieved names, or beam search and the fusion when
-    #: the fusion was fitted on beam lists (:mod:`.cascade`; needs ``fit-fusion --cascade``)
-    cascade: str = "off"
-    #: in a cascade fitted on forced lists, where beam search also runs: ``never``, ``weak`` (retrieval
-    #: looks weak: below ``beam_threshold``) or ``always`` (never by default: merging a beam's names into
-    #: forced lists cost 2 points of recall@1 on NCBI dev, docs/benchmarks.md)
-    beam: str = "never"
-    #: retrieval-only fused probability from which retrieval settles a mention (None: the fusion file's)
-    settle_threshold: Optional[float] = None
-    #: retrieval-only fused probability below which the cascade also runs beam search (None: the fusion file's)
-    beam_threshold: Optional[float] = None
-    #: in a cascade fitted with ``fit-fusion --defer``: the probability (of a fusion without the deferred
-    #: retrievers) from which a mention is linked before they run (None: the fusion file's; above 1: never)
-    early_threshold: Optional[float] = None
-    #: with a fusion: the generator's beam width and list length, as the fusion's fold predictions were made
-    #: (None: the fusion file's ``fit-fusion --generator-beams``, else ``decoding.num_beams``); ``decoding.top_k``
-    #: fused candidates are written whatever the width
-    generator_beams: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        beams = self.generator_beams
-        if beams is not None and (isinstance(beams, bool) or not isinstance(beams, int) or beams < 1):
-            raise ValueError(f"reranker.generator_beams must be a whole number of at least 1 or None, got {beams!r}")
-        if self.cascade not in ("off", "on"):
-            raise ValueError(f"reranker.cascade must be 'off' or 'on', got {self.cascade!r}")
-        if self.beam not in ("weak", "never", "always"):
-            raise ValueError(f"reranker.beam must be 'weak', 'never' or 'always', got {self.beam!r}")
-
-    @property
-    def enabled(self) -> bool:
-        return self.fusion is not None
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,16 @@
 """What the component writes on spans: the extension attributes (``kb_id``, ``kb_candidates``,
-scispacy's ``kb_ents``, the cascade's ``link_path``), scispacy's per-concept scores, and the
-abbreviations a document's mentions are read with."""
+scispacy's ``kb_ents``, the cascade's ``link_path``) and scispacy's per-concept scores."""
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from spacy.tokens import Span
 
 from spacy_genbioel.linking.settings import OutputSettings, written_score
 from spacy_genbioel.ty import Candidate
 
-__all__ = ["LongForms", "concept_scores", "register_extensions"]
+__all__ = ["concept_scores", "register_extensions"]
 
 
 def register_extensions(output: OutputSettings) -> None:
@@ -19,17 +18,6 @@ def register_extensions(output: OutputSettings) -> None:
     for attr, default in zip((*output.attrs, "link_path"), (None, None, [], None)):
         if not Span.has_extension(attr):
             Span.set_extension(attr, default=default)
-
-
-class LongForms(NamedTuple):
-    """A document's abbreviations as the component uses them."""
-
-    #: a span that is a short form -> its long form (scispacy's detector)
-    by_span: Dict[Tuple[int, int], str] = {}
-    #: a short form's text -> its long form (scispacy's detector)
-    by_text: Dict[str, str] = {}
-    #: short -> long forms expanded inside mentions (the ncbi released style)
-    inside: Dict[str, str] = {}
 
 
 def concept_scores(candidates: Sequence[Candidate], limit: int) -> List[Tuple[str, float]]:

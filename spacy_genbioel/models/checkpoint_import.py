@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from spacy_genbioel.linking.inputs.released_style import RECORD_KEY, RELEASED_STYLES, style_named_in
+from spacy_genbioel.linking.inputs.builder.released_style import RECORD_KEY, RELEASED_STYLES, style_named_in
 from spacy_genbioel.models.checkpoint_pickle import CheckpointError, load_checkpoint_file, tensor_entries
 from spacy_genbioel.models.hf import (
     ModelFormatError,

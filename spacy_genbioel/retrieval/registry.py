@@ -1,5 +1,5 @@
 """The one registry of retrievers, shared by ``evaluate --linker NAME`` and by the
-generative linker's candidate generation (:mod:`spacy_genbioel.linking.candidates`).
+generative linker's candidate generation (:mod:`spacy_genbioel.linking.decoding.candidates`).
 
 Retrievers live in spaCy's ``registry.misc`` under versioned names, so a
 saved pipeline keeps the retriever it was saved with:

@@ -1,4 +1,4 @@
-"""Fit the cascade (:mod:`spacy_genbioel.linking.cascade`) on cross-fitted training predictions.
+"""Fit the cascade (:mod:`spacy_genbioel.linking.reranking.cascade`) on cross-fitted training predictions.
 
 Given a fusion fitted on the same examples (the generator's lists made of forced
 scores of the retrievers' candidates), the cascade needs three things, all
@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from spacy_genbioel.linking.fusion import GENERATOR, FusionModel, concept_ranks
+from spacy_genbioel.linking.reranking.fusion import GENERATOR, FusionModel, concept_ranks
 from spacy_genbioel.training.fusion_fit import FusionExample, fit_fusion
 
 logger = logging.getLogger(__name__)

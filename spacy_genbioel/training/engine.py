@@ -13,7 +13,7 @@ the best model, a JSONL log and a loss/accuracy curve. Its settings are
 Why a short loop rather than ``Seq2SeqTrainer`` (or accelerate):
 
 * the decoder input is a *prompt* (``"mention is"``) built exactly as at
-  inference by :class:`~spacy_genbioel.linking.decoder.PromptTokenizer`, and the loss
+  inference by :class:`~spacy_genbioel.linking.decoding.decoder.PromptTokenizer`, and the loss
   covers only the name tokens and EOS; ``Seq2SeqTrainer`` wants ``labels``
   that it shifts itself, so the prompt would have to be smuggled in through a
   custom collator *and* a ``compute_loss`` override, i.e. most of this file
@@ -47,7 +47,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.inputs.builder import InputBuilder
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.training.checkpoints import (
     STATE_FILE,

@@ -1,4 +1,4 @@
-"""Fit score fusion (:mod:`spacy_genbioel.linking.fusion`) on cross-fitted predictions.
+"""Fit score fusion (:mod:`spacy_genbioel.linking.reranking.fusion`) on cross-fitted predictions.
 
 Input: ``evaluate --predictions`` files of each source (the generator and the
 retrievers) over training mentions that the scoring models never saw, from
@@ -22,7 +22,13 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tupl
 import numpy as np
 
 from spacy_genbioel.evaluation.recall import NO_GOLD_IDS, hit_rank
-from spacy_genbioel.linking.fusion import GENERATOR, FusionModel, concept_ranks, feature_names, fusion_features
+from spacy_genbioel.linking.reranking.fusion import (
+    GENERATOR,
+    FusionModel,
+    concept_ranks,
+    feature_names,
+    fusion_features,
+)
 from spacy_genbioel.ty import Candidate
 from spacy_genbioel.util import PathLike
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.linking.fusion import GENERATOR, FusionModel
+from spacy_genbioel.linking.reranking.fusion import GENERATOR, FusionModel
 from spacy_genbioel.training.cascade_fit import CascadeTargets, fit_cascade
 from spacy_genbioel.training.fusion_fit import choose_sources, drop_examples, fit_fusion, read_fusion_examples
 from spacy_genbioel.util import PathLike

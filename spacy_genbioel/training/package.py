@@ -18,10 +18,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import spacy
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
-from spacy_genbioel.linking.inputs import InputBuilder
-from spacy_genbioel.linking.released_style import recorded_input_style, recorded_max_source_tokens
-from spacy_genbioel.linking.retrieval_only import build_indexes
+from spacy_genbioel.linking.inputs.abbreviations import abbreviation_detector_available
+from spacy_genbioel.linking.inputs.builder import InputBuilder
+from spacy_genbioel.linking.inputs.released_style import recorded_input_style, recorded_max_source_tokens
+from spacy_genbioel.linking.reranking.retrieval_only import build_indexes
 from spacy_genbioel.linking.settings import nested_overrides
 from spacy_genbioel.models import load_model
 from spacy_genbioel.ner import add_kb_entity_ruler, ner_extras, source_ner

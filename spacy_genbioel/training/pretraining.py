@@ -18,7 +18,7 @@ with ``a is``, must generate ``b``:
 The sides follow GenBioEL's released data generator. An example is a
 :class:`~spacy_genbioel.training.examples.TrainingExample` whose mention has
 ``text=a`` and ``left``/``right`` holding the template text on either side,
-so the shared :class:`~spacy_genbioel.linking.decoder.InputBuilder` renders exactly
+so the shared :class:`~spacy_genbioel.linking.decoding.decoder.InputBuilder` renders exactly
 ``left START a END right`` and the prompt ``a is``, as in fine-tuning and at
 inference.
 

@@ -1,4 +1,4 @@
-"""Fit a retrieval-only fusion (:mod:`spacy_genbioel.linking.retrieval_only`) on cross-fitted predictions.
+"""Fit a retrieval-only fusion (:mod:`spacy_genbioel.linking.reranking.retrieval_only`) on cross-fitted predictions.
 
 What a pipeline with no model links with: exact match, TF-IDF and MiniLM fused
 by a conditional logit (:func:`~.fusion_fit.fit_fusion`), with MiniLM deferred
@@ -32,8 +32,8 @@ from spacy_genbioel.corpus.folds import assign_folds
 from spacy_genbioel.evaluation.recall import NO_GOLD_IDS
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.kb.build import augment_kb
-from spacy_genbioel.linking.cascade import early_model
-from spacy_genbioel.linking.fusion import GENERATOR, FusionModel
+from spacy_genbioel.linking.reranking.cascade import early_model
+from spacy_genbioel.linking.reranking.fusion import GENERATOR, FusionModel
 from spacy_genbioel.training.cascade_fit import CascadeTargets, fit_cascade, settle_for_recall, top1, without_lists
 from spacy_genbioel.training.fusion_fit import FusionExample, fit_fusion, mention_pair, score_fusion
 from spacy_genbioel.ty import Mention
@@ -150,7 +150,7 @@ def read_fit_corpus(spec: SplitSpec, *, abbreviations: bool = True) -> FitCorpus
 
     mentions, texts = load_corpus(train, fmt, crosswalk)
     if abbreviations and texts:
-        from spacy_genbioel.linking.abbreviations import AbbreviationExpander, abbreviation_detector_available
+        from spacy_genbioel.linking.inputs.abbreviations import AbbreviationExpander, abbreviation_detector_available
 
         if abbreviation_detector_available():
             mentions, _ = AbbreviationExpander().expand(mentions, texts)

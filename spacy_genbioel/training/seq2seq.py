@@ -2,9 +2,9 @@
 
 :func:`encode_examples` builds a batch exactly as inference sees it: the
 encoder text and the decoder prompt (``"mention is"``) of
-:class:`~spacy_genbioel.linking.inputs.InputBuilder`, tokenized by the
-linker's :class:`~spacy_genbioel.linking.inputs.SourceEncoder` and
-:class:`~spacy_genbioel.linking.inputs.PromptTokenizer`, with labels
+:class:`~spacy_genbioel.linking.inputs.builder.InputBuilder`, tokenized by the
+linker's :class:`~spacy_genbioel.linking.inputs.builder.SourceEncoder` and
+:class:`~spacy_genbioel.linking.inputs.builder.PromptTokenizer`, with labels
 on the name tokens and EOS only. :class:`Seq2SeqLoss` is the loss of a
 micro-batch, the step the training engine and :func:`train_seq2seq` both
 take.
@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder
+from spacy_genbioel.linking.inputs.builder import InputBuilder, PromptTokenizer, SourceEncoder
 from spacy_genbioel.models import special_ids
 from spacy_genbioel.training.examples import TrainingExample, iterate_forever
 from spacy_genbioel.training.loop import autocast, budget_clock, build_optimizer, lr_factor, set_seed, train_step
@@ -47,7 +47,7 @@ def encode_examples(
 ) -> Dict[str, torch.Tensor]:
     """Encoder inputs, decoder inputs and labels; labels are -100 on the prompt,
     so the loss covers the name tokens and EOS only. The encoder inputs come
-    from the linker's :class:`~spacy_genbioel.linking.inputs.SourceEncoder`
+    from the linker's :class:`~spacy_genbioel.linking.inputs.builder.SourceEncoder`
     (the mention and its markers always in, the context trimmed around them);
     pass ``sources`` to keep one encoder's counts across batches."""
     enc = (sources or SourceEncoder(tokenizer)).encode([e.mention for e in examples], inputs, max_source_tokens)

@@ -26,7 +26,7 @@ from spacy_genbioel.corpus.askapatient import read_askapatient
 from spacy_genbioel.corpus.pubtator import document_mentions, read_pubtator
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.kb.crosswalk import read_crosswalk
-from spacy_genbioel.linking.abbreviations import AbbreviationExpander
+from spacy_genbioel.linking.inputs.abbreviations import AbbreviationExpander
 from spacy_genbioel.models import PRESETS, build_model, load_model, load_tokenizer, save_model, train_tokenizer
 from spacy_genbioel.models.bert2bert import WARM_START_PRESETS, init_warm_start, is_warm_start, save_marker_tokenizer
 from spacy_genbioel.training.engine import TrainingEngine, TrainResult

@@ -25,8 +25,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.reference import ReferenceLinker
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+from spacy_genbioel.linking.decoding.reference import ReferenceLinker
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.models import init_model, load_model
 from spacy_genbioel.ty import Mention
@@ -123,7 +123,7 @@ def measure_mesh_trie(data_dir: Path, tokenizer_dir: Path) -> Dict:
     import psutil
 
     from spacy_genbioel.kb.sources import read_mesh_tsv
-    from spacy_genbioel.linking.trie import NameTrie
+    from spacy_genbioel.linking.trie.name_trie import NameTrie
     from spacy_genbioel.models import load_tokenizer
 
     mesh = data_dir / "vocab" / "mesh"

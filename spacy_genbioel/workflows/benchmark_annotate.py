@@ -116,8 +116,8 @@ def annotate_run(
     import spacy
     import torch
 
+    from spacy_genbioel.linking.decoding.stages import StageClock
     from spacy_genbioel.linking.settings import load_overrides, nested_overrides
-    from spacy_genbioel.linking.stages import StageClock
 
     name, input_mode, context_words, dtype = setting
     before = torch.get_num_threads()

@@ -16,7 +16,7 @@ import spacy
 import torch
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.linking.abbreviations import abbreviation_detector_available
+from spacy_genbioel.linking.inputs.abbreviations import abbreviation_detector_available
 from spacy_genbioel.models import init_model
 from spacy_genbioel.ner import add_kb_entity_ruler
 from spacy_genbioel.training import TrainConfig, kb_name_examples, train_seq2seq

@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.linking.fusion import FusionModel, feature_names
+from spacy_genbioel.linking.reranking.fusion import FusionModel, feature_names
 
 runner = CliRunner()
 

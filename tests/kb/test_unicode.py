@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from spacy_genbioel.kb.base import Concept, EmptyKBError, KnowledgeBase
 from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.kb.normalizers import NORMALIZER_ALIASES, canonical_text, get_normalizer
-from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.inputs.builder import InputBuilder
 from spacy_genbioel.ty import Mention
 
 NFC = unicodedata.normalize("NFC", "Sjögren syndrome")

@@ -6,7 +6,7 @@ pytest.importorskip("scispacy")
 
 
 def test_expander_uses_detected_long_forms():
-    from spacy_genbioel.linking.abbreviations import AbbreviationExpander
+    from spacy_genbioel.linking.inputs.abbreviations import AbbreviationExpander
 
     text = "Patients with cystic fibrosis (CF) were seen. CF is common."
     mentions = [

@@ -14,15 +14,15 @@ from test_pipeline import TEXTS, linked, make_nlp, resources  # noqa: F401  (fix
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.candidates import (
+from spacy_genbioel.linking.decoding.candidates import (
     LazyCandidateGenerator,
     check_candidates,
     known_candidates,
     make_candidate_generator,
 )
-from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
 from spacy_genbioel.linking.settings import CandidateSettings, DecodingSettings, nested_overrides
-from spacy_genbioel.linking.trie import NameTrie
+from spacy_genbioel.linking.trie.name_trie import NameTrie
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 from spacy_genbioel.ty import Candidate, Mention
 

@@ -1,4 +1,4 @@
-"""The cascade (linking/cascade.py): settle with retrieval, forced scores, beam where weak; its fit
+"""The cascade (linking/reranking/cascade.py): settle with retrieval, forced scores, beam where weak; its fit
 (training/cascade_fit.py), the forced search mode, the union retriever, and the component's paths."""
 
 import dataclasses
@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.linking.candidates import CandidateUnion, make_candidate_generator
-from spacy_genbioel.linking.cascade import CascadeError, CascadeReranker, make_reranker, settle_model
-from spacy_genbioel.linking.decoder import DecodingSettings, GenerativeLinker
-from spacy_genbioel.linking.forced import forced_scores
-from spacy_genbioel.linking.fusion import FusionModel, FusionReranker, feature_names
+from spacy_genbioel.linking.decoding.candidates import CandidateUnion, make_candidate_generator
+from spacy_genbioel.linking.decoding.decoder import DecodingSettings, GenerativeLinker
+from spacy_genbioel.linking.decoding.forced import forced_scores
+from spacy_genbioel.linking.reranking.cascade import CascadeError, CascadeReranker, make_reranker, settle_model
+from spacy_genbioel.linking.reranking.fusion import FusionModel, FusionReranker, feature_names
 from spacy_genbioel.linking.settings import RerankerSettings
 from spacy_genbioel.training.cascade_fit import (
     CascadeTargets,

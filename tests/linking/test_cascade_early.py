@@ -11,10 +11,10 @@ from test_fusion import synthetic, write_jsonl
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.linking.candidates import make_candidate_generator
-from spacy_genbioel.linking.cascade import CascadeError, CascadeReranker, early_model
-from spacy_genbioel.linking.decoder import DecodingSettings, GenerativeLinker
-from spacy_genbioel.linking.fusion import FusionModel, feature_names
+from spacy_genbioel.linking.decoding.candidates import make_candidate_generator
+from spacy_genbioel.linking.decoding.decoder import DecodingSettings, GenerativeLinker
+from spacy_genbioel.linking.reranking.cascade import CascadeError, CascadeReranker, early_model
+from spacy_genbioel.linking.reranking.fusion import FusionModel, feature_names
 from spacy_genbioel.linking.settings import RerankerSettings
 from spacy_genbioel.training.cascade_fit import CascadeTargets, fit_cascade
 from spacy_genbioel.training.fusion_fit import fit_fusion, read_fusion_examples

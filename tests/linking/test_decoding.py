@@ -4,9 +4,9 @@ from conftest import assert_same_links, mentions_for, random_kb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text
-from spacy_genbioel.linking.reference import ReferenceLinker
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+from spacy_genbioel.linking.decoding.reference import ReferenceLinker
+from spacy_genbioel.linking.inputs.builder import InputBuilder, PromptTokenizer, SourceEncoder, has_linkable_text
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.ty import Mention
 
@@ -289,7 +289,7 @@ def test_block_batches_is_a_config_setting():
 @settings(max_examples=30, deadline=None)
 @given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=60), rows=st.integers(1, 20))
 def test_length_chunks_cover_every_row_once_at_its_own_width(lengths, rows):
-    from spacy_genbioel.linking.stages import length_chunks
+    from spacy_genbioel.linking.decoding.stages import length_chunks
 
     width = max(lengths)
     mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
@@ -307,7 +307,7 @@ def test_length_chunks_cover_every_row_once_at_its_own_width(lengths, rows):
 
 
 def test_length_chunks_leave_left_padding_alone():
-    from spacy_genbioel.linking.stages import length_chunks
+    from spacy_genbioel.linking.decoding.stages import length_chunks
 
     right = torch.tensor([[1] * n + [0] * (30 - n) for n in [2, 30] * 20])
     assert length_chunks(right, 4) is not None
@@ -318,7 +318,7 @@ def test_length_chunks_leave_left_padding_alone():
 def test_chunked_encoding_links_as_one_batch(micro_model, word_tokenizer, small_kb, monkeypatch):
     """Contexts of very different lengths in one block: the encoder runs in chunks of similar length
     and pads the cross-attention keys and values back, with the same links as one padded batch."""
-    import spacy_genbioel.linking.decoder as decoder
+    import spacy_genbioel.linking.decoding.decoder as decoder
 
     names = small_kb.names
     mentions = [

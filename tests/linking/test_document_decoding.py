@@ -13,11 +13,11 @@ import torch
 from conftest import WORDS, assert_same_links, random_kb
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.linking.candidates import allowed_name_sets
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.decoding.candidates import allowed_name_sets
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+from spacy_genbioel.linking.decoding.stages import StageClock
+from spacy_genbioel.linking.inputs.builder import InputBuilder
 from spacy_genbioel.linking.settings import DecodingSettings
-from spacy_genbioel.linking.stages import StageClock
 from spacy_genbioel.models import save_model
 from spacy_genbioel.ty import Mention
 

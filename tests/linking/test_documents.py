@@ -1,5 +1,5 @@
 """Per-document encoder input (``InputBuilder(input_mode="document")``,
-:mod:`spacy_genbioel.linking.documents`): a document is read once with every
+:mod:`spacy_genbioel.linking.inputs.documents`): a document is read once with every
 mention marked; long documents are cut into as few windows as keep every
 mention whole; training and inference read the same ids."""
 
@@ -13,9 +13,9 @@ from conftest import WORDS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.documents import DocumentSources, document_key, document_text, layers, mention_key
-from spacy_genbioel.linking.inputs import INPUT_MODES, InputBuilder, SourceEncoder
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs.builder import INPUT_MODES, InputBuilder, SourceEncoder
+from spacy_genbioel.linking.inputs.documents import DocumentSources, document_key, document_text, layers, mention_key
 from spacy_genbioel.linking.settings import DEFAULT_CONFIG, DecodingSettings
 from spacy_genbioel.ty import Mention
 

@@ -1,13 +1,13 @@
-"""Forced scoring (linking/forced.py): the beam's own scores, batch-invariant, shared work."""
+"""Forced scoring (linking/decoding/forced.py): the beam's own scores, batch-invariant, shared work."""
 
 import pytest
 from conftest import mentions_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.linking.decoder import DecodingSettings, GenerativeLinker
-from spacy_genbioel.linking.forced import NameTokens, forced_scores, length_groups, merge_lists, rank_by_forced
-from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.decoding.decoder import DecodingSettings, GenerativeLinker
+from spacy_genbioel.linking.decoding.forced import NameTokens, forced_scores, length_groups, merge_lists, rank_by_forced
+from spacy_genbioel.linking.inputs.builder import InputBuilder
 from spacy_genbioel.ty import Candidate, Mention
 
 

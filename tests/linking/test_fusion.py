@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from spacy_genbioel.cli import app
 from spacy_genbioel.evaluation.run import EvaluationSetupError, check_component_settings
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.fusion import (
+from spacy_genbioel.linking.reranking.fusion import (
     FusionFormatError,
     FusionModel,
     FusionReranker,

@@ -1,7 +1,7 @@
 """The fused ranking speaks the linkers' language: a candidate is a name with its concepts, the fused one first."""
 
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.fusion import FusionModel, feature_names
+from spacy_genbioel.linking.reranking.fusion import FusionModel, feature_names
 from spacy_genbioel.training.fusion_fit import FusionExample, score_fusion
 from spacy_genbioel.ty import Candidate
 

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.candidates import model_for
-from spacy_genbioel.linking.fusion import FusionModel
+from spacy_genbioel.linking.decoding.candidates import model_for
+from spacy_genbioel.linking.reranking.fusion import FusionModel
 from spacy_genbioel.training.fusion_fit import FusionExample, choose_sources
 from spacy_genbioel.ty import Candidate
 

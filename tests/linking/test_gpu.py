@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import mentions_for
 
-from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
 from spacy_genbioel.linking.settings import DecodingSettings
 
 pytestmark = pytest.mark.gpu
@@ -37,7 +37,7 @@ def test_gpu_half_precision_returns_kb_names(micro_model, word_tokenizer, small_
 
 def test_gpu_per_document_decoding_equals_cpu_in_fp32(micro_model, word_tokenizer, small_kb):
     """Shared encoder windows and cross-attention caches on the GPU give the CPU's answers."""
-    from spacy_genbioel.linking.inputs import InputBuilder
+    from spacy_genbioel.linking.inputs.builder import InputBuilder
     from spacy_genbioel.ty import Mention
 
     names = small_kb.names[:6]
@@ -59,7 +59,7 @@ def test_gpu_per_document_decoding_equals_cpu_in_fp32(micro_model, word_tokenize
 
 def test_gpu_forced_scores_equal_the_gpu_beam_and_the_cpu(micro_model, word_tokenizer, small_kb):
     """Forced scoring on the GPU: the beam's own scores there, and the CPU's scores in fp32."""
-    from spacy_genbioel.linking.forced import forced_scores
+    from spacy_genbioel.linking.decoding.forced import forced_scores
 
     mentions = mentions_for(small_kb, 12)
     settings = DecodingSettings(num_beams=4, top_k=4, batch_size=8)

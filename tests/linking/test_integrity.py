@@ -16,8 +16,8 @@ from spacy_genbioel.arrayfile import read_arrays, write_arrays
 from spacy_genbioel.kb.base import Concept, KBFormatError, KnowledgeBase
 from spacy_genbioel.kb.compact import CompactKB
 from spacy_genbioel.kb.normalizers import get_normalizer
-from spacy_genbioel.linking.fusion import FusionFormatError, FusionModel, feature_names
-from spacy_genbioel.linking.trie import NameTrie, TrieFormatError
+from spacy_genbioel.linking.reranking.fusion import FusionFormatError, FusionModel, feature_names
+from spacy_genbioel.linking.trie.name_trie import NameTrie, TrieFormatError
 from spacy_genbioel.models import ModelFormatError, load_model, save_model, tokenizer_fingerprint
 
 SOURCES = ["genbioel", "tfidf"]

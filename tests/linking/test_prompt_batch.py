@@ -1,4 +1,4 @@
-"""Prompts of different lengths in one decoder batch (linking/prompt_batch.py)."""
+"""Prompts of different lengths in one decoder batch (linking/decoding/prompt_batch.py)."""
 
 import pytest
 import torch
@@ -6,9 +6,9 @@ from conftest import mentions_for
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spacy_genbioel.linking.decoder import DecodingSettings, GenerativeLinker
-from spacy_genbioel.linking.forced import forced_scores
-from spacy_genbioel.linking.prompt_batch import decoder_inputs, padded_prompts, prompt_batches, shiftable
+from spacy_genbioel.linking.decoding.decoder import DecodingSettings, GenerativeLinker
+from spacy_genbioel.linking.decoding.forced import forced_scores
+from spacy_genbioel.linking.decoding.prompt_batch import decoder_inputs, padded_prompts, prompt_batches, shiftable
 from spacy_genbioel.ty import Mention
 
 
@@ -106,7 +106,7 @@ def test_a_decoder_without_a_position_table_keeps_a_batch_per_prompt_length(
 ):
     from types import SimpleNamespace
 
-    import spacy_genbioel.linking.decoder as decoder_module
+    import spacy_genbioel.linking.decoding.decoder as decoder_module
 
     assert shiftable(micro_model)
     # a decoder whose positions are not a learned table (the shared micro model is left alone)

@@ -8,16 +8,16 @@ import spacy
 from conftest import random_kb
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
-from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer, SourceEncoder
-from spacy_genbioel.linking.released_style import (
+from spacy_genbioel.linking.inputs.builder import InputBuilder, PromptTokenizer, SourceEncoder
+from spacy_genbioel.linking.inputs.released_style import (
     biosyn_clean,
     cut_context,
     expand_short_forms,
     split_bc5cdr_composite,
     split_composite,
 )
+from spacy_genbioel.linking.inputs.short_forms import find_short_forms, read_ab3p_output
 from spacy_genbioel.linking.settings import DEFAULT_CONFIG, LinkerSettings
-from spacy_genbioel.linking.short_forms import find_short_forms, read_ab3p_output
 from spacy_genbioel.models import save_model
 from spacy_genbioel.ty import Mention
 

@@ -1,4 +1,4 @@
-"""Linking with no generator (:mod:`spacy_genbioel.linking.retrieval_only`): the component given a KB alone
+"""Linking with no generator (:mod:`spacy_genbioel.linking.reranking.retrieval_only`): the component given a KB alone
 links with the retrievers fused by a retrieval-only fusion (the package's default, or its own), saves and loads
 without a model, and without MiniLM links with the retrievers at hand, saying so once."""
 
@@ -10,16 +10,16 @@ import pytest
 import spacy
 
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking import retrieval_only
-from spacy_genbioel.linking.cascade import CascadeError
-from spacy_genbioel.linking.fusion import (
+from spacy_genbioel.linking.reranking import retrieval_only
+from spacy_genbioel.linking.reranking.cascade import CascadeError
+from spacy_genbioel.linking.reranking.fusion import (
     FusionFormatError,
     FusionModel,
     feature_names,
     resolve_fusion_path,
     shipped_fusions,
 )
-from spacy_genbioel.linking.retrieval_only import (
+from spacy_genbioel.linking.reranking.retrieval_only import (
     DEFAULT_RETRIEVAL_FUSION,
     default_retrieval_fusion,
     missing_retrievers,
@@ -163,7 +163,7 @@ def test_without_minilm_it_links_with_the_early_step_and_says_which_once(kb_file
         return get_retriever(source, kb)
 
     retrieval_only._told.clear()
-    with caplog.at_level(logging.WARNING, logger="spacy_genbioel.linking.retrieval_only"):
+    with caplog.at_level(logging.WARNING, logger="spacy_genbioel.linking.reranking.retrieval_only"):
         first = retrieval_reranker(model, kb, factory, RerankerSettings(), "linker", installed=lambda m: False)
         retrieval_reranker(model, kb, factory, RerankerSettings(), "linker", installed=lambda m: False)
     said = [r.getMessage() for r in caplog.records]

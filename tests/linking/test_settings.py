@@ -8,7 +8,7 @@ import spacy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.inputs.builder import InputBuilder
 from spacy_genbioel.linking.settings import (
     BLOCKS,
     DEFAULT_CONFIG,

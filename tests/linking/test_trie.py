@@ -5,8 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spacy_genbioel.linking.reference import DictTrie
-from spacy_genbioel.linking.trie import NameTrie
+from spacy_genbioel.linking.decoding.reference import DictTrie
+from spacy_genbioel.linking.trie.name_trie import NameTrie
 
 V, EOS, ROOT = 20, 2, 3
 sequences_strategy = st.lists(st.lists(st.integers(4, V - 1), min_size=1, max_size=6), min_size=1, max_size=40)
@@ -67,7 +67,7 @@ def test_round_trip_without_pickle(tmp_path):
     assert again.sequences() == trie.sequences()
     assert (again.vocab_size, again.eos_token_id, again.root_token_id, again.max_depth) == (V, EOS, ROOT, 4)
     (tmp_path / "bad.safetensors").write_bytes(b"garbage")
-    from spacy_genbioel.linking.trie import TrieFormatError
+    from spacy_genbioel.linking.trie.name_trie import TrieFormatError
 
     with pytest.raises(TrieFormatError, match="bad.safetensors"):
         NameTrie.from_disk(tmp_path / "bad.safetensors")
@@ -98,7 +98,7 @@ def test_memory_is_a_few_arrays():
 
 # -- a trie knows the tokenizer and model it was built for (issue 16, items 4 and 10) ----------------------------
 def _linker_parts(micro_model, word_tokenizer, kb):
-    from spacy_genbioel.linking.decoder import GenerativeLinker
+    from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
 
     return GenerativeLinker(micro_model, word_tokenizer, kb)
 
@@ -146,8 +146,8 @@ def test_the_trie_stores_the_tokenizer_fingerprint_and_model_ids(tmp_path, micro
 def test_a_trie_of_another_tokenizer_is_refused_or_rebuilt_with_a_warning(
     tmp_path, micro_model, word_tokenizer, small_kb, caplog
 ):
-    from spacy_genbioel.linking.decoder import GenerativeLinker
-    from spacy_genbioel.linking.trie import TrieMismatchError
+    from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+    from spacy_genbioel.linking.trie.name_trie import TrieMismatchError
 
     other = _permuted(word_tokenizer, tmp_path / "other")
     assert len(other) == len(word_tokenizer)
@@ -169,8 +169,8 @@ def test_a_trie_of_another_tokenizer_is_refused_or_rebuilt_with_a_warning(
 def test_an_old_trie_without_fingerprint_loads_and_another_tokenizer_behind_it_is_caught(
     tmp_path, micro_model, word_tokenizer, small_kb
 ):
-    from spacy_genbioel.linking.decoder import GenerativeLinker
-    from spacy_genbioel.linking.trie import TrieMismatchError
+    from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+    from spacy_genbioel.linking.trie.name_trie import TrieMismatchError
 
     trie = _linker_parts(micro_model, word_tokenizer, small_kb).trie
     path = tmp_path / "trie.safetensors"
@@ -198,8 +198,8 @@ def test_an_old_trie_without_fingerprint_loads_and_another_tokenizer_behind_it_i
 
 
 def test_a_trie_with_another_root_or_eos_is_refused(tmp_path, micro_model, word_tokenizer, small_kb):
-    from spacy_genbioel.linking.decoder import GenerativeLinker
-    from spacy_genbioel.linking.trie import TrieMismatchError
+    from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+    from spacy_genbioel.linking.trie.name_trie import TrieMismatchError
 
     trie = _linker_parts(micro_model, word_tokenizer, small_kb).trie
     for key, value, message in [("root_token_id", "5", "rooted at token 5"), ("eos_token_id", "3", "EOS 3")]:
@@ -235,7 +235,7 @@ def test_a_trie_with_another_root_or_eos_is_refused(tmp_path, micro_model, word_
 def test_a_damaged_trie_file_raises_an_error_naming_it(tmp_path, damage):
     from safetensors.numpy import load_file, save_file
 
-    from spacy_genbioel.linking.trie import TrieFormatError
+    from spacy_genbioel.linking.trie.name_trie import TrieFormatError
 
     path = tmp_path / "trie.safetensors"
     build([[5, 6], [5, 7, 8], [9]]).to_disk(path)

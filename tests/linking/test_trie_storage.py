@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spacy_genbioel.arrayfile import backing_map, read_arrays, release_pages, write_arrays
-from spacy_genbioel.linking.name_tokens import tokenize_names, word_splitting
-from spacy_genbioel.linking.trie import NameTrie, TrieArrays, TrieFormatError
+from spacy_genbioel.linking.trie.name_tokens import tokenize_names, word_splitting
+from spacy_genbioel.linking.trie.name_trie import NameTrie, TrieArrays, TrieFormatError
 
 V, EOS, ROOT = 50, 2, 16
 

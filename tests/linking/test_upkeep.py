@@ -14,7 +14,7 @@ from pathlib import Path
 from conftest import mentions_for
 from packaging.requirements import Requirement
 
-from spacy_genbioel.linking.decoder import DecodingSettings, GenerativeLinker
+from spacy_genbioel.linking.decoding.decoder import DecodingSettings, GenerativeLinker
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -452,7 +452,7 @@ def test_a_model_whose_tokenizer_cannot_pad_is_refused_at_load_and_package(
 
 
 def test_the_input_style_is_recorded_from_the_folder_name_or_as_given(tmp_path, micro_model, tokenizer_dir):
-    from spacy_genbioel.linking.released_style import recorded_input_style, recorded_max_source_tokens
+    from spacy_genbioel.linking.inputs.released_style import recorded_input_style, recorded_max_source_tokens
 
     record = import_checkpoint(
         write_released(tmp_path / "ANGEL_ncbi", micro_model), tmp_path / "ncbi", ImportOptions(tokenizer=tokenizer_dir)

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.inputs import InputBuilder, model_max_positions
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs.builder import InputBuilder, model_max_positions
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.models import MARKERS, init_model, load_model, special_ids
 from spacy_genbioel.models.bert2bert import build_bert2bert, checkpoint_dir, init_warm_start, marker_tokenizer

@@ -4,8 +4,8 @@ import pytest
 import torch
 from conftest import mentions_for
 
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.reference import ReferenceLinker
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+from spacy_genbioel.linking.decoding.reference import ReferenceLinker
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.models import PRESETS, init_model, load_model, special_ids
 from spacy_genbioel.util import resolve_device, resolve_dtype

@@ -11,8 +11,8 @@ import torch
 from conftest import MICRO, random_kb
 
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.inputs import InputBuilder
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs.builder import InputBuilder
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.models import build_model, save_model, special_ids
 from spacy_genbioel.training import encode_examples

@@ -4,7 +4,7 @@ links exact-synonym mentions of a small synthetic KB."""
 import torch
 from conftest import random_kb
 
-from spacy_genbioel.linking.decoder import GenerativeLinker
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.models import build_model, train_tokenizer
 from spacy_genbioel.training import TrainConfig, kb_name_examples, train_seq2seq

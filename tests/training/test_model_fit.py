@@ -10,8 +10,8 @@ from conftest import WORDS, random_kb
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.linking.cascade import CascadeReranker
-from spacy_genbioel.linking.fusion import FusionModel
+from spacy_genbioel.linking.reranking.cascade import CascadeReranker
+from spacy_genbioel.linking.reranking.fusion import FusionModel
 from spacy_genbioel.models import save_model
 from spacy_genbioel.training.model_fit import FitOptions, HeldOutSplit, ModelFitError, fit_model_fusion
 from spacy_genbioel.training.package import EntitySource, package

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.fusion import FusionModel
+from spacy_genbioel.linking.reranking.fusion import FusionModel
 from spacy_genbioel.retrieval.registry import get_retriever
 from spacy_genbioel.training.retrieval_fit import FitCorpus, crossfit_retrieval, fit_retrieval_fusion, fold_of_mentions
 from spacy_genbioel.ty import Mention

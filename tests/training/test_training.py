@@ -13,7 +13,7 @@ import torch
 from conftest import MICRO, WORDS, data_dir, random_kb
 
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
-from spacy_genbioel.linking.inputs import InputBuilder, PromptTokenizer
+from spacy_genbioel.linking.inputs.builder import InputBuilder, PromptTokenizer
 from spacy_genbioel.models import build_model, special_ids
 from spacy_genbioel.training import (
     DEFINITION_TEMPLATES,

@@ -9,7 +9,7 @@ fast:
 
 * each distinct encoder input is encoded once, with the decoder's
   cross-attention keys and values: in document mode
-  (:mod:`~spacy_genbioel.linking.documents`) all mentions of a document window
+  (:mod:`~spacy_genbioel.linking.inputs.documents`) all mentions of a document window
   share them; the decoder prompt is pre-filled once per mention and its KV
   cache copied to the beams;
 * mentions with the same text, encoder input and allowed names are one search;
@@ -47,27 +47,25 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from spacy_genbioel.kb.base import KnowledgeBase
-from spacy_genbioel.linking.candidates import CandidateSettings, allowed_name_sets, exact_matches
-from spacy_genbioel.linking.forced import merge_lists, rank_by_forced
-from spacy_genbioel.linking.inputs import (
+from spacy_genbioel.linking.decoding.candidates import CandidateSettings, allowed_name_sets, exact_matches
+from spacy_genbioel.linking.decoding.forced import merge_lists, rank_by_forced
+from spacy_genbioel.linking.decoding.prompt_batch import decoder_inputs, padded_prompts, prompt_batches, shiftable
+from spacy_genbioel.linking.decoding.stages import (
+    EncodedWindows,
+    StageClock,
+    distinct_searches,
+    encoded_blocks,
+    length_chunks,
+    mention_inputs,
+)
+from spacy_genbioel.linking.inputs.builder import (
     InputBuilder,
     PromptTokenizer,
     SourceEncoder,
     has_linkable_text,
     model_max_positions,
 )
-from spacy_genbioel.linking.prompt_batch import decoder_inputs, padded_prompts, prompt_batches, shiftable
-from spacy_genbioel.linking.stages import (
-    EncodedWindows,
-    StageClock,
-    distinct_searches,
-    encoded_blocks,
-    finished_hypotheses,
-    length_chunks,
-    mention_inputs,
-    reorder_self_attention,
-)
-from spacy_genbioel.linking.trie import NameTrie, TrieMismatchError, TrieRestriction
+from spacy_genbioel.linking.trie.name_trie import NameTrie, TrieMismatchError, TrieRestriction
 from spacy_genbioel.models import check_vocabulary, special_ids
 from spacy_genbioel.ty import Candidate, Linker, Mention
 
@@ -395,7 +393,8 @@ class GenerativeLinker:
         *,
         restriction: Optional[TrieRestriction] = None,
     ) -> List[List[Tuple[float, int]]]:
-        """Constrained beam search, each mention with its own encoder input (row ``i`` of ``input_ids`` for mention ``i``).
+        """Constrained beam search, each mention with its own encoder input (row ``i`` of ``input_ids`` for
+        mention ``i``).
 
         Returns per mention the finished hypotheses as (score, terminal trie
         node), best first, with Hugging Face's junk placeholders removed.
@@ -541,3 +540,15 @@ class GenerativeLinker:
             logits = out.logits[:, -1, :].float()
             del out
         return results
+
+
+def reorder_self_attention(cache, beam_idx: torch.Tensor) -> None:
+    """Reorder beams within their mentions: beams of one mention share their cross-attention keys and
+    values, so only the self-attention cache needs touching."""
+    self_cache = getattr(cache, "self_attention_cache", None)
+    (self_cache if self_cache is not None else cache).reorder_cache(beam_idx)
+
+
+def finished_hypotheses(scores: torch.Tensor, nodes: torch.Tensor, done: torch.Tensor) -> List[Tuple[float, int]]:
+    """A mention's finished hypotheses as (score, terminal trie node), in the order kept (best first)."""
+    return [(float(s), int(n)) for s, n in zip(scores[done].tolist(), nodes[done].tolist())]

@@ -30,9 +30,9 @@ import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
-from spacy_genbioel.linking.inputs import has_linkable_text
-from spacy_genbioel.linking.prompt_batch import decoder_inputs, padded_prompts, prompt_batches
-from spacy_genbioel.linking.stages import encoded_blocks, mention_inputs
+from spacy_genbioel.linking.decoding.prompt_batch import decoder_inputs, padded_prompts, prompt_batches
+from spacy_genbioel.linking.decoding.stages import encoded_blocks, mention_inputs
+from spacy_genbioel.linking.inputs.builder import has_linkable_text
 from spacy_genbioel.ty import Candidate, Mention
 
 __all__ = ["NameTokens", "forced_scores", "rank_by_forced", "merge_lists", "length_groups"]
@@ -131,7 +131,8 @@ def _score_chunk(
     prompts: Sequence[Sequence[int]],
     seqs: Sequence[Sequence[Optional[Tuple[int, ...]]]],
 ) -> List[List[Optional[float]]]:
-    """Forced scores of the names of a batch of mentions (prompts of one length, or left-padded, :mod:`.prompt_batch`)."""
+    """Forced scores of the names of a batch of mentions (prompts of one length, or left-padded,
+    :mod:`.prompt_batch`)."""
     model, device = linker.model, linker.device
     n = len(rows)
     index = torch.tensor(list(rows), dtype=torch.long, device=device)

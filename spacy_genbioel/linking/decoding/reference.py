@@ -3,7 +3,7 @@
 One mention at a time through ``model.generate`` with
 ``prefix_allowed_tokens_fn`` walking a nested-dict trie per beam per step (the
 KV cache of Hugging Face stays on). The benchmark runs it side by side with
-:class:`~spacy_genbioel.linking.decoder.GenerativeLinker`, and tests use it to prove
+:class:`~spacy_genbioel.linking.decoding.decoder.GenerativeLinker`, and tests use it to prove
 that the batched decoder returns the same names.
 """
 
@@ -13,8 +13,8 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from spacy_genbioel.linking.decoder import GenerativeLinker
-from spacy_genbioel.linking.inputs import has_linkable_text
+from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
+from spacy_genbioel.linking.inputs.builder import has_linkable_text
 from spacy_genbioel.ty import Candidate, Mention
 
 
@@ -65,7 +65,7 @@ class ReferenceLinker:
             prompt = lk.prompt_tokens.prompts([lk.inputs.prompt(mention)])[0]
             prompt_len = len(prompt)
 
-            def allowed(batch_id: int, sent: torch.Tensor) -> List[int]:
+            def allowed(batch_id: int, sent: torch.Tensor, prompt_len: int = prompt_len) -> List[int]:
                 # walk from the last prompt token, as GenBioEL does
                 tokens = sent.tolist()[prompt_len - 1 :]
                 return self.dict_trie.get(tokens) or [lk.pad_token_id]

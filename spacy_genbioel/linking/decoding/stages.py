@@ -169,15 +169,3 @@ class StageClock:
         return {
             name: {"seconds": round(sec, 4), "calls": int(self.calls[name])} for name, sec in self.seconds.most_common()
         }
-
-
-def reorder_self_attention(cache, beam_idx: torch.Tensor) -> None:
-    """Reorder beams within their mentions: beams of one mention share their cross-attention keys and
-    values, so only the self-attention cache needs touching."""
-    self_cache = getattr(cache, "self_attention_cache", None)
-    (self_cache if self_cache is not None else cache).reorder_cache(beam_idx)
-
-
-def finished_hypotheses(scores: torch.Tensor, nodes: torch.Tensor, done: torch.Tensor) -> List[Tuple[float, int]]:
-    """A mention's finished hypotheses as (score, terminal trie node), in the order kept (best first)."""
-    return [(float(s), int(n)) for s, n in zip(scores[done].tolist(), nodes[done].tolist())]

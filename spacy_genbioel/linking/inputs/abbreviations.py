@@ -1,13 +1,27 @@
-"""Abbreviation expansion for gold mentions (GenBioEL used Ab3P; we use
-scispacy's ``abbreviation_detector``, the same detector the pipeline runs)."""
+"""A document's abbreviations, as mentions are read with them: the long forms scispacy's
+``abbreviation_detector`` found (:func:`doc_long_forms`), the table the component reads a
+document's mentions with (:class:`LongForms`), the same expansion for gold mentions
+(:class:`AbbreviationExpander`; GenBioEL used Ab3P, we use the detector the pipeline runs),
+and the detector's ``spacy_factories`` entry point."""
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 from spacy_genbioel.ty import Mention
+
+
+class LongForms(NamedTuple):
+    """A document's abbreviations as the component uses them."""
+
+    #: a span that is a short form -> its long form (scispacy's detector)
+    by_span: Dict[Tuple[int, int], str] = {}
+    #: a short form's text -> its long form (scispacy's detector)
+    by_text: Dict[str, str] = {}
+    #: short -> long forms expanded inside mentions (the ncbi released style)
+    inside: Dict[str, str] = {}
 
 
 def doc_long_forms(doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:

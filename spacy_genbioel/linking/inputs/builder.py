@@ -13,7 +13,7 @@ link at all (not only control characters, whitespace or emoji).
 
 ``InputBuilder.style`` picks how the text is written: ``genbioel.v1`` (this
 package's: whitespace collapsed, ``context_words`` each side) or one of the
-released styles of :mod:`~spacy_genbioel.linking.released_style`, which write
+released styles of :mod:`~spacy_genbioel.linking.inputs.released_style`, which write
 exactly what the published GenBioEL and ANGEL models were trained on."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
-from spacy_genbioel.linking.released_style import (
+from spacy_genbioel.linking.inputs.released_style import (
     RELEASED_MAX_WORDS,
     RELEASED_STYLES,
     MentionRules,
@@ -77,12 +77,12 @@ class InputBuilder:
     #: "mention": one encoder input per mention, ``context_words`` around it
     #: (GenBioEL); "document": one input per document (or window of it) with
     #: every mention marked, encoded once for all its mentions
-    #: (:mod:`~spacy_genbioel.linking.documents`)
+    #: (:mod:`~spacy_genbioel.linking.inputs.documents`)
     input_mode: str = "mention"
     #: "genbioel.v1": this package's text (whitespace collapsed, ``context_words``
     #: each side, ``max_mention_words``, ``lowercase``); "genbioel-released-ncbi.v1" /
     #: "genbioel-released-bc5cdr.v1": exactly the inputs the published models of that
-    #: corpus were trained on (:mod:`~spacy_genbioel.linking.released_style`: the whole
+    #: corpus were trained on (:mod:`~spacy_genbioel.linking.inputs.released_style`: the whole
     #: lower-cased document cut at 384 words, the mention as GenBioEL wrote it, a
     #: leading space before the encoder text and the prompt, no ``<s>`` in the decoder
     #: prefix); these fix the context, the mention and the case themselves
@@ -194,11 +194,11 @@ class SourceEncoder:
 
     @property
     def documents(self):
-        """The per-document inputs (:class:`~spacy_genbioel.linking.documents.DocumentSources`)
+        """The per-document inputs (:class:`~spacy_genbioel.linking.inputs.documents.DocumentSources`)
         this encoder builds when ``inputs.input_mode == "document"``; ``register`` a
         corpus's mentions on it so that batches holding part of a document still see all of it."""
         if self._documents is None:
-            from spacy_genbioel.linking.documents import DocumentSources
+            from spacy_genbioel.linking.inputs.documents import DocumentSources
 
             self._documents = DocumentSources(self)
         return self._documents

@@ -36,7 +36,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from spacy_genbioel.ty import Mention
 
 # The SourceEncoder that owns a DocumentSources and the InputBuilder it reads
-# (linking.inputs, which imports this module) are typed loosely here.
+# (linking.inputs.builder, which imports this module) are typed loosely here.
 SourceEncoderLike = Any
 InputBuilderLike = Any
 
@@ -86,7 +86,7 @@ def document_text(mentions: Sequence[Mention]) -> Tuple[str, int]:
 
 
 class DocumentSources:
-    """Encoder token ids of per-document inputs, for :class:`~spacy_genbioel.linking.inputs.SourceEncoder`.
+    """Encoder token ids of per-document inputs, for :class:`~spacy_genbioel.linking.inputs.builder.SourceEncoder`.
 
     ``stats`` counts ``documents`` (markings built), ``windows`` and
     ``mentions_shortened`` (a mention longer than a window, kept to its first tokens).

@@ -1,5 +1,5 @@
 """The inputs the published GenBioEL and ANGEL models were trained on: the rules
-of the ``genbioel-released-*`` input styles (:class:`~spacy_genbioel.linking.inputs.InputBuilder`'s
+of the ``genbioel-released-*`` input styles (:class:`~spacy_genbioel.linking.inputs.builder.InputBuilder`'s
 ``style``), written from GenBioEL's ``src/data_utils/<corpus>/prepare_dataset.py``,
 its decoding code, and, for NCBI-disease, BioSyn's ``query_preprocess.py``,
 whose preprocessed mentions GenBioEL read.

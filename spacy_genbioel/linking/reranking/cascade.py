@@ -48,10 +48,10 @@ import logging
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from spacy_genbioel.linking.forced import merge_lists, rank_by_forced
-from spacy_genbioel.linking.fusion import GENERATOR, FusionModel, FusionReranker
-from spacy_genbioel.linking.inputs import has_linkable_text
-from spacy_genbioel.linking.settings import RerankerSettings
+from spacy_genbioel.linking.decoding.forced import merge_lists, rank_by_forced
+from spacy_genbioel.linking.inputs.builder import has_linkable_text
+from spacy_genbioel.linking.reranking.fusion import GENERATOR, FusionModel, FusionReranker
+from spacy_genbioel.linking.reranking.settings import RerankerSettings
 from spacy_genbioel.ty import Candidate, Mention
 
 logger = logging.getLogger(__name__)

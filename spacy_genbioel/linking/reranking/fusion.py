@@ -74,7 +74,7 @@ class FusionFormatError(ValueError):
 #: a fusion shipped with the package (``spacy_genbioel/assets/<name>.json``) is named ``genbioel:<name>``
 #: wherever a fusion file is (``reranker.fusion``, ``package --fusion``): ``genbioel:retrieval``, say
 SHIPPED = "genbioel:"
-_ASSETS = Path(__file__).resolve().parent.parent / "assets"
+_ASSETS = Path(__file__).resolve().parents[2] / "assets"  # spacy_genbioel/assets
 
 
 def shipped_fusions() -> List[str]:
@@ -398,9 +398,9 @@ class FusionModel:
 
     @classmethod
     def load(cls, path: PathLike) -> "FusionModel":
-        """Read a fusion file (or a shipped one, ``genbioel:<name>``: :func:`resolve_fusion_path`); a missing, unreadable or malformed one (a folder, NaN or Infinity, which
-        JSON does not allow, numbers beyond float range, nesting too deep) raises
-        :class:`FusionFormatError` naming it."""
+        """Read a fusion file (or a shipped one, ``genbioel:<name>``: :func:`resolve_fusion_path`); a missing,
+        unreadable or malformed one (a folder, NaN or Infinity, which JSON does not allow, numbers beyond float
+        range, nesting too deep) raises :class:`FusionFormatError` naming it."""
 
         def refuse(text: str) -> float:
             raise ValueError(f"{text} is not a finite number")

@@ -25,9 +25,9 @@ import importlib.util
 import logging
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from spacy_genbioel.linking.cascade import CascadeError, CascadeReranker
-from spacy_genbioel.linking.fusion import FusionModel
-from spacy_genbioel.linking.settings import RerankerSettings
+from spacy_genbioel.linking.reranking.cascade import CascadeError, CascadeReranker
+from spacy_genbioel.linking.reranking.fusion import FusionModel
+from spacy_genbioel.linking.reranking.settings import RerankerSettings
 
 logger = logging.getLogger(__name__)
 

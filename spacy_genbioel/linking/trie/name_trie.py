@@ -26,7 +26,7 @@ and 3 files store the tokenizer's fingerprint beside the model's vocabulary size
 EOS and root token; :meth:`NameTrie.mismatch` compares them (and, for format 1
 files, which have no fingerprint, re-tokenizes a sample of the KB names) so a
 stale trie is rebuilt or refused rather than silently used. Files are read
-memory-mapped and checked (:mod:`.trie_io`); a damaged file raises
+memory-mapped and checked (:mod:`.storage`); a damaged file raises
 :class:`TrieFormatError` naming it.
 """
 
@@ -40,9 +40,9 @@ import numpy as np
 import torch
 
 from spacy_genbioel.arrayfile import release_pages
-from spacy_genbioel.linking.name_tokens import tokenize_names
-from spacy_genbioel.linking.trie_io import TrieFormatError, TrieMismatchError, read_trie, write_trie
-from spacy_genbioel.linking.trie_tensors import TrieRestriction, TrieTensors
+from spacy_genbioel.linking.trie.name_tokens import tokenize_names
+from spacy_genbioel.linking.trie.storage import TrieFormatError, TrieMismatchError, read_trie, write_trie
+from spacy_genbioel.linking.trie.tensors import TrieRestriction, TrieTensors
 from spacy_genbioel.models.hf import tokenizer_fingerprint
 from spacy_genbioel.progress import LARGE, StepProgress
 from spacy_genbioel.util import PathLike
@@ -412,7 +412,7 @@ class NameTrie:
             self._device_cache[key] = TrieTensors(self, torch.device(device))
         return self._device_cache[key]
 
-    # -- persistence (safetensors, no pickle; :mod:`.trie_io`) ----------------------------
+    # -- persistence (safetensors, no pickle; :mod:`.storage`) ----------------------------
     def to_disk(self, path: PathLike) -> None:
         """Write a format 3 file (children stored, so loading computes nothing)."""
         meta = {k: str(getattr(self, k)) for k in ("vocab_size", "eos_token_id", "root_token_id", "max_depth")}
@@ -448,7 +448,8 @@ class NameTrie:
         )
 
     def __repr__(self) -> str:
-        return f"NameTrie({self.n_names} names, {self.n_nodes} nodes, depth {self.max_depth}, {self.nbytes() / 1e6:.1f} MB)"
+        size = f"{self.nbytes() / 1e6:.1f} MB"
+        return f"NameTrie({self.n_names} names, {self.n_nodes} nodes, depth {self.max_depth}, {size})"
 
 
 def _children(edge_keys: np.ndarray, vocab_size: int) -> Tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ times larger) at a fixed sample of positions, so a 10M-name trie opens in
 milliseconds; ``full_check`` checks every entry. Whole-array checks run in
 chunks and hand each chunk's pages back to the OS (``MADV_DONTNEED``) once
 read, so they do not make a 1 GB trie resident. Decoding clamps what it reads
-from the per-node arrays (:mod:`.trie_tensors`), so damage a sample misses
+from the per-node arrays (:mod:`.tensors`), so damage a sample misses
 gives wrong answers, never an IndexError.
 """
 

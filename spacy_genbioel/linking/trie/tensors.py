@@ -2,8 +2,8 @@
 (the whole trie on one device: the children of many nodes at once as a token
 mask, one step for many beams) and :class:`TrieRestriction` (per-mention
 sub-tries of candidate-restricted decoding). Built by
-:meth:`~spacy_genbioel.linking.trie.NameTrie.on_device` and
-:meth:`~spacy_genbioel.linking.trie.NameTrie.restrict`."""
+:meth:`~spacy_genbioel.linking.trie.name_trie.NameTrie.on_device` and
+:meth:`~spacy_genbioel.linking.trie.name_trie.NameTrie.restrict`."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ Decisions, and where they depart from ANGEL's released code
 * Sequence log-probabilities are the sum over the name tokens and EOS after
   *exactly* the inference decoder prompt: the pairs are encoded by
   :func:`~spacy_genbioel.training.seq2seq.encode_examples` with the mining
-  linker's own :class:`~spacy_genbioel.linking.decoder.PromptTokenizer`, so chosen
+  linker's own :class:`~spacy_genbioel.linking.decoding.decoder.PromptTokenizer`, so chosen
   and rejected share the prompt and decoder start the trie search used, and
   ``log p / length`` of a candidate equals its beam score (a test checks it).
   ANGEL decodes the beams to text and gives TRL ``"mention is name"``

@@ -35,7 +35,7 @@ def encode_pairs(
     """The chosen names (first half of the rows) and the rejected ones (second
     half) after each mention's inference prompt, by
     :func:`~spacy_genbioel.training.seq2seq.encode_examples` (``sources``: its
-    :class:`~spacy_genbioel.linking.inputs.SourceEncoder`, with the corpus's
+    :class:`~spacy_genbioel.linking.inputs.builder.SourceEncoder`, with the corpus's
     documents registered in document mode)."""
     examples = [TrainingExample(p.mention, p.chosen) for p in pairs] + [
         TrainingExample(p.mention, p.rejected) for p in pairs
