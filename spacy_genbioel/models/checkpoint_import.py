@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from spacy_genbioel.linking.inputs.builder.released_style import RECORD_KEY, RELEASED_STYLES, style_named_in
+from spacy_genbioel.linking.inputs.released_style import RECORD_KEY, RELEASED_STYLES, style_named_in
 from spacy_genbioel.models.checkpoint_pickle import CheckpointError, load_checkpoint_file, tensor_entries
 from spacy_genbioel.models.hf import (
     ModelFormatError,
@@ -97,6 +97,17 @@ LOCK_NAME = ".import.lock"
 #: a folder of an import in progress with no lock (an older version's, or one just created) is
 #: left alone for this long
 STALE_SECONDS = 120.0
+#: config.json's probabilities of a BART
+PROBABILITIES = (
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "classifier_dropout",
+    "encoder_layerdrop",
+    "decoder_layerdrop",
+)
+#: the most classification labels a config may ask for (``num_labels``: transformers makes a name for each)
+MAX_LABELS = 10_000
 #: config.json's sizes of a BART, and the least each may be
 SIZE_FIELDS = (
     ("vocab_size", 1),
@@ -407,7 +418,13 @@ def _verify(reference, written: Path, with_tokenizer: bool, options: ImportOptio
             str(written), local_files_only=True, use_safetensors=True, dtype=torch.float32
         ).eval()
     vocab = int(reference.config.vocab_size)
-    expected, got = _probe_logits(reference, vocab, options), _probe_logits(loaded, vocab, options)
+    try:
+        expected, got = _probe_logits(reference, vocab, options), _probe_logits(loaded, vocab, options)
+    except Exception as err:  # a setting of config.json the model cannot run with
+        raise CheckpointError(
+            f"{written / 'config.json'}: the model it describes cannot run on probe inputs ({type(err).__name__}: "
+            f"{err}); correct the source's config.json: nothing was imported"
+        ) from None
     diff = float((expected - got).abs().max())
     result = {"probes": options.probes, "max_abs_diff": diff, "atol": options.atol, "rtol": options.rtol}
     if not (torch.isfinite(got).all() and torch.allclose(expected, got, rtol=options.rtol, atol=options.atol)):
@@ -606,6 +623,18 @@ def _bart_config(data: Dict[str, Any], path: Path):
                 f"{path}: {name} is {json.dumps(value)}: a whole number of at least {least} is expected; "
                 "use the config.json the checkpoint was saved with"
             )
+    for name in PROBABILITIES:
+        value = data.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1
+        ):
+            raise CheckpointError(f"{path}: {name} is {json.dumps(value)}: a probability from 0 to 1 is expected")
+    labels = data.get("num_labels", 0)
+    if isinstance(labels, bool) or not isinstance(labels, int) or not 0 <= labels <= MAX_LABELS:
+        raise CheckpointError(  # transformers builds an id2label entry for each, before anything else
+            f"{path}: num_labels is {json.dumps(labels)}: a whole number from 0 to {MAX_LABELS} is expected; "
+            "use the config.json the checkpoint was saved with (bart-large's says 3)"
+        )
     try:
         config = BartConfig.from_dict(data)
     except Exception as err:  # huggingface_hub's strict-dataclass errors are not ValueErrors

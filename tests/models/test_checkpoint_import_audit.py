@@ -13,11 +13,20 @@ import time
 import pytest
 import torch
 import transformers
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_checkpoint_import import released_config, write_released
 from typer.testing import CliRunner
 
 from spacy_genbioel.cli import app
-from spacy_genbioel.models import CheckpointError, ImportOptions, ModelFormatError, import_checkpoint, load_model
+from spacy_genbioel.models import (
+    CheckpointError,
+    ImportOptions,
+    ModelFormatError,
+    checkpoint_import,
+    import_checkpoint,
+    load_model,
+)
 
 runner = CliRunner()
 
@@ -122,7 +131,9 @@ def test_config_sizes_are_checked_before_a_model_is_allocated(tmp_path, micro_mo
         ({"encoder_attention_heads": True}, "encoder_attention_heads"),
         ({"max_position_embeddings": 1.5}, "max_position_embeddings"),
         ({"dropout": "high"}, "dropout"),
+        ({"attention_dropout": -1}, "attention_dropout"),
         ({"encoder_attention_heads": 3}, "encoder_attention_heads"),
+        ({"num_labels": 10**9}, "num_labels"),  # transformers would name a billion labels first
     ],
 )
 def test_a_malformed_config_is_refused_naming_the_field(tmp_path, micro_model, change, field):
@@ -233,3 +244,35 @@ def test_a_fifo_is_refused_not_read(tmp_path, micro_model, fifo_name):
 def test_released_config_has_no_attention_entry(micro_model):
     """The fixture config carries no attention implementation (the tests above add one)."""
     assert not {"attn_implementation", "_attn_implementation"} & set(released_config(micro_model))
+
+
+# -- config.json fuzz: sizes and types -------------------------------------------------------------------------------
+FIELDS = [name for name, _ in checkpoint_import.SIZE_FIELDS] + [
+    "num_labels",
+    "dropout",
+    "pad_token_id",
+    "scale_embedding",
+]
+VALUES = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from([10**6, 4 * 10**8, 2**63, 10**30]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(0, 3), max_size=2),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(change=st.dictionaries(st.sampled_from(FIELDS), VALUES, min_size=1, max_size=3))
+def test_any_config_sizes_import_or_are_refused_naming_config_json(tmp_path_factory, micro_model, change):
+    root = tmp_path_factory.mktemp("config-fuzz")
+    src = with_config(write_released(root / "src", micro_model), **change)
+    start = time.monotonic()
+    try:
+        import_checkpoint(src, root / "out", ImportOptions(no_tokenizer=True))
+    except CheckpointError as err:
+        assert str(src / "config.json") in str(err) or str(src / "pytorch_model.bin") in str(err), (change, err)
+        assert not (root / "out").exists()
+    assert time.monotonic() - start < 20, change
