@@ -944,17 +944,6 @@ def reliability_scenarios(pipeline_dir: Path) -> List[Tuple[str, Callable[[Path]
 
         return scenario
 
-    def subfolder(work: Path) -> Tuple[str, str]:
-        folder = folder_of(work)
-        try:
-            for _ in range(2):
-                summary = annotate([folder], pipeline_dir, folder / "out", run, CPU)
-        except AnnotateError as err:
-            return "refused", f"a subfolder of the input folder refused: {err}"
-        if summary["documents_written"] != 8 or summary["this_run"]["documents_annotated"]:
-            return "duplicated", f"the rerun did not resume: {summary}"
-        return "ok", "resumed"
-
     def read_only(case: str) -> Callable[[Path], Tuple[str, str]]:
         def scenario(work: Path) -> Tuple[str, str]:
             work.mkdir(parents=True)
@@ -1030,7 +1019,12 @@ def reliability_scenarios(pipeline_dir: Path) -> List[Tuple[str, Callable[[Path]
             "place/errors_file_is_an_input",
             refused(lambda w: ([folder_of(w) / "docs.jsonl"], w / "out", {"errors_path": w / "in" / "docs.jsonl"})),
         ),
-        ("place/out_in_a_subfolder_of_the_input_folder", subfolder),
+        ("place/out_in_a_subfolder_of_the_input_folder", refused(lambda w: ([folder_of(w)], w / "in" / "out", {}))),
+        ("place/out_is_the_folder_of_an_input_file", refused(lambda w: ([folder_of(w) / "docs.jsonl"], w / "in", {}))),
+        (
+            "place/errors_file_beside_an_input_file",
+            refused(lambda w: ([folder_of(w) / "docs.jsonl"], w / "out", {"errors_path": w / "in" / "e.jsonl"})),
+        ),
         ("readonly/new_job", read_only("new")),
         ("readonly/finished_job_rerun", read_only("finished")),
         ("readonly/unfinished_job", read_only("unfinished")),

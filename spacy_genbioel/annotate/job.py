@@ -239,9 +239,12 @@ def check_places(
     out: Path, errors_path: Optional[Path], inputs: Union[PathLike, Sequence[PathLike]], pipeline_dir: Path
 ) -> None:
     """Refuse, before anything is written, an output folder (or errors file) where writing changes the job:
-    a folder given as an input (its files are the inputs), or in the pipeline folder (its files are the pipeline)."""
+    a folder given as an input or inside one, the folder that holds an input file (what is written lands
+    beside the inputs, and a run over that folder reads it), or in the pipeline folder (its files are the
+    pipeline). The message names both paths."""
     given = [Path(p) for p in ([inputs] if isinstance(inputs, (str, Path)) else inputs)]
     folders = [p for p in given if p.is_dir()]
+    files = [p for p in given if not p.is_dir()]
     pipeline = pipeline_dir.resolve()
     if errors_path is not None and any(errors_path.resolve() == p.resolve() for p in given):
         raise AnnotateError(
@@ -256,6 +259,19 @@ def check_places(
                 raise AnnotateError(
                     f"{named(setting)} {path} is in the input folder {folder}: what the job writes there would "
                     f"be read as input by a rerun, which could then never resume it; give another {named(setting)}"
+                )
+            if _inside(where, folder.resolve()):
+                raise AnnotateError(
+                    f"{named(setting)} {path} is inside the input folder {folder}: what the job writes would sit "
+                    f"among its inputs, for a run over that folder's tree (or a copy of it) to read as input; "
+                    f"give another {named(setting)}"
+                )
+        for file in files:
+            if where == file.resolve().parent:
+                raise AnnotateError(
+                    f"{named(setting)} {path} is in the folder {file.parent} that holds the input file {file}: "
+                    f"what the job writes would land beside its inputs, and a run over that folder would read "
+                    f"it as input; give another {named(setting)}"
                 )
         if _inside(path.resolve(), pipeline):
             raise AnnotateError(

@@ -225,10 +225,29 @@ def test_an_output_folder_that_is_an_input_folder_or_in_the_pipeline_is_refused(
             )
     assert sorted(p.name for p in folder.iterdir()) == before and not (pipeline / "annotated").exists()
     assert not (tmp_path / "out").exists()
-    # a folder inside the input folder is not an input (folders are not read recursively): the job resumes there
-    for _ in range(2):
-        summary = annotate([folder], pipeline, folder / "out", RUN, CPU)
-    assert summary["documents_written"] == 8 and summary["this_run"]["documents_annotated"] == 0
+
+
+def test_an_output_folder_beside_an_input_file_or_inside_an_input_folder_is_refused_naming_both(tmp_path, job_files):
+    pipeline, docs, _ = job_files
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    job_input(folder / "docs.jsonl", n=8)
+    before = sorted(p.name for p in folder.rglob("*"))
+    cases = [  # (inputs, out, errors_path, the paths the message names)
+        ([folder / "docs.jsonl"], folder, None, ["out", str(folder), str(folder / "docs.jsonl")]),
+        ([folder / "docs.jsonl"], tmp_path / "o", folder / "e.jsonl", ["errors_path", str(folder / "docs.jsonl")]),
+        ([folder], folder / "out", None, ["out", str(folder / "out"), str(folder)]),
+        ([folder], folder / "sub" / "deeper", None, ["out", str(folder / "sub" / "deeper"), str(folder)]),
+    ]
+    for inputs, out, errors_path, words in cases:
+        with pytest.raises(AnnotateError) as refused:
+            annotate(inputs, pipeline, out, {**RUN, "errors_path": errors_path}, CPU)
+        assert all(word in str(refused.value) for word in words), str(refused.value)
+        assert "give another" in str(refused.value)
+    assert sorted(p.name for p in folder.rglob("*")) == before and not (tmp_path / "o").exists()
+    # beside the input folder, not in it: fine
+    summary = annotate([folder / "docs.jsonl"], pipeline, tmp_path / "out", RUN, CPU)
+    assert summary["documents_written"] == 8
 
 
 # -- item 10: read-only output ----------------------------------------------------------------------------------------
