@@ -403,6 +403,37 @@ def _kb_name_cases(target: str) -> Iterator[Case]:
         )
 
 
+#: target -> a name of its sample, where control characters are put (line-based KB readers and JSON ones)
+_CONTROL_NAMES = {
+    "medic": "Disease 0,",
+    "ctd": "Disease 0\t",
+    "mesh-tsv": "Name 0\t",
+    "umls": "Concept name 0|",
+    "obo": "name: term 0\n",
+    "genbioel": '"name 0"',
+    "target_kb": '"name 0"',
+    "jsonl": '"Name 0"',
+    "jsonl.gz": '"Name 0"',
+    "scispacy": '"Name 0"',
+}
+
+
+def _control_cases(target: str, text: str) -> Iterator[Case]:
+    """Names holding NUL or a terminal escape: read with them dropped, and reported (a warning naming the file);
+    an OBO name with an end-of-line comment and a trailing modifier: read as the clean file."""
+    name = _CONTROL_NAMES.get(target.partition(":")[2])
+    if name is None or target.startswith("annotate:") or target.startswith("corpus:") or name not in text:
+        return
+    json_text = target.partition(":")[2] in ("genbioel", "target_kb", "jsonl", "jsonl.gz", "scispacy")
+    for label, control in (("NUL", "\x00"), ("terminal escape", "\x1b[31m")):
+        spelled = json.dumps(control)[1:-1] if json_text else control
+        damaged = text.replace(name, name[:2] + spelled + name[2:], 1)
+        yield Case(target, f"{label} in a name", _stored(target, damaged), "report")
+    if target.endswith(":obo"):
+        commented = text.replace("name: term 0\n", 'name: term 0 {source="x"} ! the first term\n', 1)
+        yield Case(target, "OBO comment and trailing modifier", _stored(target, commented), "equal")
+
+
 _BAD_OFFSETS = [
     ("154.0", "160"),
     ("154.0", "160.0"),
@@ -533,6 +564,7 @@ def cases(seed: int = 0, targets: Optional[List[str]] = None) -> List[Case]:
         out.extend(_line_cases(target, text, rng))
         out.extend(_record_cases(target, text))
         out.extend(_kb_name_cases(target))
+        out.extend(_control_cases(target, text))
         out.extend(_corpus_cases(target, text))
         out.extend(_round_two_cases(target, text))
     return out

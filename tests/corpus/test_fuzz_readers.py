@@ -83,3 +83,31 @@ def test_random_damage_to_build_kb_exits_cleanly(data) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         outcome, detail = run_case(Case(target, "random damage", damaged, "either"), Path(tmp))
     assert outcome == "ok", f"{target}: {outcome}: {detail}"
+
+
+def _compact_kb_bytes() -> bytes:
+    from spacy_genbioel.kb.base import Concept
+    from spacy_genbioel.kb.compact import CompactKB
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kb.safetensors"
+        CompactKB.build([Concept(f"D{i}", [f"name {i}", f"alias {i}"], prior=float(i)) for i in range(6)]).save(path)
+        return path.read_bytes()
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_random_damage_to_a_compact_kb_is_refused_naming_it(data) -> None:
+    """The safetensors array reader under kb.safetensors: damage reads as the KB or is a KBFormatError
+    naming the file (never a RecursionError, IndexError or another exception)."""
+    from spacy_genbioel.kb.base import KBFormatError, KnowledgeBase
+
+    damaged = _mutate(_compact_kb_bytes(), data.draw)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kb.safetensors"
+        path.write_bytes(damaged)
+        try:
+            kb = KnowledgeBase.load(path)
+            list(kb.names)
+        except KBFormatError as err:
+            assert "kb.safetensors" in str(err)
