@@ -36,7 +36,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from spacy_genbioel.util import PathLike, atomic_write
 
@@ -238,33 +238,34 @@ def check_arrays(
     """Raise ``error`` naming ``path`` and the array when ``arrays`` are not as ``specs`` say: an array
     missing or not in ``specs``, another dtype or shape, a value that is not finite or not > 0 (read a
     chunk at a time, the pages handed back after). ``remedy`` ends the message (what to do)."""
+    problem = next(_problems(arrays, specs), None)
+    if problem is not None:
+        raise error(f"{path}: {problem}{'; ' + remedy if remedy else ''}")
+
+
+def _problems(arrays: Mapping[str, "np.ndarray"], specs: Mapping[str, ArraySpec]) -> Iterator[str]:
+    """What is wrong with ``arrays`` against ``specs``, in words, the cheap checks first."""
     import numpy as np
 
-    tail = f"; {remedy}" if remedy else ""
-    problems: List[str] = []
     for key in sorted(set(arrays) - set(specs)):
-        problems.append(f"array {key!r} is not one this file holds ({', '.join(sorted(specs))})")
+        yield f"array {key!r} is not one this file holds ({', '.join(sorted(specs))})"
     for key, spec in specs.items():
         array = arrays.get(key)
         if array is None:
             if spec.required:
-                problems.append(f"array {key!r} is missing")
-            continue
-        if np.dtype(array.dtype).str not in spec.dtypes:
-            problems.append(f"array {key!r} holds {array.dtype}, not {' or '.join(spec.dtypes)}")
+                yield f"array {key!r} is missing"
+        elif np.dtype(array.dtype).str not in spec.dtypes:
+            yield f"array {key!r} holds {array.dtype}, not {' or '.join(spec.dtypes)}"
         elif len(array.shape) != len(spec.shape) or any(
             want is not None and have != want for have, want in zip(array.shape, spec.shape)
         ):
             wanted = "x".join("?" if d is None else str(d) for d in spec.shape)
-            problems.append(f"array {key!r} has shape {'x'.join(map(str, array.shape))}, not {wanted}")
-        elif spec.finite or spec.positive:
-            problem = _bad_value(key, array, spec)
+            yield f"array {key!r} has shape {'x'.join(map(str, array.shape))}, not {wanted}"
+    for key, spec in specs.items():
+        if key in arrays and (spec.finite or spec.positive):
+            problem = _bad_value(key, arrays[key], spec)
             if problem:
-                problems.append(problem)
-        if problems:
-            break
-    if problems:
-        raise error(f"{path}: {problems[0]}{tail}")
+                yield problem
 
 
 def _bad_value(key: str, array: "np.ndarray", spec: ArraySpec) -> Optional[str]:
