@@ -76,7 +76,8 @@ def import_checkpoint_cmd(
     replace: bool = typer.Option(
         False,
         "--replace",
-        help="Replace an earlier import in --out (a folder with its import.json) once the new one is verified",
+        help="Replace an earlier import in --out (a folder holding only what an import wrote, listed in its "
+        "import.json) once the new one is verified; anything else in it is never removed",
     ),
     config: Optional[Path] = typer.Option(None, help="The model's config.json, when it is not beside the weights"),
     inputs_style: Optional[str] = typer.Option(

@@ -14,6 +14,16 @@ source files' SHA-256 and sizes, the key mapping, versions); and the written
 directory, loaded by :func:`~spacy_genbioel.models.hf.load_model`, must give the
 source weights' logits on probe inputs, or nothing is left at ``out``.
 
+``config.json`` is checked before anything is built: no custom code
+(``auto_map``) and no Hub attention kernel, sizes that are whole numbers, and
+then (on the meta device, allocating nothing) tensors of the shapes the
+checkpoint holds. The new folder is written beside ``out`` (a hidden
+``.<out>.importing-*`` folder, locked while it is written; one a killed import
+left is removed by the next import into ``out``) and renamed into place;
+``--replace`` replaces an earlier import only when it holds nothing but what
+the import wrote (``import.json`` lists it), renaming it aside until the new
+one is in. Sources must be regular files: a FIFO is refused, not read.
+
 The tokenizer folder must load with a padding token (facebook/bart-large's
 needs its ``config.json`` for that), or the import stops before reading the
 weights. The released input style the weights were trained on (given, or read
@@ -88,6 +98,9 @@ IMPORT_FILES = frozenset(
         "added_tokens.json",
         "vocab.json",
         "merges.txt",
+        "vocab.txt",
+        "spiece.model",
+        "sentencepiece.bpe.model",
         "chat_template.jinja",
     }
 )
@@ -520,6 +533,19 @@ def _in_use(folder: Path) -> bool:
         os.close(fd)
 
 
+def _foreign_files(folder: Path, whole: bool) -> List[str]:
+    """What ``folder`` (one an import wrote, ``whole`` when complete) holds that no import writes."""
+    if whole:
+        return _not_written_by_an_import(folder) if (folder / RECORD_NAME).is_file() else [RECORD_NAME + " (none)"]
+    return sorted(
+        entry.name
+        for entry in folder.iterdir()
+        if entry.is_symlink()
+        or not entry.is_file()
+        or not (entry.name in IMPORT_FILES or entry.name == LOCK_NAME or SHARD_NAME.fullmatch(entry.name))
+    )
+
+
 def clean_stale(out: Path) -> List[Path]:
     """Remove what imports into ``out`` that were killed left beside it (a hidden
     ``.<out>.importing-*`` folder, a full model copy; an earlier import put aside to be replaced,
@@ -531,6 +557,16 @@ def clean_stale(out: Path) -> List[Path]:
     for kind in ("importing", "replaced"):
         for folder in sorted(out.parent.glob(f".{name}.{kind}-*")):
             if folder.is_symlink() or not folder.is_dir() or _in_use(folder):
+                continue
+            foreign = _foreign_files(folder, kind == "replaced")
+            if foreign:
+                logger.warning(
+                    "%s: left %s alone, though no import writes it any more: it holds %s, which an import "
+                    "does not write",
+                    out,
+                    folder,
+                    ", ".join(foreign[:5]),
+                )
                 continue
             if kind == "replaced" and not os.path.lexists(out):
                 os.replace(folder, out)

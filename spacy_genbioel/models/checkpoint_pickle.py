@@ -350,6 +350,35 @@ def load_checkpoint_file(path: PathLike) -> Tuple[Any, Dict[str, Any]]:
     return obj, facts
 
 
+def _backed(tensors: Dict[str, Any], path: PathLike) -> Dict[str, Any]:
+    """``tensors``, refused when their shapes claim more elements than their storages hold (a
+    stride-0 view of a few bytes can claim any shape: a model built to fit it would be allocated
+    whole). Views that are one tensor under several names (tied weights) count once."""
+    claimed, held = 0, 0
+    views, storages = set(), set()
+    for name, tensor in tensors.items():
+        storage = tensor.untyped_storage()
+        size = tensor.numel() * tensor.element_size()
+        if size > storage.nbytes():
+            raise CheckpointError(
+                f"{path}: refused: tensor {name} has shape {tuple(tensor.shape)} ({size} bytes) over a storage of "
+                f"{storage.nbytes()} bytes: a damaged or altered checkpoint"
+            )
+        view = (storage.data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()))
+        if view not in views:
+            views.add(view)
+            claimed += size
+        if storage.data_ptr() not in storages:
+            storages.add(storage.data_ptr())
+            held += storage.nbytes()
+    if claimed > 2 * held + (1 << 20):
+        raise CheckpointError(
+            f"{path}: refused: its tensors claim {claimed} bytes in overlapping views of {held} bytes of storage: "
+            "a damaged or altered checkpoint"
+        )
+    return tensors
+
+
 def tensor_entries(obj: Any, path: PathLike) -> Tuple[Dict[str, Any], Optional[str]]:
     """``(state dict, container)``: the tensors of a checkpoint object, found at its
     top level (a state dict) or under one nested entry (Lightning's ``state_dict``,
@@ -364,11 +393,11 @@ def tensor_entries(obj: Any, path: PathLike) -> Tuple[Dict[str, Any], Optional[s
         )
 
     if tensors_only(obj):
-        return dict(obj), None
+        return _backed(dict(obj), path), None
     if isinstance(obj, dict):
         for key in ("state_dict", "module", "model", "model_state_dict"):
             if tensors_only(obj.get(key)):
-                return dict(obj[key]), key
+                return _backed(dict(obj[key]), path), key
         keys = ", ".join(sorted(map(str, obj))[:12])
         raise CheckpointError(
             f"{path}: no state dict (a mapping of names to tensors) at the top level or under "

@@ -17,6 +17,11 @@ tokenizer (one of the same size with its ids permuted would otherwise link
 every mention wrong); a model saved without it (before 0.3, or imported)
 loads as before.
 
+A model config naming an attention implementation other than transformers'
+own (``eager``, ``sdpa``), such as a Hub kernel repository, is refused
+(:func:`check_attention`): with the ``kernels`` package installed transformers
+would fetch and run its code.
+
 Loading and saving are quiet: transformers' own bars ("Loading weights",
 "Writing model shards") are off while they run (:func:`quiet_transformers`)
 unless the package logs at INFO (``--verbose``), and saved files get the mode

@@ -216,3 +216,19 @@ def test_the_end_record_parser_reads_zip64_sizes(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="zip64 end record"):
         checkpoint_pickle.load_checkpoint_file(path)
+
+
+def test_a_tensor_claiming_more_than_its_storage_is_refused_before_a_model_is_sized_to_it(tmp_path):
+    """A stride-0 view of 4 bytes can claim any shape (and config.json a vocabulary to match)."""
+    expanded = genuine(tmp_path, "expanded.bin", OrderedDict(w=torch.zeros(1).expand(10**6), b=torch.ones(2)))
+    obj, _ = checkpoint_pickle.load_checkpoint_file(expanded)
+    with pytest.raises(CheckpointError, match=r"tensor w has shape \(1000000,\) \(4000000 bytes\) over a storage of 4"):
+        checkpoint_pickle.tensor_entries(obj, expanded)
+    base = torch.arange(16384.0)
+    overlapping = genuine(tmp_path, "overlap.bin", OrderedDict((f"w{i}", base[i : i + 16000]) for i in range(96)))
+    obj, _ = checkpoint_pickle.load_checkpoint_file(overlapping)
+    with pytest.raises(CheckpointError, match="overlapping views"):
+        checkpoint_pickle.tensor_entries(obj, overlapping)
+    tied = genuine(tmp_path, "tied.bin", OrderedDict((f"w{i}", base) for i in range(64)))  # one tensor, 64 names
+    state, _ = checkpoint_pickle.tensor_entries(checkpoint_pickle.load_checkpoint_file(tied)[0], tied)
+    assert len(state) == 64

@@ -185,12 +185,17 @@ def test_a_killed_imports_folder_is_removed_by_the_next_import(tmp_path, micro_m
     other = tmp_path / ".other.importing-xyz"  # another destination's
     other.mkdir()
     os.utime(other, (time.time() - 3600,) * 2)
+    users = tmp_path / ".out.importing-mine"  # named like one, but holding what no import writes
+    users.mkdir()
+    (users / "thesis.tex").write_text("mine")
+    os.utime(users, (time.time() - 3600,) * 2)
     try:
         with caplog.at_level(logging.WARNING, logger="spacy_genbioel"):
             import_checkpoint(src, tmp_path / "out", ImportOptions(no_tokenizer=True))
     finally:
         os.close(held)
     assert not old.exists() and not unlocked.exists() and running.exists() and other.exists()
+    assert (users / "thesis.tex").read_text() == "mine" and "left " + str(users) + " alone" in caplog.text
     assert str(old) in caplog.text and str(unlocked) in caplog.text and "killed" in caplog.text
     assert (tmp_path / "out" / "import.json").exists()
 
