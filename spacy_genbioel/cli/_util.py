@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from typing import Any, Dict, Sequence
 
@@ -68,7 +69,8 @@ def setup_logging(verbose: bool) -> None:
 def parse_overrides(args: Sequence[str]) -> Dict[str, Any]:
     """``["--training.max_steps", "100"]`` -> ``{"training.max_steps": 100}``: spaCy's rules
     (``--key value``, ``--key=value``, a bare ``--key`` is true; names are dotted), with
-    values read by the standard JSON parser (spaCy's reads ``0.95`` as ``0.9500000000000001``)."""
+    values read by the standard JSON parser (spaCy's reads ``0.95`` as ``0.9500000000000001``), and numbers
+    JSON does not read (``.5``, ``+1``) as numbers."""
     parsed: Dict[str, Any] = {}
     args = list(args)
     while args:
@@ -82,11 +84,20 @@ def parse_overrides(args: Sequence[str]) -> Dict[str, Any]:
     return parsed
 
 
+#: a number as people write it that JSON does not read (``.5``, ``+1``, ``5.``); nan and inf stay text, which
+#: the settings refuse naming the setting
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
 def _setting_value(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
-        return text
+        pass
+    stripped = text.strip()
+    if _NUMBER.fullmatch(stripped):
+        return int(stripped) if stripped.lstrip("+-").isdigit() else float(stripped)
+    return text
 
 
 #: ``context_settings`` of a command that takes dotted config overrides after its options

@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -45,6 +44,7 @@ from spacy.util import registry
 from spacy_genbioel.linking.decoding.candidates import NO_CANDIDATES, CandidateSettings
 from spacy_genbioel.linking.decoding.decoder import DecodingSettings
 from spacy_genbioel.linking.inputs.builder import InputBuilder
+from spacy_genbioel.linking.numbers import Bound, bounded, check_numbers, numeric_bounds
 from spacy_genbioel.linking.reranking.settings import RerankerSettings
 from spacy_genbioel.linking.scispacy_compat import SCISPACY_SETTINGS, scispacy_setting_hint
 
@@ -95,7 +95,7 @@ class OutputSettings:
     give scispacy's meaning (:mod:`.scispacy_compat`, where the two are set side by side)."""
 
     #: the top candidate's score must be at least this for the span to get an ID (null: always link)
-    threshold: Optional[float] = None
+    threshold: Optional[float] = bounded(None, Bound(float, optional=True))
     #: span extension holding the top concept ID (None below ``threshold``)
     kb_id_attr: str = "kb_id"
     #: span extension holding up to ``top_k`` ``(concept_id, name, score)`` tuples
@@ -110,12 +110,10 @@ class OutputSettings:
     #: scispacy's filter_for_definitions: keep only concepts with a definition in the KB
     filter_for_definitions: bool = False
     #: with filter_for_definitions, a concept without a definition stays when its score is at least this
-    no_definition_threshold: Optional[float] = None
+    no_definition_threshold: Optional[float] = bounded(None, Bound(float, optional=True))
 
     def __post_init__(self) -> None:
-        for key in ("threshold", "no_definition_threshold"):
-            if getattr(self, key) is not None and not math.isfinite(getattr(self, key)):
-                raise ValueError(f"{key} must be a finite number or null (got {getattr(self, key)})")
+        check_numbers(self, "output")
         attrs = {"kb_id_attr": self.kb_id_attr, "candidates_attr": self.candidates_attr, "ents_attr": self.ents_attr}
         for key, value in attrs.items():
             if not isinstance(value, str) or not value.isidentifier():
@@ -178,10 +176,19 @@ BLOCKS: Dict[str, Tuple[str, type]] = {
 
 def _typed_signature(cls: type) -> inspect.Signature:
     """``cls``'s signature with its annotations resolved (they are strings under ``from
-    __future__ import annotations``), so that spaCy validates and coerces config values."""
+    __future__ import annotations``), so that spaCy validates and coerces config values. A numeric
+    field also takes text (``threshold = .5`` in a config, ``+1`` on the command line), which the class
+    reads as the number it spells or refuses naming the setting (:mod:`.numbers`); confection would
+    pass ``"nan"`` as a float and refuse ``"+1"`` as an int."""
     hints = typing.get_type_hints(cls)
+    numeric = numeric_bounds(cls)
     params = inspect.signature(cls).parameters.values()
-    return inspect.Signature([p.replace(annotation=hints.get(p.name, p.annotation)) for p in params])
+    return inspect.Signature(
+        [
+            p.replace(annotation=Union[hints[p.name], str] if p.name in numeric else hints.get(p.name, p.annotation))
+            for p in params
+        ]
+    )
 
 
 for _registered, _cls in BLOCKS.values():
@@ -191,7 +198,7 @@ for _registered, _cls in BLOCKS.values():
 
 def _defaults(cls: type) -> Dict[str, Any]:
     return {
-        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        f.name: f.default_factory() if callable(f.default_factory) else f.default
         for f in dataclasses.fields(cls)
         if f.init
     }

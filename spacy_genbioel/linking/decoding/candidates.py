@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from spacy_genbioel.kb.base import KnowledgeBase
+from spacy_genbioel.linking.numbers import Bound, bounded, check_numbers
 from spacy_genbioel.retrieval.registry import (
     RetrieverBuilder,
     known_retrievers,
@@ -87,16 +88,15 @@ class CandidateSettings:
     #: ``NAME=DIR[,NAME=DIR]`` gives each retriever of a union its own (``rescnn=training/ncbi/rescnn/model``)
     model: Optional[str] = None
     #: concepts the retriever proposes per mention (its top names' IDs)
-    num_candidates: int = 20
+    num_candidates: int = bounded(20, Bound(int, 1))
     #: decode only names of the retrieved concepts (false: the retriever serves the shortcut only)
     restrict_to_candidates: bool = True
     #: a mention whose top retrieved candidate scores at least this takes it without generating (null: off)
-    shortcut_threshold: Optional[float] = None
+    shortcut_threshold: Optional[float] = bounded(None, Bound(float, optional=True))
 
     def __post_init__(self) -> None:
+        check_numbers(self, "candidates")
         check_candidates(self.retriever)
-        if self.num_candidates < 1:
-            raise ValueError(f"num_candidates must be at least 1 (got {self.num_candidates})")
 
     @property
     def enabled(self) -> bool:
@@ -162,7 +162,12 @@ def make_candidate_generator(name: str, kb: KnowledgeBase, model: Optional[str] 
     if name == NO_CANDIDATES:
         return None
     if "+" in name:
-        return CandidateUnion([make_candidate_generator(part, kb, model) for part in name.split("+")])
+        return CandidateUnion([_retriever(part, kb, model) for part in name.split("+")])
+    return _retriever(name, kb, model)
+
+
+def _retriever(name: str, kb: KnowledgeBase, model: Optional[str]) -> Linker:
+    """One retriever (``name`` is not ``none``, and no union), built lazily."""
     model = model_for(name, model)
     settings = {"model": model} if model and retriever_takes(name, "model") else {}
     return LazyCandidateGenerator(name, kb, make_retriever_builder(name, **settings))

@@ -65,6 +65,7 @@ from spacy_genbioel.linking.inputs.builder import (
     has_linkable_text,
     model_max_positions,
 )
+from spacy_genbioel.linking.numbers import Bound, bounded, check_numbers
 from spacy_genbioel.linking.trie.name_trie import NameTrie, TrieMismatchError, TrieRestriction
 from spacy_genbioel.models import check_vocabulary, special_ids
 from spacy_genbioel.ty import Candidate, Linker, Mention
@@ -79,20 +80,20 @@ class DecodingSettings:
     """Trie-constrained beam search."""
 
     #: beams kept per mention
-    num_beams: int = 5
+    num_beams: int = bounded(5, Bound(int, 1))
     #: candidates written per mention (at most ``num_beams``)
-    top_k: int = 5
+    top_k: int = bounded(5, Bound(int, 1))
     #: mentions decoded together
-    batch_size: int = 32
+    batch_size: int = bounded(32, Bound(int, 1))
     #: encoder tokens per input (the context is trimmed around the mention to fit)
-    max_source_tokens: int = 256
+    max_source_tokens: int = bounded(256, Bound(int, 1))
     #: a KB name equal to the normalized mention is ranked first without generating
     exact_match: bool = False
     #: beam scores are summed log-probabilities divided by length ** length_penalty (1: the mean)
-    length_penalty: float = 1.0
+    length_penalty: float = bounded(1.0, Bound(float))
     #: mentions are encoded in blocks of this many batches: each distinct encoder input of a block
     #: is encoded once (a document window is never split); larger blocks share more, hold more memory
-    block_batches: int = 4
+    block_batches: int = bounded(4, Bound(int, 1))
     #: ``beam``: trie-constrained beam search; ``forced``: rank the retriever's candidates
     #: (``candidates.retriever``) by the generator's forced scores (:mod:`.forced`), no search
     search: str = "beam"
@@ -101,12 +102,11 @@ class DecodingSettings:
     mixed_prompts: bool = True
 
     def __post_init__(self) -> None:
+        check_numbers(self, "decoding")  # "5", ".5" (a config's or the command line's text) become numbers
         if self.search not in ("beam", "forced"):
             raise ValueError(f"search must be 'beam' or 'forced', got {self.search!r}")
         if self.top_k > self.num_beams:
             raise ValueError(f"top_k ({self.top_k}) cannot exceed num_beams ({self.num_beams})")
-        if min(self.num_beams, self.top_k, self.batch_size, self.max_source_tokens, self.block_batches) < 1:
-            raise ValueError("num_beams, top_k, batch_size, max_source_tokens and block_batches must be at least 1")
 
 
 class GenerativeLinker:

@@ -33,6 +33,7 @@ from spacy_genbioel.linking.inputs.released_style import (
     released_mention,
     released_parts,
 )
+from spacy_genbioel.linking.numbers import Bound, bounded, check_numbers
 from spacy_genbioel.models import MARKERS
 from spacy_genbioel.ty import Mention
 
@@ -67,8 +68,8 @@ class InputBuilder:
 
     start_marker: str = MARKERS[0]
     end_marker: str = MARKERS[1]
-    context_words: int = 64
-    max_mention_words: int = 32
+    context_words: int = bounded(64, Bound(int, 0))
+    max_mention_words: int = bounded(32, Bound(int, 1))
     lowercase: bool = True
     prompt_suffix: str = "is"
     #: GenBioEL prompts the decoder with "mention is"; False starts the name
@@ -89,8 +90,7 @@ class InputBuilder:
     style: str = "genbioel.v1"
 
     def __post_init__(self) -> None:
-        if self.context_words < 0:
-            raise ValueError(f"context_words must be >= 0 (got {self.context_words})")
+        check_numbers(self, "inputs")
         if self.input_mode not in INPUT_MODES:
             raise ValueError(f"input_mode must be one of {INPUT_MODES} (got {self.input_mode!r})")
         if self.style not in INPUT_STYLES:
@@ -262,20 +262,7 @@ class SourceEncoder:
     def _trimmed(
         self, parts: Sequence[Tuple[str, str, str, str, str]], max_tokens: int, prefix: str = ""
     ) -> List[List[int]]:
-        cap = self.MAX_CHARS_PER_TOKEN * max_tokens
-        texts: List[str] = []
-        for left, start, text, end, right in parts:
-            left = left[-cap:]
-            # the pieces as source() joins them (single spaces, none before the first),
-            # the text's prefix (a released style's leading space) before the first
-            texts += [
-                prefix + left if left else "",
-                (" " if left else prefix) + start,
-                " " + text[:cap],
-                " " + end,
-                " " + right[:cap] if right else "",
-            ]
-        pieces = self.pieces(texts)
+        pieces = self.pieces(self._piece_texts(parts, self.MAX_CHARS_PER_TOKEN * max_tokens, prefix))
         budget = max_tokens - len(self.prefix) - len(self.suffix)
         out: List[List[int]] = []
         shortened = 0
@@ -305,6 +292,23 @@ class SourceEncoder:
             )
         logger.debug("%d encoder input(s) over %d tokens trimmed around their mention", len(parts), max_tokens)
         return out
+
+    @staticmethod
+    def _piece_texts(parts: Sequence[Tuple[str, str, str, str, str]], cap: int, prefix: str) -> List[str]:
+        """The five pieces of each part as :meth:`source` joins them (single spaces, none before the first;
+        the text's ``prefix``, a released style's leading space, before the first), the context and the
+        mention cut to ``cap`` characters."""
+        texts: List[str] = []
+        for left, start, text, end, right in parts:
+            left = left[-cap:]
+            texts += [
+                prefix + left if left else "",
+                (" " if left else prefix) + start,
+                " " + text[:cap],
+                " " + end,
+                " " + right[:cap] if right else "",
+            ]
+        return texts
 
 
 class PromptTokenizer:

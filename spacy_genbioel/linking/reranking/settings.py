@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from spacy_genbioel.linking.numbers import Bound, bounded, check_numbers
+
 __all__ = ["RerankerSettings"]
 
 
@@ -26,21 +28,19 @@ class RerankerSettings:
     #: forced lists cost 2 points of recall@1 on NCBI dev, docs/benchmarks.md)
     beam: str = "never"
     #: retrieval-only fused probability from which retrieval settles a mention (None: the fusion file's)
-    settle_threshold: Optional[float] = None
+    settle_threshold: Optional[float] = bounded(None, Bound(float, optional=True))
     #: retrieval-only fused probability below which the cascade also runs beam search (None: the fusion file's)
-    beam_threshold: Optional[float] = None
+    beam_threshold: Optional[float] = bounded(None, Bound(float, optional=True))
     #: in a cascade fitted with ``fit-fusion --defer``: the probability (of a fusion without the deferred
     #: retrievers) from which a mention is linked before they run (None: the fusion file's; above 1: never)
-    early_threshold: Optional[float] = None
+    early_threshold: Optional[float] = bounded(None, Bound(float, optional=True))
     #: with a fusion: the generator's beam width and list length, as the fusion's fold predictions were made
     #: (None: the fusion file's ``fit-fusion --generator-beams``, else ``decoding.num_beams``); ``decoding.top_k``
     #: fused candidates are written whatever the width
-    generator_beams: Optional[int] = None
+    generator_beams: Optional[int] = bounded(None, Bound(int, 1, optional=True))
 
     def __post_init__(self) -> None:
-        beams = self.generator_beams
-        if beams is not None and (isinstance(beams, bool) or not isinstance(beams, int) or beams < 1):
-            raise ValueError(f"reranker.generator_beams must be a whole number of at least 1 or None, got {beams!r}")
+        check_numbers(self, "reranker")
         if self.cascade not in ("off", "on"):
             raise ValueError(f"reranker.cascade must be 'off' or 'on', got {self.cascade!r}")
         if self.beam not in ("weak", "never", "always"):
