@@ -53,6 +53,7 @@ from spacy_genbioel.linking.inputs.short_forms import find_short_forms
 from spacy_genbioel.linking.kb_view import LinkerKB
 from spacy_genbioel.linking.model_inputs import recorded_inputs, warn_on_input_style
 from spacy_genbioel.linking.paths import check_resource_paths, read_component_cfg
+from spacy_genbioel.linking.reranking.beam_width import generator_decoding
 from spacy_genbioel.linking.reranking.cascade import LinkPaths, link_with_paths, make_reranker
 from spacy_genbioel.linking.reranking.fusion import SHIPPED, FusionFormatError, FusionModel
 from spacy_genbioel.linking.reranking.retrieval_only import (
@@ -241,17 +242,8 @@ class GenBioELLinker(Pipe):
         warn_on_input_style(self.name, model, self.inputs)
         candidates = self.candidates
         retriever = make_candidate_generator(candidates.retriever, kb, model=candidates.model)
-        # with a fusion, the generator searches at the width its fold predictions were made with
-        beams = (
-            (self.settings.reranker.generator_beams or self.fusion.fit.get("generator_beams"))
-            if self.fusion is not None
-            else None
-        )
-        decoding = (
-            dataclasses.replace(self.decoding, num_beams=beams, top_k=min(self.decoding.top_k, beams))
-            if beams
-            else self.decoding
-        )
+        # the one place the beam width is decided (decoding.num_beams, reranker.generator_beams, the fusion file)
+        decoding = generator_decoding(self.decoding, self.settings.reranker, self.fusion, self.name)
         parts = dict(inputs=self.inputs, decoding=decoding, candidates=candidates, retriever=retriever)
         try:
             linker = GenerativeLinker(model, tokenizer, kb, trie, **parts)
@@ -303,19 +295,6 @@ class GenBioELLinker(Pipe):
                 "The '%s' fusion was fitted on free decoding; exact_match, shortcut_threshold and "
                 "candidates change the generator's lists it reads",
                 self.name,
-            )
-        width = (
-            (self.fusion.fit.get("generator_width") or 0)
-            if self.fusion is not None and self.fusion.generator == "beam"
-            else 0
-        )
-        if width and min(linker.decoding.top_k, self.fusion.depth) != min(width, self.fusion.depth):
-            logger.warning(
-                "The '%s' fusion was fitted on the generator's top %d; it now reads its top %d "
-                "(reranker.generator_beams: the beam width its fold predictions were made with)",
-                self.name,
-                width,
-                linker.decoding.top_k,
             )
         return make_reranker(
             self.fusion,
