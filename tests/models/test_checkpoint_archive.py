@@ -232,3 +232,18 @@ def test_a_tensor_claiming_more_than_its_storage_is_refused_before_a_model_is_si
     tied = genuine(tmp_path, "tied.bin", OrderedDict((f"w{i}", base) for i in range(64)))  # one tensor, 64 names
     state, _ = checkpoint_pickle.tensor_entries(checkpoint_pickle.load_checkpoint_file(tied)[0], tied)
     assert len(state) == 64
+
+
+@pytest.mark.parametrize("size", [1 << 40, 100 << 20])
+def test_a_legacy_pickles_length_field_is_not_allocated(tmp_path, size):
+    """``BufferedReader.read(n)`` allocates ``n``: a 20-byte file claiming a 1 TiB string is refused."""
+    path = tmp_path / "legacy.bin"
+    path.write_bytes(b"\x80\x04\x8e" + size.to_bytes(8, "little") + b"abc.")  # BINBYTES8
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=f"holds a {size}-byte value, over the 64 MiB") as err:
+            checkpoint_pickle.scan_pickle_globals(path)
+        assert tracemalloc.get_traced_memory()[1] < 4 << 20
+    finally:
+        tracemalloc.stop()
+    assert str(path) in str(err.value)
