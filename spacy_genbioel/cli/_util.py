@@ -107,11 +107,20 @@ OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
 def component_settings(args: Sequence[str], **flags: Any) -> Dict[str, Any]:
     """A command's ``genbioel`` settings: its dotted overrides (``--decoding.top_k 10``, from
     ``ctx.args``) over the common flags given as settings (``device="cpu"``,
-    ``**{"reranker.fusion": path}``; None: not given). An unknown setting is a usage error naming it."""
+    ``**{"reranker.fusion": path}``; None: not given). An unknown setting is a usage error naming it.
+
+    ``--reranker.fusion none`` links without any fusion, a pipeline's own fusion.json included (the
+    generator alone); ``--reranker.fusion null`` says the same (a null override would otherwise mean
+    "not given" and keep the pipeline's own)."""
+    from spacy_genbioel.linking.reranking.settings import NO_FUSION
     from spacy_genbioel.linking.settings import UnknownSettingError, nested_overrides
 
     try:
-        settings = {**{key: value for key, value in flags.items() if value is not None}, **parse_overrides(args)}
+        overrides = parse_overrides(args)
+        for key in ("reranker.fusion", "fusion"):
+            if key in overrides and overrides[key] is None:
+                overrides[key] = NO_FUSION
+        settings = {**{key: value for key, value in flags.items() if value is not None}, **overrides}
         nested_overrides(settings)
     except (UnknownSettingError, click.NoSuchOption) as err:
         raise typer.BadParameter(

@@ -25,12 +25,14 @@ def evaluate_cmd(
     dense_model: Optional[Path] = typer.Option(
         None,
         "--model",
-        help="--linker dense (or genbioel's candidates.model): encoder directory (default: the installed all-MiniLM-L6-v2)",
+        help="--linker dense (or genbioel's candidates.model): encoder directory "
+        "(default: the installed all-MiniLM-L6-v2)",
     ),
     pipeline: Optional[Path] = typer.Option(None, help="spaCy pipeline directory with a genbioel component"),
     fusion: Optional[Path] = typer.Option(
         None,
-        help="genbioel: rerank with these score-fusion weights (reranker.fusion: `fit-fusion` JSON) instead of the pipeline's own",
+        help="genbioel: rerank with these score-fusion weights (reranker.fusion: `fit-fusion` JSON) instead of "
+        "the pipeline's own (--reranker.fusion none: no fusion at all, the generator alone)",
     ),
     kb: Optional[Path] = typer.Option(None, help="KB for the peers (genbioel uses the pipeline's)"),
     train: Optional[Path] = typer.Option(None, help="Training split, for GenBioEL's sub-population table"),
@@ -45,17 +47,20 @@ def evaluate_cmd(
     plots: Optional[Path] = typer.Option(None, help="Folder for the similarity-bin plot"),
     calibration: Optional[Path] = typer.Option(
         None,
-        help="Write the precision-coverage curve of the top score (abstaining below a threshold) to this JSON file, and its plot beside it (.png)",
+        help="Write the precision-coverage curve of the top score (abstaining below a threshold) to this JSON "
+        "file, and its plot beside it (.png)",
     ),
     target_precision: float = typer.Option(
         0.95,
-        help="Report the abstention threshold that reaches this precision (and, in --calibration, the file's default for `package --calibration`)",
+        help="Report the abstention threshold that reaches this precision (and, in --calibration, the file's "
+        "default for `package --calibration`)",
     ),
     device: Optional[str] = typer.Option(None, help="genbioel: auto | cpu | cuda | cuda:N (default: the pipeline's)"),
     end_to_end: bool = typer.Option(
         False,
         "--end-to-end",
-        help="Score the pipeline's own entities: NER + linking P/R/F1, strict and partial (a peer --linker links the pipeline's NER entities)",
+        help="Score the pipeline's own entities: NER + linking P/R/F1, strict and partial (a peer --linker "
+        "links the pipeline's NER entities)",
     ),
     label_map: Optional[str] = typer.Option(
         None, help="--end-to-end: gold labels -> NER labels: ncbi or FROM=TO,FROM=TO"
@@ -72,7 +77,9 @@ def evaluate_cmd(
     """Recall@1/@5 with GenBioEL's rules, KB coverage, sub-populations and similarity bins
     (or, with --end-to-end, NER + linking P/R/F1 on the pipeline's own entities). Any genbioel
     setting follows as --block.setting VALUE (default: the pipeline's): --candidates.retriever tfidf,
-    --candidates.num_candidates 10, --candidates.shortcut_threshold 0.9, --decoding.exact_match true."""
+    --candidates.num_candidates 10, --candidates.shortcut_threshold 0.9, --decoding.exact_match true.
+    --reranker.fusion none (or null) links without any fusion, the pipeline's own fusion.json included:
+    the generator alone."""
     setup_logging(verbose)
     if skip_missing and not corpus_path.exists():
         written = f" {json_path} not written." if json_path else ""
@@ -185,7 +192,8 @@ def calibration_plot_cmd(
     ),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the comparison table as JSON"),
 ) -> None:
-    """Compare linkers' precision-coverage curves: precision at 90% and 95% coverage, the threshold for a target precision."""
+    """Compare linkers' precision-coverage curves: precision at 90% and 95% coverage, the threshold for a
+    target precision."""
     import json
 
     from wasabi import table

@@ -22,6 +22,7 @@ from spacy_genbioel.evaluation.plots import plot_calibration, plot_similarity_bi
 from spacy_genbioel.evaluation.report import EvaluationReport, evaluate_linker, write_predictions
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.linking.reranking.fusion import FusionFormatError, resolve_fusion_path
+from spacy_genbioel.linking.reranking.settings import NO_FUSION
 from spacy_genbioel.linking.settings import NO_RETRIEVER, UnknownSettingError, load_overrides, nested_overrides
 from spacy_genbioel.ty import Linker
 from spacy_genbioel.util import PathLike, resolve_device
@@ -90,7 +91,7 @@ def check_component_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
         )
     fusion = nested.get("reranker", {}).get("fusion")
     try:
-        fusion_file = resolve_fusion_path(fusion) if fusion is not None else None
+        fusion_file = resolve_fusion_path(fusion) if fusion not in (None, NO_FUSION) else None
     except FusionFormatError as err:
         raise EvaluationSetupError(str(err)) from None
     if fusion_file is not None and not fusion_file.is_file():  # else a pipeline's own fusion.json would stand in for it

@@ -62,6 +62,7 @@ from spacy_genbioel.linking.reranking.retrieval_only import (
     default_retrieval_fusion,
     retrieval_reranker,
 )
+from spacy_genbioel.linking.reranking.settings import NO_FUSION
 from spacy_genbioel.linking.scispacy_compat import warn_on_scispacy_habits, written_candidates
 from spacy_genbioel.linking.scorer import ASSIGNS, REQUIRES, SCORE_WEIGHTS, SCORER_CONFIG, bind_scorer
 from spacy_genbioel.linking.settings import (
@@ -147,7 +148,7 @@ class GenBioELLinker(Pipe):
         # instead (as it does for the model and KB); anything else raises this on first use
         self._fusion_missing: Optional[FusionFormatError] = None
         fusion_path = self.settings.reranker.fusion
-        if fusion_path:
+        if self.settings.reranker.enabled and fusion_path:  # "none": no fusion, not even a saved one
             try:
                 self.fusion = FusionModel.load(fusion_path)
             except FusionFormatError as err:
@@ -258,6 +259,12 @@ class GenBioELLinker(Pipe):
         pipeline then carries as its own fusion.json."""
         if self._fusion_missing is not None:
             raise self._fusion_missing
+        if self.settings.reranker.fusion == NO_FUSION:
+            raise ValueError(
+                f"The '{self.name}' component has no model: its retrievers link through a fusion, so "
+                f"reranker.fusion = {NO_FUSION!r} leaves nothing to link with (give a fusion file, or null for "
+                "the pipeline's own)"
+            )
         if self.fusion is None:
             self.fusion = default_retrieval_fusion()
             logger.info(
@@ -483,7 +490,7 @@ class GenBioELLinker(Pipe):
         for name in (kb_file, "model") if has_model else (kb_file,):
             if not (path / name).exists():
                 raise ModelFileNotFoundError(f"{path / name} not found: the saved component is incomplete")
-        configured = self.settings.reranker.fusion
+        configured = self.settings.reranker.fusion  # NO_FUSION: neither the saved one nor another
         own = configured is None or configured == meta.get("fusion_config") or self._fusion_missing is not None
         if own and (path / "fusion.json").exists():  # else a fusion other than the saved one was asked for
             if self._fusion_missing is not None:

@@ -117,7 +117,7 @@ def warn_on_scispacy_habits(name: str, settings: Any) -> None:
     """Warn when ``[output] threshold`` is above every score the component can write: positive
     while scores are mean log-probabilities (no ``probability``, no fusion), as scispacy's 0.7 is."""
     threshold = settings.output.threshold
-    if threshold is None or threshold <= 0 or settings.output.probability or settings.reranker.fusion:
+    if threshold is None or threshold <= 0 or settings.output.probability or settings.reranker.enabled:
         return
     logger.warning(
         "The '%s' component's threshold %s is above every score it writes (mean log-probabilities, "

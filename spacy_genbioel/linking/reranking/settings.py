@@ -10,14 +10,18 @@ from typing import Optional
 
 from spacy_genbioel.linking.numbers import Bound, bounded, check_numbers
 
-__all__ = ["RerankerSettings"]
+__all__ = ["NO_FUSION", "RerankerSettings"]
+
+#: ``reranker.fusion`` that switches fusion off, a saved pipeline's own fusion.json too (null: the pipeline's own)
+NO_FUSION = "none"
 
 
 @dataclass(frozen=True)
 class RerankerSettings:
     """Reranking of the linker's candidates (:mod:`~spacy_genbioel.linking.reranking.fusion`)."""
 
-    #: score fusion weights (a ``fit-fusion`` JSON file); a saved pipeline carries its own as fusion.json
+    #: score fusion weights (a ``fit-fusion`` JSON file); a saved pipeline carries its own as fusion.json,
+    #: which null keeps; ``none``: no fusion at all, the generator's own ranking (``--reranker.fusion none``)
     fusion: Optional[str] = None
     #: ``off``: the generator's beam, then the fusion; ``on``: mentions retrieval settles skip the
     #: generator, the rest get forced scores of the retrieved names, or beam search and the fusion when
@@ -48,4 +52,4 @@ class RerankerSettings:
 
     @property
     def enabled(self) -> bool:
-        return self.fusion is not None
+        return self.fusion not in (None, NO_FUSION)
