@@ -73,17 +73,28 @@ def test_workflows_are_imported_by_the_cli_only():
     assert not offenders, "the library never imports workflows/:\n" + "\n".join(offenders)
 
 
+def _spacy_factory(node: ast.AST) -> bool:
+    """A function decorated ``@Language.factory(...)``: its parameters are its config's keys."""
+    return any(
+        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "factory"
+        for d in getattr(node, "decorator_list", [])
+    )
+
+
 def test_library_functions_take_at_most_8_parameters():
     """Public library functions and constructors (not the CLI's commands, whose
-    options are their interface) take at most 8 parameters (``self``/``cls`` not
-    counted): more settings go into one settings object."""
+    options are their interface, nor spaCy factories, whose parameters are their
+    config's keys) take at most 8 parameters (``self``/``cls`` not counted): more
+    settings go into one settings object."""
     wide = []
     for name, path in modules().items():
         if name.startswith("spacy_genbioel.cli"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                not node.name.startswith("_") or node.name == "__init__"
+            if (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and (not node.name.startswith("_") or node.name == "__init__")
+                and not _spacy_factory(node)
             ):
                 params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
                 n = len(params) - (1 if params and params[0].arg in ("self", "cls") else 0)

@@ -35,7 +35,7 @@ import tarfile
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from spacy.language import Language
 from spacy.pipeline import Pipe
@@ -62,16 +62,17 @@ from spacy_genbioel.linking.reranking.retrieval_only import (
     default_retrieval_fusion,
     retrieval_reranker,
 )
-from spacy_genbioel.linking.reranking.settings import NO_FUSION
+from spacy_genbioel.linking.reranking.settings import NO_FUSION, RerankerSettings
 from spacy_genbioel.linking.scispacy_compat import warn_on_scispacy_habits, written_candidates
 from spacy_genbioel.linking.scorer import ASSIGNS, REQUIRES, SCORE_WEIGHTS, SCORER_CONFIG, bind_scorer
 from spacy_genbioel.linking.settings import (
     DEFAULT_CONFIG,
     CandidateSettings,
+    ComponentResources,
     DecodingSettings,
     LinkerSettings,
     OutputSettings,
-    factory_signature,
+    with_legacy_names,
     written_score,
 )
 from spacy_genbioel.linking.span_outputs import concept_scores, register_extensions
@@ -86,15 +87,67 @@ logger = logging.getLogger(__name__)
 register_extensions(OutputSettings())  # the default names exist once the package is imported
 
 
-def make_genbioel(nlp: Language, name: str, scorer: Optional[Callable] = None, **config: Any) -> "GenBioELLinker":
-    """The ``genbioel`` factory: resources at the top level, behaviour in the ``inputs``,
-    ``decoding``, ``candidates``, ``output`` and ``reranker`` blocks (:mod:`.settings`, where
-    each setting is defined once; the signature spaCy validates against is derived from there).
+@Language.factory(
+    "genbioel",
+    default_config={**DEFAULT_CONFIG, "scorer": SCORER_CONFIG},
+    assigns=ASSIGNS,
+    requires=REQUIRES,
+    default_score_weights=SCORE_WEIGHTS,
+)
+def make_genbioel(
+    nlp: Language,
+    name: str,
+    *,
+    model: Optional[str],
+    tokenizer: Optional[str],
+    kb: Optional[str],
+    kb_normalizer: str,
+    kb_dedup: bool,
+    labels: List[str],
+    spans_key: Optional[str],
+    device: str,
+    dtype: str,
+    resolve_abbreviations: bool,
+    recorded_inputs: bool,
+    inputs: InputBuilder,
+    decoding: DecodingSettings,
+    candidates: Union[CandidateSettings, str],
+    output: OutputSettings,
+    reranker: RerankerSettings,
+    scorer: Optional[Callable] = None,
+    **legacy: Any,
+) -> "GenBioELLinker":
+    """The ``genbioel`` factory, in spaCy's manner: one keyword per top-level setting and one per
+    config block; their defaults are the factory's ``default_config`` (:data:`~.settings.DEFAULT_CONFIG`).
 
-    Flat settings of pipelines saved by spacy_genbioel 0.1 (``num_beams``, ``candidates =
-    "tfidf"``, ...) and 0.2 (``fusion``) are accepted and mapped onto the blocks, so such a
-    pipeline loads and links as it did."""
-    settings = LinkerSettings.from_config(config)
+    The top level names the resources (:class:`~.settings.ComponentResources`: ``model``,
+    ``tokenizer``, ``kb``, ``kb_normalizer``, ``kb_dedup``, ``labels``, ``spans_key``, ``device``,
+    ``dtype``, ``resolve_abbreviations``, ``recorded_inputs``); the behaviour is in the blocks
+    ``inputs`` (:class:`~.inputs.builder.InputBuilder`), ``decoding``
+    (:class:`~.decoding.decoder.DecodingSettings`), ``candidates``
+    (:class:`~.decoding.candidates.CandidateSettings`), ``output`` (:class:`~.settings.OutputSettings`)
+    and ``reranker`` (:class:`~.reranking.settings.RerankerSettings`), where each setting is defined once.
+
+    ``legacy``: the flat settings of pipelines saved by spacy_genbioel 0.1 (``num_beams = 4``,
+    ``candidates = "tfidf"``) and 0.2 (``fusion``), mapped onto their block where the block holds its
+    default (:data:`~.settings.LEGACY_SETTINGS`), and scispacy's ``EntityLinker`` arguments, answered
+    with where their meaning lives here; None: not given. spaCy accepts only parameters, so these
+    names are keyword parameters of the signature it validates against (:func:`~.settings.with_legacy_names`)."""
+    resources = ComponentResources(
+        model=model,
+        tokenizer=tokenizer,
+        kb=kb,
+        kb_normalizer=kb_normalizer,
+        kb_dedup=kb_dedup,
+        labels=labels,
+        spans_key=spans_key,
+        device=device,
+        dtype=dtype,
+        resolve_abbreviations=resolve_abbreviations,
+        recorded_inputs=recorded_inputs,
+    )
+    blocks = {"inputs": inputs, "decoding": decoding, "candidates": candidates, "output": output, "reranker": reranker}
+    settings = LinkerSettings.from_config({**dataclasses.asdict(resources), **blocks, **legacy})
     check_resource_paths(nlp, name, settings.resources)  # at add_pipe, not on the first document
     warn_on_shared_outputs(nlp, name, settings.output)
     warn_on_scispacy_habits(name, settings)
@@ -122,16 +175,8 @@ def warn_on_shared_outputs(nlp: Language, name: str, output: OutputSettings) -> 
             )
 
 
-make_genbioel.__signature__ = factory_signature(  # type: ignore[attr-defined]
-    *list(inspect.signature(make_genbioel).parameters.values())[:3]
-)
-Language.factory(
-    "genbioel",
-    default_config={**DEFAULT_CONFIG, "scorer": SCORER_CONFIG},
-    assigns=ASSIGNS,
-    requires=REQUIRES,
-    default_score_weights=SCORE_WEIGHTS,
-)(make_genbioel)
+# what spaCy validates a config against: the parameters above and the legacy names ``**legacy`` takes
+make_genbioel.__signature__ = with_legacy_names(inspect.signature(make_genbioel))  # type: ignore[attr-defined]
 
 
 class GenBioELLinker(Pipe):

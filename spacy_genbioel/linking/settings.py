@@ -22,7 +22,7 @@ and the ``.v1`` a saved pipeline names keeps working)::
     @misc = "genbioel.reranker.v1"        # score fusion over the candidates  (.reranking.settings.RerankerSettings)
 
 Everything else derives from these classes: :data:`DEFAULT_CONFIG` (the
-factory's default config), the factory's signature (:func:`factory_signature`),
+factory's default config), the legacy names the factory takes (:func:`with_legacy_names`),
 :data:`SETTING_BLOCKS` and :func:`nested_overrides` (what ``evaluate``,
 ``package`` and ``annotate`` take as ``--decoding.top_k 10``), and
 :class:`LinkerSettings.from_config`, which also maps the flat settings of
@@ -67,7 +67,8 @@ __all__ = [
     "written_score",
     "nested_overrides",
     "load_overrides",
-    "factory_signature",
+    "LEGACY_NAMES",
+    "with_legacy_names",
 ]
 
 NO_RETRIEVER = NO_CANDIDATES
@@ -302,29 +303,27 @@ def _build(cls: type, value: Any) -> Any:
     return value if isinstance(value, cls) else cls(**_as_dict(value))
 
 
-def factory_signature(*leading: inspect.Parameter) -> inspect.Signature:
-    """The factory's signature, derived from the settings classes: ``leading`` (``nlp``,
-    ``name``), one keyword per resource and block (typed, so that spaCy validates the
-    config), and the legacy flat names (``None``: not given). confection validates a
-    config against its factory's signature and refuses ``**kwargs``, so the accepted
-    names must be parameters; deriving them keeps one definition."""
-    hints = typing.get_type_hints(ComponentResources)
-    params = list(leading)
+#: the names the factory accepts besides its own parameters: the flat settings of 0.1/0.2 pipelines and
+#: scispacy's ``EntityLinker`` arguments (answered with where they live here, not confection's
+#: "unexpected argument"); None: not given
+LEGACY_NAMES: Tuple[str, ...] = tuple(
+    dict.fromkeys(
+        [name for name in LEGACY_SETTINGS if SETTING_BLOCKS.get(name, "flat") is not None] + list(SCISPACY_SETTINGS)
+    )
+)
+
+
+def with_legacy_names(signature: inspect.Signature) -> inspect.Signature:
+    """The factory's ``signature`` with its ``**legacy`` replaced by one keyword per name of
+    :data:`LEGACY_NAMES` (default None). confection validates a config against its factory's
+    signature and refuses names a ``**kwargs`` would take, so a saved config that holds them
+    loads only if they are parameters."""
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     params += [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name])
-        for name in _defaults(ComponentResources)
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any])
+        for name in LEGACY_NAMES
     ]
-    for block, (_, cls) in BLOCKS.items():
-        annotation: Any = Union[cls, str] if block == "candidates" else cls  # 0.1: candidates = "tfidf"
-        params.append(inspect.Parameter(block, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
-    # the legacy flat names, and scispacy's arguments (answered with where they live, not
-    # confection's "unexpected argument"): None, not given
-    flat = [name for name in LEGACY_SETTINGS if name not in SETTING_BLOCKS or SETTING_BLOCKS[name] is not None]
-    flat += [name for name in SCISPACY_SETTINGS if name not in flat]
-    params += [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[Any]) for name in flat
-    ]
-    return inspect.Signature(params)
+    return signature.replace(parameters=params)
 
 
 def nested_overrides(settings: Mapping[str, Any]) -> Dict[str, Any]:

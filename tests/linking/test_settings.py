@@ -2,6 +2,7 @@
 
 import dataclasses
 import inspect
+import typing
 
 import pytest
 import spacy
@@ -12,6 +13,7 @@ from spacy_genbioel.linking.inputs.builder import InputBuilder
 from spacy_genbioel.linking.settings import (
     BLOCKS,
     DEFAULT_CONFIG,
+    LEGACY_NAMES,
     LEGACY_SETTINGS,
     SETTING_BLOCKS,
     CandidateSettings,
@@ -48,12 +50,22 @@ def test_default_config_is_derived_from_the_dataclasses():
     assert pipe.settings == LinkerSettings()
 
 
-def test_the_factory_signature_lists_every_setting_once():
+def test_the_factory_takes_one_keyword_per_resource_and_per_block():
+    """The factory's own parameters are the settings classes': a new block or resource cannot be forgotten."""
     from spacy_genbioel.linking.component import make_genbioel
 
+    hints = typing.get_type_hints(make_genbioel)  # the def's parameters, in order (not the legacy names)
+    own = [name for name in hints if name not in ("nlp", "name", "scorer", "legacy", "return")]
+    assert own == [f.name for f in dataclasses.fields(ComponentResources)] + list(BLOCKS)
+    resources = typing.get_type_hints(ComponentResources)
+    assert all(hints[name] == resources[name] for name in resources)
+    for block, (_, cls) in BLOCKS.items():  # candidates also takes 0.1's retriever name
+        assert hints[block] is cls or hints[block] == typing.Union[cls, str], block
+    # what spaCy validates a config against: those, and the legacy names (None: not given)
     params = inspect.signature(make_genbioel).parameters
     assert set(DEFAULT_CONFIG) <= set(params) and set(LEGACY_SETTINGS) <= set(params)
-    assert params["decoding"].annotation is DecodingSettings
+    assert all(params[name].default is None for name in LEGACY_NAMES)
+    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def test_a_new_field_reaches_the_config_and_the_overrides():
