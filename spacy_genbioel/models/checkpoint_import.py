@@ -475,13 +475,15 @@ def _not_written_by_an_import(out: Path) -> List[str]:
         return [RECORD_NAME + " (not an import record)"]
     if not isinstance(record, dict) or "verification" not in record:
         return [RECORD_NAME + " (not an import record)"]
-    written = set(listed) if isinstance(listed, list) else IMPORT_FILES
+    listed = set(listed) if isinstance(listed, list) else None
+
+    def written(name: str) -> bool:  # what the record lists, of what an import writes (a record can be edited)
+        return (name in IMPORT_FILES or bool(SHARD_NAME.fullmatch(name))) and (listed is None or name in listed)
+
     return sorted(
         entry.name + ("/" if entry.is_dir() else "")
         for entry in out.iterdir()
-        if entry.is_dir()
-        or entry.is_symlink()
-        or not (entry.name in written or (not isinstance(listed, list) and SHARD_NAME.fullmatch(entry.name)))
+        if entry.is_dir() or entry.is_symlink() or not written(entry.name)
     )
 
 

@@ -73,6 +73,12 @@ def test_replace_of_an_older_import_without_a_file_list(tmp_path, micro_model):
     (out / "import.json").write_text(json.dumps(record))
     import_checkpoint(src, out, ImportOptions(no_tokenizer=True, replace=True))
     assert "files" in json.loads((out / "import.json").read_text())
+    record = json.loads((out / "import.json").read_text())
+    (out / "thesis.tex").write_text("mine")
+    (out / "import.json").write_text(json.dumps({**record, "files": record["files"] + ["thesis.tex"]}))
+    with pytest.raises(CheckpointError, match="thesis.tex"):  # an edited record lists what no import writes
+        import_checkpoint(src, out, ImportOptions(no_tokenizer=True, replace=True))
+    (out / "thesis.tex").unlink()
     (out / "import.json").write_text("{}")  # a file named import.json is not an import
     with pytest.raises(CheckpointError, match="not an import record"):
         import_checkpoint(src, out, ImportOptions(no_tokenizer=True, replace=True))
