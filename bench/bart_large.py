@@ -648,8 +648,9 @@ def markdown(report: Dict[str, Any]) -> str:
     out = [
         f"BART-large linker (random weights, {_fmt(report['model'].get('parameters'))} parameters, vocabulary "
         f"{_fmt(report['model'].get('model_vocab'))}), {report['date']}",
-        f"Machine: {m['cpu']}, {m['usable_cores']} cores, {_fmt(m['memory_gib'])} GiB; torch {v['torch']}, "
-        f"transformers {v['transformers']}, spaCy {v['spacy']}, spacy_genbioel {v['spacy_genbioel']}, Python {v['python']}",
+        f"Machine: {m['cpu']}, {m['usable_cores']} cores, {_fmt(m['memory_gib'])} GiB; "
+        f"torch {v['torch']}, transformers {v['transformers']}, spaCy {v['spacy']}, "
+        f"spacy_genbioel {v['spacy_genbioel']}, Python {v['python']}",
         "",
         *([f"**Stopped**: {report['error']}", ""] if report.get("error") else []),
         "| step | wall s | CPU s | peak RSS MB | what |",
@@ -686,8 +687,8 @@ def markdown(report: Dict[str, Any]) -> str:
             out.append(f"| {name} | {t['error']} | | | | | | |")
             continue
         out.append(
-            f"| {name} | {_fmt(t['names'])} | {_fmt(t['nodes'])} | {_fmt(t['build_s'], 2)} | {_fmt(t['peak_rss_mb'])} | "
-            f"{_fmt(t['build_rss_growth_mb'])} | {_fmt(t['arrays_mb'])} | {_fmt(t['file_mb'])} |"
+            f"| {name} | {_fmt(t['names'])} | {_fmt(t['nodes'])} | {_fmt(t['build_s'], 2)} | {_fmt(t['peak_rss_mb'])} "
+            f"| {_fmt(t['build_rss_growth_mb'])} | {_fmt(t['arrays_mb'])} | {_fmt(t['file_mb'])} |"
         )
     out += [
         "",
@@ -697,13 +698,14 @@ def markdown(report: Dict[str, Any]) -> str:
     for r in report["runs"]:
         if "error" in r:
             out.append(
-                f"| {r['route']} | {r['dtype']} | {r['threads']} | {r['error']} | | | {_fmt(r['peak_rss_mb'])} | {_fmt(r['wall_s'])} |"
+                f"| {r['route']} | {r['dtype']} | {r['threads']} | {r['error']} | | | {_fmt(r['peak_rss_mb'])} | "
+                f"{_fmt(r['wall_s'])} |"
             )
             continue
         own = f" ({_fmt(r['genbioel_load_s'], 2)})" if "genbioel_load_s" in r else ""
         out.append(
-            f"| {r['route']} | {r['dtype']} | {r['threads']} | {_fmt(r['mentions'])} | {_fmt(r['mentions_per_s'], 2)} | "
-            f"{_fmt(r['load_s'], 2)}{own} | {_fmt(r['peak_rss_mb'])} | {_fmt(r['wall_s'])} |"
+            f"| {r['route']} | {r['dtype']} | {r['threads']} | {_fmt(r['mentions'])} | {_fmt(r['mentions_per_s'], 2)} "
+            f"| {_fmt(r['load_s'], 2)}{own} | {_fmt(r['peak_rss_mb'])} | {_fmt(r['wall_s'])} |"
         )
     return "\n".join(out)
 

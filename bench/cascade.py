@@ -7,7 +7,8 @@ clock starts; wall and process CPU time), and the share of mentions per path (``
 
     python bench/cascade.py --pipeline training/ncbi/tiny/crossfit/models/fold-0/pipeline_plain \\
         --corpus ../shared/data/ncbi_disease/NCBIdevelopset_corpus.txt \\
-        --fusion training/ncbi/tiny/crossfit/fusion_plain.json --cascade training/ncbi/tiny/crossfit/cascade_plain.json \\
+        --fusion training/ncbi/tiny/crossfit/fusion_plain.json \\
+        --cascade training/ncbi/tiny/crossfit/cascade_plain.json \\
         --out metrics/cascade_ncbi_plain.json
 
 Rows: ``generator`` (beam search, no fusion), ``fusion`` (beam search, then the fusion fitted on
@@ -15,12 +16,12 @@ beam lists: today's default), ``forced_fusion`` (every mention: forced scores of
 names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced),
 ``cascade_weak_beam`` (beam search also where retrieval looks weak), ``retrieval_only`` (every
 mention settled by retrieval: the cascade's floor, what the retrievers and the fusion cost without the
-generator) and ``cascade_int8`` (the generator's linear layers in int8); ``--pipeline-row NAME=DIR`` adds a row measured on
-another pipeline as it links (the retrieval-only pipeline of ``package --kb KB``, say); ``--variant rescnn=F,C`` adds those rows
-with other fusion files as ``fusion_rescnn``, ... (``--variant b2=F,C,2``: at 2 beams, for files fitted on
+generator) and ``cascade_int8`` (the generator's linear layers in int8); ``--pipeline-row NAME=DIR`` adds a row measured
+on another pipeline as it links (the retrieval-only pipeline of ``package --kb KB``, say); ``--variant rescnn=F,C`` adds
+those rows with other fusion files as ``fusion_rescnn``, ... (``--variant b2=F,C,2``: at 2 beams, for files fitted on
 2-beam lists); ``<row>_grouped`` (generator, fusion, cascade, cascade_weak_beam): the row with a decoder batch per
-prompt length (``decoding.mixed_prompts = false``), as before mixed prompt batches. ``--abstracts 1000`` also annotates that many abstracts
-through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
+prompt length (``decoding.mixed_prompts = false``), as before mixed prompt batches. ``--abstracts 1000`` also annotates
+that many abstracts through ``nlp.pipe`` (the pipeline's NER included) with today's fusion and the cascade.
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def main() -> None:
         print(name, json.dumps(report["rows"][name]), flush=True)
     base = report["rows"].get("fusion")
     if base:
-        for name, row in report["rows"].items():
+        for row in report["rows"].values():
             row["speedup_vs_fusion"] = round(row["mentions_per_second"] / base["mentions_per_second"], 2)
             row["cpu_speedup_vs_fusion"] = round(row["mentions_per_cpu_second"] / base["mentions_per_cpu_second"], 2)
     gen = report["rows"].get("generator")

@@ -41,12 +41,15 @@ def fit_fusion_cmd(
     source: List[str] = typer.Option(
         [],
         "--source",
-        help="NAME=FILE[,FILE...]: `evaluate --predictions` files of a source over held-out folds, fold i's file i-th (genbioel, tfidf, dense, ...)",
+        help="NAME=FILE[,FILE...]: `evaluate --predictions` files of a source over held-out folds, fold i's file i-th "
+        "(genbioel, tfidf, dense, ...)",
     ),
     model: Optional[Path] = typer.Option(
         None,
         "--model",
-        help="Instead of --source: a model not trained here (a model folder: import-checkpoint output; or a pipeline `package` wrote without --fusion), scored with the retrievers on --corpus, a labelled split it was not trained on (docs/published.md)",
+        help="Instead of --source: a model not trained here (a model folder: import-checkpoint output; or a pipeline "
+        "`package` wrote without --fusion), scored with the retrievers on --corpus, a labelled split it was not "
+        "trained on (docs/published.md)",
     ),
     corpus: Optional[Path] = typer.Option(
         None, "--corpus", help="--model: the labelled split to score (never one the model was trained on, never test)"
@@ -66,25 +69,30 @@ def fit_fusion_cmd(
     ),
     config: Optional[Path] = typer.Option(
         None,
-        help="--model with a model folder trained here: its fine-tuning config (encoder-input settings, as package --config)",
+        help="--model with a model folder trained here: its fine-tuning config (encoder-input settings, as package "
+        "--config)",
     ),
     predictions: Optional[Path] = typer.Option(
         None,
         "--predictions",
-        help="--model: keep the scoring pipeline and the predictions in this folder (a rerun reuses the sources scored already); default: a temporary folder",
+        help="--model: keep the scoring pipeline and the predictions in this folder (a rerun reuses the sources "
+        "scored already); default: a temporary folder",
     ),
     device: str = typer.Option("cpu", help="--model: the device the model scores on (auto | cpu | cuda | cuda:N)"),
     kb: List[Path] = typer.Option(
         [],
         "--kb",
-        help="--source: the KB each fold was scored with, in fold order (one for all folds, or one per fold); --model: the KB a model folder links into (a pipeline's own by default)",
+        help="--source: the KB each fold was scored with, in fold order (one for all folds, or one per fold); "
+        "--model: the KB a model folder links into (a pipeline's own by default)",
     ),
     out: Path = typer.Option(..., help="Fusion JSON to write (package --fusion, evaluate --fusion)"),
     depth: int = typer.Option(5, help="Candidates read from each source (the predictions' top-k)"),
     l2: float = typer.Option(1e-3, help="L2 penalty on the standardized weights"),
     exclude: List[Path] = typer.Option(
         [],
-        help="Prediction files (`evaluate --predictions`) of mentions to keep out of the fit: any example with the same text and gold concepts is dropped (AskAPatient folds repeat mention/concept pairs across validation splits)",
+        help="Prediction files (`evaluate --predictions`) of mentions to keep out of the fit: any example with the "
+        "same text and gold concepts is dropped (AskAPatient folds repeat mention/concept pairs across validation "
+        "splits)",
     ),
     retriever_model: List[str] = typer.Option(
         [],
@@ -93,17 +101,22 @@ def fit_fusion_cmd(
     ),
     generator: str = typer.Option(
         "beam",
-        help="How the genbioel lists are made: beam (beam search) or forced (evaluate --decoding.search forced: forced scores of the retrievers' candidates, what the cascade reads); --model makes them so",
+        help="How the genbioel lists are made: beam (beam search) or forced (evaluate --decoding.search forced: "
+        "forced scores of the retrievers' candidates, what the cascade reads); --model makes them so",
     ),
     alternative: List[str] = typer.Option(
         [],
         "--alternative",
-        help="NAME[,NAME...]: retriever sources the fusion may read instead of all of them (say twice or more: tfidf,dense and tfidf,rescnn); the one whose fusion, fitted on the other folds, links each held-out fold best (recall@1) is kept",
+        help="NAME[,NAME...]: retriever sources the fusion may read instead of all of them (say twice or more: "
+        "tfidf,dense and tfidf,rescnn); the one whose fusion, fitted on the other folds, links each held-out fold "
+        "best (recall@1) is kept",
     ),
     generator_beams: Optional[int] = typer.Option(
         None,
         min=1,
-        help="The beam width the genbioel files were made with (evaluate --decoding.num_beams; --model: scores at it), when not the model config's: recorded in the file, and pipelines linking with it search at that width (reranker.generator_beams)",
+        help="The beam width the genbioel files were made with (evaluate --decoding.num_beams; --model: scores at "
+        "it), when not the model config's: recorded in the file, and pipelines linking with it search at that width "
+        "(reranker.generator_beams)",
     ),
     cascade: bool = typer.Option(
         False,
@@ -115,16 +128,19 @@ def fit_fusion_cmd(
     ),
     max_recall_loss: Optional[float] = typer.Option(
         None,
-        help="Cascade: instead of --target-precision, settle as many mentions as keep its recall@1 on these predictions within this of the fusion's (0.002: 0.2 points)",
+        help="Cascade: instead of --target-precision, settle as many mentions as keep its recall@1 on these "
+        "predictions within this of the fusion's (0.002: 0.2 points)",
     ),
     beam_reach: float = typer.Option(
         0.5,
-        help="Cascade: retrieval looks weak (beam search runs too) where its candidates hold the gold concept at most this often",
+        help="Cascade: retrieval looks weak (beam search runs too) where its candidates hold the gold concept at most "
+        "this often",
     ),
     defer: List[str] = typer.Option(
         [],
         "--defer",
-        help="Cascade: a costly retriever (dense) that runs only for mentions the fusion's other retrievers do not settle (an early step with its own threshold, chosen the same way; reranker.early_threshold)",
+        help="Cascade: a costly retriever (dense) that runs only for mentions the fusion's other retrievers do not "
+        "settle (an early step with its own threshold, chosen the same way; reranker.early_threshold)",
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -171,7 +187,8 @@ def fit_fusion_cmd(
             raise typer.BadParameter(f"--model: give one --kb, got {len(kb)}")
         if alternative:
             raise typer.BadParameter(
-                "--alternative chooses on folds of --source predictions; with --model name the retrievers (--retrievers)"
+                "--alternative chooses on folds of --source predictions; with --model name the retrievers "
+                "(--retrievers)"
             )
     settings = {}
     for item in retriever_model:
@@ -269,7 +286,8 @@ def fit_retrieval_cmd(
     splits: Optional[Path] = typer.Option(
         None,
         "--splits",
-        help="A config of [splits.<name>] blocks (train, format, kb or kb_sources + kb_format, crosswalk, exclude): configs/retrieval/default.cfg made the package's default",
+        help="A config of [splits.<name>] blocks (train, format, kb or kb_sources + kb_format, crosswalk, exclude): "
+        "configs/retrieval/default.cfg made the package's default",
     ),
     data_dir: Optional[Path] = typer.Option(None, help="With --splits: the data folder its ${paths.data} names"),
     train: List[str] = typer.Option(
@@ -287,7 +305,8 @@ def fit_retrieval_cmd(
     exclude: List[str] = typer.Option(
         [],
         "--exclude",
-        help="NAME=FILE (repeatable): a corpus file, in the split's format, whose (mention, gold) pairs are kept out of the fit (AskAPatient's validation folds)",
+        help="NAME=FILE (repeatable): a corpus file, in the split's format, whose (mention, gold) pairs are kept out "
+        "of the fit (AskAPatient's validation folds)",
     ),
     out: Path = typer.Option(
         ..., help="Retrieval-only fusion JSON to write (package/add_pipe without a model: reranker.fusion)"
@@ -300,7 +319,8 @@ def fit_retrieval_cmd(
     ),
     max_recall_loss: float = typer.Option(
         0.002,
-        help="The early step settles as many mentions as keep recall@1 on the fit data within this of the full fusion's",
+        help="The early step settles as many mentions as keep recall@1 on the fit data within this of the full "
+        "fusion's",
     ),
     k: int = typer.Option(2, "--k", help="Folds of each split for the KB + training mentions variant"),
     abbreviations: bool = typer.Option(

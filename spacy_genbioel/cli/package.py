@@ -35,7 +35,8 @@ def package_cmd(
     ),
     entity_types: Optional[str] = typer.Option(
         None,
-        help="The entity ruler matches only names of concepts with one of these comma-separated types (and untyped ones): C,D,F for BC5CDR's CTD + MeSH KB",
+        help="The entity ruler matches only names of concepts with one of these comma-separated types (and untyped "
+        "ones): C,D,F for BC5CDR's CTD + MeSH KB",
     ),
     lang: str = typer.Option("en"),
     ner: Optional[Path] = typer.Option(
@@ -46,7 +47,8 @@ def package_cmd(
     ),
     calibration: Optional[Path] = typer.Option(
         None,
-        help="Take the threshold from a curve written by `evaluate --calibration`: the one reaching --target-precision on that data",
+        help="Take the threshold from a curve written by `evaluate --calibration`: the one reaching "
+        "--target-precision on that data",
     ),
     target_precision: Optional[float] = typer.Option(
         None, help="With --calibration: the precision to reach (default: the file's)"
@@ -54,11 +56,13 @@ def package_cmd(
     kb_url: Optional[str] = typer.Option(
         None,
         "--kb-url",
-        help="The KB's concept pages, recorded in meta.json for visualize: schemes (mesh,omim,umls,snomedct) or a template with {} for the ID",
+        help="The KB's concept pages, recorded in meta.json for visualize: schemes (mesh,omim,umls,snomedct) or a "
+        "template with {} for the ID",
     ),
     fusion: Optional[Path] = typer.Option(
         None,
-        help="Score fusion weights from `fit-fusion` (reranker.fusion): rerank the generator's candidates with its retrievers'; decode freely as the fusion was fitted",
+        help="Score fusion weights from `fit-fusion` (reranker.fusion): rerank the generator's candidates with its "
+        "retrievers'; decode freely as the fusion was fitted",
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -66,7 +70,8 @@ def package_cmd(
     spacy package; without --model it links with exact match, TF-IDF and MiniLM fused (no training needed). Any
     genbioel setting follows as --block.setting VALUE: --inputs.style genbioel-released-ncbi.v1 (a released
     checkpoint's inputs; recorded by import-checkpoint and applied by default), --decoding.num_beams 10,
-    --decoding.exact_match true, --candidates.retriever tfidf, --candidates.shortcut_threshold 0.9 (docs/training.md)."""
+    --decoding.exact_match true, --candidates.retriever tfidf, --candidates.shortcut_threshold 0.9 \
+(docs/training.md)."""
     setup_logging(verbose)
     from spacy_genbioel.kb import KBFormatError
     from spacy_genbioel.linking.reranking.fusion import FusionFormatError
@@ -120,7 +125,8 @@ def _threshold(
         msg.fail(str(err), exits=1)
     if threshold is None:
         msg.warn(
-            f"No threshold in {calibration} reaches precision {source['target_precision']}: the pipeline links every mention"
+            f"No threshold in {calibration} reaches precision {source['target_precision']}: "
+            "the pipeline links every mention"
         )
     else:
         msg.info(
@@ -138,7 +144,8 @@ def package_wheel_cmd(
     version: Optional[str] = typer.Option(None, help="Package version (default: meta.json's)"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """An installable wheel of a pipeline (spacy package --build wheel; needs the [package] extra), checked to require spacy_genbioel."""
+    """An installable wheel of a pipeline (spacy package --build wheel; needs the [package] extra), checked to \
+require spacy_genbioel."""
     setup_logging(verbose)
     from spacy_genbioel.training.wheel import WheelError, build_wheel, wheel_requirements
 

@@ -237,7 +237,11 @@ def _score_document(
     }
     for mode, span_ok in SPAN_RULES.items():
         for task, concept_ok in concept_rules.items():
-            owner = _max_matching(linked, linkable, lambda p, g: span_ok(p, g) and concept_ok(p, g))
+            owner = _max_matching(
+                linked,
+                linkable,
+                lambda p, g, span_ok=span_ok, concept_ok=concept_ok: span_ok(p, g) and concept_ok(p, g),
+            )
             matched = set(owner.values())
             ignored = sum(1 for i, p in enumerate(linked) if i not in matched and any(span_ok(p, g) for g in nil))
             prf = scores[task][mode]
@@ -247,7 +251,10 @@ def _score_document(
                 counts[f"ignored_nil_{mode}"] += ignored
                 counts[f"composite_matched_{mode}"] += sum(1 for g in owner if _is_composite(linkable[g]))
         # ner: spans (and labels) only, NIL mentions included
-        for task, rule in (("ner", lambda p, g: span_ok(p, g) and p.label == g.type), ("ner_untyped", span_ok)):
+        for task, rule in (
+            ("ner", lambda p, g, span_ok=span_ok: span_ok(p, g) and p.label == g.type),
+            ("ner_untyped", span_ok),
+        ):
             n_matched = len(_max_matching(predicted, gold, rule))
             prf = scores[task][mode]
             prf.tp, prf.fp, prf.fn = n_matched, len(predicted) - n_matched, len(gold) - n_matched

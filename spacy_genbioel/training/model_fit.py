@@ -4,7 +4,8 @@ Cross-fitting (:mod:`.crossfit`) fits the fusion on held-out predictions of fold
 same starting point as the final one: impossible for a released BART-large checkpoint on a CPU, whose
 training nobody repeats. A released model is a fixed function, so its own predictions on mentions it was
 never trained on are held-out predictions already. :func:`fit_model_fusion` makes them in one go, as
-``crossfit``'s score step makes a fold's (``evaluate --predictions`` rows, :func:`~spacy_genbioel.evaluation.run.run_evaluation`):
+``crossfit``'s score step makes a fold's (``evaluate --predictions`` rows,
+:func:`~spacy_genbioel.evaluation.run.run_evaluation`):
 
 * the generator's lists, as the cascade will read them: ``beam`` (beam search, no retriever, no exact
   match) or ``forced`` (its forced scores of the retrievers' top ``depth`` candidates);
@@ -239,8 +240,8 @@ def scoring_pipeline(
 
 def generator_row(options: FitOptions, retrievers: Sequence[str], device: str) -> Tuple[str, Dict[str, Any]]:
     """The name and component settings of the generator's row: beam search alone (``genbioel_beam[N]``, as
-    ``crossfit``'s), or forced scores of each retriever's top ``depth`` candidates (``genbioel_forced_<retrievers>_<depth>``,
-    what the cascade's forced step scores)."""
+    ``crossfit``'s), or forced scores of each retriever's top ``depth`` candidates
+    (``genbioel_forced_<retrievers>_<depth>``, what the cascade's forced step scores)."""
     settings: Dict[str, Any] = {"device": device, "decoding.exact_match": False}
     if options.generator == "forced":
         models = ",".join(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import fields
+from functools import partial
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -156,7 +157,9 @@ def train_seq2seq(
     began = clock()
     for step in range(min(config.max_steps, stop_after if stop_after is not None else config.max_steps)):
         batch = [next(stream) for _ in range(config.batch_size)]
-        loss, _ = train_step(model, optimizer, scheduler, lambda: batch_loss(batch), max_grad_norm=config.max_grad_norm)
+        loss, _ = train_step(
+            model, optimizer, scheduler, partial(batch_loss, batch), max_grad_norm=config.max_grad_norm
+        )
         losses.append(loss)
         if config.log_every and step % config.log_every == 0:
             logger.info("step %d loss %.4f lr %.2e", step, losses[-1], scheduler.get_last_lr()[0])

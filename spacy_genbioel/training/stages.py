@@ -74,13 +74,15 @@ class CorpusSettings:
     crosswalk: Optional[PathLike] = None
     #: keep only mentions of these entity types (empty: all)
     labels: Sequence[str] = ()
-    #: replace short forms by their long forms (scispacy's detector) before the targets are chosen, as GenBioEL did with Ab3P
+    #: replace short forms by their long forms (scispacy's detector) before the targets are chosen,
+    #: as GenBioEL did with Ab3P
     abbreviations: bool = False
     #: characters of context kept on each side of a mention
     context_chars: int = 2000
     #: synonyms per training mention, each a line of ``train.jsonl`` (ANGEL: 3)
     top_k_targets: int = 1
-    #: the synonym a mention is taught: ``tfidf`` (GenBioEL's synonyms-aware choice); ``shortest``, ``random``, ``first``
+    #: the synonym a mention is taught: ``tfidf`` (GenBioEL's synonyms-aware choice);
+    #: ``shortest``, ``random``, ``first``
     target_strategy: str = "tfidf"
     #: seed of the ``random`` strategy
     seed: int = 0
@@ -214,7 +216,8 @@ class StageData:
     source: ExampleSource
     #: the files the examples come from: a checkpoint is resumed only when they are unchanged
     inputs: Sequence[PathLike] = ()
-    #: every mention of the training corpus, so that per-document inputs mark all of a document's mentions whatever the batch
+    #: every mention of the training corpus, so that per-document inputs mark all of a document's mentions
+    #: whatever the batch
     documents: Sequence[Mention] = ()
     #: dev mentions (the corpus step's ``dev.jsonl``) for the evaluation and the best model
     dev_jsonl: Optional[PathLike] = None

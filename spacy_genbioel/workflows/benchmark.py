@@ -236,7 +236,8 @@ def run_benchmark(settings: BenchmarkSettings = BenchmarkSettings()) -> Dict:
     num_beams, batch_size, device = settings.num_beams, settings.batch_size, settings.device
     result: Dict = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, threads {torch.get_num_threads()}",
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, "
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}",
     }
     if settings.pipeline is not None:
         texts, source = benchmark_texts(data_dir, settings.n_docs, settings.corpus)
