@@ -83,10 +83,17 @@ class PubTatorDocument:
     annotations: List[PubTatorAnnotation] = field(default_factory=list)
     # relation lines (``PMID<TAB>CID<TAB>chem<TAB>disease``) as their fields after the PMID
     relations: List[Tuple[str, ...]] = field(default_factory=list)
+    # (title, abstract, text) of the last :attr:`text`: readers check every mention's offsets against it,
+    # and joining a long document once per mention made reading quadratic
+    _joined: Tuple[str, str, str] = field(default=("", "", ""), init=False, repr=False, compare=False)
 
     @property
     def text(self) -> str:
-        return f"{self.title} {self.abstract}" if self.abstract else self.title
+        title, abstract, text = self._joined
+        if title is not self.title or abstract is not self.abstract:
+            text = f"{self.title} {self.abstract}" if self.abstract else self.title
+            self._joined = (self.title, self.abstract, text)
+        return text
 
 
 def _same_text(a: str, b: str) -> bool:

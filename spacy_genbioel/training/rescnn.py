@@ -40,6 +40,7 @@ import torch
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.rescnn import ResCNNArch, ResCNNEncoder, ResCNNLinker
+from spacy_genbioel.retrieval.rescnn_checks import check_rescnn_settings
 from spacy_genbioel.retrieval.settings import ResCNNSettings
 from spacy_genbioel.training.checkpoints import fresh_tmp, replace_dir
 from spacy_genbioel.training.loop import log_due, set_seed, train_step
@@ -105,6 +106,12 @@ class ResCNNTrainConfig:
         )
 
     def __post_init__(self) -> None:
+        # every numeric setting finite and in range, however the config was built (file, overrides, code)
+        dotted = {
+            f"{section}.{name}": getattr(self, name) for section, names in RESCNN_SECTIONS.items() for name in names
+        }
+        for key, value in check_rescnn_settings(dotted, "rescnn").items():
+            setattr(self, key.partition(".")[2], value)
         if not 0.0 <= self.dense_ratio <= 1.0 or self.topk < 2 or self.batch_size < 1:
             raise ValueError("rescnn: need 0 <= dense_ratio <= 1, topk >= 2 and batch_size >= 1")
         if self.refresh_pool < 0 or (0 < self.refresh_pool <= self.topk):

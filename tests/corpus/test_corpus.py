@@ -503,3 +503,15 @@ def test_jsonl_corpus_fields_of_the_wrong_type_are_errors(tmp_path: Path, record
     )
     (doc,) = read_jsonl_corpus(path)
     assert doc.pmid == "7" and doc.annotations[0].nil
+
+
+def test_a_document_joins_its_text_once_and_again_when_a_part_changes():
+    from spacy_genbioel.corpus.pubtator import PubTatorDocument
+
+    doc = PubTatorDocument("1", "Title here", "An abstract.")
+    assert doc.text == "Title here An abstract." and doc.text is doc.text  # joined once, not per mention
+    doc.abstract = "Another one."
+    assert doc.text == "Title here Another one."
+    doc.title, doc.abstract = "Only a title", ""
+    assert doc.text == "Only a title"
+    assert doc == PubTatorDocument("1", "Only a title", "")  # the cache takes no part in equality

@@ -157,3 +157,15 @@ def test_train_rescnn_reads_dot_five_and_plus_one_as_numbers(wordpiece_dir, tmp_
     assert result.exit_code == 0, result.output
     model_config = (tmp_path / "out" / "model" / RESCNN_CONFIG).read_text()
     assert "NaN" not in model_config and "1 epochs" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    "setting, value",
+    [("initial_scale", float("nan")), ("epochs", -1), ("learning_rate", float("inf")), ("dropout", 1.5)],
+)
+def test_the_training_config_refuses_bad_numbers_however_it_is_built(setting, value):
+    from spacy_genbioel.training.rescnn import ResCNNTrainConfig
+
+    with pytest.raises(ValueError, match=rf"rescnn: \w+\.{setting} must be"):
+        ResCNNTrainConfig(**{setting: value})
+    assert ResCNNTrainConfig(epochs="3", initial_scale=".5").epochs == 3  # text coerced as in a config file
