@@ -16,7 +16,10 @@ beam lists: today's default), ``forced_fusion`` (every mention: forced scores of
 names, the cascade's fusion; nothing settled, no beam), ``cascade`` (its default: settle, forced),
 ``cascade_weak_beam`` (beam search also where retrieval looks weak), ``retrieval_only`` (every
 mention settled by retrieval: the cascade's floor, what the retrievers and the fusion cost without the
-generator) and ``cascade_int8`` (the generator's linear layers in int8); ``--pipeline-row NAME=DIR`` adds a row measured
+generator), ``forced_alone`` (the generator's forced ranking of the names TF-IDF and MiniLM retrieve, no fusion)
+and ``cascade_int8`` (the generator's linear layers in int8); each row also reports recall@1 on the mentions it
+hands to the generator (``deferred``) and, per mention, the gold concept's rank and the path (``per_mention``);
+``--pipeline-row NAME=DIR`` adds a row measured
 on another pipeline as it links (the retrieval-only pipeline of ``package --kb KB``, say); ``--variant rescnn=F,C`` adds
 those rows with other fusion files as ``fusion_rescnn``, ... (``--variant b2=F,C,2``: at 2 beams, for files fitted on
 2-beam lists); ``<row>_grouped`` (generator, fusion, cascade, cascade_weak_beam): the row with a decoder batch per
@@ -57,6 +60,15 @@ def rows(fusion: str, cascade: str, label: str = "", beams: int = 0):
             "reranker.beam": "never",
         },
         "cascade": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "never"},
+        # the generator's forced ranking of the names TF-IDF and MiniLM retrieve, no fusion: what the
+        # cascade asks it, alone
+        "forced_alone": {
+            **off,
+            "decoding.search": "forced",
+            "candidates.retriever": "tfidf+dense",
+            "candidates.num_candidates": 5,
+            "decoding.exact_match": False,
+        },
         "cascade_weak_beam": {"reranker.fusion": cascade, "reranker.cascade": "on", "reranker.beam": "weak"},
         # the floor of the cascade's cost: every mention settled by the first retrievers' fusion, the generator
         # (and any deferred retriever) never run: what retrieval and the fusion cost on their own
@@ -121,6 +133,8 @@ def measure(pipeline: Path, settings: dict, mentions, repeats: int) -> dict:
     hits = [hit_rank(gold_id_set(m), found[:5]) for m, found in zip(mentions, results)]
     n = len(mentions)
     shares = Counter(paths)
+    # the mentions this row hands to the generator (neither settled early nor by retrieval)
+    deferred = [h for h, p in zip(hits, paths) if p not in ("early", "retrieval")]
     return {
         "recall@1": round(sum(h == 1 for h in hits) / n, 4),
         "recall@5": round(sum(h is not None for h in hits) / n, 4),
@@ -129,6 +143,13 @@ def measure(pipeline: Path, settings: dict, mentions, repeats: int) -> dict:
         "cpu_seconds": round(cpu, 3),
         "mentions_per_cpu_second": round(n / cpu, 2),
         "paths": {p: round(c / n, 4) for p, c in sorted(shares.items())},
+        "deferred": {
+            "mentions": len(deferred),
+            "recall@1": round(sum(h == 1 for h in deferred) / len(deferred), 4) if deferred else None,
+        },
+        # per mention, for recall on another row's deferred mentions: rank of the gold concept (0: not in
+        # the top 5) and the path
+        "per_mention": {"rank": [h or 0 for h in hits], "path": list(paths)},
     }
 
 

@@ -554,6 +554,9 @@ def test_cascade_bench_variants_name_their_rows():
     assert other["cascade_grouped_rescnn"] == {**other["cascade_rescnn"], "decoding.mixed_prompts": False}
     assert "generator_grouped" in base and "generator_grouped_rescnn" not in other
     assert other["fusion_rescnn"]["reranker.fusion"] == "g.json"
+    # the generator's forced ranking alone: no fusion, no cascade, the retrieved names scored
+    alone = base["forced_alone"]
+    assert (alone["decoding.search"], alone["reranker.cascade"], alone["reranker.fusion"]) == ("forced", "off", None)
 
 
 def test_name_cache_bench_encodes_only_the_names_the_derived_kb_adds(tmp_path):
