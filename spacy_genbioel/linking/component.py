@@ -72,6 +72,7 @@ from spacy_genbioel.linking.settings import (
     DecodingSettings,
     LinkerSettings,
     OutputSettings,
+    keep_null_legacy_names_out,
     with_legacy_names,
     written_score,
 )
@@ -148,6 +149,7 @@ def make_genbioel(
     )
     blocks = {"inputs": inputs, "decoding": decoding, "candidates": candidates, "output": output, "reranker": reranker}
     settings = LinkerSettings.from_config({**dataclasses.asdict(resources), **blocks, **legacy})
+    keep_null_legacy_names_out(nlp)  # the saved config.cfg holds no `num_beams = null` lines
     check_resource_paths(nlp, name, settings.resources)  # at add_pipe, not on the first document
     warn_on_shared_outputs(nlp, name, settings.output)
     warn_on_scispacy_habits(name, settings)

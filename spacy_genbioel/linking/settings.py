@@ -68,6 +68,9 @@ __all__ = [
     "nested_overrides",
     "load_overrides",
     "LEGACY_NAMES",
+    "FACTORY",
+    "PipeConfigs",
+    "keep_null_legacy_names_out",
     "with_legacy_names",
 ]
 
@@ -303,6 +306,8 @@ def _build(cls: type, value: Any) -> Any:
     return value if isinstance(value, cls) else cls(**_as_dict(value))
 
 
+#: the component's factory name
+FACTORY = "genbioel"
 #: the names the factory accepts besides its own parameters: the flat settings of 0.1/0.2 pipelines and
 #: scispacy's ``EntityLinker`` arguments (answered with where they live here, not confection's
 #: "unexpected argument"); None: not given
@@ -324,6 +329,31 @@ def with_legacy_names(signature: inspect.Signature) -> inspect.Signature:
         for name in LEGACY_NAMES
     ]
     return signature.replace(parameters=params)
+
+
+class PipeConfigs(dict):
+    """spaCy's per-component configs (``nlp._pipe_configs``), which ``nlp.config`` and the saved
+    ``config.cfg`` are built from, keeping a ``genbioel`` component's :data:`LEGACY_NAMES` out where they
+    are null. spaCy writes every parameter of a factory into a component's config, and the legacy names
+    must be parameters for old configs to load (:func:`with_legacy_names`), so without this every saved
+    config held some twenty ``name = null`` lines; a legacy name given a value (a 0.1 pipeline's
+    ``num_beams = 4``) is kept, so the config means what it meant."""
+
+    def __setitem__(self, name: str, config: Any) -> None:
+        if isinstance(config, dict) and config.get("factory") == FACTORY:
+            for key in LEGACY_NAMES:
+                if key in config and config[key] is None:
+                    del config[key]
+        super().__setitem__(name, config)
+
+
+def keep_null_legacy_names_out(nlp: Any) -> None:
+    """Make ``nlp`` keep null legacy names out of its ``genbioel`` components' configs (:class:`PipeConfigs`).
+    spaCy stores a component's config after its factory returns, so the factory calls this first; a
+    spaCy that no longer has ``_pipe_configs`` writes the null lines, as before."""
+    configs = getattr(nlp, "_pipe_configs", None)
+    if type(configs) is dict:  # noqa: E721  (a subclass someone else installed stays)
+        nlp._pipe_configs = PipeConfigs(configs)
 
 
 def nested_overrides(settings: Mapping[str, Any]) -> Dict[str, Any]:

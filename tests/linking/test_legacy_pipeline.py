@@ -9,6 +9,8 @@ from pathlib import Path
 import spacy
 from conftest import assert_same_links
 
+from spacy_genbioel.linking.settings import LEGACY_NAMES
+
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_v0_1"
 FIXTURE_0_2 = Path(__file__).resolve().parents[1] / "fixtures" / "pipeline_v0_2"
 
@@ -92,4 +94,7 @@ def test_a_0_2_pipeline_loads_and_links_identically(tmp_path):
 
     assert_same_links(linked(nlp), expected)
     nlp.to_disk(tmp_path / "resaved")
+    # its `num_beams = null` lines meant "not given": the re-saved config leaves them out and links the same
+    resaved = spacy.util.load_config(tmp_path / "resaved" / "config.cfg")["components"]["genbioel"]
+    assert not set(LEGACY_NAMES) & set(resaved) and resaved["decoding"]["num_beams"] == 4
     assert_same_links(linked(spacy.load(tmp_path / "resaved")), expected)

@@ -163,3 +163,18 @@ def test_bad_block_values_fail_at_creation():
         OutputSettings(threshold=float("nan"))
     with pytest.raises(Exception, match="num_beams"):  # spaCy validates config types against the dataclass
         spacy.blank("en").add_pipe("genbioel", config={"decoding": {"num_beams": "many"}})
+
+
+def test_a_saved_config_holds_no_null_legacy_names(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("genbioel", config={"decoding": {"num_beams": 3, "top_k": 2}, "threshold": None})
+    nlp.to_disk(tmp_path / "nlp")
+    section = spacy.util.load_config(tmp_path / "nlp" / "config.cfg")["components"]["genbioel"]
+    assert not set(LEGACY_NAMES) & set(section)
+    assert {key for key, value in section.items() if value is None} == {"model", "tokenizer", "kb", "spans_key"}
+    loaded = spacy.load(tmp_path / "nlp")
+    assert loaded.get_pipe("genbioel").settings == nlp.get_pipe("genbioel").settings
+    # a flat name given a value is kept: the config means what it meant
+    old = spacy.blank("en")
+    old.add_pipe("genbioel", config={"num_beams": 6})
+    assert old.config["components"]["genbioel"]["num_beams"] == 6
