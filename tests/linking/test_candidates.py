@@ -6,11 +6,12 @@ import random
 import numpy as np
 import pytest
 import spacy
+import test_pipeline
 import torch
 from conftest import assert_same_links, mentions_for, random_kb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_pipeline import TEXTS, linked, make_nlp, resources  # noqa: F401  (fixture)
+from test_pipeline import TEXTS, linked, make_nlp
 
 import spacy_genbioel  # noqa: F401  (registers the factory)
 from spacy_genbioel.kb.base import Concept, KnowledgeBase
@@ -25,6 +26,10 @@ from spacy_genbioel.linking.settings import CandidateSettings, DecodingSettings,
 from spacy_genbioel.linking.trie.name_trie import NameTrie
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 from spacy_genbioel.ty import Candidate, Mention
+
+#: test_pipeline's KB and model folder, a fixture of this module's tests too (an assignment, not an import that
+#: the tests' argument would redefine)
+resources = test_pipeline.resources
 
 V, EOS, ROOT = 20, 2, 3
 sequences_strategy = st.lists(st.lists(st.integers(4, V - 1), min_size=1, max_size=6), min_size=1, max_size=30)
@@ -333,8 +338,8 @@ def test_dense_generator_gets_its_model_directory(small_kb, monkeypatch):
 
     seen = []
     monkeypatch.setattr(dense, "DenseLinker", lambda kb, model=None, settings=None: seen.append(model) or object())
-    make_candidate_generator("dense", small_kb, model="trained/dense/model").generator
-    make_candidate_generator("genbioel.dense_retriever.v1", small_kb).generator
+    _ = make_candidate_generator("dense", small_kb, model="trained/dense/model").generator
+    _ = make_candidate_generator("genbioel.dense_retriever.v1", small_kb).generator
     assert seen == ["trained/dense/model", None]
     assert isinstance(make_candidate_generator("tfidf", small_kb, model="ignored").generator, TfidfLinker)
 
@@ -414,7 +419,7 @@ def test_pipeline_config_round_trip(resources, tmp_path_factory):
     first = before[0][0]
     assert first[0] == "renal failure" and allowed
     exact = kb.name_index("renal failure")
-    for cid, name, score in first[4]:
+    for _cid, name, score in first[4]:
         if exact is not None and name == "renal failure":
             assert score == 0.0
         else:

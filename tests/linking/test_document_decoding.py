@@ -113,7 +113,7 @@ def documents():
     )
 
 
-# -- the contract: sharing changes nothing ------------------------------------------------------------------------------
+# -- the contract: sharing changes nothing -----------------------------------------------------------------------------
 def test_per_document_linking_equals_each_mention_decoded_alone(sharp_model, word_tokenizer, small_kb, documents):
     linker = document_linker(sharp_model, word_tokenizer, small_kb)
     sources = linker.encode_sources(documents)
@@ -196,7 +196,7 @@ def test_mention_mode_dedupes_identical_inputs_and_ignores_documents(sharp_model
     assert linker.stats["mentions_decoded"] == 4 and linker.stats["searches"] == 2
 
 
-# -- the encoder runs once per distinct window ---------------------------------------------------------------------------
+# -- the encoder runs once per distinct window -------------------------------------------------------------------------
 @pytest.mark.parametrize("batch_size", [1, 3, 64])
 def test_the_encoder_reads_each_distinct_input_once(sharp_model, word_tokenizer, small_kb, documents, batch_size):
     linker = document_linker(sharp_model, word_tokenizer, small_kb, batch_size=batch_size)

@@ -25,7 +25,8 @@ def kb() -> KnowledgeBase:
 
 
 def lists_for(gold: str, rng: random.Random, seen_by_tfidf: bool):
-    """The generator ranks gold first or second at random; "tfidf" ranks it first when it sees it; "dense" never has it."""
+    """The generator ranks gold first or second at random; "tfidf" ranks it first when it sees it;
+    "dense" never has it."""
     others = [f"C{j}" for j in rng.sample(range(N_CONCEPTS), 6) if f"C{j}" != gold][:4]
     first, second = (gold, others[0]) if rng.random() < 0.5 else (others[0], gold)
     gen = [Candidate((first,), "a", -0.2), Candidate((second,), "g", -0.6), Candidate((others[1],), "b", -1.0)]

@@ -312,7 +312,7 @@ def test_logits_that_differ_fail_and_leave_nothing(tmp_path, micro_model, tokeni
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bart-tokenizer", "src"]
 
 
-# -- CLI and packaging --------------------------------------------------------------------------------------------------
+# -- CLI and packaging -------------------------------------------------------------------------------------------------
 def test_cli_imports_and_refuses_without_traceback(tmp_path, micro_model, tokenizer_dir):
     src = write_released(tmp_path / "ANGEL_micro", micro_model)
     result = runner.invoke(
@@ -388,7 +388,7 @@ def test_an_imported_model_warns_when_fed_another_input_style(tmp_path, micro_mo
     assert caplog.text.count("inputs.style") == 1 and "this package's" in caplog.text
 
 
-# -- the tokenizer folder and the input style ---------------------------------------------------------------------------
+# -- the tokenizer folder and the input style --------------------------------------------------------------------------
 def bare_tokenizer_folder(tmp_path, tokenizer_dir, name="bart-large"):
     """facebook/bart-large's tokenizer folder as people download it without its config.json:
     tokenizer.json alone (bart-large has no tokenizer_config.json)."""

@@ -145,7 +145,8 @@ def test_vectorized_choice_equals_a_per_mention_loop():
 
 def test_agreement_with_a_reference_file(tmp_path, target_kb):
     (tmp_path / "train.target").write_text(
-        '["breast cancers is", "breast cancer"]\n["reiter s disease is", "reiter syndrome"]\n["ovarian cancer is", "cancer ovarian"]\n',
+        '["breast cancers is", "breast cancer"]\n["reiter s disease is", "reiter syndrome"]\n'
+        '["ovarian cancer is", "cancer ovarian"]\n',
         encoding="utf8",
     )
     (tmp_path / "trainlabel.txt").write_text("D1\nD2\nD4\n", encoding="utf8")
@@ -496,7 +497,8 @@ def test_examples_jsonl_round_trip(tmp_path):
 def test_every_config_loads_with_overrides():
     from spacy_genbioel.training.settings import load_stage_config
 
-    # ner_*.cfg are spaCy training configs, dense_*.cfg and rescnn.cfg the retrievers' (tests in test_ner / test_dense / test_rescnn)
+    # ner_*.cfg are spaCy training configs, dense_*.cfg and rescnn.cfg the retrievers'
+    # (tests in test_ner / test_dense / test_rescnn)
     paths = sorted(p for p in (ROOT / "configs").glob("*.cfg") if not p.stem.startswith(("ner_", "dense_", "rescnn")))
     stages = {p.stem for p in paths}
     assert {f"{s}_{p}" for s in ("pretrain", "finetune") for p in ("tiny", "base", "large")} <= stages
@@ -528,7 +530,8 @@ def _pubtator(path, kb, seed, n_docs):
             out.write(f"{1000 + d}\t{start}\t{start + len(name)}\t{name}\tDisease\t{concept.id}\n")
             second = text.lower().index(name.lower(), start + 1)
             out.write(
-                f"{1000 + d}\t{second}\t{second + len(name)}\t{text[second : second + len(name)]}\tDisease\t{concept.id}\n\n"
+                f"{1000 + d}\t{second}\t{second + len(name)}\t{text[second : second + len(name)]}"
+                f"\tDisease\t{concept.id}\n\n"
             )
 
 
@@ -558,7 +561,8 @@ def test_project_steps_end_to_end(tmp_path):
     cfg = tmp_path / "tiny.cfg"
     cfg.write_text(
         "[training]\nmax_steps = 40\nbatch_size = 16\nlearning_rate = 0.003\nwarmup_steps = 5\nprogress = false\n"
-        "eval_every = 20\nlog_every = 10\n\n[inputs]\ncontext_words = 8\n\n[data]\nkb_examples_per_epoch = 4\neval_beams = 2\n",
+        "eval_every = 20\nlog_every = 10\n\n[inputs]\ncontext_words = 8\n\n"
+        "[data]\nkb_examples_per_epoch = 4\neval_beams = 2\n",
         encoding="utf8",
     )
     pre = stages.pretrain(
