@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, NamedTuple, Protocol, Sequence, Tuple, Union
+from typing import List, Mapping, NamedTuple, Protocol, Sequence, Tuple, Union
 
 
 @dataclass(frozen=True)
@@ -51,3 +51,25 @@ class Linker(Protocol):
     """Anything that ranks KB names for mentions: the generative linker and its peers."""
 
     def link(self, mentions: Sequence[Mention], top_k: int = 5) -> List[List[Candidate]]: ...
+
+
+#: Ranked candidates per mention, and the path that linked each: ``early``, ``retrieval``, ``forced`` or
+#: ``beam`` (``none``: no candidates; :data:`~spacy_genbioel.linking.reranking.cascade.PATHS`).
+LinkPaths = Tuple[List[List[Candidate]], List[str]]
+
+
+class Reranker(Protocol):
+    """The ``genbioel`` component's linking stage after the generator (a :class:`Linker`): score fusion of its
+    and the retrievers' candidates (:class:`~spacy_genbioel.linking.reranking.fusion.FusionReranker`), or the
+    cascade that decides per mention which of them run
+    (:class:`~spacy_genbioel.linking.reranking.cascade.CascadeReranker`)."""
+
+    @property
+    def retrievers(self) -> Mapping[str, Linker]:
+        """The retrievers it reads, by fusion source name."""
+        ...
+
+    def link_paths(self, linker: Linker, mentions: Sequence[Mention], top_k: int) -> LinkPaths:
+        """At most ``top_k`` candidates per mention, with its path; ``linker`` is the generator (the
+        cascade asks the one it was built with, the same one in the component)."""
+        ...

@@ -3,7 +3,7 @@ scispacy's ``kb_ents``, the cascade's ``link_path``) and scispacy's per-concept 
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from spacy.tokens import Span
 
@@ -15,7 +15,8 @@ __all__ = ["concept_scores", "register_extensions"]
 
 def register_extensions(output: OutputSettings) -> None:
     """The span extensions ``output`` names (kept when they exist: scispacy registers ``kb_ents`` too)."""
-    for attr, default in zip((*output.attrs, "link_path"), (None, None, [], None)):
+    defaults: List[Any] = [None, None, [], None]  # kb_id, kb_candidates, kb_ents, link_path
+    for attr, default in zip((*output.attrs, "link_path"), defaults):
         if not Span.has_extension(attr):
             Span.set_extension(attr, default=default)
 

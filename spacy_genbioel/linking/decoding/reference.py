@@ -31,9 +31,10 @@ class DictTrie:
     def get(self, prefix: Sequence[int]) -> List[int]:
         level = self.root
         for token in prefix:
-            level = level.get(int(token))
-            if level is None:
+            child = level.get(int(token))
+            if child is None:
                 return []
+            level = child
         return list(level)
 
 

@@ -28,7 +28,8 @@ def distinct_searches(
     job_of: List[int] = []
     firsts: List[int] = []
     for pos in range(len(sources)):
-        names = None if name_sets is None or name_sets[pos] is None else name_sets[pos].tobytes()
+        allowed = None if name_sets is None else name_sets[pos]
+        names = None if allowed is None else allowed.tobytes()
         key = (tuple(sources[pos]), tuple(prompts[pos]), names)
         if key not in jobs:
             jobs[key] = len(firsts)

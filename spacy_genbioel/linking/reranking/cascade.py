@@ -52,7 +52,7 @@ from spacy_genbioel.linking.decoding.forced import merge_lists, rank_by_forced
 from spacy_genbioel.linking.inputs.builder import has_linkable_text
 from spacy_genbioel.linking.reranking.fusion import GENERATOR, FusionModel, FusionReranker
 from spacy_genbioel.linking.reranking.settings import RerankerSettings
-from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.ty import Candidate, Linker, LinkPaths, Mention, Reranker
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +60,6 @@ __all__ = ["PATHS", "CascadeReranker", "LinkPaths", "settle_model", "link_with_p
 
 #: the ways a mention can be linked, cheapest first
 PATHS = ("none", "early", "retrieval", "forced", "beam")
-
-LinkPaths = Tuple[List[List[Candidate]], List[str]]
 
 
 class CascadeError(ValueError):
@@ -176,6 +174,10 @@ class CascadeReranker:
         mode = self.settings.beam
         return mode == "always" or (mode == "weak" and probability < self.beam_threshold)
 
+    def link_paths(self, linker: Linker, mentions: Sequence[Mention], top_k: int) -> LinkPaths:
+        """:meth:`link` (the cascade asks its own generator: ``linker`` is the component's, the same one)."""
+        return self.link(mentions, top_k)
+
     def link(self, mentions: Sequence[Mention], top_k: int) -> LinkPaths:
         kb, model = self.fusion.kb, self.model
         priors = self.fusion._priors
@@ -186,7 +188,7 @@ class CascadeReranker:
         rest = list(range(len(todo)))
         if self.early is not None:  # the mentions the first retrievers settle; the deferred ones run for the rest
             rest = []
-            left_out = {s: [] for s in (GENERATOR, *self.deferred)}
+            left_out: Dict[str, List[Candidate]] = {s: [] for s in (GENERATOR, *self.deferred)}
             early_ranks: Dict[str, List[Candidate]] = {}  # a text's lists are the same wherever it occurs: rank it once
             for pos, i in enumerate(todo):
                 text = mentions[i].text
@@ -238,20 +240,18 @@ class CascadeReranker:
         return results, paths
 
 
-def link_with_paths(linker: Any, reranker: Any, mentions: Sequence[Mention], top_k: int) -> LinkPaths:
-    """The component's linking: the cascade, or the generator then the fusion (if any); with each
-    mention's path (``beam``, or ``none`` for a mention left without candidates)."""
-    if isinstance(reranker, CascadeReranker):
-        return reranker.link(mentions, top_k)
-    results = linker.link(mentions, top_k)
+def link_with_paths(linker: Linker, reranker: Optional[Reranker], mentions: Sequence[Mention], top_k: int) -> LinkPaths:
+    """The component's linking: the reranker's (the cascade, or the generator then the fusion), else the
+    generator's alone; with each mention's path (``beam``, or ``none`` for a mention left without candidates)."""
     if reranker is not None:
-        results = reranker.rerank(mentions, results, top_k)
+        return reranker.link_paths(linker, mentions, top_k)
+    results = linker.link(mentions, top_k)
     return results, ["beam" if found else "none" for found in results]
 
 
 def make_reranker(
     model: Optional[FusionModel], kb: Any, linker: Any, settings: RerankerSettings, retriever_factory: Any
-) -> Optional[Any]:
+) -> Optional[Reranker]:
     """The component's reranking stage for ``settings``: None (no fusion), a :class:`FusionReranker`
     or a :class:`CascadeReranker`; ``retriever_factory(source, model_dir)`` builds a retriever."""
     if model is None:

@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from spacy_genbioel.ty import Candidate, Mention
+from spacy_genbioel.ty import Candidate, Linker, LinkPaths, Mention
 from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
@@ -454,3 +454,9 @@ class FusionReranker:
             lists = {GENERATOR: generated[i], **{s: retrieved[s][pos] for s in retrieved}}
             out[i] = self.model.rank(mentions[i].text, lists, self.kb, top_k, self._priors)
         return out
+
+    def link_paths(self, linker: Linker, mentions: Sequence[Mention], top_k: int) -> LinkPaths:
+        """The generator's (``linker``'s) candidates, reranked; every mention's path is ``beam`` (``none``:
+        no candidates)."""
+        results = self.rerank(mentions, linker.link(mentions, top_k), top_k)
+        return results, ["beam" if found else "none" for found in results]

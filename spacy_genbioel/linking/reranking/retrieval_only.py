@@ -28,6 +28,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 from spacy_genbioel.linking.reranking.cascade import CascadeError, CascadeReranker
 from spacy_genbioel.linking.reranking.fusion import FusionModel
 from spacy_genbioel.linking.reranking.settings import RerankerSettings
+from spacy_genbioel.ty import Reranker
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def default_retrieval_fusion() -> FusionModel:
     return FusionModel.load(DEFAULT_RETRIEVAL_FUSION)
 
 
-def missing_retrievers(model: FusionModel, installed: Callable[[str], bool] = None) -> List[str]:
+def missing_retrievers(model: FusionModel, installed: Optional[Callable[[str], bool]] = None) -> List[str]:
     """The retriever sources of ``model`` whose default encoder is not installed (MiniLM without
     the ``minilm`` extra); a source given a model directory of its own is never missing."""
     installed = installed or (lambda module: importlib.util.find_spec(module) is not None)
@@ -87,7 +88,7 @@ def retrieval_reranker(
     retriever_factory: Callable[[str, Optional[str]], Any],
     settings: RerankerSettings,
     name: str = "genbioel",
-    installed: Callable[[str], bool] = None,
+    installed: Optional[Callable[[str], bool]] = None,
 ) -> CascadeReranker:
     """The retrieval-only linking stage over ``kb``: ``model``'s retrievers (built by
     ``retriever_factory(source, model_dir)``) fused by it, the deferred ones only where the early
@@ -117,7 +118,7 @@ def retrieval_reranker(
     return CascadeReranker(model, kb, retrievers, None, settings)
 
 
-def build_indexes(reranker: Any) -> None:
+def build_indexes(reranker: Reranker) -> None:
     """Build every retriever's index now (MiniLM's name vectors land in the name cache), not on the first
     document: ``package`` does it, so a packaged pipeline's first document on this machine links at full speed."""
     from spacy_genbioel.ty import Mention

@@ -55,11 +55,12 @@ def word_splitting(tokenizer) -> bool:
 def _encode(tokenizer, texts: List[str], batch: int = 16_384) -> List[List[int]]:
     """Token ids of ``texts``, a batch at a time (an ``Encoding`` object weighs about a kilobyte)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    fast = backend is not None and backend.truncation is None and backend.padding is None
+    if backend is not None and (backend.truncation is not None or backend.padding is not None):
+        backend = None  # one that truncates or pads: the tokenizer's own call applies it
     out: List[List[int]] = []
     for begin in range(0, len(texts), batch):
         part = texts[begin : begin + batch]
-        if fast:
+        if backend is not None:
             out.extend(e.ids for e in backend.encode_batch(part, add_special_tokens=False))
         else:
             out.extend(tokenizer(part, add_special_tokens=False)["input_ids"])

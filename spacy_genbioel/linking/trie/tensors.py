@@ -7,7 +7,7 @@ sub-tries of candidate-restricted decoding). Built by
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Protocol, Tuple
 
 import numpy as np
 import torch
@@ -21,10 +21,22 @@ def _ragged(starts: torch.Tensor, counts: torch.Tensor) -> Tuple[torch.Tensor, t
     return rows, offsets
 
 
+class HostTrie(Protocol):
+    """What :class:`TrieTensors` copies from a :class:`~spacy_genbioel.linking.trie.name_trie.NameTrie` (not
+    imported here: the trie imports this module)."""
+
+    vocab_size: int
+    eos_token_id: int
+    edge_keys: np.ndarray
+    child_tokens: np.ndarray
+    child_ptr: np.ndarray
+    terminal_nodes: np.ndarray
+
+
 class TrieTensors:
     """The trie's arrays as torch tensors on one device, with batched queries."""
 
-    def __init__(self, trie: "NameTrie", device: torch.device) -> None:  # noqa: F821 (a NameTrie, not imported: no cycle)
+    def __init__(self, trie: HostTrie, device: torch.device) -> None:
         self.device = device
         self.vocab_size = trie.vocab_size
         self.eos_token_id = trie.eos_token_id
