@@ -7,8 +7,8 @@
 * :mod:`.trie`: the KB's names as a token trie in flat arrays, its file and its torch queries;
 * :mod:`.reranking`: score fusion, the cascade, and linking with the retrievers alone;
 * here, the component: :mod:`.component` (the factory and pipe), :mod:`.settings` (its config
-  blocks, defined once), :mod:`.paths`, :mod:`.model_inputs`, :mod:`.span_outputs`,
-  :mod:`.kb_view`, :mod:`.scispacy_compat` and :mod:`.scorer`.
+  blocks, defined once; :mod:`.numbers` checks their numbers), :mod:`.paths`, :mod:`.model_inputs`,
+  :mod:`.span_outputs`, :mod:`.kb_view`, :mod:`.scispacy_compat` and :mod:`.scorer`.
 
 Importing the package (or a sub-package) does not load torch; the component registers through
 the ``spacy_factories`` entry point.
