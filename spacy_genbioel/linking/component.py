@@ -13,8 +13,9 @@ extension names, so that two linkers (a MeSH and a UMLS one, say) share a
 pipeline without overwriting each other; ``component.kb`` is scispacy's
 ``linker.kb`` (``cui_to_entity``, ``alias_to_cuis``; :mod:`.kb_view`).
 
-Model, tokenizer, KB and trie load lazily on first use
-(or ``initialize``, or ``to_disk``), and travel inside the pipeline directory,
+Model, tokenizer, KB and trie load lazily on first use (or ``initialize``) and
+travel inside the pipeline directory (``to_disk`` copies a model not loaded yet
+rather than load it; ``exclude`` leaves parts out, :data:`~.paths.SAVED_PARTS`),
 so ``spacy.load(dir)`` works once the original files are gone; a damaged saved
 file is refused naming it.
 
@@ -28,15 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import io
 import json
 import logging
-import tarfile
 import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+import srsly  # type: ignore[import-untyped]  # (spaCy's serializer, no stubs)
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc, Span, SpanGroup
@@ -52,7 +52,13 @@ from spacy_genbioel.linking.inputs.released_style import expand_short_forms
 from spacy_genbioel.linking.inputs.short_forms import find_short_forms
 from spacy_genbioel.linking.kb_view import LinkerKB
 from spacy_genbioel.linking.model_inputs import recorded_inputs, warn_on_input_style
-from spacy_genbioel.linking.paths import check_resource_paths, read_component_cfg
+from spacy_genbioel.linking.paths import (
+    SAVED_PARTS,
+    check_resource_paths,
+    copy_model_folder,
+    copyable_model,
+    read_component_cfg,
+)
 from spacy_genbioel.linking.reranking.beam_width import generator_decoding
 from spacy_genbioel.linking.reranking.cascade import LinkPaths, link_with_paths, make_reranker
 from spacy_genbioel.linking.reranking.fusion import SHIPPED, FusionFormatError, FusionModel
@@ -78,11 +84,14 @@ from spacy_genbioel.linking.settings import (
 )
 from spacy_genbioel.linking.span_outputs import concept_scores, register_extensions
 from spacy_genbioel.linking.trie.name_trie import NameTrie, TrieMismatchError
-from spacy_genbioel.models import ModelFileNotFoundError, load_model, save_model
+from spacy_genbioel.models import ModelFileNotFoundError, ModelFormatError, load_model, save_model
 from spacy_genbioel.ty import Candidate, Linker, Mention
 from spacy_genbioel.util import resolve_device
 
 logger = logging.getLogger(__name__)
+
+#: the format of :meth:`GenBioELLinker.to_bytes`
+BYTES_FORMAT = "genbioel.files.v1"
 
 
 register_extensions(OutputSettings())  # the default names exist once the package is imported
@@ -475,92 +484,149 @@ class GenBioELLinker(Pipe):
 
     # -- serialization ---------------------------------------------------------------
     def to_disk(self, path, *, exclude: Iterable[str] = tuple()) -> None:
-        """Write cfg.json and, once the component has (or can load) its model and
-        KB, the model, tokenizer, KB and trie: a component never used yet is
-        initialized from its configured paths first, so the folder travels whole."""
+        """Write cfg.json and the parts of :data:`SAVED_PARTS` the component has, but those in
+        ``exclude`` (spaCy's convention: ``exclude=["model"]`` writes no model). Nothing is loaded
+        to be saved: a component not used yet copies its configured model folder (one
+        :func:`~spacy_genbioel.models.save_model` wrote) and writes its KB, and its trie is built
+        when the pipeline is loaded (``nlp.initialize()`` first saves the trie too); a model folder
+        of another kind (a released checkpoint, a separate tokenizer) is loaded once to be written
+        in the package's format."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        skip = set(exclude)
         res = self.settings.resources
-        if self._linker is None and res.kb:
+        if self._linker is None and res.model and "model" not in skip and not copyable_model(res.model, res.tokenizer):
+            logger.info("Loading %s to save it as safetensors with its tokenizer", res.model)
             self.initialize()
-        meta = {"kb_normalizer": res.kb_normalizer, "kb_dedup": res.kb_dedup, "has_linker": self._linker is not None}
+        meta: Dict[str, Any] = {"kb_normalizer": res.kb_normalizer, "kb_dedup": res.kb_dedup, "has_linker": False}
+        parts: List[str] = []
+        kb: Optional[KnowledgeBase] = None
         if self._linker is not None:
             lk = self._linker
-            meta["has_model"] = not isinstance(lk, RetrievalOnly)
-            if meta["has_model"]:
+            meta.update(has_linker=True, has_model=not isinstance(lk, RetrievalOnly))
+            if meta["has_model"] and "model" not in skip:
                 save_model(lk.model, lk.tokenizer, path / "model")
+                parts.append("model")
+            if meta["has_model"] and "trie" not in skip:
                 lk.trie.to_disk(path / "trie.safetensors")
-            lk.kb.to_jsonl(path / "kb.jsonl")
+                parts.append("trie")
+            kb = lk.kb
+        elif res.kb:  # not used yet: its configured files, the model copied, not loaded
+            meta.update(has_linker=True, has_model=bool(res.model))
+            if res.model and "model" not in skip:
+                copy_model_folder(res.model, path / "model")
+                parts.append("model")
+            if "kb" not in skip:
+                kb = KnowledgeBase.load(res.kb, normalizer=res.kb_normalizer, dedup=res.kb_dedup)
+        if kb is not None and "kb" not in skip:
+            kb.to_jsonl(path / "kb.jsonl")
             # the same KB as arrays, which from_disk maps instead of parsing kb.jsonl
-            CompactKB.from_kb(lk.kb).save(path / "kb.safetensors", jsonl=path / "kb.jsonl")
-            meta["kb_checksum"] = lk.kb.checksum()
-        if self.fusion is not None:
+            CompactKB.from_kb(kb).save(path / "kb.safetensors", jsonl=path / "kb.jsonl")
+            meta["kb_checksum"] = kb.checksum()
+            parts.append("kb")
+        if self.fusion is not None and "fusion" not in skip:
             self.fusion.bundled(path).save(path / "fusion.json")  # with its retrievers' trained models, if any
             # the configured path the copy came from: from_disk then reads the copy, not that path again
             meta["fusion_config"] = self.settings.reranker.fusion
-        elif (path / "fusion.json").exists():
+            parts.append("fusion")
+        elif self.fusion is None and (path / "fusion.json").exists():
             (path / "fusion.json").unlink()
+        meta["parts"] = parts
         (path / "cfg.json").write_text(json.dumps(meta, indent=2), encoding="utf8")
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
-        """The ``to_disk`` directory as an in-memory tar archive."""
+        """:meth:`to_disk`'s files (but the parts in ``exclude``) as one msgpack map, file name -> bytes: no
+        archive, and one format read by one set of checks (the model's weights are its safetensors file,
+        the tokenizer's fingerprint, the KB's checksum). The whole model is held in memory, twice while it
+        is packed: for a GB-size model, :meth:`to_disk` is the way."""
         with tempfile.TemporaryDirectory() as tmp:
-            self.to_disk(Path(tmp) / "component")
-            buffer = io.BytesIO()
-            with tarfile.open(fileobj=buffer, mode="w") as tar:
-                tar.add(Path(tmp) / "component", arcname="component")
-            return buffer.getvalue()
+            self.to_disk(tmp, exclude=exclude)
+            root = Path(tmp)
+            files = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+        return srsly.msgpack_dumps({"format": BYTES_FORMAT, "files": files})
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "GenBioELLinker":
+        """Load what :meth:`to_bytes` wrote (but the parts in ``exclude``), as :meth:`from_disk` loads a folder."""
+        data = srsly.msgpack_loads(bytes_data)
+        if not isinstance(data, dict) or data.get("format") != BYTES_FORMAT or not isinstance(data.get("files"), dict):
+            raise ModelFormatError(f"not a serialized genbioel component (format {BYTES_FORMAT} expected)")
         with tempfile.TemporaryDirectory() as tmp:
-            with tarfile.open(fileobj=io.BytesIO(bytes_data), mode="r") as tar:
-                tar.extractall(tmp, filter="data")
-            return self.from_disk(Path(tmp) / "component")
+            root = Path(tmp).resolve()
+            for name, content in data["files"].items():
+                target = (root / name).resolve()
+                if root not in target.parents or not isinstance(content, bytes):
+                    raise ModelFormatError(f"serialized genbioel component: bad file entry {name!r}")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+            return self.from_disk(root, exclude=exclude)
 
     def from_disk(self, path, *, exclude: Iterable[str] = tuple()) -> "GenBioELLinker":
-        """Load what :meth:`to_disk` wrote. A missing or damaged file raises
+        """Load what :meth:`to_disk` wrote, but the parts in ``exclude``. A missing or damaged file raises
         :class:`~spacy_genbioel.models.hf.ModelFormatError` (or, for the KB,
-        :class:`~spacy_genbioel.kb.base.KBFormatError`) naming it; a trie that
-        no longer fits the KB or tokenizer beside it is rebuilt with a warning.
-        The KB and the trie are memory-mapped, not read (``kb.safetensors``;
-        a pipeline saved before it existed has only ``kb.jsonl``, read as before)."""
+        :class:`~spacy_genbioel.kb.base.KBFormatError`) naming it; a trie that no longer fits the KB or
+        tokenizer beside it is rebuilt with a warning, one saved without a trie gets it built. The KB
+        and the trie are memory-mapped, not read (``kb.safetensors``; a pipeline saved before it existed
+        has only ``kb.jsonl``, read as before). Without its model or KB (excluded, or not saved), the
+        component keeps its configured paths and loads from them on first use."""
         path = Path(path)
+        skip = set(exclude)
         meta = read_component_cfg(path / "cfg.json")
         if not meta.get("has_linker"):
             return self
+        # the parts it was saved with (a pipeline saved before parts were named holds all); a file of one is
+        # read whenever it is there and not excluded, so a damaged one is named
+        parts = set(meta.get("parts", SAVED_PARTS))
+        files = {"model": ("model",), "kb": ("kb.jsonl", "kb.safetensors")}
+        kept = {
+            part
+            for part, names in files.items()
+            if part not in skip and (part in parts or any((path / name).exists() for name in names))
+        }
         res = dataclasses.replace(
             self.settings.resources, kb_normalizer=meta["kb_normalizer"], kb_dedup=meta["kb_dedup"]
         )
         self.settings = self.settings.replace(resources=res)
-        kb_file = "kb.jsonl" if not (path / "kb.safetensors").exists() else "kb.safetensors"
+        if "fusion" not in skip:
+            self._read_saved_fusion(path, meta)
         has_model = meta.get("has_model", True)
+        if "kb" not in kept or (has_model and "model" not in kept):
+            logger.info("%s: no saved model or KB read; the component loads its configured ones on first use", path)
+            return self
+        kb_file = "kb.jsonl" if not (path / "kb.safetensors").exists() else "kb.safetensors"
         for name in (kb_file, "model") if has_model else (kb_file,):
             if not (path / name).exists():
                 raise ModelFileNotFoundError(f"{path / name} not found: the saved component is incomplete")
-        configured = self.settings.reranker.fusion  # NO_FUSION: neither the saved one nor another
+        kb = self._saved_kb(path)
+        if not has_model:
+            self.set_kb(kb)
+            return self
+        hf_model, tokenizer = load_model(path / "model", device=resolve_device(res.device), dtype=res.dtype)
+        self.set_model(hf_model, tokenizer, kb, self._saved_trie(path, kb, meta, "trie" not in skip))
+        return self
+
+    def _read_saved_fusion(self, path: Path, meta: Dict[str, Any]) -> None:
+        """The pipeline's own fusion.json, unless ``reranker.fusion`` names another file (or ``none``)."""
+        configured = self.settings.reranker.fusion
         own = configured is None or configured == meta.get("fusion_config") or self._fusion_missing is not None
-        if own and (path / "fusion.json").exists():  # else a fusion other than the saved one was asked for
+        if own and (path / "fusion.json").exists():
             if self._fusion_missing is not None:
                 logger.warning(
                     "%s not found: using the fusion saved with the pipeline, %s", configured, path / "fusion.json"
                 )
             self.fusion = FusionModel.load(path / "fusion.json")
             self._fusion_missing = None
-        kb = self._saved_kb(path)
-        if not has_model:
-            self.set_kb(kb)
-            return self
-        trie: Optional[NameTrie] = None
-        if not (path / "trie.safetensors").exists():
-            logger.warning("%s not found; building the trie from the KB", path / "trie.safetensors")
-        else:
-            trie = NameTrie.from_disk(path / "trie.safetensors")
-            if kb.checksum() != meta.get("kb_checksum"):
-                logger.warning("KB in %s changed since the trie was built; rebuilding the trie", path)
-                trie = None
-        hf_model, tokenizer = load_model(path / "model", device=resolve_device(res.device), dtype=res.dtype)
-        self.set_model(hf_model, tokenizer, kb, trie)
-        return self
+
+    def _saved_trie(self, path: Path, kb: KnowledgeBase, meta: Dict[str, Any], wanted: bool) -> Optional[NameTrie]:
+        """``trie.safetensors`` when it is there and was built on this KB; None: built from the KB."""
+        trie_file = path / "trie.safetensors"
+        if not wanted or not trie_file.exists():
+            if wanted and "trie" in meta.get("parts", SAVED_PARTS):
+                logger.warning("%s not found; building the trie from the KB", trie_file)
+            return None
+        if kb.checksum() != meta.get("kb_checksum"):
+            logger.warning("KB in %s changed since the trie was built; rebuilding the trie", path)
+            return None
+        return NameTrie.from_disk(trie_file)
 
     def _saved_kb(self, path: Path) -> KnowledgeBase:
         """``kb.safetensors`` memory-mapped when it is there and ``kb.jsonl`` beside it is the

@@ -1,7 +1,7 @@
 """The component's resource paths, checked when it is added to a pipeline, and its saved ``cfg.json``.
 
-The component loads its model, tokenizer and KB lazily (on first use,
-``nlp.initialize()`` or ``nlp.to_disk()``), so a mistyped path used to pass
+The component loads its model, tokenizer and KB lazily (on first use or
+``nlp.initialize()``), so a mistyped path used to pass
 ``nlp.add_pipe`` and fail on the first document. :func:`check_resource_paths`
 refuses it at ``add_pipe``, naming the setting and the path. A pipeline that
 ``spacy.load`` reads is left alone: its ``from_disk`` brings its own model and
@@ -13,17 +13,32 @@ builds the components, while ``spacy.blank`` leaves it empty.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from spacy_genbioel.kb.normalizers import get_normalizer
 from spacy_genbioel.models import ModelFileNotFoundError, ModelFormatError
-from spacy_genbioel.util import parse_json, read_text
+from spacy_genbioel.models.hf import TOKENIZER_KEY
+from spacy_genbioel.util import PathLike, parse_json, read_text
 
-__all__ = ["RESOURCE_PATHS", "check_resource_paths", "loading_saved_pipeline", "read_component_cfg"]
+__all__ = [
+    "RESOURCE_PATHS",
+    "SAVED_PARTS",
+    "check_resource_paths",
+    "copy_model_folder",
+    "copyable_model",
+    "loading_saved_pipeline",
+    "read_component_cfg",
+]
 
 #: the top-level settings that name files or folders
 RESOURCE_PATHS = ("model", "tokenizer", "kb")
+#: what a saved component holds besides cfg.json, by the names ``to_disk``/``from_disk``'s ``exclude`` takes:
+#: ``model`` (model/: weights, config and tokenizer), ``trie`` (trie.safetensors), ``kb`` (kb.jsonl and
+#: kb.safetensors), ``fusion`` (fusion.json)
+SAVED_PARTS = ("model", "trie", "kb", "fusion")
 
 
 def loading_saved_pipeline(nlp: Any) -> bool:
@@ -62,8 +77,36 @@ def read_component_cfg(path: Path) -> Dict[str, Any]:
             raise ModelFormatError(f"{path}: kb_checksum must be a string")
         if not isinstance(meta.get("fusion_config", ""), (str, type(None))):
             raise ModelFormatError(f"{path}: fusion_config must be a path or null")
+        parts = meta.get("parts", list(SAVED_PARTS))
+        if not isinstance(parts, list) or not set(parts) <= set(SAVED_PARTS):
+            raise ModelFormatError(f"{path}: parts must be a list of {', '.join(SAVED_PARTS)}")
         try:
             get_normalizer(meta["kb_normalizer"])
         except ValueError as err:
             raise ModelFormatError(f"{path}: {err}") from err
     return meta
+
+
+def copyable_model(model: Optional[str], tokenizer: Optional[str]) -> bool:
+    """Whether the configured ``model`` folder is one :func:`~spacy_genbioel.models.save_model` wrote
+    (safetensors weights, its tokenizer beside them, the tokenizer's fingerprint in config.json): then
+    saving a component not used yet copies it instead of loading it. A separate ``tokenizer``, pickled
+    weights or another folder are loaded once, to be written in that form."""
+    if not model or tokenizer:
+        return False
+    folder = Path(model)
+    if not folder.is_dir() or not any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")):
+        return False
+    try:
+        return TOKENIZER_KEY in json.loads((folder / "config.json").read_text(encoding="utf8"))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def copy_model_folder(source: PathLike, target: Path) -> None:
+    """``source``'s files into ``target`` (replaced), as they are."""
+    if target.exists() and target.resolve() == Path(source).resolve():
+        return
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target)

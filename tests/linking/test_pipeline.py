@@ -178,14 +178,20 @@ def test_to_bytes_round_trip(resources):
 
 
 # -- issue 16: a saved pipeline always travels whole, damaged files are named ----------------------------------
-def test_to_disk_before_first_use_writes_the_whole_folder(resources, tmp_path_factory):
+def test_to_disk_before_first_use_writes_the_whole_folder(resources, tmp_path_factory, monkeypatch):
+    import spacy_genbioel.linking.component as component_module
+
     _, tmp_path = resources
     used = make_nlp(tmp_path)
     expected = [linked(d) for d in used.pipe(TEXTS)]
     unused = make_nlp(tmp_path)
     out = tmp_path_factory.mktemp("pipeline") / "nlp"
-    unused.to_disk(out)  # never run: saving loads model, tokenizer and KB from the configured paths
-    assert {"cfg.json", "kb.jsonl", "trie.safetensors", "model"} <= {p.name for p in (out / "genbioel").iterdir()}
+    with monkeypatch.context() as patch:  # never run: saving copies the model folder, it does not load the model
+        patch.setattr(component_module, "load_model", lambda *a, **k: pytest.fail("to_disk loaded the model"))
+        unused.to_disk(out)
+    assert unused.get_pipe("genbioel")._linker is None
+    assert {"cfg.json", "kb.jsonl", "kb.safetensors", "model"} <= {p.name for p in (out / "genbioel").iterdir()}
+    assert not (out / "genbioel" / "trie.safetensors").exists()  # built when the pipeline is loaded
     shutil.rmtree(tmp_path / "model")
     (tmp_path / "kb.jsonl").unlink()
     assert [linked(d) for d in spacy.load(out).pipe(TEXTS)] == expected
@@ -230,9 +236,9 @@ def test_a_tokenizer_copied_into_a_saved_pipeline_is_caught(resources, tmp_path_
 
     _, tmp_path = resources
     nlp = make_nlp(tmp_path)
+    tokenizer = nlp.get_pipe("genbioel").linker.tokenizer  # loaded: to_disk writes the trie too
     out = tmp_path_factory.mktemp("pipeline") / "nlp"
     nlp.to_disk(out)
-    tokenizer = nlp.get_pipe("genbioel").linker.tokenizer
     other = fuzz_component.permuted_tokenizer(tokenizer, tmp_path / "other")
     other.save_pretrained(out / "genbioel" / "model")  # same vocabulary size, other ids
     from spacy_genbioel.models import ModelFormatError
@@ -269,3 +275,47 @@ def test_damaged_files_of_a_saved_pipeline_are_named(resources, tmp_path_factory
     (out / "genbioel" / name).write_bytes(content)
     with pytest.raises(ModelFormatError, match=name.split("/")[-1]):
         spacy.load(out)
+
+
+# -- serialization honours exclude; bytes without an archive ------------------------------------------------------
+def test_to_disk_and_from_disk_skip_the_excluded_parts(resources, tmp_path_factory):
+    _, tmp_path = resources
+    nlp = make_nlp(tmp_path)
+    expected = [linked(d) for d in nlp.pipe(TEXTS)]
+    component = nlp.get_pipe("genbioel")
+    out = tmp_path_factory.mktemp("parts") / "genbioel"
+    component.to_disk(out, exclude=["model", "trie"])
+    assert sorted(p.name for p in out.iterdir()) == ["cfg.json", "kb.jsonl", "kb.safetensors"]
+    assert json.loads((out / "cfg.json").read_text())["parts"] == ["kb"]
+    # without its saved model, a component keeps its configured one and loads it on first use
+    fresh = make_nlp(tmp_path)
+    fresh.get_pipe("genbioel").from_disk(out)
+    assert fresh.get_pipe("genbioel")._linker is None
+    assert [linked(d) for d in fresh.pipe(TEXTS)] == expected
+    whole = tmp_path_factory.mktemp("whole") / "genbioel"
+    component.to_disk(whole)
+    skipped = make_nlp(tmp_path).get_pipe("genbioel").from_disk(whole, exclude=["trie"])
+    assert skipped.linker.trie is not None  # built from the KB, not read
+    assert make_nlp(tmp_path).get_pipe("genbioel").from_disk(whole, exclude=["model"])._linker is None
+
+
+def test_to_bytes_is_a_map_of_files_that_honours_exclude(resources):
+    import srsly
+
+    from spacy_genbioel.models import ModelFormatError
+
+    _, tmp_path = resources
+    nlp = make_nlp(tmp_path)
+    component = nlp.get_pipe("genbioel")
+    component.linker  # noqa: B018  (loaded: the bytes carry model, trie and KB)
+    data = srsly.msgpack_loads(component.to_bytes(exclude=["model"]))
+    assert data["format"] == "genbioel.files.v1" and "cfg.json" in data["files"] and "trie.safetensors" in data["files"]
+    assert not any(name.startswith("model/") for name in data["files"])
+    full = srsly.msgpack_loads(component.to_bytes())
+    assert "model/model.safetensors" in full["files"]  # the weights as their safetensors file
+    for bad in (b"not msgpack", srsly.msgpack_dumps({"format": "other"})):
+        with pytest.raises((ModelFormatError, ValueError)):
+            make_nlp(tmp_path).get_pipe("genbioel").from_bytes(bad)
+    escape = srsly.msgpack_dumps({"format": "genbioel.files.v1", "files": {"../x": b""}})
+    with pytest.raises(ModelFormatError, match="bad file entry"):
+        make_nlp(tmp_path).get_pipe("genbioel").from_bytes(escape)
