@@ -40,14 +40,21 @@ def test_blocks_are_registered_under_versioned_names():
         assert spacy.util.registry.misc.get(name) is BLOCKS[block][1]
 
 
-def test_default_config_is_derived_from_the_dataclasses():
-    for block, (_, cls) in BLOCKS.items():
-        fields = {f.name: f.default for f in dataclasses.fields(cls)}
-        assert {k: v for k, v in DEFAULT_CONFIG[block].items() if k != "@misc"} == fields, block
-    top = {k: v for k, v in DEFAULT_CONFIG.items() if not isinstance(v, dict)}
-    assert top == dataclasses.asdict(ComponentResources())
-    pipe = spacy.blank("en").add_pipe("genbioel")
+def test_the_registered_default_config_round_trips_to_the_documented_defaults(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("genbioel")
+    # what spaCy registered for the factory is the derived config (not a copy that can drift)
+    registered = dict(nlp.get_factory_meta("genbioel").default_config)
+    assert registered.pop("scorer") == {"@scorers": "genbioel.linking_scorer.v1"} and registered == DEFAULT_CONFIG
+    # through a saved config.cfg and spaCy's own resolution, a pipe without settings gets the defaults
+    nlp.config.to_disk(tmp_path / "config.cfg")
+    pipe = spacy.util.load_model_from_config(spacy.util.load_config(tmp_path / "config.cfg")).get_pipe("genbioel")
     assert pipe.settings == LinkerSettings()
+    # and those are the documented ones (docs/configuration.md), pinned here by value, not derived
+    s = pipe.settings
+    assert (s.decoding.num_beams, s.decoding.top_k, s.decoding.search, s.inputs.context_words) == (5, 5, "beam", 64)
+    assert (s.candidates.retriever, s.candidates.num_candidates, s.output.threshold) == ("none", 20, None)
+    assert (s.reranker.fusion, s.reranker.cascade, s.resources.device) == (None, "off", "auto")
 
 
 def test_the_factory_takes_one_keyword_per_resource_and_per_block():
