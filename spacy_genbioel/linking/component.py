@@ -85,7 +85,7 @@ from spacy_genbioel.linking.settings import (
 from spacy_genbioel.linking.span_outputs import concept_scores, register_extensions
 from spacy_genbioel.linking.trie.name_trie import NameTrie, TrieMismatchError
 from spacy_genbioel.models import ModelFileNotFoundError, ModelFormatError, load_model, save_model
-from spacy_genbioel.ty import Candidate, Linker, Mention
+from spacy_genbioel.ty import Candidate, Linker, Mention, Reranker
 from spacy_genbioel.util import resolve_device
 
 logger = logging.getLogger(__name__)
@@ -187,11 +187,13 @@ def warn_on_shared_outputs(nlp: Language, name: str, output: OutputSettings) -> 
 
 
 # what spaCy validates a config against: the parameters above and the legacy names ``**legacy`` takes
-make_genbioel.__signature__ = with_legacy_names(inspect.signature(make_genbioel))  # type: ignore[attr-defined]
+make_genbioel.__signature__ = with_legacy_names(inspect.signature(make_genbioel))
 
 
 class GenBioELLinker(Pipe):
     """Links the spans of a doc; its settings are one :class:`~.settings.LinkerSettings`."""
+
+    scorer: Optional[Callable[..., Dict[str, Any]]]  # spaCy's Pipe.score calls it (set by the factory)
 
     def __init__(self, vocab, name: str = "genbioel", settings: Optional[LinkerSettings] = None) -> None:
         self.vocab = vocab
@@ -213,7 +215,7 @@ class GenBioELLinker(Pipe):
                 self._fusion_missing = err
         register_extensions(self.output)
         self._linker: Optional[GenerativeLinker] = None
-        self._reranker: Optional[Any] = None
+        self._reranker: Optional[Reranker] = None
         #: mentions linked per path (:data:`~.reranking.cascade.PATHS`: ``early``, ``retrieval``, ``forced``,
         #: ``beam``, ``none``)
         self.stats: Counter = Counter()
@@ -250,7 +252,7 @@ class GenBioELLinker(Pipe):
         return self._linker
 
     @property
-    def reranker(self) -> Optional[Any]:
+    def reranker(self) -> Optional[Reranker]:
         """The fusion (:class:`~.reranking.fusion.FusionReranker`) or the cascade
         (:class:`~.reranking.cascade.CascadeReranker`); None: neither."""
         self.linker  # noqa: B018  (built with the linker)
@@ -301,7 +303,7 @@ class GenBioELLinker(Pipe):
         retriever = make_candidate_generator(candidates.retriever, kb, model=candidates.model)
         # the one place the beam width is decided (decoding.num_beams, reranker.generator_beams, the fusion file)
         decoding = generator_decoding(self.decoding, self.settings.reranker, self.fusion, self.name)
-        parts = dict(inputs=self.inputs, decoding=decoding, candidates=candidates, retriever=retriever)
+        parts: Dict[str, Any] = dict(inputs=self.inputs, decoding=decoding, candidates=candidates, retriever=retriever)
         try:
             linker = GenerativeLinker(model, tokenizer, kb, trie, **parts)
         except TrieMismatchError as err:
@@ -347,7 +349,7 @@ class GenBioELLinker(Pipe):
         end-to-end comparisons); this component's retriever and reranker are not added to it."""
         self._linker, self._reranker = linker, None  # type: ignore[assignment]
 
-    def _make_reranker(self, kb: KnowledgeBase, linker: GenerativeLinker) -> Optional[Any]:
+    def _make_reranker(self, kb: KnowledgeBase, linker: GenerativeLinker) -> Optional[Reranker]:
         """The fusion (or the cascade) over this KB with its retrievers (built lazily)."""
         if (
             self.fusion is not None
@@ -633,7 +635,7 @@ class GenBioELLinker(Pipe):
         file it was written with; else ``kb.jsonl`` parsed (pipelines saved before 0.2)."""
         compact, jsonl = path / "kb.safetensors", path / "kb.jsonl"
         res = self.settings.resources
-        kwargs = {"normalizer": res.kb_normalizer, "dedup": res.kb_dedup}
+        kwargs: Dict[str, Any] = {"normalizer": res.kb_normalizer, "dedup": res.kb_dedup}
         if compact.exists():
             kb = CompactKB.open(compact, **kwargs)
             if not jsonl.exists():
