@@ -111,7 +111,7 @@ def check_split_name(split: str) -> str:
 
 class DocumentSides:
     """The two sides of a mention in one (lower-cased) document, cut to what a released style's
-    :func:`~spacy_genbioel.linking.released_style.cut_context` can keep of them, so that a mention
+    :func:`~spacy_genbioel.linking.inputs.released_style.cut_context` can keep of them, so that a mention
     costs its kept words, not the whole document (slicing the document once per mention was
     quadratic: half an hour for 800k words and 8k mentions).
 
