@@ -2,7 +2,7 @@
 PYTHON ?= python
 PIP = $(PYTHON) -m pip
 
-.PHONY: install demo test test-slow benchmark
+.PHONY: install demo lint test test-slow benchmark
 
 # torch first, pinned. Which build that is depends on the index: the wheels of the machines this project
 # is built on hold the CPU build, but on PyPI a Linux `pip install torch` is the CUDA build (gigabytes of
@@ -18,7 +18,13 @@ install:
 demo: install
 	$(PYTHON) -m spacy_genbioel demo
 
-test: install
+# ruff (format and lint, config in pyproject.toml) over the tree, mypy over the linking package
+lint: install
+	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy spacy_genbioel/linking
+
+test: lint
 	$(PYTHON) -m pytest -q
 
 test-slow: install
