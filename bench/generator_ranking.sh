@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The generator trained for the cascade's question, against today's training and retrieval alone, on a labelled
+# split cut into two halves of whole documents (fit on one half, measure on the other, then swap).
+#
+#   FT=MODEL_DIR CFG=its config.cfg KB=kb.jsonl TRAIN=corpus/train.jsonl FOLDS=two-fold dir (`folds DEV --k 2`) \
+#   RETRIEVAL=pipeline of `package --kb KB` OUT=work dir bash bench/generator_ranking.sh [train] [measure]
+#
+# train: ANGEL from FT with beam mining (configs/angel_tiny.cfg) and forced mining (configs/angel_rank_tiny.cfg),
+# the same CPU budget, side by side, one thread each, no dev (both halves stay unseen).
+# measure: per model and half, fit-fusion --model (forced-score cascade, MiniLM deferred) on one half, then
+# bench/cascade.py on the other: the forced ranking alone, the cascade, retrieval only, the retrieval pipeline.
+# python bench/generator_ranking_report.py OUT/metrics pools the halves.
+set -euo pipefail
+: "${FT:?}" "${CFG:?}" "${KB:?}" "${TRAIN:?}" "${FOLDS:?}" "${RETRIEVAL:?}" "${OUT:?}"
+export OMP_NUM_THREADS=1
+stages=("${@:-train measure}")
+mkdir -p "$OUT/metrics"
+declare -A MODEL=([ft]=$FT [angel]=$OUT/angel_tiny/model [rank]=$OUT/angel_rank_tiny/model)
+if [[ " ${stages[*]} " == *" train "* ]]; then
+  for cfg in angel_rank_tiny angel_tiny; do
+    [ -d "$OUT/$cfg/model" ] || python -m spacy_genbioel angel --model "$FT" --train "$TRAIN" --kb "$KB" \
+        --config "configs/$cfg.cfg" --out "$OUT/$cfg" --device cpu --training.budget_clock cpu --training.seed 0 \
+        > "$OUT/$cfg.log" 2>&1 &
+  done
+  wait
+fi
+if [[ " ${stages[*]} " == *" measure "* ]]; then
+  for m in ft angel rank; do
+    [ -d "$OUT/pkg_$m" ] || python -m spacy_genbioel package --model "${MODEL[$m]}" --config "$CFG" --kb "$KB" \
+        --out "$OUT/pkg_$m" --no-entity-ruler
+    for i in 0 1; do
+      C=$OUT/cascade_${m}_$i.json
+      [ -f "$C" ] || python -m spacy_genbioel fit-fusion --model "${MODEL[$m]}" --config "$CFG" --kb "$KB" \
+          --corpus "$FOLDS/fold-$i/train.txt" --abbreviations --cascade --defer dense --generator forced \
+          --predictions "$OUT/fit-$m-$i" --out "$C"
+      python bench/cascade.py --pipeline "$OUT/pkg_$m" --corpus "$FOLDS/fold-$i/heldout.txt" --fusion "$C" \
+          --cascade "$C" --pipeline-row "retrieval_pipeline=$RETRIEVAL" \
+          --rows forced_alone,cascade,retrieval_only,retrieval_pipeline --repeats 2 \
+          --out "$OUT/metrics/half${i}_$m.json"
+    done
+  done
+fi

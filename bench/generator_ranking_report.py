@@ -1,0 +1,57 @@
+"""Pool the halves of ``bench/generator_ranking.sh``: recall@1 of each row overall and on the mentions the
+fine-tuned model's cascade hands to the generator (the same mentions for every generator: the cascade's early
+and retrieval steps do not read it), with error classes there::
+
+    python bench/generator_ranking_report.py OUT/metrics
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+MODELS = ("ft", "angel", "rank")
+
+
+def pooled(folder: Path, model: str) -> dict:
+    halves = [json.loads((folder / f"half{i}_{model}.json").read_text(encoding="utf8")) for i in (0, 1)]
+    rows = {}
+    for name in halves[0]["rows"]:
+        per = [h["rows"][name] for h in halves]
+        rows[name] = {
+            "rank": [r for p in per for r in p["per_mention"]["rank"]],
+            "path": [q for p in per for q in p["per_mention"]["path"]],
+            "per_cpu_second": sum(h["mentions"] for h in halves) / sum(p["cpu_seconds"] for p in per),
+        }
+    return rows
+
+
+def recall_at_1(ranks, which) -> float:
+    which = list(which)
+    return sum(ranks[i] == 1 for i in which) / len(which) if which else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("metrics", type=Path)
+    args = parser.parse_args()
+    data = {m: pooled(args.metrics, m) for m in MODELS if (args.metrics / f"half1_{m}.json").exists()}
+    deferred = [i for i, p in enumerate(data["ft"]["cascade"]["path"]) if p not in ("early", "retrieval")]
+    every = range(len(data["ft"]["cascade"]["path"]))
+    print(f"{len(every)} mentions, {len(deferred)} deferred by the fine-tuned model's cascade")
+    for model, rows in data.items():
+        for name, row in rows.items():
+            classes = Counter(
+                "top1" if r == 1 else "top2-5" if r else "not in top 5" for r in (row["rank"][i] for i in deferred)
+            )
+            print(
+                f"{model:6s} {name:20s} recall@1 {recall_at_1(row['rank'], every):.4f}  deferred "
+                f"{recall_at_1(row['rank'], deferred):.4f} {dict(sorted(classes.items()))}  "
+                f"{row['per_cpu_second']:.1f} per CPU s"
+            )
+
+
+if __name__ == "__main__":
+    main()
