@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
+from spacy_genbioel.retrieval.rescnn_checks import Bound, check_setting
 from spacy_genbioel.util import PathLike
 
 if TYPE_CHECKING:
@@ -55,6 +56,99 @@ def settings_from_dict(cls: Type[T], data: Mapping[str, Any], section: str, wher
     """``cls(**data)`` for a settings dataclass, after :func:`check_settings`."""
     check_settings(section, data, setting_names(cls), where)
     return cls(**data)
+
+
+# -- numbers ------------------------------------------------------------------------------------
+# every numeric (and flag) setting of the training configs, with its range: a config file or a dotted
+# override spelling "nan", "inf", ".5" or "+1" is coerced or refused where the setting is defined, as the
+# component's blocks are (linking/numbers.py) and train-rescnn's (retrieval/rescnn_checks.py)
+_COUNT, _POSITIVE, _FLAG = Bound(int, 0), Bound(int, 1), Bound(bool)
+_RATE, _SHARE = Bound(float, 0.0), Bound(float, 0.0, 1.0)
+TRAIN_BOUNDS: Dict[str, Bound] = {
+    "max_steps": _COUNT,
+    "max_seconds": Bound(float, 0.0, optional=True),
+    "batch_size": _POSITIVE,
+    "learning_rate": _RATE,
+    "weight_decay": _RATE,
+    "warmup_steps": _COUNT,
+    "label_smoothing": Bound(float, 0.0, 1.0, below=True),
+    "max_grad_norm": _RATE,
+    "max_source_tokens": _POSITIVE,
+    "seed": Bound(int),
+    "log_every": _COUNT,
+}
+ENGINE_BOUNDS: Dict[str, Bound] = {
+    **TRAIN_BOUNDS,
+    "grad_accumulation": _POSITIVE,
+    "min_lr_ratio": _SHARE,
+    "poly_power": Bound(float, 0.0, open=True),
+    "adam_beta1": Bound(float, 0.0, 1.0, below=True),
+    "adam_beta2": Bound(float, 0.0, 1.0, below=True),
+    "adam_eps": Bound(float, 0.0, open=True),
+    "eval_every": _COUNT,
+    "greater_is_better": _FLAG,
+    "save_every": _COUNT,
+    "progress": _FLAG,
+}
+ANGEL_BOUNDS: Dict[str, Bound] = {
+    "rounds": _COUNT,
+    "patience": _COUNT,
+    "mentions_per_round": _COUNT,
+    "steps_per_round": _COUNT,
+    "seconds_per_round": Bound(float, 0.0, open=True, optional=True),
+    "top_k": _POSITIVE,
+    "num_beams": _POSITIVE,
+    "mine_batch_size": _POSITIVE,
+    "beta": Bound(float, 0.0, open=True),
+    "sft_weight": _RATE,
+    "gold_fallback": _FLAG,
+    "kb_negatives": _COUNT,
+    "kb_negative_pool": _POSITIVE,
+    "disable_dropout": _FLAG,
+    "save_pairs": _FLAG,
+    "score_after": _COUNT,
+    "mining_candidates": _POSITIVE,
+    "deferred_weight": Bound(float, 0.0, open=True),
+}
+DATA_BOUNDS: Dict[str, Bound] = {
+    "max_context_synonyms": _COUNT,
+    "use_definitions": _FLAG,
+    "max_synonyms_per_concept": Bound(int, 1, optional=True),
+    "kb_examples_per_epoch": _COUNT,
+    "eval_mentions": _COUNT,
+    "eval_beams": _POSITIVE,
+    "eval_batch_size": _POSITIVE,
+}
+DENSE_BOUNDS: Dict[str, Bound] = {
+    **{k: TRAIN_BOUNDS[k] for k in ("max_steps", "max_seconds", "batch_size", "learning_rate", "weight_decay")},
+    **{k: TRAIN_BOUNDS[k] for k in ("warmup_steps", "max_grad_norm", "seed", "log_every")},
+    "max_length": _POSITIVE,
+    "min_lr_ratio": _SHARE,
+    "poly_power": Bound(float, 0.0, open=True),
+    "progress": _FLAG,
+    "alpha": _RATE,
+    "beta": _RATE,
+    "base": Bound(float),
+    "epsilon": _RATE,
+    "triplet_margin": _RATE,
+    "kb_pairs": _FLAG,
+    "mention_repeats": _COUNT,
+}
+
+
+def check_numbers(settings: Any, section: str, bounds: Mapping[str, Bound]) -> None:
+    """Each field of ``settings`` named in ``bounds`` as the number (flag) it spells, in place; a value
+    out of its range raises ValueError naming ``section.field``, the range and the value."""
+    for name, bound in bounds.items():
+        value = getattr(settings, name)
+        number = check_setting(f"{section}.{name}", value, bound)
+        if number is not value:
+            object.__setattr__(settings, name, number)
+
+
+def check_data(data: Mapping[str, Any]) -> Dict[str, Any]:
+    """A stage's ``[data]`` settings with their numbers checked (:data:`DATA_BOUNDS`)."""
+    return {k: check_setting(f"data.{k}", v, DATA_BOUNDS[k]) if k in DATA_BOUNDS else v for k, v in data.items()}
 
 
 def read_config(
@@ -100,6 +194,9 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 50
 
+    def __post_init__(self) -> None:
+        check_numbers(self, "training", TRAIN_BOUNDS)
+
 
 @dataclass
 class EngineConfig(TrainConfig):
@@ -130,6 +227,9 @@ class EngineConfig(TrainConfig):
     # learning rate still reaches its floor by the end of the run instead of
     # stopping high up the curve of an unreachable max_steps)
     schedule_horizon: str = "budget"
+
+    def __post_init__(self) -> None:
+        check_numbers(self, "training", ENGINE_BOUNDS)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "EngineConfig":
@@ -172,10 +272,7 @@ class AngelConfig:
     def __post_init__(self) -> None:
         if self.mining not in ("beam", "forced"):
             raise ValueError(f"[angel] mining: 'beam' or 'forced' (got {self.mining!r})")
-        if self.mining_candidates < 1:
-            raise ValueError(f"[angel] mining_candidates: at least 1 (got {self.mining_candidates!r})")
-        if not (isinstance(self.deferred_weight, (int, float)) and 0 < self.deferred_weight < float("inf")):
-            raise ValueError(f"[angel] deferred_weight: a finite number above 0 (got {self.deferred_weight!r})")
+        check_numbers(self, "angel", ANGEL_BOUNDS)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "AngelConfig":
@@ -227,13 +324,16 @@ def load_stage_config(path: PathLike, overrides: Optional[Mapping[str, Any]] = N
     from spacy_genbioel.linking.inputs.builder import InputBuilder
 
     values, text = read_config(path, overrides, STAGE_SECTIONS)
-    return StageConfig(
-        training=EngineConfig(**values.get("training", {})),
-        inputs=InputBuilder(**values.get("inputs", {})),
-        data={**DATA_DEFAULTS, **values.get("data", {})},
-        text=text,
-        angel=AngelConfig(**values.get("angel", {})),
-    )
+    try:
+        return StageConfig(
+            training=EngineConfig(**values.get("training", {})),
+            inputs=InputBuilder(**values.get("inputs", {})),
+            data=check_data({**DATA_DEFAULTS, **values.get("data", {})}),
+            text=text,
+            angel=AngelConfig(**values.get("angel", {})),
+        )
+    except ValueError as err:  # a setting out of range: name the file (and the override, when there is one)
+        raise ValueError(f"{path}{' with overrides' if overrides else ''}: {err}") from None
 
 
 # -- train-dense ------------------------------------------------------------------------------
@@ -276,6 +376,7 @@ class DenseTrainConfig:
     def __post_init__(self) -> None:
         if self.miner not in MINERS:
             raise ValueError(f"Unknown miner {self.miner!r}; use one of {MINERS}")
+        check_numbers(self, "train-dense", DENSE_BOUNDS)
 
 
 DENSE_SECTIONS: Dict[str, Sequence[str]] = {

@@ -143,6 +143,9 @@ def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz")
 
 
+# duplicate member names and other pickle protocols are written on purpose (zipfile and torch warn on them)
+@pytest.mark.filterwarnings("ignore:Duplicate name:UserWarning")
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_archive_is_read_as_torch_reads_it_or_refused_naming_the_file(workdir, data):
