@@ -14,6 +14,7 @@ with the :class:`~spacy_genbioel.training.engine.TrainingEngine` and leaves
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -162,10 +163,12 @@ def train_tokenizer_step(
         return save_marker_tokenizer(preset, out_dir)
     kb = KnowledgeBase.load(kb_path)
     size = vocab_size or PRESETS[preset].vocab_size
-    lines: Iterable[str] = ()
-    if texts:
-        lines = (line.strip() for line in Path(texts).open(encoding="utf8") if line.strip())
-    tokenizer = train_tokenizer(kb.names, lines, vocab_size=size)
+    with contextlib.ExitStack() as stack:  # the texts file is closed however training ends
+        lines: Iterable[str] = ()
+        if texts:
+            source = stack.enter_context(Path(texts).open(encoding="utf8"))
+            lines = (line.strip() for line in source if line.strip())
+        tokenizer = train_tokenizer(kb.names, lines, vocab_size=size)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(str(out))
