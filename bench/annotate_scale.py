@@ -1,49 +1,67 @@
-"""Documents/s of ``annotate`` with the local engine and with 1 and 2 local Ray
-workers, side by side on the same abstracts, and what that means for PubMed.
+"""The whole ``annotate`` job, as a user runs it, over thousands of abstracts:
+one process, forked workers and Ray workers side by side on the same inputs,
+and what that means for PubMed.
 
-    python bench/annotate_scale.py --pipeline /tmp/demo_pipe --json metrics/annotate_scale.json
-    python bench/annotate_scale.py --pipeline packages/ncbi_tiny --docs 1000 --runs local,local-1t,ray-1,ray-2
+    python bench/annotate_scale.py --pipeline packages/bc5cdr_tiny_ner_cnn --docs 5000 --runs local-1t,fork-2,ray-2 \\
+        --json metrics/annotate_scale.json
     python bench/annotate_scale.py --project metrics/annotate_scale.json --gpu-mentions-per-s 489.4
 
-Input: the first ``--docs`` abstracts of BC5CDR train then dev (1,000 = both
-splits whole) from ``$GENBIOEL_DATA`` or ``../shared/data``, written once as
-one JSONL file (title + abstract), so every run reads the same documents. Each
-run annotates them into a fresh folder, one after the other in this process:
+**Inputs.** The training and development abstracts of BC5CDR and
+NCBI-disease (``$GENBIOEL_DATA`` or ``../shared/data``), each PMID once, in
+that order; past the 1,692 distinct abstracts they repeat under new numeric
+IDs (``--docs 5000``: each about three times). The first half is written as a
+PubTator file, the second as gzipped PubMed XML (baseline style), so every run
+reads both formats, as one job.
 
-* ``local``: the local engine, one process, torch's default thread count;
-* ``local-1t``: the same on one torch thread (what one Ray CPU worker gets);
-* ``ray-N``: ``--engine ray --n-process N`` on a local Ray started for the run
-  (N CPUs, one torch thread per worker).
+**Runs**, one after the other, each ``python -m spacy_genbioel annotate`` in a
+fresh process (its import and pipeline load are in ``wall_s``), into a fresh
+folder:
 
-``documents_per_s`` is the summary's (from the pipeline loaded, or every Ray
-worker ready, to the last chunk committed); ``wall_s`` is the whole call,
-start-up included (Ray's own start and each worker's pipeline load are in
-``start_s``). Chunk files of the ``ray-N`` runs are compared byte for byte
-with ``local-1t``'s. The projection divides PubMed's mentions (36M abstracts
-x ``--mentions-per-abstract``) by N workers at one worker's measured
-mentions/s (``ray-1``'s), assuming linear scaling and that linking is the
-cost; the GPU line uses ``--gpu-mentions-per-s`` (docs/benchmarks.md's H100
-decoder-only figure: the linker alone, without NER or the driver).
-``--project REPORT.json`` redoes only the projection of a report.
+* ``local``: one process, torch's default threads;
+* ``local-1t``: one process on one thread (``OMP_NUM_THREADS=1``): one core;
+* ``fork-N``: ``--n-process N`` (forked workers, one thread each);
+* ``ray-N``: ``--engine ray --n-process N`` on a local Ray started by the run.
 
-On a shared machine the figures move with the other load: the JSON records
-the load average before and after each run.
+Per run, from ``summary.json``: documents/s and mentions/s (from the pipeline
+loaded to the last chunk committed), per core, the seconds and share of each
+stage (``reading``, ``ner``, ``retrieval``, ``generator``, ``linking``,
+``writing``: ``spacy_genbioel/annotate/timing.py``), the driver's peak RSS and
+each worker's private and resident memory. Chunk files of the worker runs are
+compared byte for byte with ``local-1t``'s.
+
+**Projection.** PubMed's 36M abstracts over N cores at the per-core rate of
+``--project-run`` (default: the first worker run, else ``local-1t``), assuming
+linear scaling; the GPU line divides PubMed's mentions by
+``--gpu-mentions-per-s``. ``--project REPORT.json`` redoes only that.
+
+Measure on a quiet machine: workers sharing cores get no more CPU than one.
+The JSON records the load average before and after each run.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Tuple
+from xml.sax.saxutils import escape
 
 PUBMED_ABSTRACTS = 36_000_000
+SPLITS = (
+    ("bc5cdr", "CDR_TrainingSet.PubTator.txt"),
+    ("bc5cdr", "CDR_DevelopmentSet.PubTator.txt"),
+    ("ncbi_disease", "NCBItrainset_corpus.txt"),
+    ("ncbi_disease", "NCBIdevelopset_corpus.txt"),
+)
+REPEAT_IDS = 90_000_000  # repeated abstracts get IDs from here up
 
 
 def data_dir(given: str = "") -> Path:
@@ -53,55 +71,102 @@ def data_dir(given: str = "") -> Path:
     return path
 
 
-def write_abstracts(data: Path, n: int, target: Path) -> int:
-    """The first ``n`` BC5CDR train + dev abstracts as JSONL (the documents of
-    ``benchmark --pipeline``, read by the same function); how many there were."""
-    from spacy_genbioel.workflows.benchmark_annotate import benchmark_documents
+def abstracts(data: Path, n: int) -> List[Tuple[str, str, str]]:
+    """``n`` (id, title, abstract): the splits' abstracts in order, each PMID once, then again
+    under new IDs until there are ``n``."""
+    from spacy_genbioel.corpus import read_pubtator
 
-    documents, _ = benchmark_documents(data, n)
-    lines = [json.dumps({"id": doc.pmid, "title": doc.title, "abstract": doc.abstract}) for doc in documents]
-    target.write_text("\n".join(lines) + "\n", encoding="utf8")
-    return len(lines)
+    distinct: Dict[str, Tuple[str, str]] = {}
+    for folder, name in SPLITS:
+        path = data / folder / name
+        if path.exists():
+            for doc in read_pubtator(path):
+                distinct.setdefault(str(doc.pmid), (doc.title, doc.abstract))
+    if not distinct:
+        raise SystemExit(f"no abstracts in {data} ({', '.join(f'{f}/{n}' for f, n in SPLITS)})")
+    items = list(distinct.items())
+    out = [(pmid, title, text) for pmid, (title, text) in items[:n]]
+    while len(out) < n:
+        _, (title, text) = items[len(out) % len(items)]
+        out.append((str(REPEAT_IDS + len(out)), title, text))
+    return out
 
 
-def one_run(name: str, docs: Path, pipeline: Path, out: Path, chunk_size: int, batch_size: int) -> Dict[str, Any]:
-    import torch
+def write_inputs(docs: List[Tuple[str, str, str]], folder: Path) -> List[Path]:
+    """The first half of ``docs`` as ``abstracts.pubtator``, the rest as ``pubmed.xml.gz``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    half = (len(docs) + 1) // 2
+    pubtator = folder / "abstracts.pubtator"
+    pubtator.write_text("".join(f"{i}|t|{t}\n{i}|a|{a}\n\n" for i, t, a in docs[:half]), encoding="utf8")
+    paths = [pubtator]
+    if docs[half:]:
+        articles = "".join(
+            f"<PubmedArticle><MedlineCitation><PMID>{i}</PMID><Article><ArticleTitle>{escape(t)}</ArticleTitle>"
+            f"<Abstract><AbstractText>{escape(a)}</AbstractText></Abstract></Article></MedlineCitation>"
+            "</PubmedArticle>\n"
+            for i, t, a in docs[half:]
+        )
+        xml = folder / "pubmed.xml.gz"
+        with gzip.open(xml, "wt", encoding="utf8") as handle:
+            handle.write(f'<?xml version="1.0" encoding="utf-8"?>\n<PubmedArticleSet>\n{articles}</PubmedArticleSet>\n')
+        paths.append(xml)
+    return paths
 
-    from spacy_genbioel.annotate import annotate
 
-    options: Dict[str, Any] = dict(chunk_size=chunk_size, batch_size=batch_size, progress=False)
-    threads = torch.get_num_threads()
-    if name.startswith("ray-"):
-        options.update(engine="ray", n_process=int(name.split("-")[1]))
-    elif name == "local-1t":
-        torch.set_num_threads(1)
-    elif name != "local":
-        raise SystemExit(f"unknown run {name!r}: use local, local-1t or ray-N")
+def run_command(name: str, inputs: List[Path], pipeline: Path, out: Path, chunk: int, batch: int) -> List[str]:
+    """The annotate command of run ``name`` (local, local-1t, fork-N, ray-N)."""
+    command = [sys.executable, "-m", "spacy_genbioel", "annotate", *map(str, inputs), "--pipeline", str(pipeline)]
+    command += ["--out", str(out), "--chunk-size", str(chunk), "--batch-size", str(batch), "--no-progress"]
+    command += ["--device", "cpu"]
+    kind, _, workers = name.partition("-")
+    if kind == "fork" and workers.isdigit():
+        command += ["--n-process", workers]
+    elif kind == "ray" and workers.isdigit():
+        command += ["--engine", "ray", "--n-process", workers]
+    elif name not in ("local", "local-1t"):
+        raise SystemExit(f"unknown run {name!r}: use local, local-1t, fork-N or ray-N")
+    return command
+
+
+def cores(name: str) -> int:
+    kind, _, workers = name.partition("-")
+    return int(workers) if kind in ("fork", "ray") else 1 if name == "local-1t" else os.cpu_count() or 1
+
+
+def one_run(name: str, inputs: List[Path], pipeline: Path, out: Path, chunk: int, batch: int) -> Dict[str, Any]:
+    env = dict(os.environ)
+    if name != "local":
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     load_before = os.getloadavg()
     began = time.monotonic()
-    try:
-        summary = annotate([docs], pipeline, out, options, {"device": "cpu"})
-    finally:
-        torch.set_num_threads(threads)
+    done = subprocess.run(
+        run_command(name, inputs, pipeline, out, chunk, batch), env=env, capture_output=True, text=True
+    )
     wall = time.monotonic() - began
+    if done.returncode != 0:
+        raise SystemExit(f"run {name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    summary = json.loads((out / "summary.json").read_text(encoding="utf8"))
     run = summary["this_run"]
+    stages = run.get("stages", {})
+    total = sum(stages.values()) or 1.0
+    n_cores = cores(name)
     return {
         "run": name,
-        "engine": run.get("engine", "local"),
-        "workers": run.get("workers", 1),
-        "torch_threads": 1 if name != "local" else threads,
+        "cores": n_cores,
         "documents": run["documents_annotated"],
         "mentions": run["mentions"],
         "documents_per_s": run["documents_per_s"],
+        "documents_per_s_per_core": round(run["documents_per_s"] / n_cores, 2),
         "mentions_per_s": run["mentions_per_s"],
         "seconds": run["seconds"],
-        "start_s": run.get("start_seconds"),
-        # Ray: the workers' own time on the units; documents / worker_s is the rate of one worker while it works
-        "worker_s": run.get("worker_seconds"),
-        "documents_per_worker_s": round(run["documents_annotated"] / run["worker_seconds"], 2)
-        if run.get("worker_seconds")
-        else None,
-        "wall_s": round(wall, 2),
+        "wall_s": round(wall, 2),  # the whole command: imports, pipeline load (Ray: its start), the job
+        "start_s": round(wall - run["seconds"], 2),
+        "stage_seconds": stages,
+        "stage_shares": {k: round(v / total, 3) for k, v in stages.items()},
+        "stage_detail": run.get("stage_seconds", {}),
+        "driver_peak_rss_mb": run.get("memory", {}).get("driver", {}).get("peak_rss_mb"),
+        "workers": run.get("memory", {}).get("workers", []),
+        "errors": summary["errors"],
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
@@ -112,23 +177,41 @@ def chunks(out: Path) -> Dict[str, bytes]:
 
 
 def projection(run: Dict[str, Any], gpu_mentions_s: float, mentions_per_abstract: float) -> Dict[str, Any]:
-    """Hours for PubMed's abstracts with N workers at linear scaling, from one worker's run: its
-    mentions/s (linking is most of the time), times PubMed's mentions per abstract."""
+    """Hours for PubMed's abstracts over N cores at ``run``'s documents/s per core (linear scaling); the
+    GPU line: PubMed's mentions (``mentions_per_abstract`` each) at ``gpu_mentions_s`` per GPU."""
+    per_core = run["documents"] / run["seconds"] / run.get("cores", 1)
+    cpu = {str(n): round(PUBMED_ABSTRACTS / (n * per_core) / 3600, 1) for n in (1, 16, 64, 256, 1024)}
     mentions = PUBMED_ABSTRACTS * mentions_per_abstract
-    cpu_mentions_s = run["mentions"] / run["seconds"]
-    cpu = {str(n): round(mentions / (n * cpu_mentions_s) / 3600, 1) for n in (1, 16, 64, 256, 1024)}
     gpu = {str(n): round(mentions / (n * gpu_mentions_s) / 3600, 1) for n in (1, 8, 32, 64)}
     return {
         "abstracts": PUBMED_ABSTRACTS,
+        "from_run": run["run"],
+        "documents_per_s_per_core": round(per_core, 2),
+        "mentions_per_document_here": round(run["mentions"] / max(run["documents"], 1), 2),
+        "cpu_hours_by_cores": cpu,
         "mentions_per_abstract": mentions_per_abstract,
-        "cpu_worker_run": run["run"],
-        "cpu_worker_docs_per_s": run["documents_per_s"],
-        "cpu_worker_mentions_per_s": round(cpu_mentions_s, 2),
-        "cpu_mentions_per_doc_here": round(run["mentions"] / max(run["documents"], 1), 2),
-        "cpu_hours_by_workers": cpu,
-        "gpu_decoder_only_mentions_per_s": gpu_mentions_s,
-        "gpu_hours_by_workers_decoder_only": gpu,
+        "gpu_mentions_per_s": gpu_mentions_s,
+        "gpu_hours_by_gpus_linker_only": gpu,
     }
+
+
+def table(runs: List[Dict[str, Any]]) -> str:
+    head = (
+        "| run | docs/s | docs/s/core | mentions/s | wall s | reading | ner | retrieval | generator | linking | writing"
+        " | driver peak RSS MB | workers private / RSS MB |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in runs:
+        s = r["stage_shares"]
+        workers = ", ".join(f"{w['private_mb']} / {w['rss_mb']}" for w in r["workers"]) or "-"
+        shares = " | ".join(
+            f"{100 * s.get(k, 0):.0f}%" for k in ("reading", "ner", "retrieval", "generator", "linking", "writing")
+        )
+        lines.append(
+            f"| {r['run']} | {r['documents_per_s']} | {r['documents_per_s_per_core']} | {r['mentions_per_s']} | "
+            f"{r['wall_s']} | {shares} | {r['driver_peak_rss_mb']} | {workers} |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -139,25 +222,20 @@ def main() -> None:
         "--pipeline", type=Path, help="a spaCy pipeline with NER and genbioel (needed but with --project)"
     )
     parser.add_argument("--data", default="", help="the shared data folder (default: $GENBIOEL_DATA or ../shared/data)")
-    parser.add_argument("--docs", type=int, default=1000)
-    parser.add_argument("--runs", default="local,local-1t,ray-1,ray-2")
-    parser.add_argument("--chunk-size", type=int, default=50, help="documents per chunk, the Ray engine's unit")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument(
-        "--gpu-mentions-per-s", type=float, default=839.3, help="docs/benchmarks.md, H100, batched, decoder only"
-    )
-    parser.add_argument(
-        "--mentions-per-abstract", type=float, default=10.0, help="PubMed: about 360M mentions in 36M abstracts"
-    )
+    parser.add_argument("--docs", type=int, default=5000)
+    parser.add_argument("--runs", default="local-1t,fork-2,ray-2")
+    parser.add_argument("--chunk-size", type=int, default=250, help="documents per chunk: a worker's unit")
+    parser.add_argument("--batch-size", type=int, default=64, help="documents per nlp.pipe batch")
+    parser.add_argument("--project-run", default="", help="the run the projection is made from")
+    parser.add_argument("--gpu-mentions-per-s", type=float, default=839.3, help="H100, batched, linker only")
+    parser.add_argument("--mentions-per-abstract", type=float, default=10.0, help="PubMed: about 360M in 36M")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     parser.add_argument("--keep", type=Path, default=None, help="keep the inputs and output folders here")
-    parser.add_argument(
-        "--project", type=Path, default=None, help="only redo the projection of this report (to --json if given)"
-    )
+    parser.add_argument("--project", type=Path, default=None, help="only redo the projection of this report")
     args = parser.parse_args()
     if args.project is not None:
         report = json.loads(args.project.read_text(encoding="utf8"))
-        one = next(r for r in report["runs"] if r["run"] == "ray-1")
+        one = pick(report["runs"], args.project_run)
         report["pubmed_projection"] = projection(one, args.gpu_mentions_per_s, args.mentions_per_abstract)
         print(json.dumps(report["pubmed_projection"], indent=2))
         if args.json:
@@ -169,45 +247,52 @@ def main() -> None:
     work = args.keep or Path(tempfile.mkdtemp(prefix="annotate_scale_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        docs = work / "abstracts.jsonl"
-        n = write_abstracts(data_dir(args.data), args.docs, docs)
+        inputs = write_inputs(abstracts(data_dir(args.data), args.docs), work / "inputs")
         runs = []
         for name in args.runs.split(","):
             out = work / name
             shutil.rmtree(out, ignore_errors=True)
-            runs.append(one_run(name, docs, args.pipeline, out, args.chunk_size, args.batch_size))
-            print(json.dumps(runs[-1]), flush=True)
-        names = [r["run"] for r in runs]
-        if "local-1t" in names:
+            runs.append(one_run(name, inputs, args.pipeline, out, args.chunk_size, args.batch_size))
+            print(json.dumps({k: v for k, v in runs[-1].items() if k != "stage_detail"}), flush=True)
+        if any(r["run"] == "local-1t" for r in runs):
             reference = chunks(work / "local-1t")
+            base = next(r for r in runs if r["run"] == "local-1t")
             for run in runs:
-                if run["engine"] == "ray":
+                if run["run"] != "local-1t":
                     run["chunks_identical_to_local_1t"] = chunks(work / run["run"]) == reference
-        one = next((r for r in runs if r["run"] == "ray-1"), None)
+                    run["speedup_over_local_1t"] = round(run["documents_per_s"] / base["documents_per_s"], 2)
         report = {
             "command": "python bench/annotate_scale.py " + " ".join(sys.argv[1:]),
-            "machine": {
-                "cpus": os.cpu_count(),
-                "platform": platform.platform(),
-                "python": platform.python_version(),
-                "note": "shared CPU: other jobs ran at the same time (see the load averages)",
-            },
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "pipeline": str(args.pipeline),
-            "documents": n,
+            "inputs": [str(p.name) for p in inputs],
+            "documents": args.docs,
             "chunk_size": args.chunk_size,
             "batch_size": args.batch_size,
             "runs": runs,
+            "pubmed_projection": projection(
+                pick(runs, args.project_run), args.gpu_mentions_per_s, args.mentions_per_abstract
+            ),
         }
-        if one is not None and one["seconds"]:
-            report["pubmed_projection"] = projection(one, args.gpu_mentions_per_s, args.mentions_per_abstract)
-        text = json.dumps(report, indent=2)
-        print(text)
+        print(table(runs))
+        print(json.dumps(report["pubmed_projection"], indent=2))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(text + "\n", encoding="utf8")
+            args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def pick(runs: List[Dict[str, Any]], name: str) -> Dict[str, Any]:
+    """The run the projection uses: ``name``, else the first worker run, else the first run."""
+    if name:
+        found: Optional[Dict[str, Any]] = next((r for r in runs if r["run"] == name), None)
+        if found is None:
+            raise SystemExit(f"no run {name!r} in {[r['run'] for r in runs]}")
+        return found
+    return next((r for r in runs if r["run"].split("-")[0] in ("fork", "ray")), runs[0])
 
 
 if __name__ == "__main__":

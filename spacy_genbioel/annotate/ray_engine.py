@@ -51,6 +51,7 @@ from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog
 from spacy_genbioel.annotate.options import AnnotateOptions
 from spacy_genbioel.annotate.readers import safe_records
 from spacy_genbioel.annotate.records import ERRORS, PROVENANCE, SUMMARY, AnnotateError, named
+from spacy_genbioel.annotate.timing import StageClock
 from spacy_genbioel.annotate.units import (
     Committer,
     Unit,
@@ -97,6 +98,7 @@ class UnitWorker:
         torch.set_num_threads(threads)
         device = overrides["device"]
         self.nlp, component = load_pipeline(Path(pipeline_dir), name, overrides)
+        component.build_indexes()  # now, not in the first unit: the rates count from every worker ready
         self.writer = WRITERS[format](spans_key=component.spans_key)
         self.spans_key = component.spans_key
         self.batch_size = batch_size
@@ -262,6 +264,8 @@ def run_on_ray(
     checkpoint = Checkpoint(out, writer, nlp.vocab)
     errors = ErrorLog(Path(errors_path) if errors_path else out / ERRORS)
     counts: collections.Counter = collections.Counter()
+    clock = StageClock()  # the driver's reading and committing, and the workers' stages
+    memory: List[Dict[str, Any]] = []  # the workers' reports
     started = time.monotonic()
     try:
         with connected(ray, options.ray_address, n_process) as where:
@@ -312,7 +316,7 @@ def run_on_ray(
                         checkpoint.done,
                         counts,
                     )
-                    _drive(ray, pool, Committer(units, checkpoint, errors, counts, bar))
+                    _drive(ray, pool, Committer(units, checkpoint, errors, counts, bar, clock, memory))
                 finally:
                     bar.close()
             finally:
@@ -321,7 +325,7 @@ def run_on_ray(
     finally:
         errors.close()
     seconds = time.monotonic() - began
-    summary = run_summary(checkpoint, errors, counts, out, format, seconds)
+    summary = run_summary(checkpoint, errors, counts, out, format, seconds, clock, memory)
     summary["this_run"].update(
         {
             "engine": "ray",

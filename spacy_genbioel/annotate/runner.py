@@ -46,13 +46,14 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog, output_lock, provenance, update_provenance
 from spacy_genbioel.annotate.job import check_job, check_places, finished_read_only, job_identity, record_job
 from spacy_genbioel.annotate.options import AnnotateOptions, component_settings, run_device
 from spacy_genbioel.annotate.readers import detect_format, expand_inputs, safe_records
 from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, InputRecord, RecordError, id_key, named
+from spacy_genbioel.annotate.timing import StageClock, timed, use_clock
 from spacy_genbioel.annotate.units import (
     Committer,
     annotate_unit,
@@ -186,6 +187,8 @@ def annotate(
                 # Ray: the workers link; the driver's pipeline (on CPU) only reads and writes
                 driver_device = "cpu" if options.engine == "ray" else load_device
                 nlp, component = _load_pipeline(pipeline_dir, name, {**overrides, "device": driver_device})
+                if options.engine != "ray":  # built once here: forked workers share them (copy-on-write)
+                    component.build_indexes()
                 if new_job:
                     record_job(out, identity)
             except BaseException:
@@ -255,13 +258,16 @@ def _run(
             yield item
 
     spans_key = component.spans_key
+    clock = StageClock()
+    workers: List[Dict[str, Any]] = []
     began = time.monotonic()
     try:
         if n_process == 1:
+            use_clock(nlp, clock)
             # batches restart at each chunk, so a resumed run batches exactly as an uninterrupted one
-            for chunk_records in minibatch(pending(), chunk_size):
+            for chunk_records in minibatch(timed(pending(), clock, "reading"), chunk_size):
                 items = []
-                for record, doc in _run_serial(nlp, list(chunk_records), batch_size):
+                for record, doc in _run_serial(nlp, list(chunk_records), batch_size, clock):
                     result = annotated_or_error(record, doc, spans_key)
                     if isinstance(result, RecordError):
                         errors.log(result)
@@ -271,7 +277,8 @@ def _run(
                     bar.add(docs=1, mentions=len(result.mentions))
                     items.append(result)
                 if items:
-                    checkpoint.commit(items)
+                    with clock.stage("writing"):
+                        checkpoint.commit(items)
         else:
             # the job's units (chunk k of a one-process run) on forked workers, committed as they come back
             units = plan_units(
@@ -280,7 +287,7 @@ def _run(
                 checkpoint.done,
                 counts,
             )
-            committer = Committer(units, checkpoint, errors, counts, bar)
+            committer = Committer(units, checkpoint, errors, counts, bar, clock, workers)
             run_forked(
                 lambda unit: annotate_unit(nlp, writer, spans_key, unit, batch_size),
                 committer.next_unit,
@@ -290,10 +297,11 @@ def _run(
             )
             checkpoint.put_in_order()
     finally:
+        use_clock(nlp, None)
         bar.close()
         errors.close()
 
-    summary = run_summary(checkpoint, errors, counts, out, format, time.monotonic() - began)
+    summary = run_summary(checkpoint, errors, counts, out, format, time.monotonic() - began, clock, workers)
     if n_process > 1:
         summary["this_run"].update(
             {

@@ -31,7 +31,21 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Counter, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Counter,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
 
 from spacy_genbioel.annotate.records import (
     Annotated,
@@ -44,6 +58,7 @@ from spacy_genbioel.annotate.records import (
     doc_mentions,
     id_key,
 )
+from spacy_genbioel.annotate.timing import StageClock, memory_now, pipe_timed, stage_groups, use_clock, worker_memory
 from spacy_genbioel.linking.settings import load_overrides
 
 logger = logging.getLogger(__name__)
@@ -65,12 +80,16 @@ __all__ = [
 
 
 # -- running the pipeline ------------------------------------------------------------------------------------------
-def run_serial(nlp: Any, records: Sequence[InputRecord], batch_size: int) -> Iterator[Tuple[InputRecord, Any]]:
-    """(record, doc or the exception) in order; a failing batch is retried one document at a time."""
+def run_serial(
+    nlp: Any, records: Sequence[InputRecord], batch_size: int, clock: Optional[StageClock] = None
+) -> Iterator[Tuple[InputRecord, Any]]:
+    """(record, doc or the exception) in order; a failing batch is retried one document at a time.
+    Each component's time goes to ``clock`` (:func:`~.timing.pipe_timed`)."""
+    clock = clock if clock is not None else StageClock()
     for start in range(0, len(records), batch_size):
         batch = records[start : start + batch_size]
         try:
-            docs: List[Any] = list(nlp.pipe([r.text for r in batch], batch_size=len(batch)))
+            docs: List[Any] = pipe_timed(nlp, [r.text for r in batch], clock)
         except Exception as err:  # noqa: BLE001  (any component may fail; find the document)
             logger.warning("pipeline failed on a batch (%s); retrying its %d documents one by one", err, len(batch))
             docs = [run_one(nlp, r) for r in batch]
@@ -153,6 +172,10 @@ class UnitResult:
     summary: ChunkSummary
     errors: List[RecordError] = field(default_factory=list)
     seconds: float = 0.0  # the worker's time on the unit
+    stages: Dict[str, float] = field(default_factory=dict)  # its seconds per stage (:mod:`.timing`)
+    memory: Dict[str, Any] = field(
+        default_factory=dict
+    )  # the worker's memory after the unit (:func:`~.timing.memory_now`)
 
 
 def first_seen(
@@ -232,20 +255,24 @@ def annotate_unit(
     """Annotate one unit (``nlp.pipe`` batches start at the unit's first document) and write its chunk
     file to bytes with ``writer``; ``progress(documents done)`` is called after each batch."""
     began = time.monotonic()
+    clock = StageClock()
+    use_clock(nlp, clock)
     items: List[Annotated] = []
     failed: List[RecordError] = []
-    for number, (record, doc) in enumerate(run_serial(nlp, unit.records, batch_size), start=1):
+    for number, (record, doc) in enumerate(run_serial(nlp, unit.records, batch_size, clock), start=1):
         result = annotated_or_error(record, doc, spans_key)
         (items if isinstance(result, Annotated) else failed).append(result)  # type: ignore[arg-type]
         if progress is not None and (number % batch_size == 0 or number == len(unit.records)):
             progress(number)
     data = None
     if items:
-        with tempfile.TemporaryDirectory(prefix="genbioel-unit-") as tmp:
+        with clock.stage("writing"), tempfile.TemporaryDirectory(prefix="genbioel-unit-") as tmp:
             path = Path(tmp) / f"unit{writer.suffix}"
             writer.write(items, path)
             data = path.read_bytes()
-    return UnitResult(unit.index, data, chunk_summary(items), failed, time.monotonic() - began)
+    use_clock(nlp, None)
+    stages = {name: round(value, 4) for name, value in clock.seconds.items()}
+    return UnitResult(unit.index, data, chunk_summary(items), failed, time.monotonic() - began, stages, memory_now())
 
 
 def commit_unit(checkpoint: Any, result: UnitResult) -> Optional[str]:
@@ -281,16 +308,23 @@ class Committer:
     errors: Any
     counts: Counter
     bar: Any
+    clock: StageClock = field(default_factory=StageClock)  # the driver's reading and committing, the workers' stages
+    memory: List[Dict[str, Any]] = field(default_factory=list)  # what the workers reported
 
     def next_unit(self) -> Optional[Unit]:
         resumed = self.counts["resumed"]
-        unit = next(self.units, None)  # the driver reads the inputs up to the next unit
+        with self.clock.stage("reading"):
+            unit = next(self.units, None)  # the driver reads the inputs up to the next unit
         if self.counts["resumed"] > resumed:
             self.bar.skip(self.counts["resumed"] - resumed)
         return unit
 
     def commit(self, result: UnitResult) -> None:
-        commit_unit(self.checkpoint, result)
+        with self.clock.stage("writing"):
+            commit_unit(self.checkpoint, result)
+        self.clock.seconds.update(result.stages)
+        if result.memory:
+            self.memory.append(result.memory)
         for error in result.errors:
             self.errors.log(error)
         self.counts["units_annotated"] += 1
@@ -301,10 +335,18 @@ class Committer:
 
 
 def run_summary(
-    checkpoint: Any, errors: Any, counts: Counter, out: Path, format: str, seconds: float
+    checkpoint: Any,
+    errors: Any,
+    counts: Counter,
+    out: Path,
+    format: str,
+    seconds: float,
+    clock: Optional[StageClock] = None,
+    workers: Sequence[Mapping[str, Any]] = (),
 ) -> Dict[str, Any]:
     """What ``summary.json`` says of a finished run: the folder's totals, and ``this_run``'s figures
-    from ``counts`` (``read``, ``resumed``, ``run_docs``, ``run_mentions``) over ``seconds``."""
+    from ``counts`` (``read``, ``resumed``, ``run_docs``, ``run_mentions``) over ``seconds``; with the
+    run's ``clock``, its seconds per stage, and its memory (the driver's, the ``workers``' reports)."""
     totals = checkpoint.totals
     return {
         "documents_read": counts["read"],
@@ -325,5 +367,18 @@ def run_summary(
             "seconds": round(seconds, 3),
             "documents_per_s": round(counts["run_docs"] / seconds, 2) if seconds > 0 else None,
             "mentions_per_s": round(counts["run_mentions"] / seconds, 2) if seconds > 0 else None,
+            **run_accounts(clock, workers),
         },
     }
+
+
+def run_accounts(clock: Optional[StageClock], workers: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """``stages`` (seconds per group, summed over processes: :func:`~.timing.stage_groups`),
+    ``stage_seconds`` (per stage) and ``memory`` (the driver's now, each worker's largest report)."""
+    out: Dict[str, Any] = {}
+    if clock is not None:
+        seconds = {name: round(value, 3) for name, value in clock.seconds.most_common()}
+        out["stages"] = stage_groups(seconds)
+        out["stage_seconds"] = seconds
+    out["memory"] = {"driver": memory_now(), "workers": worker_memory(workers)}
+    return out

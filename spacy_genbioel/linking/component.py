@@ -65,6 +65,7 @@ from spacy_genbioel.linking.reranking.fusion import SHIPPED, FusionFormatError, 
 from spacy_genbioel.linking.reranking.retrieval_only import (
     DEFAULT_RETRIEVAL_FUSION,
     RetrievalOnly,
+    build_indexes,
     default_retrieval_fusion,
     retrieval_reranker,
 )
@@ -257,6 +258,29 @@ class GenBioELLinker(Pipe):
         (:class:`~.reranking.cascade.CascadeReranker`); None: neither."""
         self.linker  # noqa: B018  (built with the linker)
         return self._reranker
+
+    def build_indexes(self) -> None:
+        """Build every retriever's index now (the fusion's or cascade's, and the generator's candidate
+        retriever), not at the first document: a process that forks workers after this shares them."""
+        from spacy_genbioel.ty import Mention
+
+        linker = self.linker
+        if self._reranker is not None:
+            build_indexes(self._reranker)
+        retriever = getattr(linker, "retriever", None)
+        if retriever is not None:
+            retriever.link([Mention(text="index")], 1)
+
+    def use_clock(self, clock: Any) -> None:
+        """Time the generator's stages (``tokenize``, ``encoder``, ``decoder``, ``trie``, ``beam``) and
+        each retriever (``retrieval:<source>``) on ``clock``, a
+        :class:`~.decoding.stages.StageClock` (None: stop timing). The annotate job's accounting."""
+        linker = self.linker
+        if hasattr(linker, "clock"):
+            linker.clock = clock
+        fusion = getattr(self._reranker, "fusion", self._reranker)
+        if fusion is not None and hasattr(fusion, "clock"):
+            fusion.clock = clock
 
     @property
     def kb(self) -> LinkerKB:

@@ -162,10 +162,7 @@ class CascadeReranker:
         """Each of ``sources``' top ``depth`` candidates for the mentions at ``positions``."""
         if not positions:
             return []
-        found = {
-            s: self.fusion.retrievers[s].link([mentions[i] for i in positions], self.model.retrieval_depth)
-            for s in sources
-        }
+        found = {s: self.fusion.retrieve(s, [mentions[i] for i in positions]) for s in sources}
         return [{s: found[s][n] for s in sources} for n in range(len(positions))]
 
     def _needs_beam(self, probability: float) -> bool:

@@ -437,6 +437,16 @@ class FusionReranker:
         self.kb = kb
         self.retrievers = dict(retrievers)
         self._priors: Dict[str, float] = {}
+        #: a :class:`~spacy_genbioel.linking.decoding.stages.StageClock` timing each retriever
+        #: (stage ``retrieval:<source>``; the annotate job's); None: untimed
+        self.clock: Any = None
+
+    def retrieve(self, source: str, mentions: Sequence[Mention]) -> List[List[Candidate]]:
+        """``source``'s top ``retrieval_depth`` candidates for each of ``mentions`` (timed on :attr:`clock`)."""
+        if self.clock is None:
+            return self.retrievers[source].link(mentions, self.model.retrieval_depth)
+        with self.clock.stage(f"retrieval:{source}"):
+            return self.retrievers[source].link(mentions, self.model.retrieval_depth)
 
     def rerank(
         self, mentions: Sequence[Mention], generated: Sequence[Sequence[Candidate]], top_k: int
@@ -446,9 +456,7 @@ class FusionReranker:
         retrieved: Dict[str, List[List[Candidate]]] = {}
         if todo:
             for source in self.model.retriever_sources:
-                retrieved[source] = self.retrievers[source].link(
-                    [mentions[i] for i in todo], self.model.retrieval_depth
-                )
+                retrieved[source] = self.retrieve(source, [mentions[i] for i in todo])
         out: List[List[Candidate]] = [[] for _ in mentions]
         for pos, i in enumerate(todo):
             lists = {GENERATOR: generated[i], **{s: retrieved[s][pos] for s in retrieved}}
