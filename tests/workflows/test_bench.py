@@ -88,7 +88,8 @@ def test_shortcut_sweep_replays_the_component_rule(tmp_path):
         shortcut_sweep.sweep(tmp_path / "r.jsonl", tmp_path / "other.jsonl", [None])
 
 
-def test_annotate_scale_reads_bc5cdr_in_order_and_projects_linearly(tmp_path):
+def test_annotate_scale_writes_both_formats_repeats_under_new_ids_and_projects_linearly(tmp_path):
+    import gzip
     import sys
 
     sys.path.insert(0, str(BENCH))
@@ -97,17 +98,39 @@ def test_annotate_scale_reads_bc5cdr_in_order_and_projects_linearly(tmp_path):
     finally:
         sys.path.remove(str(BENCH))
     (tmp_path / "bc5cdr").mkdir()
-    for name, pmids in (("CDR_TrainingSet.PubTator.txt", (1, 2)), ("CDR_DevelopmentSet.PubTator.txt", (3, 4))):
-        (tmp_path / "bc5cdr" / name).write_text(
-            "".join(f"{p}|t|Title {p}\n{p}|a|Abstract {p}.\n{p}\t0\t5\tTitle\tDisease\tD1\n\n" for p in pmids)
+    (tmp_path / "ncbi_disease").mkdir()
+    splits = (
+        ("bc5cdr/CDR_TrainingSet.PubTator.txt", (1, 2)),
+        ("bc5cdr/CDR_DevelopmentSet.PubTator.txt", (3,)),
+        ("ncbi_disease/NCBItrainset_corpus.txt", (2, 4)),  # PMID 2 is in both: once
+    )
+    for name, pmids in splits:
+        (tmp_path / name).write_text(
+            "".join(f"{p}|t|Title {p} & co\n{p}|a|Abstract {p} <b>.\n{p}\t0\t5\tTitle\tDisease\tD1\n\n" for p in pmids)
         )
-    n = annotate_scale.write_abstracts(annotate_scale.data_dir(str(tmp_path)), 3, tmp_path / "a.jsonl")
-    lines = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
-    assert n == 3 and lines == [{"id": str(p), "title": f"Title {p}", "abstract": f"Abstract {p}."} for p in (1, 2, 3)]
-    run = {"run": "ray-1", "documents": 100, "mentions": 2000, "seconds": 100.0, "documents_per_s": 1.0}
-    plan = annotate_scale.projection(run, 800.0, 10.0)  # 20 mentions/s per CPU worker
-    assert plan["cpu_hours_by_workers"]["1"] == 5000.0 and plan["cpu_hours_by_workers"]["16"] == 312.5
-    assert plan["gpu_hours_by_workers_decoder_only"]["8"] == 15.6  # 36M abstracts x 10 mentions / (8 x 800/s) in hours
+    docs = annotate_scale.abstracts(annotate_scale.data_dir(str(tmp_path)), 6)
+    assert [d[0] for d in docs] == ["1", "2", "3", "4", "90000004", "90000005"]
+    assert docs[4][1:] == docs[0][1:] and docs[5][1:] == docs[1][1:]  # repeated in order, under new IDs
+    inputs = annotate_scale.write_inputs(docs, tmp_path / "inputs")
+    assert [p.name for p in inputs] == ["abstracts.pubtator", "pubmed.xml.gz"]
+    from spacy_genbioel.annotate.readers import safe_records
+
+    read = [r for path, fmt in zip(inputs, ("pubtator", "pubmed")) for r in safe_records(path, fmt)]
+    assert [(r.doc_id, r.text) for r in read] == [(i, f"{t} {a}") for i, t, a in docs]
+    assert "&amp;" in gzip.open(inputs[1], "rt").read()  # escaped in the XML
+    command = annotate_scale.run_command("fork-2", inputs, tmp_path / "p", tmp_path / "o", 50, 8)
+    assert command[-2:] == ["--n-process", "2"] and annotate_scale.cores("fork-2") == 2
+    assert annotate_scale.run_command("ray-2", inputs, tmp_path / "p", tmp_path / "o", 50, 8)[-4:-2] == [
+        "--engine",
+        "ray",
+    ]
+    with pytest.raises(SystemExit, match="unknown run"):
+        annotate_scale.run_command("threads-4", inputs, tmp_path / "p", tmp_path / "o", 50, 8)
+    run = {"run": "fork-2", "cores": 2, "documents": 100, "mentions": 1000, "seconds": 10.0}
+    plan = annotate_scale.projection(run, 800.0, 10.0)  # 5 documents/s per core
+    assert plan["cpu_hours_by_cores"]["1"] == 2000.0 and plan["cpu_hours_by_cores"]["16"] == 125.0
+    assert plan["gpu_hours_by_gpus_linker_only"]["8"] == 15.6  # 36M abstracts x 10 mentions / (8 x 800/s) in hours
+    assert annotate_scale.pick([{"run": "local-1t"}, run], "") is run
     with pytest.raises(SystemExit, match="no bc5cdr"):
         annotate_scale.data_dir(str(tmp_path / "nowhere"))
 
