@@ -164,6 +164,7 @@ def one_run(name: str, inputs: List[Path], pipeline: Path, out: Path, chunk: int
         "stage_seconds": stages,
         "stage_shares": {k: round(v / total, 3) for k, v in stages.items()},
         "stage_detail": run.get("stage_seconds", {}),
+        "paths": run.get("paths", {}),  # mentions by how they were linked (retrieval, forced, beam...)
         "driver_peak_rss_mb": run.get("memory", {}).get("driver", {}).get("peak_rss_mb"),
         "workers": run.get("memory", {}).get("workers", []),
         "errors": summary["errors"],

@@ -53,7 +53,7 @@ from spacy_genbioel.annotate.job import check_job, check_places, finished_read_o
 from spacy_genbioel.annotate.options import AnnotateOptions, component_settings, run_device
 from spacy_genbioel.annotate.readers import detect_format, expand_inputs, safe_records
 from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, InputRecord, RecordError, id_key, named
-from spacy_genbioel.annotate.timing import StageClock, timed, use_clock
+from spacy_genbioel.annotate.timing import StageClock, path_counts, timed, use_clock
 from spacy_genbioel.annotate.units import (
     Committer,
     annotate_unit,
@@ -264,6 +264,7 @@ def _run(
     try:
         if n_process == 1:
             use_clock(nlp, clock)
+            paths_before = path_counts(nlp)
             # batches restart at each chunk, so a resumed run batches exactly as an uninterrupted one
             for chunk_records in minibatch(timed(pending(), clock, "reading"), chunk_size):
                 items = []
@@ -279,6 +280,7 @@ def _run(
                 if items:
                     with clock.stage("writing"):
                         checkpoint.commit(items)
+            counts.update(path_counts(nlp) - paths_before)
         else:
             # the job's units (chunk k of a one-process run) on forked workers, committed as they come back
             units = plan_units(

@@ -20,6 +20,9 @@ inside another pauses it, so each stage's seconds are its own.
 retrieval, generator, linking, writing). The seconds are summed over
 processes: with workers they add up to more than the run's wall time.
 
+``paths`` counts the mentions by how they were linked (retrieval settled
+them, the generator's forced scores judged them, beam search...).
+
 Memory is each process's own report (:func:`memory_now`, from
 ``/proc/self/smaps_rollup``): ``private_mb`` is what no other process shares,
 the cost of one more forked worker; ``rss_mb`` counts the pages it shares with
@@ -31,7 +34,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, TypeVar
+from typing import Any, Counter, Dict, Iterable, Iterator, List, Mapping, Optional, TypeVar
 
 from spacy_genbioel.linking.decoding.stages import StageClock
 
@@ -39,6 +42,7 @@ __all__ = [
     "GENERATOR_STAGES",
     "StageClock",
     "memory_now",
+    "path_counts",
     "pipe_timed",
     "stage_groups",
     "timed",
@@ -84,6 +88,16 @@ def use_clock(nlp: Any, clock: Optional[StageClock]) -> None:
     for _, proc in nlp.pipeline:
         if hasattr(proc, "use_clock"):
             proc.use_clock(clock)
+
+
+def path_counts(nlp: Any) -> Counter:
+    """Mentions linked so far by this process's genbioel components, by path (``retrieval``,
+    ``forced``, ``beam``...: :data:`~spacy_genbioel.linking.reranking.cascade.PATHS`), as ``path:<name>``."""
+    counts: Counter = Counter()
+    for _, proc in nlp.pipeline:
+        if hasattr(proc, "use_clock"):
+            counts.update({f"path:{k}": v for k, v in getattr(proc, "stats", {}).items()})
+    return counts
 
 
 def stage_groups(seconds: Mapping[str, float]) -> Dict[str, float]:

@@ -58,7 +58,15 @@ from spacy_genbioel.annotate.records import (
     doc_mentions,
     id_key,
 )
-from spacy_genbioel.annotate.timing import StageClock, memory_now, pipe_timed, stage_groups, use_clock, worker_memory
+from spacy_genbioel.annotate.timing import (
+    StageClock,
+    memory_now,
+    path_counts,
+    pipe_timed,
+    stage_groups,
+    use_clock,
+    worker_memory,
+)
 from spacy_genbioel.linking.settings import load_overrides
 
 logger = logging.getLogger(__name__)
@@ -173,6 +181,7 @@ class UnitResult:
     errors: List[RecordError] = field(default_factory=list)
     seconds: float = 0.0  # the worker's time on the unit
     stages: Dict[str, float] = field(default_factory=dict)  # its seconds per stage (:mod:`.timing`)
+    paths: Dict[str, int] = field(default_factory=dict)  # its mentions by path, as ``path:<name>``
     memory: Dict[str, Any] = field(
         default_factory=dict
     )  # the worker's memory after the unit (:func:`~.timing.memory_now`)
@@ -257,6 +266,7 @@ def annotate_unit(
     began = time.monotonic()
     clock = StageClock()
     use_clock(nlp, clock)
+    paths_before = path_counts(nlp)
     items: List[Annotated] = []
     failed: List[RecordError] = []
     for number, (record, doc) in enumerate(run_serial(nlp, unit.records, batch_size, clock), start=1):
@@ -272,7 +282,9 @@ def annotate_unit(
             data = path.read_bytes()
     use_clock(nlp, None)
     stages = {name: round(value, 4) for name, value in clock.seconds.items()}
-    return UnitResult(unit.index, data, chunk_summary(items), failed, time.monotonic() - began, stages, memory_now())
+    paths = dict(path_counts(nlp) - paths_before)
+    seconds = time.monotonic() - began
+    return UnitResult(unit.index, data, chunk_summary(items), failed, seconds, stages, paths, memory_now())
 
 
 def commit_unit(checkpoint: Any, result: UnitResult) -> Optional[str]:
@@ -323,6 +335,7 @@ class Committer:
         with self.clock.stage("writing"):
             commit_unit(self.checkpoint, result)
         self.clock.seconds.update(result.stages)
+        self.counts.update(result.paths)
         if result.memory:
             self.memory.append(result.memory)
         for error in result.errors:
@@ -367,15 +380,16 @@ def run_summary(
             "seconds": round(seconds, 3),
             "documents_per_s": round(counts["run_docs"] / seconds, 2) if seconds > 0 else None,
             "mentions_per_s": round(counts["run_mentions"] / seconds, 2) if seconds > 0 else None,
-            **run_accounts(clock, workers),
+            **run_accounts(clock, workers, counts),
         },
     }
 
 
-def run_accounts(clock: Optional[StageClock], workers: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+def run_accounts(clock: Optional[StageClock], workers: Sequence[Mapping[str, Any]], counts: Counter) -> Dict[str, Any]:
     """``stages`` (seconds per group, summed over processes: :func:`~.timing.stage_groups`),
-    ``stage_seconds`` (per stage) and ``memory`` (the driver's now, each worker's largest report)."""
-    out: Dict[str, Any] = {}
+    ``stage_seconds`` (per stage), ``paths`` (mentions by how they were linked, from ``counts``'
+    ``path:<name>``) and ``memory`` (the driver's now, each worker's largest report)."""
+    out: Dict[str, Any] = {"paths": {k[5:]: v for k, v in sorted(counts.items()) if k.startswith("path:")}}
     if clock is not None:
         seconds = {name: round(value, 3) for name, value in clock.seconds.most_common()}
         out["stages"] = stage_groups(seconds)

@@ -153,6 +153,7 @@ def test_the_summary_says_where_the_time_and_memory_went(tmp_path, annotate_pipe
     detail = run["stage_seconds"]
     assert {"reading", "tokenizer", "entity_ruler", "linking:genbioel", "writing"} <= set(detail)
     assert "encoder" in detail and "decoder" in detail  # the micro generator linked the mentions
+    assert sum(run["paths"].values()) == summary["mentions"] > 0  # every mention linked by some path
     assert run["memory"]["driver"]["pid"] == os.getpid()
     workers = run["memory"]["workers"]
     if n_process == 1:
