@@ -22,11 +22,48 @@ The command line (``python -m spacy_genbioel annotate``) is
 :mod:`spacy_genbioel.cli.annotate`; ``docs/annotate.md`` has the guarantees.
 """
 
-from spacy_genbioel.annotate.options import AnnotateOptions
-from spacy_genbioel.annotate.readers import INPUT_FORMATS, READERS, detect_format, read_records
-from spacy_genbioel.annotate.records import AnnotateError, InputRecord, LinkedMention, RecordError, doc_mentions
-from spacy_genbioel.annotate.runner import annotate
-from spacy_genbioel.annotate.writers import OUTPUT_FORMATS, WRITERS
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spacy_genbioel.annotate.options import AnnotateOptions
+    from spacy_genbioel.annotate.readers import INPUT_FORMATS, READERS, detect_format, read_records
+    from spacy_genbioel.annotate.records import AnnotateError, InputRecord, LinkedMention, RecordError, doc_mentions
+    from spacy_genbioel.annotate.runner import annotate
+    from spacy_genbioel.annotate.writers import OUTPUT_FORMATS, WRITERS
+
+#: each public name -> the module it lives in, imported on first use: the job (:mod:`.runner`) loads spaCy and
+#: torch, which the command line's ``--help`` and the readers, writers and options do without
+_PUBLIC = {
+    "AnnotateOptions": "options",
+    "INPUT_FORMATS": "readers",
+    "READERS": "readers",
+    "detect_format": "readers",
+    "read_records": "readers",
+    "AnnotateError": "records",
+    "InputRecord": "records",
+    "LinkedMention": "records",
+    "RecordError": "records",
+    "doc_mentions": "records",
+    "annotate": "runner",
+    "OUTPUT_FORMATS": "writers",
+    "WRITERS": "writers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
 
 __all__ = [
     "INPUT_FORMATS",

@@ -22,9 +22,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Union
 
 from spacy_genbioel.annotate.lines import DEFAULT_LIMITS, ReadLimits
-from spacy_genbioel.annotate.readers import INPUT_FORMATS
 from spacy_genbioel.annotate.records import AnnotateError, named
-from spacy_genbioel.annotate.writers import OUTPUT_FORMATS
 from spacy_genbioel.util import PathLike, resolve_device
 
 __all__ = ["DEFAULT_DEVICE", "ENGINES", "AnnotateOptions", "component_settings", "run_device"]
@@ -77,6 +75,11 @@ class AnnotateOptions:
         )
 
     def __post_init__(self) -> None:
+        # the readers and writers (and the corpus and KB modules they read with) are imported here, when options are
+        # made, not with this module: the command line reads the defaults of its flags from the fields
+        from spacy_genbioel.annotate.readers import INPUT_FORMATS
+        from spacy_genbioel.annotate.writers import OUTPUT_FORMATS
+
         if self.format not in OUTPUT_FORMATS:
             raise AnnotateError(
                 f"{named('format')} {self.format!r}: unknown output format; use one of {', '.join(OUTPUT_FORMATS)}"

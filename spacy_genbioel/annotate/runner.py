@@ -53,7 +53,7 @@ from spacy_genbioel.annotate.job import check_job, check_places, finished_read_o
 from spacy_genbioel.annotate.options import AnnotateOptions, component_settings, run_device
 from spacy_genbioel.annotate.readers import detect_format, expand_inputs, safe_records
 from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, InputRecord, RecordError, id_key, named
-from spacy_genbioel.annotate.timing import StageClock, path_counts, timed, use_clock
+from spacy_genbioel.annotate.timing import StageClock, clear_caches, path_counts, timed, use_clock
 from spacy_genbioel.annotate.units import (
     Committer,
     annotate_unit,
@@ -267,6 +267,7 @@ def _run(
             paths_before = path_counts(nlp)
             # batches restart at each chunk, so a resumed run batches exactly as an uninterrupted one
             for chunk_records in minibatch(timed(pending(), clock, "reading"), chunk_size):
+                clear_caches(nlp)  # a chunk's links never depend on the chunks before it: as a worker's unit
                 items = []
                 for record, doc in _run_serial(nlp, list(chunk_records), batch_size, clock):
                     result = annotated_or_error(record, doc, spans_key)

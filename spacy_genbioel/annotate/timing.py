@@ -40,6 +40,7 @@ from spacy_genbioel.linking.decoding.stages import StageClock
 
 __all__ = [
     "GENERATOR_STAGES",
+    "clear_caches",
     "StageClock",
     "memory_now",
     "path_counts",
@@ -81,6 +82,15 @@ def pipe_timed(nlp: Any, texts: List[str], clock: StageClock) -> List[Any]:
             else:
                 docs = [proc(doc) for doc in docs]
     return docs
+
+
+def clear_caches(nlp: Any) -> None:
+    """Forget what the genbioel components of ``nlp`` keep by mention text, so that what a chunk gets
+    never depends on the chunks this process annotated before (the chunk files of workers and of one
+    process stay the same bytes)."""
+    for _, proc in nlp.pipeline:
+        if hasattr(proc, "clear_caches"):
+            proc.clear_caches()
 
 
 def use_clock(nlp: Any, clock: Optional[StageClock]) -> None:

@@ -60,6 +60,7 @@ from spacy_genbioel.annotate.records import (
 )
 from spacy_genbioel.annotate.timing import (
     StageClock,
+    clear_caches,
     memory_now,
     path_counts,
     pipe_timed,
@@ -266,6 +267,7 @@ def annotate_unit(
     began = time.monotonic()
     clock = StageClock()
     use_clock(nlp, clock)
+    clear_caches(nlp)
     paths_before = path_counts(nlp)
     items: List[Annotated] = []
     failed: List[RecordError] = []

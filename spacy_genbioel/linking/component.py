@@ -271,6 +271,12 @@ class GenBioELLinker(Pipe):
         if retriever is not None:
             retriever.link([Mention(text="index")], 1)
 
+    def clear_caches(self) -> None:
+        """Forget the retrieved candidates kept by mention text (``reranker.retrieval_cache``)."""
+        fusion = getattr(self._reranker, "fusion", self._reranker)
+        if fusion is not None and hasattr(fusion, "clear_cache"):
+            fusion.clear_cache()
+
     def use_clock(self, clock: Any) -> None:
         """Time the generator's stages (``tokenize``, ``encoder``, ``decoder``, ``trie``, ``beam``) and
         each retriever (``retrieval:<source>``) on ``clock``, a

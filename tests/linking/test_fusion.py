@@ -316,6 +316,51 @@ def test_reranker_needs_every_retriever_and_skips_work_when_nothing_was_generate
     assert fake.calls == []
 
 
+def test_retrieve_keeps_the_last_texts_and_asks_only_for_new_ones():
+    kb, model = small_kb(), FusionModel(SOURCES, weights(), depth=2)
+    table = {t: [cand("C1", t, 0.5)] for t in ("a", "b", "c")}
+    fake = FakeRetriever(table)
+    reranker = FusionReranker(model, kb, {"tfidf": fake}, cache_size=2)
+    first = reranker.retrieve("tfidf", [Mention("a"), Mention("b"), Mention("a")])
+    assert fake.calls == [(["a", "b", "a"], 2)] and first == [table["a"], table["b"], table["a"]]
+    first[0].append(cand("C9", "changed by the caller", 0.1))  # a copy: the cache is not changed
+    assert reranker.retrieve("tfidf", [Mention("b"), Mention("a")]) == [table["b"], table["a"]]
+    assert len(fake.calls) == 1 and reranker.cache_stats == {"hits": 2, "misses": 3}
+    reranker.retrieve("tfidf", [Mention("c")])  # "b" is the least recently used of the 2 kept: dropped
+    assert fake.calls[-1] == (["c"], 2)
+    reranker.retrieve("tfidf", [Mention("a"), Mention("b")])
+    assert fake.calls[-1] == (["b"], 2)
+    reranker.clear_cache()
+    reranker.retrieve("tfidf", [Mention("a")])
+    assert fake.calls[-1] == (["a"], 2)
+    uncached = FusionReranker(model, kb, {"tfidf": fake}, cache_size=0)
+    calls = len(fake.calls)
+    uncached.retrieve("tfidf", [Mention("a")])
+    uncached.retrieve("tfidf", [Mention("a")])
+    assert len(fake.calls) == calls + 2
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from("abcdefg"), min_size=0, max_size=6), min_size=1, max_size=6), st.integers(0, 4)
+)
+def test_retrieve_with_a_cache_returns_what_the_retriever_returns(batches, size):
+    kb, model = small_kb(), FusionModel(SOURCES, weights(), depth=3)
+    table = {t: [cand(f"C{i}", t, 1.0 / (i + 1)) for i in range(ord(t) % 4)] for t in "abcdefg"}
+    fake = FakeRetriever(table)
+    reranker = FusionReranker(model, kb, {"tfidf": fake}, cache_size=size)
+    for batch in batches:
+        mentions = [Mention(t) for t in batch]
+        assert reranker.retrieve("tfidf", mentions) == [table[t][:3] for t in batch]
+        assert len(reranker._cache["tfidf"]) <= size
+    asked = sum(len(texts) for texts, _ in fake.calls)
+    if size:  # every text is asked for or found, never both
+        assert asked == reranker.cache_stats["misses"]
+        assert asked + reranker.cache_stats["hits"] == sum(map(len, batches))
+    else:
+        assert asked == sum(map(len, batches))
+
+
 # -- prediction files and the fit -----------------------------------------------------------------------
 def record(doc, start, text, gold, cands):
     return {

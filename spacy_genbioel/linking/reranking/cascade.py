@@ -127,7 +127,7 @@ class CascadeReranker:
                 "a fusion fitted with a generator needs one: give the component a model, or a "
                 "retrieval-only fusion (fit-fusion without genbioel predictions)"
             )
-        self.fusion = FusionReranker(model, kb, retrievers)
+        self.fusion = FusionReranker(model, kb, retrievers, settings.retrieval_cache)
         self.settle = settle_model(model)
         self.linker = linker
         self.settings = settings
@@ -263,4 +263,4 @@ def make_reranker(
     }
     if settings.cascade == "on":
         return CascadeReranker(model, kb, retrievers, linker, settings)
-    return FusionReranker(model, kb, retrievers)
+    return FusionReranker(model, kb, retrievers, settings.retrieval_cache)

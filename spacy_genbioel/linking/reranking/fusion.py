@@ -35,13 +35,14 @@ import json
 import logging
 import math
 import shutil
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from spacy_genbioel.ty import Candidate, Linker, LinkPaths, Mention
+from spacy_genbioel.ty import Candidate, Linker, LinkPaths, Mention, mention_text
 from spacy_genbioel.util import PathLike
 
 logger = logging.getLogger(__name__)
@@ -429,7 +430,8 @@ class FusionReranker:
     for its top ``depth`` candidates (built lazily on the generator's KB, like the
     candidate generators) and reranks the union."""
 
-    def __init__(self, model: FusionModel, kb: Any, retrievers: Mapping[str, Any]) -> None:
+    def __init__(self, model: FusionModel, kb: Any, retrievers: Mapping[str, Any], cache_size: int = 0) -> None:
+        """``cache_size``: mention texts whose candidates each retriever keeps (:meth:`retrieve`)."""
         missing = [s for s in model.retriever_sources if s not in retrievers]
         if missing:
             raise ValueError(f"no retriever for fusion source(s) {missing}")
@@ -440,13 +442,49 @@ class FusionReranker:
         #: a :class:`~spacy_genbioel.linking.decoding.stages.StageClock` timing each retriever
         #: (stage ``retrieval:<source>``; the annotate job's); None: untimed
         self.clock: Any = None
+        self.cache_size = cache_size
+        self._cache: Dict[str, "OrderedDict[str, List[Candidate]]"] = {s: OrderedDict() for s in self.retrievers}
+        self.cache_stats: Counter = Counter()  # ``hits`` and ``misses``, mention by mention
+
+    def clear_cache(self) -> None:
+        """Forget every retrieved text (the annotate job does it at each chunk, so a chunk's links
+        never depend on the chunks a process annotated before it)."""
+        for cached in self._cache.values():
+            cached.clear()
 
     def retrieve(self, source: str, mentions: Sequence[Mention]) -> List[List[Candidate]]:
-        """``source``'s top ``retrieval_depth`` candidates for each of ``mentions`` (timed on :attr:`clock`)."""
+        """``source``'s top ``retrieval_depth`` candidates for each of ``mentions`` (timed on :attr:`clock`);
+        texts met before come from the cache of the last ``cache_size`` texts, the rest in one call."""
         if self.clock is None:
-            return self.retrievers[source].link(mentions, self.model.retrieval_depth)
+            return self._retrieve(source, mentions)
         with self.clock.stage(f"retrieval:{source}"):
-            return self.retrievers[source].link(mentions, self.model.retrieval_depth)
+            return self._retrieve(source, mentions)
+
+    def _retrieve(self, source: str, mentions: Sequence[Mention]) -> List[List[Candidate]]:
+        retriever = self.retrievers[source]
+        if not self.cache_size:
+            return retriever.link(mentions, self.model.retrieval_depth)
+        cached = self._cache.setdefault(source, OrderedDict())
+        texts = [mention_text(m) for m in mentions]
+        missing = [i for i, text in enumerate(texts) if text not in cached]
+        self.cache_stats.update(hits=len(texts) - len(missing), misses=len(missing))
+        fresh: Dict[str, List[Candidate]] = {}
+        if missing:
+            found = retriever.link([mentions[i] for i in missing], self.model.retrieval_depth)
+            fresh = {texts[i]: list(f) for i, f in zip(missing, found)}
+        out: List[List[Candidate]] = []
+        for text in texts:
+            if text in fresh:
+                candidates = fresh[text]
+            else:
+                candidates = cached[text]
+                cached.move_to_end(text)
+            out.append(list(candidates))
+        for text, candidates in fresh.items():
+            cached[text] = candidates
+        while len(cached) > self.cache_size:
+            cached.popitem(last=False)
+        return out
 
     def rerank(
         self, mentions: Sequence[Mention], generated: Sequence[Sequence[Candidate]], top_k: int
