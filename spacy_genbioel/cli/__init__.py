@@ -3,6 +3,12 @@
 :mod:`._util` holds the shared ``app``, logging set-up and override parsing;
 each command group lives in one thin module that imports ``app`` and calls
 library functions. Importing this package registers every command.
+
+A command module imports library code inside its command function, when the
+command runs, never at module level: ``--help`` (and every command's) then
+starts without spaCy, thinc, torch or transformers
+(``tests/cli/test_cli_startup.py``). Option defaults and type hints need no
+heavy module (builtin types, Path, light constants).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import fields
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 from wasabi import msg
@@ -23,7 +24,9 @@ from wasabi import msg
 from spacy_genbioel.annotate.options import DEFAULT_DEVICE, AnnotateOptions
 from spacy_genbioel.cli._util import app, parse_overrides, setup_logging
 
-DEFAULTS = AnnotateOptions()  # the flags' defaults are the options' (one definition)
+#: the flags' defaults are the options' (one definition), read from the fields: making AnnotateOptions imports the
+#: readers and writers, which ``--help`` does without
+DEFAULTS: Dict[str, Any] = {field.name: field.default for field in fields(AnnotateOptions)}
 #: annotate()'s arguments, options and settings -> this command's flags, for its error messages
 FLAGS = {
     "inputs": "INPUTS",
@@ -66,15 +69,15 @@ def annotate_cmd(
         help="Output folder of one job (chunk files, job.json, checkpoint, errors, provenance, summary); another "
         "job's folder is refused",
     ),
-    format: str = typer.Option(DEFAULTS.format, "--format", "-f", help="jsonl | pubtator | bioc | docbin"),
+    format: str = typer.Option(DEFAULTS["format"], "--format", "-f", help="jsonl | pubtator | bioc | docbin"),
     input_format: Optional[str] = typer.Option(
-        DEFAULTS.input_format,
+        DEFAULTS["input_format"],
         "--input-format",
         help="pubtator | bioc | pubmed | jsonl | text "
         "(default: detected per file; needed where the format cannot be told)",
     ),
     n_process: int = typer.Option(
-        DEFAULTS.n_process,
+        DEFAULTS["n_process"],
         "--n-process",
         help="Worker processes for nlp.pipe (CPU); with --engine ray: Ray workers, each with one GPU (--device cuda, "
         "or auto on a cluster with GPUs) or one CPU",
@@ -83,37 +86,39 @@ def annotate_cmd(
         DEFAULT_DEVICE, "--device", help="auto | cpu | cuda | cuda:N (the genbioel setting device)"
     ),
     batch_size: int = typer.Option(
-        DEFAULTS.batch_size,
+        DEFAULTS["batch_size"],
         "--batch-size",
         help="Documents per nlp.pipe batch (mentions per decoding batch: --decoding.batch_size)",
     ),
     chunk_size: int = typer.Option(
-        DEFAULTS.chunk_size,
+        DEFAULTS["chunk_size"],
         "--chunk-size",
         help="Documents per output chunk (the unit of commit; with --engine ray also the unit of work)",
     ),
     errors: Optional[Path] = typer.Option(None, "--errors", help="Errors JSONL (default: OUT/errors.jsonl)"),
     max_record_bytes: int = typer.Option(
-        DEFAULTS.max_record_bytes,
+        DEFAULTS["max_record_bytes"],
         "--max-record-bytes",
         help="The most bytes one input line or XML record may hold; a larger one is an error entry naming the cap "
         "(memory per record stays bounded)",
     ),
     max_json_bytes: int = typer.Option(
-        DEFAULTS.max_json_bytes, "--max-json-bytes", help="The most bytes of a BioC JSON collection file (parsed whole)"
+        DEFAULTS["max_json_bytes"],
+        "--max-json-bytes",
+        help="The most bytes of a BioC JSON collection file (parsed whole)",
     ),
     engine: str = typer.Option(
-        DEFAULTS.engine,
+        DEFAULTS["engine"],
         "--engine",
         help="local (this machine) | ray (Ray workers; needs the package's ray extra; see docs/scale.md)",
     ),
     ray_address: Optional[str] = typer.Option(
-        DEFAULTS.ray_address,
+        DEFAULTS["ray_address"],
         "--ray-address",
         help="With --engine ray: the cluster to run on (auto, or the head node HOST:6379); default: a local Ray "
         "started for the run",
     ),
-    progress: bool = typer.Option(DEFAULTS.progress, "--progress/--no-progress"),
+    progress: bool = typer.Option(DEFAULTS["progress"], "--progress/--no-progress"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Link the mentions of many documents, streaming and resumable (rerun the same command after an interruption;

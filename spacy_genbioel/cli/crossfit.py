@@ -8,19 +8,23 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import click
 import typer
 from wasabi import msg
 
 from spacy_genbioel.cli._util import VERBOSE, app, fail, setup_logging
-from spacy_genbioel.training.crossfit import CROSSFIT_STAGES, FOLDS_STAGES, Step, StepError, run_subprocess
+
+if TYPE_CHECKING:
+    from spacy_genbioel.training.crossfit import Step
 
 
 def run_here(job: Step, log: Optional[Path] = None) -> None:
     """Run a step of a package command in this process (no interpreter and torch start-up per step); a step with
     a log (folds trained side by side) or a script in a process of its own."""
+    from spacy_genbioel.training.crossfit import StepError, run_subprocess
+
     if log is not None or job.script:
         run_subprocess(job, log)
         return
@@ -67,6 +71,8 @@ def _stages(stages: List[str], known: Tuple[str, ...]) -> List[str]:
 
 
 def _run(stage_fn, settings, stages: List[str]) -> None:
+    from spacy_genbioel.training.crossfit import StepError
+
     _threads()
     try:
         for stage in stages:
@@ -155,7 +161,7 @@ def crossfit_cmd(
     their held-out predictions (score), fit-fusion with the cascade on them (fit). Steps whose outputs exist
     are skipped: rerun after a crash to finish."""
     setup_logging(verbose)
-    from spacy_genbioel.training.crossfit import CrossfitSettings, crossfit_stage
+    from spacy_genbioel.training.crossfit import CROSSFIT_STAGES, CrossfitSettings, crossfit_stage
 
     try:
         settings = CrossfitSettings(
@@ -248,7 +254,7 @@ def crossfit_folds_cmd(
     split (folds); per fold a fusion (fusion) and the cascade (cascade) fitted on the other folds' predictions
     minus this fold's mention/concept pairs. Steps whose outputs exist are skipped."""
     setup_logging(verbose)
-    from spacy_genbioel.training.crossfit import FoldsSettings, given_folds_stage
+    from spacy_genbioel.training.crossfit import FOLDS_STAGES, FoldsSettings, given_folds_stage
 
     try:
         settings = FoldsSettings(
