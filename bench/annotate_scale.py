@@ -45,13 +45,14 @@ import gzip
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 from xml.sax.saxutils import escape
 
 PUBMED_ABSTRACTS = 36_000_000
@@ -113,8 +114,10 @@ def write_inputs(docs: List[Tuple[str, str, str]], folder: Path) -> List[Path]:
     return paths
 
 
-def run_command(name: str, inputs: List[Path], pipeline: Path, out: Path, chunk: int, batch: int) -> List[str]:
-    """The annotate command of run ``name`` (local, local-1t, fork-N, ray-N)."""
+def run_command(
+    name: str, inputs: List[Path], pipeline: Path, out: Path, chunk: int, batch: int, extra: Sequence[str] = ()
+) -> List[str]:
+    """The annotate command of run ``name`` (local, local-1t, fork-N, ray-N), ``extra`` options at the end."""
     command = [sys.executable, "-m", "spacy_genbioel", "annotate", *map(str, inputs), "--pipeline", str(pipeline)]
     command += ["--out", str(out), "--chunk-size", str(chunk), "--batch-size", str(batch), "--no-progress"]
     command += ["--device", "cpu"]
@@ -125,7 +128,7 @@ def run_command(name: str, inputs: List[Path], pipeline: Path, out: Path, chunk:
         command += ["--engine", "ray", "--n-process", workers]
     elif name not in ("local", "local-1t"):
         raise SystemExit(f"unknown run {name!r}: use local, local-1t, fork-N or ray-N")
-    return command
+    return command + list(extra)
 
 
 def cores(name: str) -> int:
@@ -133,15 +136,16 @@ def cores(name: str) -> int:
     return int(workers) if kind in ("fork", "ray") else 1 if name == "local-1t" else os.cpu_count() or 1
 
 
-def one_run(name: str, inputs: List[Path], pipeline: Path, out: Path, chunk: int, batch: int) -> Dict[str, Any]:
+def one_run(
+    name: str, inputs: List[Path], pipeline: Path, out: Path, chunk: int, batch: int, extra: Sequence[str] = ()
+) -> Dict[str, Any]:
     env = dict(os.environ)
     if name != "local":
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     load_before = os.getloadavg()
     began = time.monotonic()
-    done = subprocess.run(
-        run_command(name, inputs, pipeline, out, chunk, batch), env=env, capture_output=True, text=True
-    )
+    command = run_command(name, inputs, pipeline, out, chunk, batch, extra)
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.monotonic() - began
     if done.returncode != 0:
         raise SystemExit(f"run {name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -228,6 +232,14 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=250, help="documents per chunk: a worker's unit")
     parser.add_argument("--batch-size", type=int, default=64, help="documents per nlp.pipe batch")
     parser.add_argument("--project-run", default="", help="the run the projection is made from")
+    parser.add_argument(
+        "--settings",
+        default="",
+        help='more annotate options for every run, e.g. "--dtype bf16 --reranker.retrieval_cache 0"',
+    )
+    parser.add_argument(
+        "--inputs", type=Path, default=None, help="annotate these (a folder of PubTator / PubMed XML files) instead"
+    )
     parser.add_argument("--gpu-mentions-per-s", type=float, default=839.3, help="H100, batched, linker only")
     parser.add_argument("--mentions-per-abstract", type=float, default=10.0, help="PubMed: about 360M in 36M")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
@@ -248,12 +260,17 @@ def main() -> None:
     work = args.keep or Path(tempfile.mkdtemp(prefix="annotate_scale_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        inputs = write_inputs(abstracts(data_dir(args.data), args.docs), work / "inputs")
+        if args.inputs is not None:
+            inputs = sorted(p for p in args.inputs.iterdir() if p.is_file())
+        else:
+            inputs = write_inputs(abstracts(data_dir(args.data), args.docs), work / "inputs")
         runs = []
         for name in args.runs.split(","):
             out = work / name
             shutil.rmtree(out, ignore_errors=True)
-            runs.append(one_run(name, inputs, args.pipeline, out, args.chunk_size, args.batch_size))
+            runs.append(
+                one_run(name, inputs, args.pipeline, out, args.chunk_size, args.batch_size, shlex.split(args.settings))
+            )
             print(json.dumps({k: v for k, v in runs[-1].items() if k != "stage_detail"}), flush=True)
         if any(r["run"] == "local-1t" for r in runs):
             reference = chunks(work / "local-1t")
@@ -268,6 +285,7 @@ def main() -> None:
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "pipeline": str(args.pipeline),
             "inputs": [str(p.name) for p in inputs],
+            "settings": args.settings,
             "documents": args.docs,
             "chunk_size": args.chunk_size,
             "batch_size": args.batch_size,

@@ -326,6 +326,16 @@ def resolve_dtype(dtype: str, device: "torch.device") -> "torch.dtype":
     return table[dtype]
 
 
+def fast_cpu_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX)."""
+    import torch
+
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # older torch
+        return False
+
+
 def autocast_dtype(precision: str, device: "torch.device", *, cpu_bf16: bool = True) -> Optional["torch.dtype"]:
     """The autocast dtype of a ``precision`` setting (``None``: plain fp32).
 
@@ -337,9 +347,5 @@ def autocast_dtype(precision: str, device: "torch.device", *, cpu_bf16: bool = T
 
     dtype = resolve_dtype(precision, device)
     if precision == "auto" and device.type == "cpu" and cpu_bf16:
-        try:
-            fast = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-        except AttributeError:  # older torch
-            fast = False
-        dtype = torch.bfloat16 if fast else dtype
+        dtype = torch.bfloat16 if fast_cpu_bf16() else dtype
     return None if dtype == torch.float32 else dtype

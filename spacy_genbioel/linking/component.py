@@ -427,7 +427,8 @@ class GenBioELLinker(Pipe):
         labels = self.settings.resources.labels
         return [s for s in spans if not labels or s.label_ in labels]
 
-    def _mention(self, doc: Doc, span: Span, forms: "LongForms", doc_key: str = "") -> Mention:
+    def _mention(self, text_of_doc: str, span: Span, forms: "LongForms", doc_key: str = "") -> Mention:
+        # ``text_of_doc``: ``doc.text``, read once per document (spaCy joins every token's text each time)
         # enough characters for the context window without copying huge documents; in
         # document mode, for a window of the document (the linker pieces the contexts together)
         if self.inputs.input_mode == "document":
@@ -440,8 +441,8 @@ class GenBioELLinker(Pipe):
             text = forms.by_span.get((span.start_char, span.end_char)) or forms.by_text.get(span.text) or span.text
         return Mention(
             text=text,
-            left=doc.text[max(0, span.start_char - window) : span.start_char],
-            right=doc.text[span.end_char : span.end_char + window],
+            left=text_of_doc[max(0, span.start_char - window) : span.start_char],
+            right=text_of_doc[span.end_char : span.end_char + window],
             doc_id=doc_key,
             start=span.start_char,
             end=span.end_char,
@@ -469,7 +470,8 @@ class GenBioELLinker(Pipe):
             forms = self._abbreviations(doc)
             # which document a mention is in: what per-document input groups by
             key = f"<doc {k} of batch>"
-            mentions.extend(self._mention(doc, s, forms, key) for s in spans)
+            text_of_doc = doc.text if spans else ""
+            mentions.extend(self._mention(text_of_doc, s, forms, key) for s in spans)
         results, paths = self.link_paths(mentions) if mentions else ([], [])
         cursor = 0
         for doc, spans in zip(docs, spans_per_doc):

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -43,10 +44,10 @@ import torch
 from spacy_genbioel.arrayfile import ArraySpec
 from spacy_genbioel.kb.base import KnowledgeBase
 from spacy_genbioel.progress import StepProgress
-from spacy_genbioel.retrieval.search import nearest_rows
+from spacy_genbioel.retrieval.search import coarse_then_exact, nearest_rows
 from spacy_genbioel.retrieval.settings import DenseSettings
 from spacy_genbioel.ty import Candidate, MentionLike, mention_text
-from spacy_genbioel.util import PathLike, autocast_dtype, fingerprint
+from spacy_genbioel.util import PathLike, autocast_dtype, fast_cpu_bf16, fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -323,6 +324,8 @@ class DenseLinker:
             raise ValueError(f"cache_dtype must be one of {sorted(_STORAGE_DTYPES)}")
         if s.index not in ("torch", "faiss"):
             raise ValueError("index must be 'torch' or 'faiss'")
+        if s.search not in ("auto", "fp32"):
+            raise ValueError("search must be 'auto' or 'fp32'")
         model = model if model is not None else s.model
         self.kb = kb
         self.settings = s
@@ -344,8 +347,29 @@ class DenseLinker:
         #: the cache entry (None: not cached); ``cache.reused`` rows were taken from another KB's entry
         self.cache = None
         self.from_cache = False
-        self.name_vectors = self._name_matrix()
+        #: the name matrix as stored (``cache_dtype``, on the CPU; the cache file's pages when read from it)
+        self.stored_vectors = self._name_matrix()
+        self._float: Optional[torch.Tensor] = None
+        #: a bfloat16 copy searched first where the CPU multiplies bfloat16 natively (:func:`coarse_then_exact`)
+        self._coarse: Optional[torch.Tensor] = None
+        self.searches_again = 0  # queries the bfloat16 pass could not settle, searched in float32
+        if s.search == "auto" and s.index == "torch" and self.encoder.device.type == "cpu" and fast_cpu_bf16():
+            self._coarse = self.stored_vectors.to(torch.bfloat16)
+            norms = [
+                torch.linalg.vector_norm(self.stored_vectors[i : i + 65536].float(), dim=1).max()
+                for i in range(0, len(self.stored_vectors), 65536)
+            ]
+            self._name_norm = float(max(norms)) if norms else 0.0
+        else:
+            self._float = self.name_vectors
         self._faiss = self._faiss_index() if s.index == "faiss" else None
+
+    @property
+    def name_vectors(self) -> torch.Tensor:
+        """The name matrix in float32 on the encoder's device (made on first use where the search does not need it)."""
+        if self._float is None:
+            self._float = self.stored_vectors.float().to(self.encoder.device)
+        return self._float
 
     # -- the name matrix ----------------------------------------------------------
     def cache_spec(self) -> Optional[bytes]:
@@ -407,7 +431,9 @@ class DenseLinker:
                 )
                 found = cache.write(built, {"pooling": self.encoder.pooling, "model": str(self.encoder.source_dir)})
             stored = found["names"]
-        return torch.from_numpy(np.asarray(stored)).float().to(self.encoder.device)
+        with warnings.catch_warnings():  # the cache file's read-only pages: searched, never written
+            warnings.filterwarnings("ignore", message=".*not writable.*")
+            return torch.from_numpy(np.asarray(stored))
 
     def _faiss_index(self):
         return faiss_flat_index(self.name_vectors.cpu(), self.encoder.dim)
@@ -417,6 +443,19 @@ class DenseLinker:
         """(scores, name indices) of the ``k`` nearest names per query row, best first."""
         if self._faiss is not None:
             scores, indices = self._faiss.search(np.ascontiguousarray(queries.numpy(), dtype=np.float32), k)
+            return scores, indices
+        if self._coarse is not None:
+            coarse, stored = self._coarse, self.stored_vectors
+            scores, indices, again = coarse_then_exact(
+                queries,
+                lambda start, stop: coarse[start:stop],
+                lambda rows: stored[rows].float(),
+                stored.shape[0],
+                k,
+                max(4 * k, 64),
+                self._name_norm,
+            )
+            self.searches_again += again
             return scores, indices
         names = self.name_vectors
         return nearest_rows(queries, lambda start, stop: names[start:stop], names.shape[0], k, max_block=self.max_block)

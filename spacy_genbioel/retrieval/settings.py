@@ -88,6 +88,10 @@ class DenseSettings:
     cache_dtype: str = "float16"
     #: ``torch`` (a chunked matrix product) or ``faiss`` (its exact inner-product index)
     index: str = "torch"
+    #: ``auto``: on a CPU with AVX512-BF16 or AMX, a bfloat16 pass first and its best names rescored in
+    #: float32, proven to give the float32 search's names (about 2x cheaper, no float32 copy of the
+    #: matrix); ``fp32``: the float32 search alone
+    search: str = "auto"
     #: names retrieved per wanted candidate before concepts are grouped
     oversample: int = 10
     #: query rows x names scored at once (memory of one block)

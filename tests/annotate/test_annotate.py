@@ -757,12 +757,15 @@ def test_cli_command(tmp_path, pipeline_dir, mixed_input):
             "--input-format",
             "jsonl",
             "--no-progress",
+            "--dtype",
+            "bf16",
         ],
     )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["documents_written"] == 14 and summary["chunks"] == 4
-    assert json.loads((out / "provenance.json").read_text())["chunk_size"] == 4
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["chunk_size"] == 4 and provenance["settings"] == {"device": "cpu", "dtype": "bf16"}
     bad = runner.invoke(
         app,
         [

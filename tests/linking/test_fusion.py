@@ -330,9 +330,19 @@ def test_retrieve_keeps_the_last_texts_and_asks_only_for_new_ones():
     assert fake.calls[-1] == (["c"], 2)
     reranker.retrieve("tfidf", [Mention("a"), Mention("b")])
     assert fake.calls[-1] == (["b"], 2)
-    reranker.clear_cache()
+    reranker.clear_cache()  # TF-IDF's answer for a text is the same whatever shares its call: kept
+    reranker.retrieve("tfidf", [Mention("A")])  # the same text once normalized: found
+    assert fake.calls[-1] == (["b"], 2)
+    reranker.clear_cache(every=True)
     reranker.retrieve("tfidf", [Mention("a")])
     assert fake.calls[-1] == (["a"], 2)
+    dense = FakeRetriever(table)
+    three = ["genbioel", "tfidf", "dense"]
+    model3 = FusionModel(three, [0.0] * len(feature_names(three)), depth=2)
+    both = FusionReranker(model3, kb, {"tfidf": fake, "dense": dense}, cache_size=5)
+    both.retrieve("tfidf", [Mention("a")]), both.retrieve("dense", [Mention("a")])
+    both.clear_cache()  # a neural encoder's floats depend on its batch: forgotten at each annotate chunk
+    assert both._cache["dense"] == {} and list(both._cache["tfidf"]) == ["a"]
     uncached = FusionReranker(model, kb, {"tfidf": fake}, cache_size=0)
     calls = len(fake.calls)
     uncached.retrieve("tfidf", [Mention("a")])

@@ -310,6 +310,22 @@ def test_faiss_index_agrees_with_torch(encoder):
     assert [[(c.ids, c.name) for c in r] for r in by_torch] == [[(c.ids, c.name) for c in r] for r in by_faiss]
 
 
+def test_the_bfloat16_search_gives_the_float32_search_s_candidates(encoder, monkeypatch):
+    from spacy_genbioel.retrieval import dense
+
+    kb = toy_kb()
+    mentions = ["cardiac attack", "renal", "blood pressure high", "lung", "alpha"]
+    monkeypatch.setattr(dense, "fast_cpu_bf16", lambda: True)  # as on a CPU with AMX, whatever this one has
+    fast = DenseLinker(kb, encoder, DenseSettings(cache=False))
+    plain = DenseLinker(kb, encoder, DenseSettings(cache=False, search="fp32"))
+    assert fast._coarse is not None and fast._float is None  # no float32 copy of the matrix
+    assert plain._coarse is None
+    assert fast.link(mentions, 3) == plain.link(mentions, 3)
+    assert torch.equal(fast.name_vectors, plain.name_vectors)  # still there for who asks, made then
+    with pytest.raises(ValueError, match="search must be"):
+        DenseLinker(kb, encoder, DenseSettings(cache=False, search="bf16"))
+
+
 def test_name_cache_skips_encoding_and_follows_the_kb(tiny_bert_dir, tmp_path, monkeypatch):
     kb = toy_kb()
     first = DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="cls", cache_dir=tmp_path))

@@ -425,6 +425,11 @@ class FusionModel:
         return cls.from_dict(data, str(path))._resolved(Path(path).parent)
 
 
+#: retrievers whose candidates for a text are the same floats whatever texts share its call (a sparse
+#: product row by row; an exact lookup): their cached texts outlive the annotate job's chunks
+PER_TEXT_EXACT = frozenset({"tfidf", "exact"})
+
+
 class FusionReranker:
     """Applies a :class:`FusionModel` to the generator's results: asks each retriever source
     for its top ``depth`` candidates (built lazily on the generator's KB, like the
@@ -446,11 +451,14 @@ class FusionReranker:
         self._cache: Dict[str, "OrderedDict[str, List[Candidate]]"] = {s: OrderedDict() for s in self.retrievers}
         self.cache_stats: Counter = Counter()  # ``hits`` and ``misses``, mention by mention
 
-    def clear_cache(self) -> None:
-        """Forget every retrieved text (the annotate job does it at each chunk, so a chunk's links
-        never depend on the chunks a process annotated before it)."""
-        for cached in self._cache.values():
-            cached.clear()
+    def clear_cache(self, every: bool = False) -> None:
+        """Forget the texts retrieved by retrievers whose answer for a text may depend on the texts
+        batched with it (float rounding in a neural encoder's padded batch; every retriever but
+        :data:`PER_TEXT_EXACT`'s), or with ``every`` all of them. The annotate job does the first at each
+        chunk, so a chunk's links never depend on the chunks a process annotated before it."""
+        for source, cached in self._cache.items():
+            if every or source not in PER_TEXT_EXACT:
+                cached.clear()
 
     def retrieve(self, source: str, mentions: Sequence[Mention]) -> List[List[Candidate]]:
         """``source``'s top ``retrieval_depth`` candidates for each of ``mentions`` (timed on :attr:`clock`);
@@ -465,7 +473,7 @@ class FusionReranker:
         if not self.cache_size:
             return retriever.link(mentions, self.model.retrieval_depth)
         cached = self._cache.setdefault(source, OrderedDict())
-        texts = [mention_text(m) for m in mentions]
+        texts = [self.kb.normalize(mention_text(m)) for m in mentions]  # what the retrievers read
         missing = [i for i, text in enumerate(texts) if text not in cached]
         self.cache_stats.update(hits=len(texts) - len(missing), misses=len(missing))
         fresh: Dict[str, List[Candidate]] = {}

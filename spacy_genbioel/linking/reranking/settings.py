@@ -42,9 +42,10 @@ class RerankerSettings:
     #: (None: the fusion file's ``fit-fusion --generator-beams``, else ``decoding.num_beams``); ``decoding.top_k``
     #: fused candidates are written whatever the width
     generator_beams: Optional[int] = bounded(None, Bound(int, 1, optional=True))
-    #: mention texts whose retrieved candidates each retriever keeps (least recently used dropped; 0: none):
-    #: a text's candidates depend on the text alone, and PubMed repeats mention texts across abstracts
-    retrieval_cache: int = bounded(20000, Bound(int, 0))
+    #: normalized mention texts whose retrieved candidates each retriever keeps (least recently used
+    #: dropped; 0: none): a text's candidates depend on the text alone, and PubMed repeats mention texts
+    #: across abstracts (about 1 KB each)
+    retrieval_cache: int = bounded(50000, Bound(int, 0))
 
     def __post_init__(self) -> None:
         check_numbers(self, "reranker")
