@@ -18,12 +18,26 @@ Ray workers take a GPU each with ``cuda`` (:func:`run_device`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Union
 
 from spacy_genbioel.annotate.lines import DEFAULT_LIMITS, ReadLimits
 from spacy_genbioel.annotate.records import AnnotateError, named
 from spacy_genbioel.util import PathLike, resolve_device
+
+#: oneDNN (PyTorch's CPU kernels, bfloat16 ones above all) keeps a compiled kernel per input shape, 1,024
+#: by default; the linker's batches come in thousands of shapes, and that cache grew each BC5CDR worker by
+#: 0.9 GB over 2,500 abstracts. 16 kernels cost no speed there (docs/scale.md).
+KERNEL_CACHE = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "16"}
+
+
+def bound_kernel_cache() -> None:
+    """Set :data:`KERNEL_CACHE` in this process's environment where the user has not: oneDNN reads it when
+    torch first runs a CPU kernel, so call it before (forked workers and a local Ray's workers inherit it)."""
+    for name, value in KERNEL_CACHE.items():
+        os.environ.setdefault(name, value)
+
 
 __all__ = ["DEFAULT_DEVICE", "ENGINES", "AnnotateOptions", "component_settings", "run_device"]
 

@@ -50,7 +50,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, 
 
 from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog, output_lock, provenance, update_provenance
 from spacy_genbioel.annotate.job import check_job, check_places, finished_read_only, job_identity, record_job
-from spacy_genbioel.annotate.options import AnnotateOptions, component_settings, run_device
+from spacy_genbioel.annotate.options import AnnotateOptions, bound_kernel_cache, component_settings, run_device
 from spacy_genbioel.annotate.readers import detect_format, expand_inputs, safe_records
 from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, InputRecord, RecordError, id_key, named
 from spacy_genbioel.annotate.timing import StageClock, clear_caches, path_counts, timed, use_clock
@@ -147,6 +147,7 @@ def annotate(
     """
     from spacy_genbioel.linking import component as _pipeline  # noqa: F401  (registers the factory)
 
+    bound_kernel_cache()  # in time unless this process ran torch on the CPU already
     options = AnnotateOptions.of(options)
     overrides = component_settings(settings)
     pipeline_dir = Path(pipeline_dir)

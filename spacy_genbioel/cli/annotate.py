@@ -132,6 +132,9 @@ def annotate_cmd(
     an output folder holds one job, see docs/annotate.md). Genbioel settings go after the flags, dotted:
     --decoding.batch_size 16 --candidates.retriever tfidf --output.threshold 0.5."""
     setup_logging(verbose)
+    from spacy_genbioel.annotate.options import bound_kernel_cache
+
+    bound_kernel_cache()  # before torch runs anything (spacy_genbioel.annotate imports it)
     from spacy_genbioel.annotate import AnnotateError, annotate
 
     # the unknown options (the dotted settings) and their values land among the inputs: they start at the first "--"
