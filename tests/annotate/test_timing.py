@@ -160,3 +160,15 @@ def test_the_summary_says_where_the_time_and_memory_went(tmp_path, annotate_pipe
         assert workers == []
     else:  # each forked worker reported after its units, none of them this process
         assert 1 <= len(workers) <= 2 and all(w["pid"] != os.getpid() for w in workers)
+
+
+def test_the_kernel_cache_is_bounded_unless_the_user_set_it(monkeypatch):
+    from spacy_genbioel.annotate.options import KERNEL_CACHE, bound_kernel_cache
+
+    ((name, value),) = KERNEL_CACHE.items()
+    monkeypatch.delenv(name, raising=False)
+    bound_kernel_cache()
+    assert os.environ[name] == value
+    monkeypatch.setenv(name, "512")
+    bound_kernel_cache()
+    assert os.environ[name] == "512"  # the user's choice stays
