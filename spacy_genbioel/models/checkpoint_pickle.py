@@ -311,6 +311,10 @@ def _check_contents(obj: Any, path: Path) -> None:
     restricted unpickler allows a few more types than a checkpoint needs)."""
     import torch
 
+    if not isinstance(obj, dict):  # a pickle stopped early (``N.``: None) or a foreign object: no weights
+        raise CheckpointError(
+            f"{path}: holds a {type(obj).__qualname__}, not a mapping of names to tensors (a state dict)"
+        )
     pending = [obj]
     while pending:
         item = pending.pop()

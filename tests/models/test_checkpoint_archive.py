@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pickle
+import re
 import struct
 import tracemalloc
 import zipfile
@@ -247,3 +248,17 @@ def test_a_legacy_pickles_length_field_is_not_allocated(tmp_path, size):
     finally:
         tracemalloc.stop()
     assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("payload", [None, [1, 2], "weights"], ids=["none", "list", "text"])
+def test_a_checkpoint_that_is_not_a_state_dict_is_refused_naming_the_file(tmp_path, payload):
+    """A pickle that stops at once (``N.``: what the fuzz harness drew) or holds anything but a mapping
+    carries no weights: refused, naming the file."""
+    import torch
+
+    from spacy_genbioel.models.checkpoint_pickle import CheckpointError, load_checkpoint_file
+
+    path = tmp_path / "pytorch_model.bin"
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=f"{re.escape(str(path))}: holds a .*not a mapping of names to tensors"):
+        load_checkpoint_file(path)
