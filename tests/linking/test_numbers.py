@@ -44,7 +44,7 @@ def _valid(bound):
         return whole.flatmap(lambda v: st.sampled_from([(str(v), v), (f"+{v}" if v >= 0 else str(v), v), (v, v)]))
     real = st.floats(low, high, exclude_min=bound.open, exclude_max=bound.below, allow_nan=False)
     spelled = [lambda v: (repr(v), v), lambda v: (v, v), lambda v: (f"{v:.17e}", float(f"{v:.17e}"))]
-    spelled.append(lambda v: (f"+{v!r}" if v >= 0 else repr(v), v))
+    spelled.append(lambda v: (f"+{v!r}" if math.copysign(1.0, v) > 0 else repr(v), v))  # -0.0 has its sign
     return st.tuples(real, st.sampled_from(spelled)).map(lambda pair: pair[1](pair[0]))
 
 
