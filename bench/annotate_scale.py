@@ -20,7 +20,15 @@ folder:
 * ``local``: one process, torch's default threads;
 * ``local-1t``: one process on one thread (``OMP_NUM_THREADS=1``): one core;
 * ``fork-N``: ``--n-process N`` (forked workers, one thread each);
-* ``ray-N``: ``--engine ray --n-process N`` on a local Ray started by the run.
+* ``ray-N``: ``--engine ray --n-process N`` on a local Ray started by the run;
+* ``gpu``: one process on one thread with ``--device cuda``: the generator on
+  the GPU, the rest of the pipeline on one core;
+* ``gpufork-N``: ``--n-process N --device cuda``: N forked workers, one core
+  each, their generators sharing the machine's GPUs.
+
+GPU runs also sample ``nvidia-smi`` each second (utilization and memory used),
+and their chunk files are compared with the ``gpu`` run's (a GPU's bfloat16
+kernels round otherwise than a CPU's, so not with ``local-1t``'s).
 
 Per run, from ``summary.json``: documents/s and mentions/s (from the pipeline
 loaded to the last chunk committed), per core, the seconds and share of each
@@ -41,6 +49,7 @@ The JSON records the load average before and after each run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -50,6 +59,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -117,23 +127,63 @@ def write_inputs(docs: List[Tuple[str, str, str]], folder: Path) -> List[Path]:
 def run_command(
     name: str, inputs: List[Path], pipeline: Path, out: Path, chunk: int, batch: int, extra: Sequence[str] = ()
 ) -> List[str]:
-    """The annotate command of run ``name`` (local, local-1t, fork-N, ray-N), ``extra`` options at the end."""
+    """The annotate command of run ``name`` (local, local-1t, fork-N, ray-N, gpu, gpufork-N), ``extra``
+    options at the end."""
     command = [sys.executable, "-m", "spacy_genbioel", "annotate", *map(str, inputs), "--pipeline", str(pipeline)]
     command += ["--out", str(out), "--chunk-size", str(chunk), "--batch-size", str(batch), "--no-progress"]
-    command += ["--device", "cpu"]
     kind, _, workers = name.partition("-")
-    if kind == "fork" and workers.isdigit():
+    command += ["--device", "cuda" if kind in ("gpu", "gpufork") else "cpu"]
+    if kind in ("fork", "gpufork") and workers.isdigit():
         command += ["--n-process", workers]
     elif kind == "ray" and workers.isdigit():
         command += ["--engine", "ray", "--n-process", workers]
-    elif name not in ("local", "local-1t"):
-        raise SystemExit(f"unknown run {name!r}: use local, local-1t, fork-N or ray-N")
+    elif name not in ("local", "local-1t", "gpu"):
+        raise SystemExit(f"unknown run {name!r}: use local, local-1t, fork-N, ray-N, gpu or gpufork-N")
     return command + list(extra)
 
 
 def cores(name: str) -> int:
     kind, _, workers = name.partition("-")
-    return int(workers) if kind in ("fork", "ray") else 1 if name == "local-1t" else os.cpu_count() or 1
+    if kind in ("fork", "ray", "gpufork"):
+        return int(workers)
+    return 1 if name in ("local-1t", "gpu") else os.cpu_count() or 1
+
+
+class GpuSampler:
+    """``nvidia-smi``'s utilization and memory used, sampled each second while a run lasts."""
+
+    def __init__(self) -> None:
+        self.samples: List[Tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        query = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
+        while not self.stop.wait(1.0):
+            try:
+                line = subprocess.run(query, capture_output=True, text=True, timeout=5).stdout.splitlines()[0]
+                util, used = (float(x) for x in line.split(","))
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+                continue
+            self.samples.append((util, used))
+
+    def __enter__(self) -> "GpuSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def report(self) -> Dict[str, Any]:
+        """Mean and peak utilization (%) over the samples of nonzero use, peak memory used (MiB)."""
+        busy = [u for u, _ in self.samples]
+        return {
+            "samples": len(self.samples),
+            "utilization_mean": round(sum(busy) / len(busy), 1) if busy else None,
+            "utilization_max": max(busy) if busy else None,
+            "memory_used_max_mib": max((m for _, m in self.samples), default=None),
+        }
 
 
 def one_run(
@@ -145,7 +195,9 @@ def one_run(
     load_before = os.getloadavg()
     began = time.monotonic()
     command = run_command(name, inputs, pipeline, out, chunk, batch, extra)
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    sampler = GpuSampler() if name.startswith("gpu") else None
+    with sampler or contextlib.nullcontext():
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.monotonic() - began
     if done.returncode != 0:
         raise SystemExit(f"run {name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -172,6 +224,7 @@ def one_run(
         "driver_peak_rss_mb": run.get("memory", {}).get("driver", {}).get("peak_rss_mb"),
         "workers": run.get("memory", {}).get("workers", []),
         "errors": summary["errors"],
+        **({"gpu": sampler.report()} if sampler is not None else {}),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
@@ -203,7 +256,7 @@ def projection(run: Dict[str, Any], gpu_mentions_s: float, mentions_per_abstract
 def table(runs: List[Dict[str, Any]]) -> str:
     head = (
         "| run | docs/s | docs/s/core | mentions/s | wall s | reading | ner | retrieval | generator | linking | writing"
-        " | driver peak RSS MB | workers private / RSS MB |"
+        " | driver peak RSS MB | workers private / RSS MB | GPU util mean % / memory MiB |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in runs:
@@ -212,9 +265,11 @@ def table(runs: List[Dict[str, Any]]) -> str:
         shares = " | ".join(
             f"{100 * s.get(k, 0):.0f}%" for k in ("reading", "ner", "retrieval", "generator", "linking", "writing")
         )
+        gpu = r.get("gpu")
+        on_gpu = f"{gpu['utilization_mean']} / {gpu['memory_used_max_mib']}" if gpu else "-"
         lines.append(
             f"| {r['run']} | {r['documents_per_s']} | {r['documents_per_s_per_core']} | {r['mentions_per_s']} | "
-            f"{r['wall_s']} | {shares} | {r['driver_peak_rss_mb']} | {workers} |"
+            f"{r['wall_s']} | {shares} | {r['driver_peak_rss_mb']} | {workers} | {on_gpu} |"
         )
     return "\n".join(lines)
 
@@ -272,13 +327,7 @@ def main() -> None:
                 one_run(name, inputs, args.pipeline, out, args.chunk_size, args.batch_size, shlex.split(args.settings))
             )
             print(json.dumps({k: v for k, v in runs[-1].items() if k != "stage_detail"}), flush=True)
-        if any(r["run"] == "local-1t" for r in runs):
-            reference = chunks(work / "local-1t")
-            base = next(r for r in runs if r["run"] == "local-1t")
-            for run in runs:
-                if run["run"] != "local-1t":
-                    run["chunks_identical_to_local_1t"] = chunks(work / run["run"]) == reference
-                    run["speedup_over_local_1t"] = round(run["documents_per_s"] / base["documents_per_s"], 2)
+        compare(runs, work)
         report = {
             "command": "python bench/annotate_scale.py " + " ".join(sys.argv[1:]),
             "date": time.strftime("%Y-%m-%d"),
@@ -304,6 +353,34 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def compare(runs: List[Dict[str, Any]], work: Path) -> None:
+    """Each run's speed over ``local-1t``'s, and its chunk files against ``local-1t``'s (CPU runs) or the
+    ``gpu`` run's (GPU runs): byte-identical, else the share of documents whose output lines are equal."""
+    by_name = {r["run"]: r for r in runs}
+    base = by_name.get("local-1t")
+    for run in runs:
+        name = run["run"]
+        if base is not None and name != "local-1t":
+            run["speedup_over_local_1t"] = round(run["documents_per_s"] / base["documents_per_s"], 2)
+        reference = "gpu" if name.startswith("gpu") else "local-1t"
+        if reference in by_name and name != reference:
+            mine, theirs = chunks(work / name), chunks(work / reference)
+            run[f"chunks_identical_to_{reference.replace('-', '_')}"] = mine == theirs
+            if mine != theirs:
+                run[f"documents_equal_to_{reference.replace('-', '_')}"] = equal_share(mine, theirs)
+        if name.startswith("gpu") and base is not None:  # bfloat16 on the GPU against the CPU's links
+            run["documents_equal_to_local_1t"] = equal_share(chunks(work / name), chunks(work / "local-1t"))
+
+
+def equal_share(a: Dict[str, bytes], b: Dict[str, bytes]) -> Optional[float]:
+    """The share of output lines (one document each in JSONL) equal in two runs' chunk files."""
+    lines_a = [line for name in sorted(a) for line in a[name].splitlines()]
+    lines_b = [line for name in sorted(b) for line in b[name].splitlines()]
+    if not lines_a or len(lines_a) != len(lines_b):
+        return None
+    return round(sum(x == y for x, y in zip(lines_a, lines_b)) / len(lines_a), 4)
+
+
 def pick(runs: List[Dict[str, Any]], name: str) -> Dict[str, Any]:
     """The run the projection uses: ``name``, else the first worker run, else the first run."""
     if name:
@@ -311,7 +388,7 @@ def pick(runs: List[Dict[str, Any]], name: str) -> Dict[str, Any]:
         if found is None:
             raise SystemExit(f"no run {name!r} in {[r['run'] for r in runs]}")
         return found
-    return next((r for r in runs if r["run"].split("-")[0] in ("fork", "ray")), runs[0])
+    return next((r for r in runs if r["run"].split("-")[0] in ("fork", "ray", "gpufork")), runs[0])
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ The options are the job's; the settings are the genbioel component's (any
 setting of its config, dotted as ``block.key`` or bare, as ``spacy.load``
 overrides: :func:`spacy_genbioel.linking.settings.nested_overrides`). Among
 them ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; default ``auto``)
-also decides where the job may run: ``n_process > 1`` runs on CPU only, and
-Ray workers take a GPU each with ``cuda`` (:func:`run_device`).
+also decides where the job may run: forked workers (``n_process > 1``) run on
+their CPU cores, and with ``cuda`` each runs its generator on one of the
+machine's GPUs, several workers to a GPU (:func:`worker_device`); Ray workers
+take a GPU each with ``cuda`` (:func:`run_device`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def bound_kernel_cache() -> None:
         os.environ.setdefault(name, value)
 
 
-__all__ = ["DEFAULT_DEVICE", "ENGINES", "AnnotateOptions", "component_settings", "run_device"]
+__all__ = ["DEFAULT_DEVICE", "ENGINES", "AnnotateOptions", "component_settings", "run_device", "worker_device"]
 
 ENGINES = ("local", "ray")
 DEFAULT_DEVICE = "auto"  # the genbioel device of a job whose settings name none, whatever the pipeline was saved with
@@ -60,7 +62,8 @@ class AnnotateOptions:
     input_format: Optional[str] = None
     #: documents per ``nlp.pipe`` batch (the linker's own batch of mentions is the setting ``decoding.batch_size``)
     batch_size: int = 64
-    #: worker processes of ``nlp.pipe`` (CPU only); with engine "ray": Ray workers
+    #: forked worker processes, a unit of ``chunk_size`` documents at a time, one CPU core each (with
+    #: device ``cuda`` their generators share the GPUs); with engine "ray": Ray workers
     n_process: int = 1
     #: documents per output chunk: the unit of commit (with engine "ray" also the unit of work)
     chunk_size: int = 500
@@ -170,8 +173,10 @@ def component_settings(settings: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
 
 def run_device(options: AnnotateOptions, device: str) -> str:
     """Refuse a ``device`` the job cannot run on, before anything is loaded or written; the device the
-    local engine loads the pipeline on (``auto`` with ``n_process > 1``: ``cpu``). With engine "ray" the
-    workers' devices are the cluster's, checked when it is reached."""
+    local engine loads the pipeline on. With ``n_process > 1`` that is always ``cpu``: ``auto`` runs on
+    the CPU, and with ``cuda``/``cuda:N`` each forked worker moves its generator to a GPU itself
+    (:func:`worker_device`), so this process never starts CUDA (a forked child cannot use a CUDA its
+    parent started). With engine "ray" the workers' devices are the cluster's, checked when it is reached."""
     if options.engine == "ray":  # Ray gives each worker a whole GPU (or one CPU)
         if device.startswith("cuda:"):
             raise AnnotateError(
@@ -181,6 +186,9 @@ def run_device(options: AnnotateOptions, device: str) -> str:
         if device not in ("auto", "cpu", "cuda"):
             raise AnnotateError(f"{named('device')} {device}: use auto, cpu or cuda with {named('engine')} ray")
         return device
+    if options.n_process > 1 and device not in ("auto", "cpu"):
+        worker_device(device, 0)  # a GPU there? (counted without starting CUDA here)
+        return "cpu"
     if device != "auto":
         try:
             dev = resolve_device(device)
@@ -191,11 +199,28 @@ def run_device(options: AnnotateOptions, device: str) -> str:
 
             if dev.index >= torch.cuda.device_count():
                 raise AnnotateError(f"{named('device')} {device}: there are {torch.cuda.device_count()} CUDA devices")
-    if options.n_process > 1:
-        if device == "auto":
-            return "cpu"
-        if resolve_device(device).type != "cpu":
-            raise AnnotateError(
-                f"{named('n_process')} > 1 runs on CPU only; use one process with {named('device')} cuda"
-            )
+    return "cpu" if options.n_process > 1 else device
+
+
+def worker_device(device: str, slot: int) -> str:
+    """The device of forked worker ``slot`` (0, 1...) of a job on ``device``: ``cuda:N`` as given, and
+    ``cuda`` the machine's GPUs in turn (workers 0, 1... on GPUs 0, 1..., then again from 0), so
+    several workers share a GPU: each runs its own generator there, the rest of its pipeline on its
+    CPU core. The GPUs are counted through NVML (``torch.cuda.device_count``), which does not start
+    CUDA in the calling process."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise AnnotateError(f"{named('device')} {device}: {err}") from None
+    if dev.type != "cuda":
+        raise AnnotateError(f"{named('device')} {device}: use auto, cpu, cuda or cuda:N")
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise AnnotateError(f"{named('device')} {device}: no CUDA device is available")
+    if dev.index is None:
+        return f"cuda:{slot % count}"
+    if dev.index >= count:
+        raise AnnotateError(f"{named('device')} {device}: there are {count} CUDA devices")
     return device

@@ -50,7 +50,13 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, 
 
 from spacy_genbioel.annotate.checkpoint import Checkpoint, ErrorLog, output_lock, provenance, update_provenance
 from spacy_genbioel.annotate.job import check_job, check_places, finished_read_only, job_identity, record_job
-from spacy_genbioel.annotate.options import AnnotateOptions, bound_kernel_cache, component_settings, run_device
+from spacy_genbioel.annotate.options import (
+    AnnotateOptions,
+    bound_kernel_cache,
+    component_settings,
+    run_device,
+    worker_device,
+)
 from spacy_genbioel.annotate.readers import detect_format, expand_inputs, safe_records
 from spacy_genbioel.annotate.records import ERRORS, SUMMARY, AnnotateError, InputRecord, RecordError, id_key, named
 from spacy_genbioel.annotate.timing import StageClock, clear_caches, path_counts, timed, use_clock
@@ -126,8 +132,9 @@ def annotate(
 
     ``options``: :class:`~.options.AnnotateOptions` (or a mapping of their
     fields; None: the defaults): output ``format``, ``input_format``,
-    ``batch_size`` (documents per ``nlp.pipe`` batch), ``n_process`` (worker
-    processes, CPU only), ``chunk_size``, ``errors_path``, ``progress``,
+    ``batch_size`` (documents per ``nlp.pipe`` batch), ``n_process`` (forked
+    worker processes, one CPU core each; with ``device`` ``cuda`` their generators
+    share the machine's GPUs), ``chunk_size``, ``errors_path``, ``progress``,
     ``command``, ``engine`` (``"ray"``: the units of the job on ``n_process``
     Ray workers, a local Ray or the cluster at ``ray_address``; :mod:`.ray_engine`).
 
@@ -207,6 +214,9 @@ def annotate(
                 "settings": overrides,
             }
             record = provenance(nlp, pipeline_dir, component, load_device, job, command)
+            if options.engine != "ray" and load_device != device and device not in ("auto", "cpu"):
+                # loaded here on the CPU; each forked worker moves its generator to a GPU
+                record["device"] = record["runs"][0]["device"] = f"{device} (each worker's generator)"
             update_provenance(out, record, options.format, options.chunk_size)
             inputs_read = list(zip(paths, formats))
             if options.engine == "ray":
@@ -215,7 +225,7 @@ def annotate(
                 return run_on_ray(
                     nlp, component, inputs_read, out, options, pipeline_dir=pipeline_dir, overrides=overrides
                 )
-            return _run(nlp, component, inputs_read, out, options)
+            return _run(nlp, component, inputs_read, out, options, device)
     except OSError as err:  # reading is guarded record by record: this is the output that cannot be written
         raise AnnotateError(
             f"cannot write the output ({err}); what was committed is kept: rerun the same command to resume"
@@ -223,9 +233,15 @@ def annotate(
 
 
 def _run(
-    nlp: Any, component: Any, inputs: Sequence[Tuple[Path, str]], out: Path, options: AnnotateOptions
+    nlp: Any,
+    component: Any,
+    inputs: Sequence[Tuple[Path, str]],
+    out: Path,
+    options: AnnotateOptions,
+    device: str = "cpu",
 ) -> Dict[str, Any]:
-    """The job proper, in a locked output folder whose job is checked and recorded."""
+    """The job proper, in a locked output folder whose job is checked and recorded; ``device``: the job's
+    (forked workers on ``cuda``/``cuda:N`` each take a GPU, :func:`~.options.worker_device`)."""
     from spacy.util import minibatch
 
     paths, formats = [p for p, _ in inputs], [f for _, f in inputs]
@@ -292,12 +308,14 @@ def _run(
                 counts,
             )
             committer = Committer(units, checkpoint, errors, counts, bar, clock, workers)
+            on_gpu = device not in ("auto", "cpu")
             run_forked(
                 lambda unit: annotate_unit(nlp, writer, spans_key, unit, batch_size),
                 committer.next_unit,
                 committer.commit,
                 n_process,
                 counts,
+                (lambda slot: component.to_device(worker_device(device, slot))) if on_gpu else None,
             )
             checkpoint.put_in_order()
     finally:

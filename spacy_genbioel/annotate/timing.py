@@ -26,7 +26,8 @@ them, the generator's forced scores judged them, beam search...).
 Memory is each process's own report (:func:`memory_now`, from
 ``/proc/self/smaps_rollup``): ``private_mb`` is what no other process shares,
 the cost of one more forked worker; ``rss_mb`` counts the pages it shares with
-the driver too.
+the driver too; ``gpu_peak_mb`` (a process that ran on a GPU) its peak of GPU
+memory allocated by torch.
 """
 
 from __future__ import annotations
@@ -152,12 +153,16 @@ def memory_now() -> Dict[str, Any]:
     if sys.platform == "darwin":  # bytes there, kB on Linux
         peak_kb //= 1024
     private = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
-    return {
+    report = {
         "pid": os.getpid(),
         "rss_mb": round(fields["Rss"] / 1024, 1) if "Rss" in fields else None,
         "private_mb": round(private / 1024, 1) if fields else None,
         "peak_rss_mb": round(peak_kb / 1024, 1),
     }
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():  # a process that ran on a GPU: its peak there
+        report["gpu_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return report
 
 
 def worker_memory(reports: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
@@ -166,8 +171,8 @@ def worker_memory(reports: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     for report in reports:
         pid = report.get("pid")
         mine = best.setdefault(pid, {"pid": pid, "rss_mb": None, "private_mb": None, "peak_rss_mb": None})
-        for key in ("rss_mb", "private_mb", "peak_rss_mb"):
+        for key in ("rss_mb", "private_mb", "peak_rss_mb", "gpu_peak_mb"):
             value = report.get(key)
-            if value is not None and (mine[key] is None or value > mine[key]):
+            if value is not None and (mine.get(key) is None or value > mine[key]):
                 mine[key] = value
     return [best[pid] for pid in sorted(best, key=str)]

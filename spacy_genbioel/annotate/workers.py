@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import functools
 import logging
 import multiprocessing
 import os
@@ -72,12 +73,18 @@ def _watch(parent: int) -> None:
     os._exit(1)
 
 
-def _serve(conn: Any, parent: int, work: Work, others: List[Any]) -> None:
-    """A worker: annotate the units the parent sends, one at a time, until ``None`` or the pipe closes."""
+def _serve(conn: Any, parent: int, work: Work, others: List[Any], start: Optional[Callable[[], None]] = None) -> None:
+    """A worker: run ``start`` once (a failure goes back as the reply to the first unit), then annotate the
+    units the parent sends, one at a time, until ``None`` or the pipe closes."""
     die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the workers
     for other in others:  # the other workers' pipes, inherited: not ours to hold open
         other.close()
+    if start is not None:
+        try:
+            start()
+        except Exception as err:  # noqa: BLE001  (no GPU for this worker, say: the parent stops the run)
+            work = _failing(f"the worker could not start ({type(err).__name__}: {err})")
     while True:
         try:
             unit = conn.recv()
@@ -93,6 +100,13 @@ def _serve(conn: Any, parent: int, work: Work, others: List[Any]) -> None:
             conn.send(reply)
         except OSError:  # the parent is gone
             return
+
+
+def _failing(message: str) -> Work:
+    def work(unit: Unit) -> UnitResult:
+        raise RuntimeError(message)
+
+    return work
 
 
 def exit_reason(exitcode: Optional[int]) -> str:
@@ -116,21 +130,25 @@ class _Worker:
 
 
 class ForkPool:
-    """``n`` worker processes forked from this one, each running ``work`` on the units it is sent."""
+    """``n`` worker processes forked from this one, each running ``work`` on the units it is sent;
+    ``start(slot)``, if given, runs once in each worker of ``slot`` (0..n-1) before its first unit (a
+    replacement worker runs it for the same slot): its own GPU, say."""
 
-    def __init__(self, n: int, work: Work) -> None:
+    def __init__(self, n: int, work: Work, start: Optional[Callable[[int], None]] = None) -> None:
         self.context = multiprocessing.get_context("fork")
         self.work = work
+        self.start = start
         self.workers: List[_Worker] = []
-        for _ in range(n):
-            self.workers.append(self._start())
+        for slot in range(n):
+            self.workers.append(self._start(slot))
 
-    def _start(self) -> _Worker:
+    def _start(self, slot: int) -> _Worker:
         parent_end, child_end = self.context.Pipe()
-        others = [w.conn for w in self.workers]
+        others = [w.conn for i, w in enumerate(self.workers) if i != slot]
+        start = None if self.start is None else functools.partial(self.start, slot)
         process = self.context.Process(
             target=_serve,
-            args=(child_end, os.getpid(), self.work, others),
+            args=(child_end, os.getpid(), self.work, others, start),
             name="genbioel-annotate-worker",
             daemon=True,
         )
@@ -148,7 +166,7 @@ class ForkPool:
             old.process.kill()
         old.process.join()
         old.conn.close()
-        self.workers[slot] = self._start()
+        self.workers[slot] = self._start(slot)
 
     def send(self, slot: int, sent: Sent) -> None:
         """Send a unit to the worker in ``slot``; a worker found dead (idle, so it had no unit) is replaced first."""
@@ -209,13 +227,15 @@ def run_forked(
     commit: Callable[[UnitResult], None],
     n_process: int,
     counts: collections.Counter,
+    start: Optional[Callable[[int], None]] = None,
 ) -> None:
     """Run ``work`` on every unit ``next_unit()`` gives (None: no more) in ``n_process`` forked workers,
     handing each result to ``commit`` as it comes back; ``counts["units_retried"]``: units sent again
-    because their worker died. Raises :class:`AnnotateError` when a unit's worker died
-    :data:`MAX_ATTEMPTS` times, or the worker's code raised."""
+    because their worker died; ``start(slot)`` runs once in each worker first (:class:`ForkPool`).
+    Raises :class:`AnnotateError` when a unit's worker died :data:`MAX_ATTEMPTS` times, or the worker's
+    code (``start`` included) raised."""
     with _one_torch_thread():
-        pool = ForkPool(n_process, work)
+        pool = ForkPool(n_process, work, start)
         graceful = False
         try:
             _drive(pool, next_unit, commit, counts)

@@ -87,7 +87,7 @@ from spacy_genbioel.linking.span_outputs import concept_scores, register_extensi
 from spacy_genbioel.linking.trie.name_trie import NameTrie, TrieMismatchError
 from spacy_genbioel.models import ModelFileNotFoundError, ModelFormatError, load_model, save_model
 from spacy_genbioel.ty import Candidate, Linker, Mention, Reranker
-from spacy_genbioel.util import resolve_device
+from spacy_genbioel.util import resolve_device, resolve_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -270,6 +270,25 @@ class GenBioELLinker(Pipe):
         retriever = getattr(linker, "retriever", None)
         if retriever is not None:
             retriever.link([Mention(text="index")], 1)
+
+    def to_device(self, device: str) -> None:
+        """Move the generator to ``device`` (``cpu``, ``cuda``, ``cuda:N``), in the ``dtype`` setting as
+        resolved there (``auto``: bfloat16 on a GPU that has it): a forked annotate worker takes its GPU
+        so, from a pipeline its parent loaded on the CPU without touching CUDA. The retrievers stay on
+        their own devices (their settings')."""
+        model = getattr(self.linker, "model", None)
+        if model is None:  # retrieval alone: nothing runs on the device
+            return
+        dev = resolve_device(device)
+        dtype = self.settings.resources.dtype
+        if dtype == "int8":  # quantized for the CPU, where it is
+            if dev.type != "cpu":
+                raise ValueError(
+                    f"dtype 'int8' (dynamic quantization) runs on CPU only, not on {dev}; use bf16 on a GPU"
+                )
+        else:
+            model.to(device=dev, dtype=resolve_dtype(dtype, dev))
+        self.settings = self.settings.replace(resources=dataclasses.replace(self.settings.resources, device=device))
 
     def clear_caches(self) -> None:
         """Forget the retrieved candidates kept by mention text (``reranker.retrieval_cache``)."""

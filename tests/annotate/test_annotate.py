@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import spacy
+import torch
 from conftest import WORDS, assert_same_links, data_dir
 from fuzz_annotate import bioc_xml, build_pipeline, pubmed_article
 
@@ -511,8 +512,56 @@ def test_parallel_equals_serial(tmp_path, pipeline_dir, mixed_input, mixed_refer
     assert [d["id"] for d in docs] == list(mixed_reference)
     # other batches (2 documents, not 4) in other processes: scores up to float noise
     assert_same_links({d["id"]: d for d in docs}, mixed_reference)
-    with pytest.raises(AnnotateError, match="n_process > 1 runs on CPU only|device cuda: .*no CUDA"):
-        annotate(mixed_input, pipeline_dir, tmp_path / "gpu", dict(n_process=2, progress=False), {"device": "cuda"})
+    if torch.cuda.device_count() == 0:
+        with pytest.raises(AnnotateError, match="^device cuda: no CUDA device is available"):
+            annotate(mixed_input, pipeline_dir, tmp_path / "gpu", dict(n_process=2, progress=False), {"device": "cuda"})
+        assert not (tmp_path / "gpu").exists()
+
+
+def test_forked_workers_take_their_gpus_themselves(tmp_path, pipeline_dir, mixed_input, mixed_reference, monkeypatch):
+    """``n_process > 1`` with ``cuda``: this process loads on the CPU and never starts CUDA; each worker
+    moves its generator to its GPU (here: told where, since this machine may have none) before its units."""
+    from spacy_genbioel.linking.component import GenBioELLinker
+
+    moved = tmp_path / "moved"
+    moved.mkdir()
+
+    def to_device(self, device):  # in the worker: say where it was sent, stay on the CPU
+        (moved / f"{os.getpid()}-{device}").write_text("")
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(GenBioELLinker, "to_device", to_device)
+    out = tmp_path / "out"
+    summary = annotate(
+        mixed_input,
+        pipeline_dir,
+        out,
+        dict(chunk_size=5, batch_size=2, n_process=2, progress=False),
+        {"device": "cuda"},
+    )
+    assert sorted(p.name.split("-", 1)[1] for p in moved.iterdir()) == ["cuda:0", "cuda:1"]
+    assert summary["documents_written"] == len(mixed_reference)
+    assert_same_links({d["id"]: d for d in jsonl_docs(out)}, mixed_reference)
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["device"] == provenance["runs"][0]["device"] == "cuda (each worker's generator)"
+
+
+def test_a_worker_that_cannot_take_its_gpu_stops_the_run(tmp_path, pipeline_dir, mixed_input, monkeypatch):
+    from spacy_genbioel.linking.component import GenBioELLinker
+
+    def to_device(self, device):
+        raise RuntimeError(f"{device}: out of memory")
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(GenBioELLinker, "to_device", to_device)
+    with pytest.raises(AnnotateError, match=r"could not start \(RuntimeError: cuda:0: out of memory\)"):
+        annotate(
+            mixed_input,
+            pipeline_dir,
+            tmp_path / "out",
+            dict(chunk_size=5, n_process=2, progress=False),
+            {"device": "cuda"},
+        )
 
 
 # -- crashes and resume ----------------------------------------------------------------------------------
@@ -825,7 +874,8 @@ def test_options_and_settings_are_checked_before_anything_is_written(tmp_path, p
         (dict(batch_size=True), None, "^batch_size must be a whole number"),
         (dict(input_format="xml"), None, "^input_format 'xml': unknown input format"),
         (dict(device="cpu"), None, r"unknown annotate option 'device' \(a genbioel setting: give it in settings\)"),
-        (dict(n_process=2), {"device": "cuda:0"}, "^(n_process > 1 runs on CPU only|device cuda:0: )"),
+        (dict(n_process=2), {"device": "cuda:7"}, "^device cuda:7: (no CUDA device is available|there are)"),
+        (dict(n_process=2), {"device": "gpu"}, "^device gpu: "),
         (None, {"decoding.beams": 3}, "Unknown genbioel setting 'decoding.beams'"),
         (None, {"device": 0}, "^device 0: use auto, cpu, cuda or cuda:N"),
         (None, ["device", "cpu"], "^settings must be a mapping"),
@@ -874,6 +924,27 @@ def test_cuda_device(tmp_path, pipeline_dir, mixed_input):
     )
     assert summary["documents_written"] == 14
     assert json.loads((tmp_path / "out" / "provenance.json").read_text())["device"].startswith("cuda")
+
+
+@pytest.mark.gpu
+def test_forked_workers_on_a_gpu_equal_one_process_there(tmp_path, pipeline_dir, mixed_input):
+    """The command with ``--n-process 2 --device cuda``: workers forked from a process that loaded on the
+    CPU (never starting CUDA) each run their generator on the GPU, and their chunks hold one process's
+    links there. The command runs in its own process: this one may have started CUDA in another test."""
+    run = dict(chunk_size=5, batch_size=2, progress=False)
+    annotate(mixed_input, pipeline_dir, tmp_path / "one", run, {"device": "cuda"})
+    command = [sys.executable, "-m", "spacy_genbioel", "annotate", str(mixed_input), "--pipeline", str(pipeline_dir)]
+    command += ["--out", str(tmp_path / "two"), "--chunk-size", "5", "--batch-size", "2", "--no-progress"]
+    command += ["--n-process", "2", "--device", "cuda"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["documents_written"] == 14 and summary["this_run"]["workers"] == 2
+    assert all(w.get("gpu_peak_mb", 0) > 0 for w in summary["this_run"]["memory"]["workers"])
+    assert_same_links(
+        {d["id"]: d for d in jsonl_docs(tmp_path / "two")}, {d["id"]: d for d in jsonl_docs(tmp_path / "one")}
+    )
 
 
 # -- one job per output folder ---------------------------------------------------------------------------------

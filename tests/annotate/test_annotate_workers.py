@@ -179,6 +179,56 @@ def test_an_error_in_a_workers_code_stops_the_run():
     assert multiprocessing.active_children() == []
 
 
+def test_each_worker_runs_start_with_its_slot_before_its_units(tmp_path):
+    """``start(slot)`` runs once per worker, first; a replacement worker runs it for the same slot."""
+
+    def start(slot):
+        (tmp_path / f"{slot}-{os.getpid()}").write_text("")
+
+    def work(unit):
+        started = [p.name for p in tmp_path.iterdir() if p.name.endswith(f"-{os.getpid()}")]
+        assert len(started) == 1, started
+        if unit.index == 3 and not (tmp_path / "died").exists():
+            (tmp_path / "died").touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result(unit)
+
+    pending, committed, counts = iter(units(8)), [], Counter()
+    workers.run_forked(work, lambda: next(pending, None), lambda r: committed.append(r.index), 2, counts, start)
+    assert sorted(committed) == list(range(8)) and counts["units_retried"] == 1
+    slots = sorted(p.name.split("-")[0] for p in tmp_path.iterdir() if p.name != "died")
+    assert slots in (["0", "0", "1"], ["0", "1", "1"])  # two workers, and the one that died started again
+
+
+def test_a_worker_whose_start_fails_stops_the_run():
+    def start(slot):
+        if slot == 1:
+            raise RuntimeError("CUDA out of memory")
+
+    pending, counts = iter(units(6)), Counter()
+    with pytest.raises(AnnotateError, match=r"could not start \(RuntimeError: CUDA out of memory\)"):
+        workers.run_forked(result, lambda: next(pending, None), lambda r: None, 2, counts, start)
+    assert multiprocessing.active_children() == []
+
+
+def test_worker_devices(monkeypatch):
+    import torch
+
+    from spacy_genbioel.annotate.options import worker_device
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [worker_device("cuda", slot) for slot in range(5)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]
+    assert worker_device("cuda:1", 0) == worker_device("cuda:1", 3) == "cuda:1"
+    with pytest.raises(AnnotateError, match="^device cuda:2: there are 2 CUDA devices"):
+        worker_device("cuda:2", 0)
+    for wrong in ("cpu", "tpu", "cuda:x"):
+        with pytest.raises(AnnotateError, match=f"^device {wrong}: "):
+            worker_device(wrong, 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(AnnotateError, match="^device cuda: no CUDA device is available"):
+        worker_device("cuda", 0)
+
+
 def test_exit_reasons():
     assert workers.exit_reason(-signal.SIGKILL) == "killed by SIGKILL: out of memory, or kill -9"
     assert workers.exit_reason(-signal.SIGSEGV) == "killed by SIGSEGV"

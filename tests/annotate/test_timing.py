@@ -139,6 +139,20 @@ def test_worker_memory_keeps_each_workers_largest_figures():
         {"pid": 3, "rss_mb": 9.0, "private_mb": None, "peak_rss_mb": 9.5},
         {"pid": 7, "rss_mb": 10.0, "private_mb": 6.0, "peak_rss_mb": 12.5},
     ]
+    on_gpu = [{"pid": 4, "rss_mb": 1.0, "gpu_peak_mb": 300.0}, {"pid": 4, "rss_mb": 2.0, "gpu_peak_mb": 250.0}]
+    assert timing.worker_memory(on_gpu) == [
+        {"pid": 4, "rss_mb": 2.0, "private_mb": None, "peak_rss_mb": None, "gpu_peak_mb": 300.0}
+    ]
+
+
+def test_memory_now_adds_the_gpu_peak_only_where_cuda_ran(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert "gpu_peak_mb" not in timing.memory_now()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 3 * 2**20)
+    assert timing.memory_now()["gpu_peak_mb"] == 3.0
 
 
 @pytest.mark.parametrize("n_process", [1, 2])

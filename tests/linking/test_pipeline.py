@@ -71,6 +71,25 @@ def test_links_entities(resources):
         assert ent._.kb_candidates[0][0] == ent._.kb_id
 
 
+def test_to_device_moves_the_generator_in_its_dtype(resources):
+    """What a forked annotate worker does with its GPU, here with the CPU: the generator moves, cast to the
+    ``dtype`` setting as resolved on that device; the links are the same ones."""
+    import torch
+
+    _, tmp_path = resources
+    nlp = make_nlp(tmp_path, dtype="bf16")
+    reference = linked(nlp(TEXTS[0]))
+    genbioel = nlp.get_pipe("genbioel")
+    genbioel.linker.model.float()  # as loaded on another device's dtype
+    genbioel.to_device("cpu")
+    assert {p.dtype for p in genbioel.linker.model.parameters()} == {torch.bfloat16}
+    assert genbioel.settings.resources.device == "cpu" and linked(nlp(TEXTS[0])) == reference
+    quantized = make_nlp(tmp_path, dtype="int8").get_pipe("genbioel")
+    quantized.to_device("cpu")  # where it is already
+    with pytest.raises(ValueError, match="runs on CPU only" if torch.cuda.is_available() else "no CUDA device"):
+        quantized.to_device("cuda")
+
+
 def test_edge_documents_never_crash(resources):
     _, tmp_path = resources
     nlp = make_nlp(tmp_path)
