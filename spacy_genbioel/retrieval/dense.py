@@ -32,7 +32,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import time
 import warnings
 from pathlib import Path
@@ -47,7 +46,10 @@ from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.search import coarse_then_exact, nearest_rows
 from spacy_genbioel.retrieval.settings import DenseSettings
 from spacy_genbioel.ty import Candidate, MentionLike, mention_text
-from spacy_genbioel.util import PathLike, autocast_dtype, fast_cpu_bf16, fingerprint
+from spacy_genbioel.util import PathLike, autocast_dtype, cache_root, fast_cpu_bf16, fingerprint
+
+#: the bfloat16 copy of a cache entry's name matrix lives beside it, as ``<entry>.bf16`` (safetensors)
+COARSE_SUFFIX = ".bf16"
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +93,7 @@ def minilm_model_dir() -> Path:
 
 def default_cache_dir() -> Path:
     """``$SPACY_GENBIOEL_CACHE/dense``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``) ``/spacy_genbioel/dense``."""
-    base = os.environ.get("SPACY_GENBIOEL_CACHE")
-    if base:
-        return Path(base) / "dense"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spacy_genbioel" / "dense"
+    return cache_root() / "dense"
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -354,12 +353,7 @@ class DenseLinker:
         self._coarse: Optional[torch.Tensor] = None
         self.searches_again = 0  # queries the bfloat16 pass could not settle, searched in float32
         if s.search == "auto" and s.index == "torch" and self.encoder.device.type == "cpu" and fast_cpu_bf16():
-            self._coarse = self.stored_vectors.to(torch.bfloat16)
-            norms = [
-                torch.linalg.vector_norm(self.stored_vectors[i : i + 65536].float(), dim=1).max()
-                for i in range(0, len(self.stored_vectors), 65536)
-            ]
-            self._name_norm = float(max(norms)) if norms else 0.0
+            self._coarse, self._name_norm = self._coarse_copy()
         else:
             self._float = self.name_vectors
         self._faiss = self._faiss_index() if s.index == "faiss" else None
@@ -434,6 +428,58 @@ class DenseLinker:
         with warnings.catch_warnings():  # the cache file's read-only pages: searched, never written
             warnings.filterwarnings("ignore", message=".*not writable.*")
             return torch.from_numpy(np.asarray(stored))
+
+    def _coarse_copy(self) -> Tuple[torch.Tensor, float]:
+        """The bfloat16 copy of the name matrix searched first, and the largest name norm. With a cache
+        entry, memory-mapped from the file beside it (``<entry>.bf16``, written the first time): the
+        processes of one machine (Ray workers, which load the pipeline each) share its pages, as they
+        share the entry's; without one (or where it cannot be written), made in this process's memory."""
+        path = None if self.cache_path is None or self.cache is None else Path(f"{self.cache_path}{COARSE_SUFFIX}")
+        if path is not None:
+            found = self._read_coarse(path)
+            if found is not None:
+                return found
+        stored = self.stored_vectors
+        coarse = stored.to(torch.bfloat16)
+        norms = [
+            torch.linalg.vector_norm(stored[i : i + 65536].float(), dim=1).max() for i in range(0, len(stored), 65536)
+        ]
+        norm = float(max(norms)) if norms else 0.0
+        if path is not None:
+            from spacy_genbioel.retrieval.name_cache import _write_entry
+
+            try:
+                meta = {"key": self.cache.key, "name_norm": repr(norm)}
+                _write_entry(path, {"coarse": coarse.view(torch.int16).numpy()}, meta)
+            except OSError as err:
+                logger.info("The bfloat16 name matrix stays in memory: %s cannot be written (%s)", path, err)
+            else:
+                found = self._read_coarse(path)
+                if found is not None:
+                    return found
+        return coarse, norm
+
+    def _read_coarse(self, path: Path) -> Optional[Tuple[torch.Tensor, float]]:
+        """``(bfloat16 rows, name norm)`` memory-mapped from ``path`` when it was made from this entry; else None."""
+        from spacy_genbioel.arrayfile import read_arrays
+
+        if not path.is_file():
+            return None
+        try:
+            arrays, meta = read_arrays(path)
+            rows, norm = arrays["coarse"], float(meta["name_norm"])
+        except (OSError, ValueError, KeyError) as err:
+            logger.warning("Ignoring %s (%s); it is written again", path, err)
+            return None
+        if (
+            meta.get("key") != self.cache.key
+            or rows.dtype != np.int16
+            or rows.shape != tuple(self.stored_vectors.shape)
+        ):
+            return None
+        with warnings.catch_warnings():  # read-only pages: searched, never written
+            warnings.filterwarnings("ignore", message=".*not writable.*")
+            return torch.from_numpy(rows).view(torch.bfloat16), norm
 
     def _faiss_index(self):
         return faiss_flat_index(self.name_vectors.cpu(), self.encoder.dim)

@@ -3,7 +3,9 @@
 import json
 import math
 from dataclasses import fields
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -324,6 +326,39 @@ def test_the_bfloat16_search_gives_the_float32_search_s_candidates(encoder, monk
     assert torch.equal(fast.name_vectors, plain.name_vectors)  # still there for who asks, made then
     with pytest.raises(ValueError, match="search must be"):
         DenseLinker(kb, encoder, DenseSettings(cache=False, search="bf16"))
+
+
+def test_the_bfloat16_matrix_is_mapped_from_a_file_beside_the_cache_entry(tiny_bert_dir, tmp_path, monkeypatch, caplog):
+    """Processes that load the same pipeline (Ray workers) share the bfloat16 copy's pages: written once
+    beside the cache entry, memory-mapped after; the same search either way; a damaged file, or one made
+    from another entry, is written again."""
+    from spacy_genbioel.arrayfile import read_arrays
+    from spacy_genbioel.retrieval import dense
+    from spacy_genbioel.retrieval.name_cache import _write_entry
+
+    monkeypatch.setattr(dense, "fast_cpu_bf16", lambda: True)
+    kb = toy_kb()
+    mentions = ["cardiac attack", "renal", "blood pressure high", "lung", "alpha"]
+    settings = DenseSettings(pooling="cls", cache_dir=tmp_path)
+    in_memory = DenseLinker(kb, tiny_bert_dir, DenseSettings(pooling="cls", cache=False))
+    first = DenseLinker(kb, tiny_bert_dir, settings)
+    beside = Path(f"{first.cache_path}{dense.COARSE_SUFFIX}")
+    assert beside.is_file() and not list(tmp_path.glob(".*.partial"))
+    written = beside.stat().st_mtime_ns
+    second = DenseLinker(kb, tiny_bert_dir, settings)
+    assert beside.stat().st_mtime_ns == written  # read, not written again
+    assert torch.equal(second._coarse, in_memory._coarse) and second._name_norm == in_memory._name_norm
+    assert second.link(mentions, 3) == first.link(mentions, 3) == in_memory.link(mentions, 3)
+    rows, meta = read_arrays(beside)
+    assert meta["key"] == first.cache.key and rows["coarse"].dtype == np.int16
+    _write_entry(beside, rows, {**meta, "key": "another entry"})
+    DenseLinker(kb, tiny_bert_dir, settings)
+    assert read_arrays(beside)[1]["key"] == first.cache.key
+    beside.write_bytes(b"damaged")
+    with caplog.at_level("WARNING"):
+        third = DenseLinker(kb, tiny_bert_dir, settings)
+    assert f"Ignoring {beside}" in caplog.text
+    assert torch.equal(third._coarse, in_memory._coarse) and read_arrays(beside)[1]["key"] == first.cache.key
 
 
 def test_name_cache_skips_encoding_and_follows_the_kb(tiny_bert_dir, tmp_path, monkeypatch):
