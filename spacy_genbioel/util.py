@@ -292,6 +292,17 @@ def fingerprint(paths: Sequence[PathLike]) -> str:
 
 
 # -- compute ------------------------------------------------------------------------------------------------------
+def cache_root() -> "Path":
+    """Where the package caches what it computes from a KB (name vectors, TF-IDF indexes):
+    ``$SPACY_GENBIOEL_CACHE``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``) ``/spacy_genbioel``."""
+    from pathlib import Path
+
+    base = os.environ.get("SPACY_GENBIOEL_CACHE")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spacy_genbioel"
+
+
 def resolve_device(device: str = "auto") -> "torch.device":
     """``auto`` picks CUDA when present; ``cpu``, ``cuda`` and ``cuda:N`` pass through."""
     import torch
