@@ -109,6 +109,7 @@ ANGEL_BOUNDS: Dict[str, Bound] = {
     "score_after": _COUNT,
     "mining_candidates": _POSITIVE,
     "deferred_weight": Bound(float, 0.0, open=True),
+    "rank_scale": Bound(float, 0.0, open=True),
 }
 DATA_BOUNDS: Dict[str, Bound] = {
     "max_context_synonyms": _COUNT,
@@ -268,10 +269,17 @@ class AngelConfig:
     # pairs of mentions whose top retrieved concept is wrong (those the cascade hands to the generator)
     # count this many times in the loss; 1: every pair alike
     deferred_weight: float = 1.0
+    # the loss over each pair: "dpo" (ANGEL's: the log-ratios of the summed log-probabilities against the
+    # round's reference model) or "rank" (the cascade's own question: a logistic loss on the difference of
+    # the two names' forced scores, mean log-probability per token, scaled by rank_scale; no reference)
+    loss: str = "dpo"
+    rank_scale: float = 5.0
 
     def __post_init__(self) -> None:
         if self.mining not in ("beam", "forced"):
             raise ValueError(f"[angel] mining: 'beam' or 'forced' (got {self.mining!r})")
+        if self.loss not in ("dpo", "rank"):
+            raise ValueError(f"[angel] loss: 'dpo' or 'rank' (got {self.loss!r})")
         check_numbers(self, "angel", ANGEL_BOUNDS)
 
     @classmethod

@@ -143,3 +143,58 @@ def test_the_ranking_config_differs_from_angel_tiny_only_in_what_it_mines():
     )
     differs = {k for k, v in vars(rank.angel).items() if v != getattr(plain.angel, k)}
     assert differs <= set(mining)
+
+
+def test_the_rank_loss_compares_forced_scores_without_a_reference(tmp_path, word_tokenizer):
+    """``loss = "rank"``: each pair's logit is rank_scale x (mean token log-probability of the chosen name -
+    that of the rejected one): the forced scores the cascade ranks by; the reference plays no part."""
+    from spacy_genbioel.training.angel.dpo import pair_logprobs, rank_loss
+
+    kb = random_kb(3, n_concepts=12)
+    trainer = _trainer(tmp_path, word_tokenizer, kb, mining="forced", mining_candidates=4, loss="rank", rank_scale=3.0)
+    pairs, _ = trainer.mine(_mentions(kb, 10))
+    assert pairs
+    ref_c, ref_r = trainer.score_pairs(pairs)
+    loss, logits, _ = trainer._batch_loss(pairs, ref_c, ref_r)
+    again, same_logits, _ = trainer._batch_loss(pairs, ref_c + 5.0, ref_r - 5.0)
+    assert torch.equal(logits, same_logits) and loss.item() == pytest.approx(again.item())
+    tensors = trainer._encode(pairs)
+    chosen, rejected = pair_logprobs(trainer.model, tensors)
+    lengths = (tensors["labels"] != -100).sum(dim=-1)
+    forced = torch.cat([chosen, rejected]) / lengths
+    expected = 3.0 * (forced[: len(pairs)] - forced[len(pairs) :])
+    assert torch.allclose(logits, expected.detach(), atol=1e-5)
+    per_pair, _ = rank_loss(forced[: len(pairs)], forced[len(pairs) :], 3.0)
+    assert loss.item() == pytest.approx(per_pair.mean().item(), rel=1e-5)  # every pair weighs 1 here
+    with pytest.raises(ValueError, match=r"\[angel\] loss"):
+        AngelConfig(loss="listwise")
+
+
+def test_the_rank_loss_moves_the_forced_ranking_towards_the_chosen_names(tmp_path, word_tokenizer):
+    kb = random_kb(3, n_concepts=12)
+    trainer = _trainer(tmp_path, word_tokenizer, kb, mining="forced", mining_candidates=4, loss="rank", rank_scale=5.0)
+    pairs, _ = trainer.mine(_mentions(kb, 12))
+    unused = torch.zeros(len(pairs))
+    with torch.no_grad():
+        before, before_logits, _ = trainer._batch_loss(pairs, unused, unused)
+    assert trainer.train_round(pairs)["steps"] > 0
+    with torch.no_grad():
+        after, after_logits, _ = trainer._batch_loss(pairs, unused, unused)
+    assert after.item() < before.item()
+    assert (after_logits > 0).float().mean() >= (before_logits > 0).float().mean()
+
+
+def test_the_margin_config_is_the_ranking_config_with_the_rank_loss():
+    from pathlib import Path
+
+    from spacy_genbioel.training.settings import load_stage_config
+
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    margin, rank = (
+        load_stage_config(configs / "angel_margin_tiny.cfg"),
+        load_stage_config(configs / "angel_rank_tiny.cfg"),
+    )
+    assert (margin.angel.loss, rank.angel.loss) == ("rank", "dpo")
+    differs = {k for k, v in vars(margin.angel).items() if v != getattr(rank.angel, k)}
+    assert differs == {"loss", "sft_weight"}
+    assert margin.training.learning_rate > rank.training.learning_rate and margin.inputs == rank.inputs

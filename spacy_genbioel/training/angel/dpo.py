@@ -1,5 +1,6 @@
 """DPO for a seq2seq linker: the sequence log-probabilities of the chosen
-and rejected names after a mention's inference prompt, and the loss.
+and rejected names after a mention's inference prompt, and the loss (or,
+:func:`rank_loss`, a ranking loss on the forced scores the cascade reads).
 
 Both names of a pair are encoded by
 :func:`~spacy_genbioel.training.seq2seq.encode_examples` with the mining
@@ -86,4 +87,13 @@ def dpo_loss(
     log-ratio)`` (the implicit reward margin: positive when the policy moved
     towards the chosen name)."""
     logits = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected))
+    return -F.logsigmoid(logits), logits
+
+
+def rank_loss(chosen: torch.Tensor, rejected: torch.Tensor, scale: float = 5.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-pair logistic ranking loss on forced scores (``chosen`` and ``rejected``: mean log-probability per
+    labelled token, the score the cascade ranks retrieved names by) and its logit ``scale * (chosen -
+    rejected)``: positive when the model already ranks the chosen name first. No reference model: the
+    score itself is what the cascade reads."""
+    logits = scale * (chosen - rejected)
     return -F.logsigmoid(logits), logits

@@ -29,7 +29,7 @@ from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
-from spacy_genbioel.training.angel.dpo import dpo_loss, encode_pairs, pair_logprobs
+from spacy_genbioel.training.angel.dpo import dpo_loss, encode_pairs, pair_logprobs, rank_loss
 from spacy_genbioel.training.angel.mining import (
     PreferencePair,
     kb_negative_pairs,
@@ -184,12 +184,16 @@ class AngelTrainer:
         with self._autocast():
             chosen, rejected = pair_logprobs(self.model, tensors)
         device = chosen.device
-        losses, logits = dpo_loss(chosen, rejected, ref_chosen.to(device), ref_rejected.to(device), self.angel.beta)
+        n_tokens = (tensors["labels"] != -100).sum(dim=-1).clamp(min=1)
+        n_chosen, n_rejected = n_tokens[: len(pairs)], n_tokens[len(pairs) :]
+        if self.angel.loss == "rank":  # the forced scores the cascade compares
+            losses, logits = rank_loss(chosen / n_chosen, rejected / n_rejected, self.angel.rank_scale)
+        else:
+            losses, logits = dpo_loss(chosen, rejected, ref_chosen.to(device), ref_rejected.to(device), self.angel.beta)
         weights = torch.tensor([p.weight for p in pairs], dtype=losses.dtype, device=device)
         loss = (losses * weights).sum() / weights.sum()  # the mean when every pair weighs 1
         if self.angel.sft_weight:
-            n_tokens = (tensors["labels"][: len(pairs)] != -100).sum(dim=-1).clamp(min=1)
-            loss = loss + self.angel.sft_weight * (-chosen / n_tokens).mean()
+            loss = loss + self.angel.sft_weight * (-chosen / n_chosen).mean()
         return loss, logits.detach(), (chosen - rejected).detach()
 
     # -- mining -----------------------------------------------------------------------------
