@@ -5,8 +5,9 @@
 #   FT=MODEL_DIR CFG=its config.cfg KB=kb.jsonl TRAIN=corpus/train.jsonl FOLDS=two-fold dir (`folds DEV --k 2`) \
 #   RETRIEVAL=pipeline of `package --kb KB` OUT=work dir bash bench/generator_ranking.sh [train] [measure]
 #
-# train: ANGEL from FT with beam mining (configs/angel_tiny.cfg) and forced mining (configs/angel_rank_tiny.cfg),
-# the same CPU budget, side by side, one thread each, no dev (both halves stay unseen).
+# train: ANGEL from FT with beam mining (configs/angel_tiny.cfg), forced mining (configs/angel_rank_tiny.cfg) and
+# forced mining with the ranking loss (configs/angel_margin_tiny.cfg), the same CPU budget, one thread each, no dev
+# (both halves stay unseen); MODELS="ft margin" (say) limits both stages to those.
 # measure: per model and half, fit-fusion --model (forced-score cascade, MiniLM deferred) on one half, then
 # bench/cascade.py on the other: the forced ranking alone, the cascade, retrieval only, the retrieval pipeline.
 # python bench/generator_ranking_report.py OUT/metrics pools the halves.
@@ -15,9 +16,13 @@ set -euo pipefail
 export OMP_NUM_THREADS=1
 stages=("${@:-train measure}")
 mkdir -p "$OUT/metrics"
-declare -A MODEL=([ft]=$FT [angel]=$OUT/angel_tiny/model [rank]=$OUT/angel_rank_tiny/model)
+declare -A MODEL=([ft]=$FT [angel]=$OUT/angel_tiny/model [rank]=$OUT/angel_rank_tiny/model [margin]=$OUT/angel_margin_tiny/model)
+declare -A CONFIG=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny)
+models=(${MODELS:-ft angel rank margin})
 if [[ " ${stages[*]} " == *" train "* ]]; then
-  for cfg in angel_rank_tiny angel_tiny; do
+  for m in "${models[@]}"; do
+    [ "$m" = ft ] && continue
+    cfg=${CONFIG[$m]}
     [ -d "$OUT/$cfg/model" ] || python -m spacy_genbioel angel --model "$FT" --train "$TRAIN" --kb "$KB" \
         --config "configs/$cfg.cfg" --out "$OUT/$cfg" --device cpu --training.budget_clock cpu --training.seed 0 \
         > "$OUT/$cfg.log" 2>&1 &
@@ -25,7 +30,7 @@ if [[ " ${stages[*]} " == *" train "* ]]; then
   wait
 fi
 if [[ " ${stages[*]} " == *" measure "* ]]; then
-  for m in ft angel rank; do
+  for m in "${models[@]}"; do
     [ -d "$OUT/pkg_$m" ] || python -m spacy_genbioel package --model "${MODEL[$m]}" --config "$CFG" --kb "$KB" \
         --out "$OUT/pkg_$m" --no-entity-ruler
     for i in 0 1; do

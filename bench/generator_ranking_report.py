@@ -12,7 +12,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-MODELS = ("ft", "angel", "rank")
+MODELS = ("ft", "angel", "rank", "margin")
 
 
 def pooled(folder: Path, model: str) -> dict:
