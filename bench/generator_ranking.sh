@@ -16,16 +16,19 @@ set -euo pipefail
 export OMP_NUM_THREADS=1
 stages=("${@:-train measure}")
 mkdir -p "$OUT/metrics"
-declare -A MODEL=([ft]=$FT [angel]=$OUT/angel_tiny/model [rank]=$OUT/angel_rank_tiny/model [margin]=$OUT/angel_margin_tiny/model)
-declare -A CONFIG=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny)
+# margin2x: the margin model at twice the budget (2,160 CPU seconds)
+declare -A DIR=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny_2x)
+declare -A CONFIG=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny)
+declare -A EXTRA=([margin2x]="--training.max_seconds 2160")
+declare -A MODEL=([ft]=$FT)
+for m in "${!DIR[@]}"; do MODEL[$m]=$OUT/${DIR[$m]}/model; done
 models=(${MODELS:-ft angel rank margin})
 if [[ " ${stages[*]} " == *" train "* ]]; then
   for m in "${models[@]}"; do
     [ "$m" = ft ] && continue
-    cfg=${CONFIG[$m]}
-    [ -d "$OUT/$cfg/model" ] || python -m spacy_genbioel angel --model "$FT" --train "$TRAIN" --kb "$KB" \
-        --config "configs/$cfg.cfg" --out "$OUT/$cfg" --device cpu --training.budget_clock cpu --training.seed 0 \
-        > "$OUT/$cfg.log" 2>&1 &
+    [ -d "$OUT/${DIR[$m]}/model" ] || python -m spacy_genbioel angel --model "$FT" --train "$TRAIN" --kb "$KB" \
+        --config "configs/${CONFIG[$m]}.cfg" --out "$OUT/${DIR[$m]}" --device cpu --training.budget_clock cpu \
+        --training.seed 0 ${EXTRA[$m]:-} > "$OUT/${DIR[$m]}.log" 2>&1 &
   done
   wait
 fi

@@ -446,11 +446,11 @@ class DenseLinker:
         ]
         norm = float(max(norms)) if norms else 0.0
         if path is not None:
-            from spacy_genbioel.retrieval.name_cache import _write_entry
+            from spacy_genbioel.retrieval.name_cache import write_entry
 
             try:
                 meta = {"key": self.cache.key, "name_norm": repr(norm)}
-                _write_entry(path, {"coarse": coarse.view(torch.int16).numpy()}, meta)
+                write_entry(path, {"coarse": coarse.view(torch.int16).numpy()}, meta)
             except OSError as err:
                 logger.info("The bfloat16 name matrix stays in memory: %s cannot be written (%s)", path, err)
             else:

@@ -40,7 +40,7 @@ from spacy_genbioel.arrayfile import ArraySpec, check_arrays, read_arrays, write
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NameCache", "name_hashes", "HASHES", "safe_stem"]
+__all__ = ["NameCache", "name_hashes", "HASHES", "safe_stem", "write_entry"]
 
 #: the array of an entry that holds each name's 64-bit hash
 HASHES = "name_hashes"
@@ -60,7 +60,7 @@ def name_hashes(names: Sequence[str]) -> np.ndarray:
     return out
 
 
-def _write_entry(path: Path, arrays: Arrays, meta: Dict[str, str]) -> None:
+def write_entry(path: Path, arrays: Arrays, meta: Dict[str, str]) -> None:
     """``write_arrays`` through a name of this process's own, then one rename: processes that build the
     same entry at once (cross-fitting folds whose KBs share every name) never write into one file."""
     private = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
@@ -158,7 +158,7 @@ class NameCache:
         """Give an entry written before the hashes its ``name_hashes`` and ``spec``, so it can lend rows."""
         rows = {k: v for k, v in arrays.items() if k != HASHES}
         try:
-            _write_entry(path, {**rows, HASHES: self.hashes}, {**meta, "spec": self.spec_digest})
+            write_entry(path, {**rows, HASHES: self.hashes}, {**meta, "spec": self.spec_digest})
             logger.info("Name cache %s: name hashes added, so KBs sharing its names can reuse its rows", path)
             return read_arrays(path)[0]
         except OSError as err:
@@ -218,5 +218,5 @@ class NameCache:
         """Store ``arrays`` (with the names' hashes) as this entry; the memory-mapped copy."""
         self.folder.mkdir(parents=True, exist_ok=True)
         entry = {"key": self.key, "spec": self.spec_digest, "kb": self.kb_name, "n_names": str(len(self.names)), **meta}
-        _write_entry(self.path, {**arrays, HASHES: self.hashes}, entry)
+        write_entry(self.path, {**arrays, HASHES: self.hashes}, entry)
         return {k: v for k, v in read_arrays(self.path)[0].items() if k != HASHES}

@@ -113,11 +113,10 @@ def make_tfidf_retriever(
     min_df: Union[int, float] = 1,
     max_block: int = 1 << 24,
     chunk_size: Optional[int] = None,
-    cache: bool = True,
-    cache_dir: Optional[str] = None,
+    cache: Union[bool, str] = True,
 ) -> RetrieverBuilder:
     """Nearest KB names by TF-IDF cosine (character 3-grams by default); a large KB's fitted index is
-    cached (``cache``, in ``cache_dir``: :class:`~spacy_genbioel.retrieval.tfidf.TfidfLinker`)."""
+    cached (``cache``: true, false or a folder; :class:`~spacy_genbioel.retrieval.tfidf.TfidfLinker`)."""
     return build_later("tfidf", "TfidfLinker", **locals())
 
 

@@ -72,9 +72,9 @@ class TfidfLinker:
     vectorizer (used for the "mention vs gold names" similarity bins).
 
     Fitting reads the names once; ``progress`` (None: from 100,000 names on,
-    on a terminal) counts them as the fit goes. A KB of ``cache_min_names``
+    on a terminal) counts them as the fit goes. A KB of :data:`CACHE_MIN_NAMES`
     names or more (BC5CDR's 788k take 21 s to fit) keeps its fitted index in
-    ``cache_dir`` (default ``<cache root>/tfidf``, :func:`~spacy_genbioel.util.cache_root`),
+    the folder ``cache`` names (``True``: ``<cache root>/tfidf``, :func:`~spacy_genbioel.util.cache_root`),
     a file named by the SHA-256 of these settings and every name
     (:class:`~spacy_genbioel.retrieval.name_cache.NameCache`): a process that
     loads the same KB later maps it instead of fitting again, and the processes
@@ -93,9 +93,7 @@ class TfidfLinker:
         max_block: int = 1 << 24,
         chunk_size: Optional[int] = None,
         progress: Optional[bool] = None,
-        cache: bool = True,
-        cache_dir: Optional[PathLike] = None,
-        cache_min_names: int = CACHE_MIN_NAMES,
+        cache: Union[bool, PathLike] = True,
     ) -> None:
         self.kb = kb
         self._settings = {"analyzer": analyzer, "ngram_range": tuple(ngram_range), "min_df": min_df}
@@ -106,8 +104,8 @@ class TfidfLinker:
         #: the cache entry of this KB's index (None: not cached); ``from_cache``: read from it, not fitted
         self.cache: Optional[NameCache] = None
         self.from_cache = False
-        if cache and len(names) >= max(1, cache_min_names):
-            folder = Path(cache_dir) if cache_dir is not None else cache_root() / "tfidf"
+        if cache is not False and len(names) >= max(1, CACHE_MIN_NAMES):
+            folder = cache_root() / "tfidf" if cache is True else Path(cache)
             self.cache = NameCache(folder, self._cache_spec(), names, kb_name=kb.name, infix=".tfidf")
             self.from_cache = self._read_cache()
         if names and not self.from_cache:

@@ -334,7 +334,7 @@ def test_the_bfloat16_matrix_is_mapped_from_a_file_beside_the_cache_entry(tiny_b
     from another entry, is written again."""
     from spacy_genbioel.arrayfile import read_arrays
     from spacy_genbioel.retrieval import dense
-    from spacy_genbioel.retrieval.name_cache import _write_entry
+    from spacy_genbioel.retrieval.name_cache import write_entry
 
     monkeypatch.setattr(dense, "fast_cpu_bf16", lambda: True)
     kb = toy_kb()
@@ -351,7 +351,7 @@ def test_the_bfloat16_matrix_is_mapped_from_a_file_beside_the_cache_entry(tiny_b
     assert second.link(mentions, 3) == first.link(mentions, 3) == in_memory.link(mentions, 3)
     rows, meta = read_arrays(beside)
     assert meta["key"] == first.cache.key and rows["coarse"].dtype == np.int16
-    _write_entry(beside, rows, {**meta, "key": "another entry"})
+    write_entry(beside, rows, {**meta, "key": "another entry"})
     DenseLinker(kb, tiny_bert_dir, settings)
     assert read_arrays(beside)[1]["key"] == first.cache.key
     beside.write_bytes(b"damaged")

@@ -7,14 +7,21 @@ import pytest
 from conftest import random_kb
 
 from spacy_genbioel.arrayfile import read_arrays
-from spacy_genbioel.retrieval.name_cache import _write_entry
+from spacy_genbioel.retrieval.name_cache import write_entry
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 
 MENTIONS = ["renal failure", "cystic fibrosis of the liver", "zzzz", "", "heart"]
 
 
+@pytest.fixture(autouse=True)
+def small_kbs_cached(monkeypatch):
+    from spacy_genbioel.retrieval import tfidf
+
+    monkeypatch.setattr(tfidf, "CACHE_MIN_NAMES", 1)
+
+
 def cached(kb, folder, **kwargs):
-    return TfidfLinker(kb, cache_dir=folder, cache_min_names=1, **kwargs)
+    return TfidfLinker(kb, cache=folder, **kwargs)
 
 
 def answers(linker, kb):
@@ -43,9 +50,12 @@ def test_a_cached_index_gives_the_fitted_index_s_answers(kb, tmp_path):
     assert read.vectorizer.vocabulary_ == fitted.vectorizer.vocabulary_
 
 
-def test_only_large_kbs_are_cached_and_cache_false_writes_nothing(kb, tmp_path):
-    assert TfidfLinker(kb, cache_dir=tmp_path).cache is None  # 100,000 names at least by default
-    assert TfidfLinker(kb, cache_dir=tmp_path, cache_min_names=1, cache=False).cache is None
+def test_only_large_kbs_are_cached_and_cache_false_writes_nothing(kb, tmp_path, monkeypatch):
+    from spacy_genbioel.retrieval import tfidf
+
+    assert TfidfLinker(kb, cache=False).cache is None
+    monkeypatch.setattr(tfidf, "CACHE_MIN_NAMES", 100_000)
+    assert TfidfLinker(kb, cache=tmp_path).cache is None  # 100,000 names at least
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
@@ -72,7 +82,7 @@ def test_a_damaged_entry_is_named_and_fitted_again(kb, tmp_path, caplog, damage)
             arrays["names_t_indices"][0] = len(kb.names)
         else:
             arrays["vectors_data"][0] = np.nan
-        _write_entry(path, arrays, meta)
+        write_entry(path, arrays, meta)
     with caplog.at_level(logging.WARNING):
         again = cached(kb, tmp_path)
     assert not again.from_cache and str(path) in caplog.text
