@@ -16,10 +16,10 @@ set -euo pipefail
 export OMP_NUM_THREADS=1
 stages=("${@:-train measure}")
 mkdir -p "$OUT/metrics"
-# margin2x: the margin model at twice the budget (2,160 CPU seconds)
+# margin2x: the margin model at twice the budget (2,160 CPU seconds, up to 20 rounds: 10 take the 1,080)
 declare -A DIR=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny_2x)
 declare -A CONFIG=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny)
-declare -A EXTRA=([margin2x]="--training.max_seconds 2160")
+declare -A EXTRA=([margin2x]="--training.max_seconds 2160 --angel.rounds 20")
 declare -A MODEL=([ft]=$FT)
 for m in "${!DIR[@]}"; do MODEL[$m]=$OUT/${DIR[$m]}/model; done
 models=(${MODELS:-ft angel rank margin})
