@@ -5,24 +5,30 @@
 #   FT=MODEL_DIR CFG=its config.cfg KB=kb.jsonl TRAIN=corpus/train.jsonl FOLDS=two-fold dir (`folds DEV --k 2`) \
 #   RETRIEVAL=pipeline of `package --kb KB` OUT=work dir bash bench/generator_ranking.sh [train] [measure]
 #
-# train: ANGEL from FT with beam mining (configs/angel_tiny.cfg), forced mining (configs/angel_rank_tiny.cfg) and
-# forced mining with the ranking loss (configs/angel_margin_tiny.cfg), the same CPU budget, one thread each, no dev
+# train: ANGEL from FT with beam mining (configs/angel_tiny.cfg), forced mining (configs/angel_rank_tiny.cfg),
+# forced mining with the ranking loss (configs/angel_margin_tiny.cfg) and with the listwise loss
+# (configs/angel_listwise_tiny.cfg), the same CPU budget, one thread each, no dev
 # (both halves stay unseen); MODELS="ft margin" (say) limits both stages to those.
 # measure: per model and half, fit-fusion --model (forced-score cascade, MiniLM deferred) on one half, then
 # bench/cascade.py on the other: the forced ranking alone, the cascade, retrieval only, the retrieval pipeline.
-# python bench/generator_ranking_report.py OUT/metrics pools the halves.
+# python bench/generator_ranking_report.py OUT/metrics pools the halves. CROSSWALK=TSV (BC5CDR's legacy IDs) maps
+# the gold IDs of fit and measure alike.
 set -euo pipefail
 : "${FT:?}" "${CFG:?}" "${KB:?}" "${TRAIN:?}" "${FOLDS:?}" "${RETRIEVAL:?}" "${OUT:?}"
 export OMP_NUM_THREADS=1
 stages=("${@:-train measure}")
 mkdir -p "$OUT/metrics"
-# margin2x: the margin model at twice the budget (2,160 CPU seconds, up to 20 rounds: 10 take the 1,080)
-declare -A DIR=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny_2x)
-declare -A CONFIG=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny)
-declare -A EXTRA=([margin2x]="--training.max_seconds 2160 --angel.rounds 20")
+# margin2x, listwise2x: those models at twice the budget (2,160 CPU seconds, up to 20 rounds: 10 take the 1,080)
+declare -A DIR=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny_2x
+  [listwise]=angel_listwise_tiny [listwise2x]=angel_listwise_tiny_2x)
+declare -A CONFIG=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny
+  [listwise]=angel_listwise_tiny [listwise2x]=angel_listwise_tiny)
+declare -A EXTRA=([margin2x]="--training.max_seconds 2160 --angel.rounds 20"
+  [listwise2x]="--training.max_seconds 2160 --angel.rounds 20")
 declare -A MODEL=([ft]=$FT)
 for m in "${!DIR[@]}"; do MODEL[$m]=$OUT/${DIR[$m]}/model; done
 models=(${MODELS:-ft angel rank margin})
+xwalk=(${CROSSWALK:+--crosswalk "$CROSSWALK"})
 if [[ " ${stages[*]} " == *" train "* ]]; then
   for m in "${models[@]}"; do
     [ "$m" = ft ] && continue
@@ -39,9 +45,9 @@ if [[ " ${stages[*]} " == *" measure "* ]]; then
     for i in 0 1; do
       C=$OUT/cascade_${m}_$i.json
       [ -f "$C" ] || python -m spacy_genbioel fit-fusion --model "${MODEL[$m]}" --config "$CFG" --kb "$KB" \
-          --corpus "$FOLDS/fold-$i/train.txt" --abbreviations --cascade --defer dense --generator forced \
+          --corpus "$FOLDS/fold-$i/train.txt" "${xwalk[@]}" --abbreviations --cascade --defer dense --generator forced \
           --predictions "$OUT/fit-$m-$i" --out "$C"
-      python bench/cascade.py --pipeline "$OUT/pkg_$m" --corpus "$FOLDS/fold-$i/heldout.txt" --fusion "$C" \
+      python bench/cascade.py --pipeline "$OUT/pkg_$m" --corpus "$FOLDS/fold-$i/heldout.txt" "${xwalk[@]}" --fusion "$C" \
           --cascade "$C" --pipeline-row "retrieval_pipeline=$RETRIEVAL" \
           --rows forced_alone,cascade,retrieval_only,retrieval_pipeline --repeats 2 \
           --out "$OUT/metrics/half${i}_$m.json"

@@ -12,7 +12,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-MODELS = ("ft", "angel", "rank", "margin", "margin2x")
+MODELS = ("ft", "angel", "rank", "margin", "margin2x", "listwise", "listwise2x")
 
 
 def pooled(folder: Path, model: str) -> dict:

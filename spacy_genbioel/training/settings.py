@@ -272,14 +272,18 @@ class AngelConfig:
     # the loss over each pair: "dpo" (ANGEL's: the log-ratios of the summed log-probabilities against the
     # round's reference model) or "rank" (the cascade's own question: a logistic loss on the difference of
     # the two names' forced scores, mean log-probability per token, scaled by rank_scale; no reference)
+    # or "listwise" (forced mining only: a softmax over rank_scale x the forced scores of the gold name and
+    # every wrong name of the mention's top_k, one encoder pass per mention; batch_size counts mentions)
     loss: str = "dpo"
     rank_scale: float = 5.0
 
     def __post_init__(self) -> None:
         if self.mining not in ("beam", "forced"):
             raise ValueError(f"[angel] mining: 'beam' or 'forced' (got {self.mining!r})")
-        if self.loss not in ("dpo", "rank"):
-            raise ValueError(f"[angel] loss: 'dpo' or 'rank' (got {self.loss!r})")
+        if self.loss not in ("dpo", "rank", "listwise"):
+            raise ValueError(f"[angel] loss: 'dpo', 'rank' or 'listwise' (got {self.loss!r})")
+        if self.loss == "listwise" and self.mining != "forced":
+            raise ValueError("[angel] loss 'listwise' ranks the retrieved names: it needs mining = 'forced'")
         check_numbers(self, "angel", ANGEL_BOUNDS)
 
     @classmethod

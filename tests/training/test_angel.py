@@ -19,6 +19,7 @@ from spacy_genbioel.training import encode_examples
 from spacy_genbioel.training.angel import (
     AngelConfig,
     AngelTrainer,
+    GoldFallback,
     PreferencePair,
     dpo_loss,
     encode_pairs,
@@ -211,7 +212,7 @@ def test_gold_fallback_pairs_the_best_gold_synonym_with_the_top_wrong_prediction
     rankings["two concepts"] = [_c("cancer", "D4")]
     without, stats = mine_pairs(FakeLinker(rankings), mentions, top_k=5)
     assert without == [] and stats.gold_missing == 3
-    with_fallback, stats = mine_pairs(FakeLinker(rankings), mentions, top_k=5, gold_fallback=True, kb=pair_kb)
+    with_fallback, stats = mine_pairs(FakeLinker(rankings), mentions, top_k=5, gold_fallback=GoldFallback(pair_kb))
     # the mention without candidates has no wrong prediction; the composite one no single gold concept
     assert len(with_fallback) == 1 and stats.fallback_pairs == 1
     pair = with_fallback[0]
@@ -223,8 +224,8 @@ def test_gold_fallback_pairs_the_best_gold_synonym_with_the_top_wrong_prediction
         "gold_fallback",
     )
     assert "D1" in pair.chosen_ids
-    with pytest.raises(ValueError):
-        mine_pairs(FakeLinker(rankings), mentions, gold_fallback=True)
+    with pytest.raises(ValueError, match="pairing"):
+        mine_pairs(FakeLinker(rankings), mentions, pairing="best")
 
 
 def test_pairs_jsonl_round_trip(tmp_path):

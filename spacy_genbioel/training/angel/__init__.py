@@ -76,9 +76,15 @@ best-model bookkeeping, log and export, so the stage leaves the same files as
 the others (``model``, ``best``, ``train_log.jsonl``,
 ``curve.png``) plus ``pairs/round_NNN.jsonl`` for inspection.
 
+For the cascade, ``mining = "forced"`` mines from the model's forced ranking
+of the retrieved names, and ``loss`` can be ``"rank"`` (a logistic loss on the
+forced scores of each pair) or ``"listwise"`` (each mention's gold name against
+every wrong retrieved name in one softmax over their forced scores); neither
+uses a reference. These are this package's, not ANGEL's.
+
 Modules: :mod:`.mining` (preference pairs: mined, gold fallback, KB
-negatives; their JSONL files), :mod:`.dpo` (sequence log-probabilities after
-the inference prompt, the DPO loss), :mod:`.trainer` (the rounds and the
+negatives; their JSONL files; lists), :mod:`.dpo` (sequence log-probabilities after
+the inference prompt, the DPO, ranking and listwise losses), :mod:`.trainer` (the rounds and the
 ``angel`` project step). The settings (:class:`AngelConfig`, the ``[angel]``
 section) are read with every other stage's by
 :mod:`spacy_genbioel.training.settings`.
@@ -86,12 +92,23 @@ section) are read with every other stage's by
 
 from __future__ import annotations
 
-from spacy_genbioel.training.angel.dpo import dpo_loss, encode_pairs, pair_logprobs, sequence_logprobs
+from spacy_genbioel.training.angel.dpo import (
+    dpo_loss,
+    encode_lists,
+    encode_pairs,
+    list_logprobs,
+    listwise_loss,
+    pair_logprobs,
+    sequence_logprobs,
+)
 from spacy_genbioel.training.angel.mining import (
+    GoldFallback,
     MiningStats,
     PreferencePair,
     gold_fallback_pairs,
+    group_lists,
     kb_negative_pairs,
+    listwise_pairs,
     mine_pairs,
     preference_pairs,
     read_pairs_jsonl,
@@ -105,13 +122,19 @@ __all__ = [
     "AngelConfig",
     "AngelResult",
     "AngelTrainer",
+    "GoldFallback",
     "MiningStats",
     "PreferencePair",
     "angel",
     "dpo_loss",
+    "encode_lists",
     "encode_pairs",
     "gold_fallback_pairs",
+    "group_lists",
     "kb_negative_pairs",
+    "list_logprobs",
+    "listwise_loss",
+    "listwise_pairs",
     "mine_pairs",
     "pair_logprobs",
     "preference_pairs",

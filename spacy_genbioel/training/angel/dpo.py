@@ -1,6 +1,7 @@
 """DPO for a seq2seq linker: the sequence log-probabilities of the chosen
 and rejected names after a mention's inference prompt, and the loss (or,
-:func:`rank_loss`, a ranking loss on the forced scores the cascade reads).
+:func:`rank_loss`, a ranking loss on the forced scores the cascade reads, and
+:func:`listwise_loss`, its softmax over each mention's whole list of names).
 
 Both names of a pair are encoded by
 :func:`~spacy_genbioel.training.seq2seq.encode_examples` with the mining
@@ -11,10 +12,12 @@ No label smoothing: it would change the probabilities DPO compares.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Mapping, Sequence, Tuple
+import math
+from typing import TYPE_CHECKING, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 from transformers.modeling_outputs import BaseModelOutput
 
 from spacy_genbioel.training.examples import TrainingExample
@@ -41,6 +44,24 @@ def encode_pairs(
     examples = [TrainingExample(p.mention, p.chosen) for p in pairs] + [
         TrainingExample(p.mention, p.rejected) for p in pairs
     ]
+    return encode_examples(examples, tokenizer, prompts, inputs, pad_token_id, max_source_tokens, sources)
+
+
+def encode_lists(
+    lists: Sequence[Sequence[PreferencePair]],
+    tokenizer,
+    prompts,
+    inputs,
+    pad_token_id: int,
+    max_source_tokens: int = 256,
+    sources=None,
+) -> Dict[str, torch.Tensor]:
+    """Each list (one mention's pairs, sharing their chosen name) as consecutive rows: the chosen
+    name, then every rejected one, as :func:`encode_pairs` encodes them."""
+    examples: List[TrainingExample] = []
+    for pairs in lists:
+        examples.append(TrainingExample(pairs[0].mention, pairs[0].chosen))
+        examples.extend(TrainingExample(p.mention, p.rejected) for p in pairs)
     return encode_examples(examples, tokenizer, prompts, inputs, pad_token_id, max_source_tokens, sources)
 
 
@@ -74,6 +95,30 @@ def pair_logprobs(model, batch: Mapping[str, torch.Tensor]) -> Tuple[torch.Tenso
     )
     logps = _label_logprobs(out.logits, batch["labels"])
     return logps[:n], logps[n:]
+
+
+def list_logprobs(model, batch: Mapping[str, torch.Tensor], sizes: Sequence[int]) -> torch.Tensor:
+    """:func:`sequence_logprobs` of an :func:`encode_lists` batch whose lists have ``sizes`` rows,
+    reading each list's source once."""
+    counts = torch.as_tensor(list(sizes), device=batch["input_ids"].device)
+    starts = torch.cumsum(counts, 0) - counts
+    mask = batch["attention_mask"][starts]
+    encoded = model.get_encoder()(input_ids=batch["input_ids"][starts], attention_mask=mask, return_dict=True)
+    out = model(
+        encoder_outputs=BaseModelOutput(last_hidden_state=encoded.last_hidden_state.repeat_interleave(counts, 0)),
+        attention_mask=mask.repeat_interleave(counts, 0),
+        decoder_input_ids=batch["decoder_input_ids"],
+    )
+    return _label_logprobs(out.logits, batch["labels"])
+
+
+def listwise_loss(scores: torch.Tensor, sizes: Sequence[int], scale: float = 5.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-list softmax cross-entropy over ``scale`` x the forced scores of a list's names (``scores``:
+    the lists' rows in order, each list's chosen name first), the chosen name being the answer; and each
+    list's margin, the chosen name's score less the best rejected one's (positive: ranked first)."""
+    padded = pad_sequence(list(torch.split(scores, list(sizes))), batch_first=True, padding_value=-math.inf)
+    losses = -torch.log_softmax(scale * padded, dim=-1)[:, 0]
+    return losses, padded[:, 0] - padded[:, 1:].max(dim=-1).values
 
 
 def dpo_loss(

@@ -18,7 +18,7 @@ from spacy_genbioel.evaluation.recall import gold_id_set
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
 from spacy_genbioel.training.examples import TrainingExample, mention_from_dict, mention_to_dict
-from spacy_genbioel.training.targets import select_targets
+from spacy_genbioel.training.targets import fit_name_vectorizer, select_targets
 from spacy_genbioel.ty import Candidate, Linker, Mention
 from spacy_genbioel.util import PathLike
 
@@ -111,6 +111,30 @@ def preference_pairs(gold: Iterable[str], candidates: Sequence[Candidate]) -> Li
     return pairs
 
 
+def listwise_pairs(gold: Iterable[str], candidates: Sequence[Candidate]) -> List[Tuple[int, int]]:
+    """The pairs of a listwise loss over one ranking, as ``(chosen, rejected)`` 0-based ranks: the
+    highest-ranked correct candidate against every wrong one, wherever they rank (other correct
+    candidates take no part). No correct candidate (or no wrong one): no pair."""
+    gold_set = frozenset(gold)
+    correct = [bool(gold_set.intersection(c.ids)) for c in candidates]
+    if True not in correct:
+        return []
+    first = correct.index(True)
+    return [(first, j) for j, ok in enumerate(correct) if not ok]
+
+
+def group_lists(pairs: Sequence[PreferencePair]) -> List[List[PreferencePair]]:
+    """``pairs`` as lists, one per mention and chosen name, in the order each first appears (the
+    ``"all"`` pairing gives a mention one list: its gold name against every wrong candidate)."""
+    lists: Dict[Tuple[int, str], List[PreferencePair]] = {}
+    for pair in pairs:
+        lists.setdefault((id(pair.mention), pair.chosen), []).append(pair)
+    return list(lists.values())
+
+
+PAIRINGS = {"angel": preference_pairs, "all": listwise_pairs}
+
+
 @dataclass
 class MiningStats:
     mentions: int = 0  # mentions with gold IDs that were linked
@@ -128,28 +152,44 @@ class MiningStats:
         return data
 
 
+@dataclass
+class GoldFallback:
+    """The gold fallback's means: the KB and the char 3-gram TF-IDF over its names (fitted on first use,
+    as the fine-tuning targets' :func:`~spacy_genbioel.training.targets.fit_name_vectorizer`, then kept)."""
+
+    kb: KnowledgeBase
+    vectorizer: Any = None
+
+    def targets(self, mentions: Sequence[Mention]) -> Dict[int, str]:
+        """``id(mention)`` to its gold concept's most similar synonym (composite mentions and gold
+        concepts without a name in the KB left out)."""
+        if self.vectorizer is None:
+            self.vectorizer = fit_name_vectorizer(self.kb)
+        examples, _ = select_targets(self.kb, list(mentions), top_k=1, vectorizer=self.vectorizer)
+        return {id(e.mention): e.target for e in examples}
+
+
 def mine_pairs(
     linker: Linker,
     mentions: Sequence[Mention],
     top_k: int = 5,
     *,
-    gold_fallback: bool = False,
-    kb: Optional[KnowledgeBase] = None,
-    vectorizer=None,
+    gold_fallback: Optional[GoldFallback] = None,
     chunk_size: int = 0,
     progress: bool = False,
+    pairing: str = "angel",
 ) -> Tuple[List[PreferencePair], MiningStats]:
     """Rank ``mentions`` with ``linker`` (top ``top_k``) and turn the rankings into pairs.
 
-    ``gold_fallback`` (needs ``kb``) pairs, for a mention whose gold concept is
-    not in the top-k, the gold concept's most similar synonym (TF-IDF, as the
-    fine-tuning targets; ``vectorizer`` from
-    :func:`~spacy_genbioel.training.targets.fit_name_vectorizer` saves refitting)
+    ``gold_fallback`` pairs, for a mention whose gold concept is not in the top-k,
+    the gold concept's most similar synonym (TF-IDF, as the fine-tuning targets)
     with the top wrong prediction. ``chunk_size`` mentions are linked at a time
-    (0: all at once), which is what the progress bar counts.
+    (0: all at once), which is what the progress bar counts. ``pairing``: ``"angel"``
+    (:func:`preference_pairs`) or ``"all"`` (:func:`listwise_pairs`: the gold name against every wrong
+    candidate, the fallback target too), so a mention's pairs make one list.
     """
-    if gold_fallback and kb is None:
-        raise ValueError("gold_fallback needs the KB")
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing: one of {sorted(PAIRINGS)} (got {pairing!r})")
     stats = MiningStats()
     usable = [m for m in mentions if gold_id_set(m)]
     stats.no_gold = len(mentions) - len(usable)
@@ -171,7 +211,7 @@ def mine_pairs(
             missing.append((mention, candidates))
             continue
         stats.gold_in_top_k += 1
-        for k, j in preference_pairs(gold, candidates):
+        for k, j in PAIRINGS[pairing](gold, candidates):
             pairs.append(
                 PreferencePair(
                     mention,
@@ -185,8 +225,8 @@ def mine_pairs(
             )
     stats.gold_missing = len(missing)
     stats.mined_pairs = len(pairs)
-    if gold_fallback and missing:
-        fallback = gold_fallback_pairs(kb, missing, vectorizer)
+    if gold_fallback is not None and missing:
+        fallback = gold_fallback_pairs(gold_fallback, missing, rejected=top_k if pairing == "all" else 1)
         stats.fallback_pairs = len(fallback)
         pairs.extend(fallback)
     return pairs, stats
@@ -212,33 +252,25 @@ def weight_deferred(
 
 
 def gold_fallback_pairs(
-    kb: KnowledgeBase, missing: Sequence[Tuple[Mention, Sequence[Candidate]]], vectorizer=None
+    fallback: GoldFallback, missing: Sequence[Tuple[Mention, Sequence[Candidate]]], rejected: int = 1
 ) -> List[PreferencePair]:
     """For mentions whose gold is not among their candidates: the gold concept's
-    most similar synonym (char 3-gram TF-IDF) against the top (wrong) candidate.
-    Mentions without candidates, composite ones and those whose gold concept
-    has no name in the KB give no pair."""
+    most similar synonym (char 3-gram TF-IDF) against the top (wrong) candidate
+    (the top ``rejected`` ones). Mentions without candidates, composite ones and
+    those whose gold concept has no name in the KB give no pair."""
     with_candidates = [(m, c) for m, c in missing if c]
     if not with_candidates:
         return []
-    examples, _ = select_targets(kb, [m for m, _ in with_candidates], top_k=1, vectorizer=vectorizer)
-    best = {id(e.mention): e.target for e in examples}
+    best = fallback.targets([m for m, _ in with_candidates])
     pairs: List[PreferencePair] = []
     for mention, candidates in with_candidates:
         target = best.get(id(mention))
         if target is None:
             continue
-        pairs.append(
-            PreferencePair(
-                mention,
-                target,
-                candidates[0].name,
-                None,
-                1,
-                kb.ids_for_name(target, normalize=False),
-                tuple(candidates[0].ids),
-                kind="gold_fallback",
-            )
+        target_ids = fallback.kb.ids_for_name(target, normalize=False)
+        pairs.extend(
+            PreferencePair(mention, target, c.name, None, rank, target_ids, tuple(c.ids), kind="gold_fallback")
+            for rank, c in enumerate(candidates[:rejected], 1)
         )
     return pairs
 

@@ -29,9 +29,19 @@ from spacy_genbioel.linking.decoding.decoder import GenerativeLinker
 from spacy_genbioel.linking.settings import DecodingSettings
 from spacy_genbioel.progress import StepProgress
 from spacy_genbioel.retrieval.tfidf import TfidfLinker
-from spacy_genbioel.training.angel.dpo import dpo_loss, encode_pairs, pair_logprobs, rank_loss
+from spacy_genbioel.training.angel.dpo import (
+    dpo_loss,
+    encode_lists,
+    encode_pairs,
+    list_logprobs,
+    listwise_loss,
+    pair_logprobs,
+    rank_loss,
+)
 from spacy_genbioel.training.angel.mining import (
+    GoldFallback,
     PreferencePair,
+    group_lists,
     kb_negative_pairs,
     mine_pairs,
     weight_deferred,
@@ -52,7 +62,6 @@ from spacy_genbioel.training.loop import (
 from spacy_genbioel.training.settings import AngelConfig, load_stage_config
 from spacy_genbioel.training.sources import ExampleSource, SampledSource
 from spacy_genbioel.training.stages import kb_guided_examples, load_for_training
-from spacy_genbioel.training.targets import fit_name_vectorizer
 from spacy_genbioel.ty import Linker, Mention
 from spacy_genbioel.util import PathLike, atomic_json
 
@@ -135,7 +144,7 @@ class AngelTrainer:
         )
         # the pairs are scored after the prompt the mining search used, token for token
         self.prompts = self.linker.prompt_tokens
-        self._vectorizer = None
+        self._fallback: Optional[GoldFallback] = None
         self._tfidf = None
 
     @property
@@ -196,23 +205,61 @@ class AngelTrainer:
             loss = loss + self.angel.sft_weight * (-chosen / n_chosen).mean()
         return loss, logits.detach(), (chosen - rejected).detach()
 
+    def _lists_loss(self, lists: Sequence[Sequence[PreferencePair]]):
+        """``loss = "listwise"``: the weighted mean of the lists' :func:`listwise_loss` (plus
+        ``sft_weight`` x the chosen names' mean token NLL) and each list's margin."""
+        batch = encode_lists(
+            lists,
+            self.tokenizer,
+            self.prompts,
+            self.inputs,
+            self.engine.pad_id,
+            self.config.max_source_tokens,
+            self.engine.loss.sources,
+        )
+        tensors = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        sizes = [1 + len(pairs) for pairs in lists]
+        with self._autocast():
+            logps = list_logprobs(self.model, tensors, sizes)
+        scores = logps / (tensors["labels"] != -100).sum(dim=-1).clamp(min=1)
+        losses, margins = listwise_loss(scores, sizes, self.angel.rank_scale)
+        weights = torch.tensor([pairs[0].weight for pairs in lists], dtype=losses.dtype, device=losses.device)
+        loss = (losses * weights).sum() / weights.sum()
+        if self.angel.sft_weight:
+            counts = torch.as_tensor(sizes, device=scores.device)
+            first = torch.cumsum(counts, 0) - counts  # each list's chosen row
+            loss = loss + self.angel.sft_weight * (-scores[first]).mean()
+        return loss, margins.detach()
+
+    def score_lists(self, lists: Sequence[Sequence[PreferencePair]], batch_size: Optional[int] = None) -> torch.Tensor:
+        """Each list's margin (chosen name's forced score less the best rejected one's) under the current
+        model, without dropout or gradients, on the CPU."""
+        batch_size = batch_size or self.config.batch_size
+        margins: List[torch.Tensor] = []
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            for begin in range(0, len(lists), batch_size):
+                margins.append(self._lists_loss(lists[begin : begin + batch_size])[1].float().cpu())
+        self.model.train(was_training)
+        return torch.cat(margins) if margins else torch.zeros(0)
+
     # -- mining -----------------------------------------------------------------------------
     def mine(self, mentions: Sequence[Mention], round_no: int = 1) -> Tuple[List[PreferencePair], Dict[str, Any]]:
         """This round's pairs: mined from ``mentions`` with the current model, plus
         ``kb_negatives`` KB-negative pairs; returns them with mining statistics."""
         ang = self.angel
-        if ang.gold_fallback and self._vectorizer is None:
-            self._vectorizer = fit_name_vectorizer(self.kb)
+        if ang.gold_fallback and self._fallback is None:
+            self._fallback = GoldFallback(self.kb)
         self.model.eval()
         pairs, stats = mine_pairs(
             self.linker,
             mentions,
             ang.top_k,
-            gold_fallback=ang.gold_fallback,
-            kb=self.kb,
-            vectorizer=self._vectorizer,
+            gold_fallback=self._fallback,
             chunk_size=4 * ang.mine_batch_size,
             progress=self.config.progress,
+            pairing="all" if ang.loss == "listwise" else "angel",
         )
         info = stats.to_dict()
         if ang.deferred_weight != 1.0 and self.retriever is not None:
@@ -249,8 +296,10 @@ class AngelTrainer:
         seconds of the run's ``max_seconds`` left as the round starts (for the bar)."""
         cfg, ang = self.config, self.angel
         began = time.monotonic()
-        ref_chosen, ref_rejected = self.score_pairs(pairs)
-        n = len(pairs)
+        # listwise: a micro-batch holds batch_size mentions' lists, and no reference is scored
+        lists = group_lists(pairs) if ang.loss == "listwise" else []
+        ref_chosen, ref_rejected = (torch.zeros(0), torch.zeros(0)) if lists else self.score_pairs(pairs)
+        n = len(lists) if lists else len(pairs)
         per_step = cfg.batch_size * cfg.grad_accumulation
         planned = ang.steps_per_round or max(1, math.ceil(n / per_step))
         planned = max(0, min(planned, cfg.max_steps - first_step))
@@ -273,6 +322,10 @@ class AngelTrainer:
                 order, position = rng.permutation(n), 0
             idx = order[position : position + cfg.batch_size]
             position += len(idx)
+            if lists:
+                loss, margins = self._lists_loss([lists[i] for i in idx])
+                correct += (margins > 0).float().mean().item()
+                return loss
             index = torch.as_tensor(idx, dtype=torch.long)
             loss, logits, _ = self._batch_loss([pairs[i] for i in idx], ref_chosen[index], ref_rejected[index])
             correct += (logits > 0).float().mean().item()
@@ -343,14 +396,27 @@ class AngelTrainer:
             self.model.eval()
         # before (the reference) and after training, on (a sample of) the round's pairs
         sample = torch.as_tensor(np.sort(rng.permutation(n)[: ang.score_after or n]), dtype=torch.long)
-        ref_chosen, ref_rejected = ref_chosen[sample], ref_rejected[sample]
-        after_chosen, after_rejected = self.score_pairs([pairs[i] for i in sample.tolist()])
-        losses_after, logits_after = dpo_loss(after_chosen, after_rejected, ref_chosen, ref_rejected, ang.beta)
-        return {
+        record: Dict[str, Any] = {
             "steps": step,
             "stopped_by": stopped_by,
             "train_loss": sum(losses) / len(losses) if losses else None,
             "reward_accuracy": sum(accuracies) / len(accuracies) if accuracies else None,
+        }
+        if lists:  # the share of (a sample of) the lists whose chosen name the model now ranks first
+            margins = self.score_lists([lists[i] for i in sample.tolist()])
+            record.update(
+                lists=n,
+                scored_lists=len(sample),
+                list_accuracy_after=float((margins > 0).float().mean()),
+                margin_after=float(margins.mean()),
+                train_seconds=round(time.monotonic() - began, 2),
+            )
+            return record
+        ref_chosen, ref_rejected = ref_chosen[sample], ref_rejected[sample]
+        after_chosen, after_rejected = self.score_pairs([pairs[i] for i in sample.tolist()])
+        losses_after, logits_after = dpo_loss(after_chosen, after_rejected, ref_chosen, ref_rejected, ang.beta)
+        return {
+            **record,
             "scored_pairs": len(sample),
             "preference_accuracy_before": float((ref_chosen > ref_rejected).float().mean()),
             "preference_accuracy_after": float((after_chosen > after_rejected).float().mean()),
