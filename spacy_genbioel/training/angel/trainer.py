@@ -155,8 +155,9 @@ class AngelTrainer:
     def _autocast(self):
         return autocast(self.engine.device, self.engine.autocast_dtype)
 
-    def _encode(self, pairs: Sequence[PreferencePair]) -> Dict[str, torch.Tensor]:
-        batch = encode_pairs(
+    def _encode(self, pairs: Sequence[Any], encode: Callable[..., Dict[str, torch.Tensor]] = encode_pairs):
+        """``pairs`` (or, with ``encode=encode_lists``, lists) encoded after the mining prompt, on the device."""
+        batch = encode(
             pairs,
             self.tokenizer,
             self.prompts,
@@ -208,16 +209,7 @@ class AngelTrainer:
     def _lists_loss(self, lists: Sequence[Sequence[PreferencePair]]):
         """``loss = "listwise"``: the weighted mean of the lists' :func:`listwise_loss` (plus
         ``sft_weight`` x the chosen names' mean token NLL) and each list's margin."""
-        batch = encode_lists(
-            lists,
-            self.tokenizer,
-            self.prompts,
-            self.inputs,
-            self.engine.pad_id,
-            self.config.max_source_tokens,
-            self.engine.loss.sources,
-        )
-        tensors = {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+        tensors = self._encode(lists, encode_lists)
         sizes = [1 + len(pairs) for pairs in lists]
         with self._autocast():
             logps = list_logprobs(self.model, tensors, sizes)
