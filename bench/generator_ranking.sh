@@ -7,7 +7,8 @@
 #
 # train: ANGEL from FT with beam mining (configs/angel_tiny.cfg), forced mining (configs/angel_rank_tiny.cfg),
 # forced mining with the ranking loss (configs/angel_margin_tiny.cfg) and with the listwise loss
-# (configs/angel_listwise_tiny.cfg), the same CPU budget, one thread each, no dev
+# (configs/angel_listwise_tiny.cfg), alone or fused with retrieval's ranking (configs/angel_fused_tiny.cfg), the
+# same CPU budget, one thread each, no dev
 # (both halves stay unseen); MODELS="ft margin" (say) limits both stages to those.
 # measure: per model and half, fit-fusion --model (forced-score cascade, MiniLM deferred) on one half, then
 # bench/cascade.py on the other: the forced ranking alone, the cascade, retrieval only, the retrieval pipeline.
@@ -20,9 +21,9 @@ stages=("${@:-train measure}")
 mkdir -p "$OUT/metrics"
 # margin2x, listwise2x: those models at twice the budget (2,160 CPU seconds, up to 20 rounds: 10 take the 1,080)
 declare -A DIR=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny_2x
-  [listwise]=angel_listwise_tiny [listwise2x]=angel_listwise_tiny_2x)
+  [listwise]=angel_listwise_tiny [listwise2x]=angel_listwise_tiny_2x [fused]=angel_fused_tiny)
 declare -A CONFIG=([angel]=angel_tiny [rank]=angel_rank_tiny [margin]=angel_margin_tiny [margin2x]=angel_margin_tiny
-  [listwise]=angel_listwise_tiny [listwise2x]=angel_listwise_tiny)
+  [listwise]=angel_listwise_tiny [listwise2x]=angel_listwise_tiny [fused]=angel_fused_tiny)
 declare -A EXTRA=([margin2x]="--training.max_seconds 2160 --angel.rounds 20"
   [listwise2x]="--training.max_seconds 2160 --angel.rounds 20")
 declare -A MODEL=([ft]=$FT)

@@ -1,6 +1,7 @@
 """Pool the halves of ``bench/generator_ranking.sh``: recall@1 of each row overall and on the mentions the
 fine-tuned model's cascade hands to the generator (the same mentions for every generator: the cascade's early
-and retrieval steps do not read it), with error classes there::
+and retrieval steps do not read it), with error classes there and which of them the forced ranking and
+retrieval's own ranking each get right::
 
     python bench/generator_ranking_report.py OUT/metrics
 """
@@ -12,7 +13,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-MODELS = ("ft", "angel", "rank", "margin", "margin2x", "listwise", "listwise2x")
+MODELS = ("ft", "angel", "rank", "margin", "margin2x", "listwise", "listwise2x", "fused")
 
 
 def pooled(folder: Path, model: str) -> dict:
@@ -51,6 +52,22 @@ def main() -> None:
                 f"{recall_at_1(row['rank'], deferred):.4f} {dict(sorted(classes.items()))}  "
                 f"{row['per_cpu_second']:.1f} per CPU s"
             )
+        if "forced_alone" in rows and "retrieval_only" in rows:
+            print(f"{model:6s} deferred, forced ranking vs retrieval's: {complementarity(rows, deferred)}")
+
+
+def complementarity(rows: dict, which) -> dict:
+    """On ``which`` mentions: how many the generator's forced ranking and retrieval's own ranking put first
+    together, alone, or neither (gold retrieved, by either, or by none)."""
+    forced, retrieval = rows["forced_alone"]["rank"], rows["retrieval_only"]["rank"]
+    counts = Counter()
+    for i in which:
+        f, r = forced[i] == 1, retrieval[i] == 1
+        if f or r:
+            counts["both first" if f and r else "only forced first" if f else "only retrieval first"] += 1
+        else:
+            counts["neither first, gold in a top 5" if forced[i] or retrieval[i] else "gold in no top 5"] += 1
+    return dict(sorted(counts.items()))
 
 
 if __name__ == "__main__":

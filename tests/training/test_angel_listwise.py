@@ -10,11 +10,19 @@ from conftest import MICRO, random_kb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spacy_genbioel.linking.decoding.candidates import CandidateUnion
 from spacy_genbioel.linking.inputs.builder import InputBuilder, PromptTokenizer
 from spacy_genbioel.models import build_model, special_ids
 from spacy_genbioel.training.angel import AngelConfig, AngelTrainer
 from spacy_genbioel.training.angel.dpo import encode_lists, list_logprobs, listwise_loss, sequence_logprobs
-from spacy_genbioel.training.angel.mining import PreferencePair, group_lists, listwise_pairs, preference_pairs
+from spacy_genbioel.training.angel.mining import (
+    PreferencePair,
+    group_lists,
+    listwise_pairs,
+    preference_pairs,
+    prior_floor,
+    rank_priors,
+)
 from spacy_genbioel.training.engine import TrainingEngine
 from spacy_genbioel.training.examples import TrainingExample
 from spacy_genbioel.training.seq2seq import encode_examples
@@ -146,3 +154,59 @@ def test_the_listwise_config_is_the_margin_config_over_whole_lists():
     differs = {k for k, v in vars(listwise.angel).items() if v != getattr(margin.angel, k)}
     assert differs == {"loss", "top_k", "score_after"}
     assert listwise.inputs == margin.inputs and listwise.training.max_seconds == margin.training.max_seconds
+
+
+class _Part:
+    def __init__(self, names):
+        self.names = names
+
+    def link(self, mentions, top_k=5):
+        return [[Candidate(("X",), n, 1.0) for n in self.names[:top_k]] for _ in mentions]
+
+
+def test_rank_priors_sum_each_parts_log_rank_with_a_floor_for_names_a_part_missed():
+    union = CandidateUnion([_Part(["a", "b", "c"]), _Part(["b", "d"])])
+    (prior,) = rank_priors(union, [Mention("m", ("X",))], top_k=3)
+    floor = -math.log(4)
+    assert prior == pytest.approx(
+        {"a": 0.0 + floor, "b": -math.log(2) + 0.0, "c": -math.log(3) + floor, "d": floor - math.log(2)}
+    )
+    assert prior_floor(union, 3) == pytest.approx(2 * floor)
+    (alone,) = rank_priors(_Part(["a", "b"]), [Mention("m", ("X",))], top_k=2)
+    assert alone == pytest.approx({"a": 0.0, "b": -math.log(2)})
+
+
+def test_listwise_loss_adds_fixed_offsets_to_the_logits_only():
+    scores = torch.tensor([-0.5, -1.0, -0.2], requires_grad=True)
+    offsets = torch.tensor([0.0, -1.0, -3.0])
+    losses, margins = listwise_loss(scores, [3], scale=2.0, offsets=offsets)
+    expected = -torch.log_softmax(2.0 * scores.detach() + offsets, 0)[0]
+    assert losses.item() == pytest.approx(expected.item())
+    assert margins.item() == pytest.approx(-0.3)  # the generator's own margin: offsets left out
+    losses.sum().backward()
+    assert scores.grad is not None and offsets.grad is None
+
+
+def test_a_retrieval_prior_needs_the_listwise_loss():
+    with pytest.raises(ValueError, match="retrieval_prior"):
+        AngelConfig(mining="forced", loss="rank", retrieval_prior=1.0)
+
+
+def test_the_retrieval_prior_shrinks_the_loss_where_retrieval_already_ranks_the_gold_name_first(
+    tmp_path, word_tokenizer
+):
+    kb = random_kb(3, n_concepts=12)
+    settings = dict(top_k=4, mining="forced", mining_candidates=4, loss="listwise", gold_fallback=True)
+    for name in ("plain", "fused"):
+        (tmp_path / name).mkdir()
+    plain = _trainer(tmp_path / "plain", word_tokenizer, kb, **settings)
+    fused = _trainer(tmp_path / "fused", word_tokenizer, kb, retrieval_prior=2.0, **settings)
+    mentions = _mentions(kb, 12)  # each mention is a KB name: TF-IDF ranks its concept first
+    pairs, _ = fused.mine(mentions)
+    lists = group_lists(pairs)
+    assert fused._priors and set(fused._priors) <= {id(m) for m in mentions}
+    with torch.no_grad():
+        without, _ = plain._lists_loss(lists)
+        with_prior, _ = fused._lists_loss(lists)
+    assert with_prior.item() < without.item()
+    assert fused.train_round(pairs)["steps"] > 0

@@ -13,7 +13,7 @@ No label smoothing: it would change the probabilities DPO compares.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Dict, List, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -112,12 +112,19 @@ def list_logprobs(model, batch: Mapping[str, torch.Tensor], sizes: Sequence[int]
     return _label_logprobs(out.logits, batch["labels"])
 
 
-def listwise_loss(scores: torch.Tensor, sizes: Sequence[int], scale: float = 5.0) -> Tuple[torch.Tensor, torch.Tensor]:
+def listwise_loss(
+    scores: torch.Tensor, sizes: Sequence[int], scale: float = 5.0, offsets: Optional[torch.Tensor] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per-list softmax cross-entropy over ``scale`` x the forced scores of a list's names (``scores``:
-    the lists' rows in order, each list's chosen name first), the chosen name being the answer; and each
-    list's margin, the chosen name's score less the best rejected one's (positive: ranked first)."""
-    padded = pad_sequence(list(torch.split(scores, list(sizes))), batch_first=True, padding_value=-math.inf)
-    losses = -torch.log_softmax(scale * padded, dim=-1)[:, 0]
+    the lists' rows in order, each list's chosen name first) plus ``offsets`` (fixed per row: a retrieval
+    prior, say), the chosen name being the answer; and each list's margin of forced scores alone, the chosen
+    name's score less the best rejected one's (positive: the generator ranks it first)."""
+    split = list(sizes)
+    padded = pad_sequence(list(torch.split(scores, split)), batch_first=True, padding_value=-math.inf)
+    logits = scale * padded
+    if offsets is not None:
+        logits = logits + pad_sequence(list(torch.split(offsets.to(logits), split)), batch_first=True)
+    losses = -torch.log_softmax(logits, dim=-1)[:, 0]
     return losses, padded[:, 0] - padded[:, 1:].max(dim=-1).values
 
 

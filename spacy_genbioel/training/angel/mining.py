@@ -9,6 +9,7 @@ their JSONL files (``pairs/round_NNN.jsonl``)."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -130,6 +131,33 @@ def group_lists(pairs: Sequence[PreferencePair]) -> List[List[PreferencePair]]:
     for pair in pairs:
         lists.setdefault((id(pair.mention), pair.chosen), []).append(pair)
     return list(lists.values())
+
+
+def rank_priors(retriever: Linker, mentions: Sequence[Mention], top_k: int) -> List[Dict[str, float]]:
+    """Per mention, each retrieved name's retrieval prior: over the retriever's parts (a
+    :class:`~spacy_genbioel.linking.decoding.candidates.CandidateUnion`'s, else the retriever alone), the sum
+    of ``-log rank`` of the name in that part's top ``top_k``, a part that did not propose it counting rank
+    ``top_k + 1`` (:func:`prior_floor` for a name no part proposed). Scale-free, so TF-IDF's and a dense
+    retriever's lists weigh alike."""
+    parts = getattr(retriever, "parts", [retriever])
+    floor = -math.log(top_k + 1)
+    ranked = [part.link(list(mentions), top_k) for part in parts]
+    priors: List[Dict[str, float]] = []
+    for per_part in zip(*ranked):
+        logs: List[Dict[str, float]] = []
+        for found in per_part:
+            first: Dict[str, float] = {}
+            for rank, candidate in enumerate(found[:top_k], 1):
+                first.setdefault(candidate.name, -math.log(rank))
+            logs.append(first)
+        names = dict.fromkeys(n for first in logs for n in first)
+        priors.append({n: sum(first.get(n, floor) for first in logs) for n in names})
+    return priors
+
+
+def prior_floor(retriever: Linker, top_k: int) -> float:
+    """The :func:`rank_priors` prior of a name no part of ``retriever`` proposed."""
+    return len(getattr(retriever, "parts", [retriever])) * -math.log(top_k + 1)
 
 
 PAIRINGS = {"angel": preference_pairs, "all": listwise_pairs}

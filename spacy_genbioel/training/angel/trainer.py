@@ -44,6 +44,8 @@ from spacy_genbioel.training.angel.mining import (
     group_lists,
     kb_negative_pairs,
     mine_pairs,
+    prior_floor,
+    rank_priors,
     weight_deferred,
     write_pairs_jsonl,
 )
@@ -145,6 +147,7 @@ class AngelTrainer:
         # the pairs are scored after the prompt the mining search used, token for token
         self.prompts = self.linker.prompt_tokens
         self._fallback: Optional[GoldFallback] = None
+        self._priors: Dict[int, Dict[str, float]] = {}  # id(mention) -> name -> retrieval prior (this round's)
         self._tfidf = None
 
     @property
@@ -214,7 +217,18 @@ class AngelTrainer:
         with self._autocast():
             logps = list_logprobs(self.model, tensors, sizes)
         scores = logps / (tensors["labels"] != -100).sum(dim=-1).clamp(min=1)
-        losses, margins = listwise_loss(scores, sizes, self.angel.rank_scale)
+        offsets = None
+        if self.angel.retrieval_prior:  # retrieval's ranking as a fixed part of each logit
+            floor = prior_floor(self.retriever, self.angel.mining_candidates)
+            priors = [self._priors.get(id(pairs[0].mention), {}) for pairs in lists]
+            offsets = self.angel.retrieval_prior * torch.tensor(
+                [
+                    prior.get(name, floor)
+                    for pairs, prior in zip(lists, priors)
+                    for name in (pairs[0].chosen, *(p.rejected for p in pairs))
+                ]
+            )
+        losses, margins = listwise_loss(scores, sizes, self.angel.rank_scale, offsets)
         weights = torch.tensor([pairs[0].weight for pairs in lists], dtype=losses.dtype, device=losses.device)
         loss = (losses * weights).sum() / weights.sum()
         if self.angel.sft_weight:
@@ -254,6 +268,10 @@ class AngelTrainer:
             pairing="all" if ang.loss == "listwise" else "angel",
         )
         info = stats.to_dict()
+        if ang.retrieval_prior and self.retriever is not None:  # this round's lists' priors
+            usable = [m for m in mentions if gold_id_set(m)]
+            priors = rank_priors(self.retriever, usable, ang.mining_candidates)
+            self._priors = {id(m): p for m, p in zip(usable, priors)}
         if ang.deferred_weight != 1.0 and self.retriever is not None:
             first = self.retriever.link(list(mentions), top_k=1)
             pairs = weight_deferred(pairs, {id(m): r for m, r in zip(mentions, first)}, ang.deferred_weight)
