@@ -210,3 +210,11 @@ def test_the_retrieval_prior_shrinks_the_loss_where_retrieval_already_ranks_the_
         with_prior, _ = fused._lists_loss(lists)
     assert with_prior.item() < without.item()
     assert fused.train_round(pairs)["steps"] > 0
+
+
+def test_the_fused_config_is_the_listwise_config_with_a_retrieval_prior():
+    fused = load_stage_config(CONFIGS / "angel_fused_tiny.cfg")
+    listwise = load_stage_config(CONFIGS / "angel_listwise_tiny.cfg")
+    differs = {k for k, v in vars(fused.angel).items() if v != getattr(listwise.angel, k)}
+    assert differs == {"retrieval_prior"} and fused.angel.retrieval_prior > 0
+    assert (fused.training, fused.inputs, fused.data) == (listwise.training, listwise.inputs, listwise.data)
