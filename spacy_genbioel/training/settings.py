@@ -277,10 +277,11 @@ class AngelConfig:
     # every wrong name of the mention's top_k, one encoder pass per mention; batch_size counts mentions)
     loss: str = "dpo"
     rank_scale: float = 5.0
-    # listwise: each name's logit also gets retrieval_prior x its retrieval prior (over mining_retriever's
-    # parts, the sum of -log its rank; a part that did not propose it counts rank mining_candidates + 1), so
-    # the softmax is the generator's scores fused with retrieval's ranking and the loss asks the generator for
-    # what retrieval misses (its gradient vanishes where retrieval alone already puts the gold name first)
+    # listwise only (other losses ignore it): each name's logit also gets retrieval_prior x its retrieval
+    # prior (over mining_retriever's parts, the sum of -log its rank; a part that did not propose it counts
+    # rank mining_candidates + 1), so the softmax is the generator's scores fused with retrieval's ranking
+    # and the loss asks the generator for what retrieval misses (its gradient vanishes where retrieval
+    # alone already puts the gold name first)
     retrieval_prior: float = 0.0
 
     def __post_init__(self) -> None:
@@ -288,8 +289,6 @@ class AngelConfig:
             raise ValueError(f"[angel] mining: 'beam' or 'forced' (got {self.mining!r})")
         if self.loss not in ("dpo", "rank", "listwise"):
             raise ValueError(f"[angel] loss: 'dpo', 'rank' or 'listwise' (got {self.loss!r})")
-        if self.retrieval_prior and self.loss != "listwise":
-            raise ValueError("[angel] retrieval_prior is a term of the listwise loss: it needs loss = 'listwise'")
         if self.loss == "listwise" and self.mining != "forced":
             raise ValueError("[angel] loss 'listwise' ranks the retrieved names: it needs mining = 'forced'")
         check_numbers(self, "angel", ANGEL_BOUNDS)

@@ -187,11 +187,6 @@ def test_listwise_loss_adds_fixed_offsets_to_the_logits_only():
     assert scores.grad is not None and offsets.grad is None
 
 
-def test_a_retrieval_prior_needs_the_listwise_loss():
-    with pytest.raises(ValueError, match="retrieval_prior"):
-        AngelConfig(mining="forced", loss="rank", retrieval_prior=1.0)
-
-
 def test_the_retrieval_prior_shrinks_the_loss_where_retrieval_already_ranks_the_gold_name_first(
     tmp_path, word_tokenizer
 ):
