@@ -418,8 +418,9 @@ def _probe_logits(model, vocab: int, options: ImportOptions):
         return model(input_ids=inputs, attention_mask=mask, decoder_input_ids=decoder).logits.float()
 
 
-def _verify(reference, written: Path, with_tokenizer: bool, options: ImportOptions) -> Dict[str, Any]:
-    """Logits of the written directory, loaded as the component loads it, against the source weights'."""
+def _verify(reference, written: Path, with_tokenizer: bool, options: ImportOptions, config: Path) -> Dict[str, Any]:
+    """Logits of the written directory, loaded as the component loads it, against the source weights';
+    ``config``: the source's config.json, which an error names (the written one is about to go)."""
     import torch
 
     if with_tokenizer:
@@ -435,7 +436,7 @@ def _verify(reference, written: Path, with_tokenizer: bool, options: ImportOptio
         expected, got = _probe_logits(reference, vocab, options), _probe_logits(loaded, vocab, options)
     except Exception as err:  # a setting of config.json the model cannot run with
         raise CheckpointError(
-            f"{written / 'config.json'}: the model it describes cannot run on probe inputs ({type(err).__name__}: "
+            f"{config}: the model it describes cannot run on probe inputs ({type(err).__name__}: "
             f"{err}); correct the source's config.json: nothing was imported"
         ) from None
     diff = float((expected - got).abs().max())
@@ -752,7 +753,7 @@ def import_checkpoint(src: PathLike, out: PathLike, options: ImportOptions = Imp
         model.save_pretrained(str(tmp), safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
-        verification = _verify(model, tmp, tokenizer is not None, options)
+        verification = _verify(model, tmp, tokenizer is not None, options, source.config)
         written = json.loads((tmp / "config.json").read_text(encoding="utf8"))
         record = {
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

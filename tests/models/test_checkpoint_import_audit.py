@@ -287,3 +287,13 @@ def test_any_config_sizes_import_or_are_refused_naming_config_json(tmp_path_fact
         assert str(src / "config.json") in str(err) or str(src / "pytorch_model.bin") in str(err), (change, err)
         assert not (root / "out").exists()
     assert time.monotonic() - start < 20, change
+
+
+def test_a_config_the_model_cannot_run_is_refused_naming_the_sources_config_json(tmp_path, micro_model):
+    """``dropout: null`` builds a model whose forward pass fails: the error names the source's config.json, not
+    the staging folder's copy, and nothing is left at the output (a draw hypothesis found)."""
+    src = with_config(write_released(tmp_path / "src", micro_model), dropout=None)
+    with pytest.raises(CheckpointError, match="cannot run on probe inputs") as err:
+        import_checkpoint(src, tmp_path / "out", ImportOptions(no_tokenizer=True))
+    assert str(src / "config.json") in str(err.value) and ".importing-" not in str(err.value)
+    assert not (tmp_path / "out").exists()
