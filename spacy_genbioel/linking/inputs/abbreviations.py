@@ -1,5 +1,6 @@
 """A document's abbreviations, as mentions are read with them: the long forms scispacy's
-``abbreviation_detector`` found (:func:`doc_long_forms`), the table the component reads a
+``abbreviation_detector`` found, supplemented by a character-level Schwartz-Hearst pass
+for what its token-based matcher misses (:func:`doc_long_forms`), the table the component reads a
 document's mentions with (:class:`LongForms`), the same expansion for gold mentions
 (:class:`AbbreviationExpander`; GenBioEL used Ab3P, we use the detector the pipeline runs),
 and the detector's ``spacy_factories`` entry point."""
@@ -7,10 +8,15 @@ and the detector's ``spacy_factories`` entry point."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from typing import Dict, List, NamedTuple, Sequence, Tuple
 
+from spacy_genbioel.linking.inputs.short_forms import short_form_pairs
 from spacy_genbioel.ty import Mention
+
+# a sentence end inside a long form: ". " (or "!", "?") before a capital letter
+_SENTENCE_END = re.compile(r"[.!?]\s+[A-Z]")
 
 
 class LongForms(NamedTuple):
@@ -26,16 +32,37 @@ class LongForms(NamedTuple):
 
 def doc_long_forms(doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:
     """Long forms found by scispacy's detector in a Doc: by short-form character
-    span, and by short-form text (for mentions the detector did not mark)."""
+    span, and by short-form text (for mentions the detector did not mark).
+
+    The detector's matcher works on tokens, so a short form a tokenizer splits
+    ("ataxia-telangiectasia (A-T)": ``A``, ``-``, ``T``, each under its two-character
+    minimum) is never found, and Schwartz-Hearst keeps the letters' order, so
+    "myotonic dystrophy (DM)" is refused. :func:`supplement_long_forms` adds, for the
+    short forms the detector did not define, the pairs the character-level pass finds
+    (:func:`~.short_forms.short_form_pairs` with ``inverted``): on NCBI-disease dev, 33
+    deferred mentions ("A-T", "DM") that no retriever could link. A detector's long form
+    that runs over a sentence end ("disorder. Myotonic dystrophy (DM)": a pipeline with
+    no sentence splitter gives the detector whole documents) is dropped, and the pass,
+    which stops at ". ", decides."""
     by_span: Dict[Tuple[int, int], str] = {}
     by_text: Dict[str, str] = {}
     for short in getattr(doc._, "abbreviations", None) or []:
         long_form = getattr(short._, "long_form", None)
-        if long_form is None:
+        if long_form is None or _SENTENCE_END.search(long_form.text):
             continue
         by_span[(short.start_char, short.end_char)] = long_form.text
         by_text.setdefault(short.text, long_form.text)
+    supplement_long_forms(doc.text, by_text)
     return by_span, by_text
+
+
+def supplement_long_forms(text: str, by_text: Dict[str, str]) -> Dict[str, str]:
+    """Add to ``by_text`` (in place, and returned) the ``{short form: long form}`` pairs of
+    ``text``'s character-level pass whose short form it lacks: the detector's pairs win,
+    and of the pass's own, the first definition in the text wins, as in the detector."""
+    for short, long_form in short_form_pairs(text, inverted=True):
+        by_text.setdefault(short, long_form)
+    return by_text
 
 
 class AbbreviationExpander:

@@ -9,6 +9,11 @@ released NCBI style expands mentions with (GenBioEL and BioSyn ran Ab3P).
   ``(SJS; ...)``), which scispacy's token-based detector misses. A long form with
   unbalanced parentheses is refused (``Atm (ataxia telangiectasia (AT) -mutated)``
   defines AT, not Atm).
+* ``inverted=True`` (the default pipeline's supplement to scispacy's detector, not
+  the released style): when neither order-keeping strategy matches, the last words
+  whose initials are the short form's letters in another order are the long form
+  ("myotonic dystrophy (DM)", from the Latin "dystrophia myotonica"), as
+  :func:`inverted_initials_long_form` says.
 * :func:`read_ab3p_output`: Ab3P's own output for a corpus (the file GenBioEL read:
   ``PMID|...`` opening each document, then ``  SF|LF|score`` lines), for an exact
   reproduction where Ab3P is at hand.
@@ -20,26 +25,34 @@ import re
 from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
-__all__ = ["find_short_forms", "short_form_pairs", "initials_long_form", "best_long_form", "read_ab3p_output"]
+__all__ = [
+    "find_short_forms",
+    "short_form_pairs",
+    "initials_long_form",
+    "inverted_initials_long_form",
+    "best_long_form",
+    "read_ab3p_output",
+]
 
 _WORDS = re.compile(r"[^\W_]+")
 
 
-def find_short_forms(text: str) -> Dict[str, str]:
+def find_short_forms(text: str, inverted: bool = False) -> Dict[str, str]:
     """``{short form: long form}`` of ``text`` (a later pair of the same short form wins,
     as in a dict built from Ab3P's lines)."""
-    return dict(short_form_pairs(text))
+    return dict(short_form_pairs(text, inverted))
 
 
-def short_form_pairs(text: str) -> Iterator[Tuple[str, str]]:
-    """``(short form, long form)`` pairs in text order: every ``" ("`` opens a candidate."""
+def short_form_pairs(text: str, inverted: bool = False) -> Iterator[Tuple[str, str]]:
+    """``(short form, long form)`` pairs in text order: every ``" ("`` opens a candidate;
+    ``inverted`` also accepts a long form whose initials are the short form's in another order."""
     at = text.find(" (")
     while at > -1:
         open_at = at + 1
         close_at = _closing(text, open_at)
         if close_at < 0:
             return
-        pair = _pair(text, open_at, close_at)
+        pair = _pair(text, open_at, close_at, inverted)
         if pair is not None:
             yield pair
         # from just inside: a parenthesis nested in this one opens a candidate too
@@ -58,7 +71,7 @@ def _closing(text: str, open_at: int) -> int:
     return -1
 
 
-def _pair(text: str, open_at: int, close_at: int) -> Optional[Tuple[str, str]]:
+def _pair(text: str, open_at: int, close_at: int, inverted: bool = False) -> Optional[Tuple[str, str]]:
     # the long form lies after the last ". " or ", " before the parenthesis
     bound = max(text.rfind(". ", 0, open_at), text.rfind(", ", 0, open_at))
     long_form = text[bound + 2 if bound > -1 else 0 : open_at - 1]
@@ -76,6 +89,8 @@ def _pair(text: str, open_at: int, close_at: int) -> Optional[Tuple[str, str]]:
     if not _valid_short_form(short_form):
         return None
     best = initials_long_form(short_form, long_form) or best_long_form(short_form, long_form)
+    if best is None and inverted:
+        best = inverted_initials_long_form(short_form, long_form)
     if best is None:
         return None
     size = sum(ch.isalnum() for ch in short_form)
@@ -112,6 +127,26 @@ def initials_long_form(short_form: str, long_form: str) -> Optional[str]:
         return None
     last = words[len(words) - len(letters) :]
     if [w.group()[0].lower() for w in last] != letters:
+        return None
+    return long_form[last[0].start() :]
+
+
+def inverted_initials_long_form(short_form: str, long_form: str) -> Optional[str]:
+    """The last words of ``long_form`` whose initials are the short form's letters in any
+    order, when the short form is two to four capital letters and no letter repeats
+    ("Myotonic dystrophy (DM)"); None otherwise. Every word counts, so "cancer of the
+    liver (LC)" finds nothing: the rule asks more of the text than the order-keeping
+    strategies, because it gives up their order."""
+    if not (2 <= len(short_form) <= 4 and short_form.isalpha() and short_form.isupper()):
+        return None
+    letters = sorted(short_form.lower())
+    if len(set(letters)) != len(letters):
+        return None
+    words = list(_WORDS.finditer(long_form))
+    if len(words) < len(letters):
+        return None
+    last = words[len(words) - len(letters) :]
+    if sorted(w.group()[0].lower() for w in last) != letters:
         return None
     return long_form[last[0].start() :]
 
