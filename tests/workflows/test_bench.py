@@ -609,3 +609,25 @@ def test_name_cache_bench_encodes_only_the_names_the_derived_kb_adds(tmp_path):
     assert (rows["base"]["rows_encoded"], rows["derived"]["rows_reused"], rows["derived"]["rows_encoded"]) == (3, 3, 1)
     assert rows["derived_full"]["rows_encoded"] == 4 and result["shared_names"] == 3
     assert json.loads((tmp_path / "out.json").read_text())["rows"] == result["rows"]
+
+
+# -- bench/abbreviation_audit.py: what the character-level short-form pass adds ---------------------------------------
+def test_abbreviation_audit_lists_what_the_pass_adds(tmp_path):
+    pytest.importorskip("scispacy")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("abbreviation_audit", BENCH / "abbreviation_audit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    title = "Ataxia-telangiectasia (A-T) and cystic fibrosis (CF)."
+    abstract = "A-T and CF patients. The disorder. Myotonic dystrophy (MDX) is not here."
+    text = f"{title} {abstract}"
+    at, cf = text.index("A-T", 30), text.index("CF", 60)
+    rows = [f"1\t{at}\t{at + 3}\tA-T\tDisease\tD001260", f"1\t{cf}\t{cf + 2}\tCF\tDisease\tD003550"]
+    (tmp_path / "c.txt").write_text(f"1|t|{title}\n1|a|{abstract}\n" + "\n".join(rows) + "\n\n")
+    (tmp_path / "kb.jsonl").write_text(json.dumps({"id": "D001260", "names": ["Ataxia Telangiectasia"]}) + "\n")
+    report = module.audit(tmp_path / "c.txt", module.first_names(tmp_path / "kb.jsonl"), top=10)
+    assert report["mentions"] == 2 and report["expanded_by_detector"] == 1 and report["expanded_now"] == 2
+    assert report["added"] == [
+        {"count": 1, "mention": "A-T", "long_form": "Ataxia-telangiectasia", "gold": "Ataxia Telangiectasia"}
+    ]

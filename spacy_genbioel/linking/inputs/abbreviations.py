@@ -48,12 +48,17 @@ def doc_long_forms(doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:
     by_text: Dict[str, str] = {}
     for short in getattr(doc._, "abbreviations", None) or []:
         long_form = getattr(short._, "long_form", None)
-        if long_form is None or _SENTENCE_END.search(long_form.text):
+        if long_form is None or crosses_sentence_end(long_form.text):
             continue
         by_span[(short.start_char, short.end_char)] = long_form.text
         by_text.setdefault(short.text, long_form.text)
     supplement_long_forms(doc.text, by_text)
     return by_span, by_text
+
+
+def crosses_sentence_end(long_form: str) -> bool:
+    """Whether a detector's long form runs over a sentence end (". " before a capital)."""
+    return _SENTENCE_END.search(long_form) is not None
 
 
 def supplement_long_forms(text: str, by_text: Dict[str, str]) -> Dict[str, str]:
