@@ -88,6 +88,11 @@ def fit_fusion_cmd(
     out: Path = typer.Option(..., help="Fusion JSON to write (package --fusion, evaluate --fusion)"),
     depth: int = typer.Option(5, help="Candidates read from each source (the predictions' top-k)"),
     l2: float = typer.Option(1e-3, help="L2 penalty on the standardized weights"),
+    anchor: Optional[str] = typer.Option(
+        None,
+        help="A fusion file (or genbioel:retrieval, the shipped one) whose weights the L2 penalty pulls toward "
+        "instead of zero: for a fit on a few hundred labelled mentions, with a larger --l2 (docs/results.md)",
+    ),
     exclude: List[Path] = typer.Option(
         [],
         help="Prediction files (`evaluate --predictions`) of mentions to keep out of the fit: any example with the "
@@ -218,6 +223,7 @@ def fit_fusion_cmd(
             targets=CascadeTargets(target_precision, beam_reach, max_recall_loss=max_recall_loss),
             defer=tuple(defer),
             retrievers=settings,
+            anchor=anchor,
         )
         if files:
             from spacy_genbioel.kb import KnowledgeBase

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -162,11 +162,15 @@ def _settle_fit(
     fused_correct: np.ndarray,
     l2: float,
     left_out: Sequence[str],
+    anchor: Optional[Mapping[str, float]] = None,
 ):
     """A fusion without the lists of ``left_out`` fitted on ``examples``, its top-1 probability and
-    correctness per example, and the threshold from which it settles a mention (``targets``)."""
+    correctness per example, and the threshold from which it settles a mention (``targets``);
+    ``anchor``: the weights ``l2`` pulls toward (:func:`~.fusion_fit.fit_fusion`)."""
     partial = without_lists(examples, left_out)
-    settle = fit_fusion(partial, kb, model.sources, depth=model.depth, l2=l2, retrievers=model.retrievers)
+    settle = fit_fusion(
+        partial, kb, model.sources, depth=model.depth, l2=l2, retrievers=model.retrievers, anchor=anchor
+    )
     probability, correct = top1(settle, partial, kb)
     if targets.max_recall_loss is not None:
         settle_at = settle_for_recall(
@@ -189,11 +193,17 @@ def fit_cascade(
     *,
     l2: float = 1e-3,
     defer: Sequence[str] = (),
+    anchor: Optional[FusionModel] = None,
 ) -> FusionModel:
     """``model`` with its ``cascade`` fitted on ``examples`` (those ``model`` was fitted on); ``defer``:
-    retrievers that run only for mentions the others do not settle (none of ``model``'s: no early step)."""
+    retrievers that run only for mentions the others do not settle (none of ``model``'s: no early step);
+    ``anchor``: a fusion whose weights ``l2`` pulls the settling weights toward (its early step's for the
+    early step, when it has one)."""
     fused_p, fused_correct = top1(model, examples, kb)
-    settle, probability, correct, settle_at = _settle_fit(model, examples, kb, targets, fused_correct, l2, [GENERATOR])
+    toward = _weights(anchor) if anchor is not None else None
+    settle, probability, correct, settle_at = _settle_fit(
+        model, examples, kb, targets, fused_correct, l2, [GENERATOR], toward
+    )
     reached = _reached(model, examples)
     beam_below = beam_threshold(probability, reached, targets.beam_reach, targets.min_mentions)
     settled = probability >= settle_at if settle_at is not None else np.zeros(len(probability), dtype=bool)
@@ -222,8 +232,11 @@ def fit_cascade(
     }
     deferred = [s for s in model.retriever_sources if s in set(defer)]
     if deferred and len(deferred) < len(model.retriever_sources):
+        early_toward = toward
+        if anchor is not None and isinstance((anchor.cascade or {}).get("early"), dict):
+            early_toward = dict(anchor.cascade["early"].get("weights") or {})
         early, early_p, early_correct, early_at = _settle_fit(
-            model, examples, kb, targets, fused_correct, l2, [GENERATOR, *deferred]
+            model, examples, kb, targets, fused_correct, l2, [GENERATOR, *deferred], early_toward
         )
         first = early_p >= early_at if early_at is not None else np.zeros(len(early_p), dtype=bool)
         report["early_share"] = round(float(first.mean()) if len(first) else 0.0, 4)

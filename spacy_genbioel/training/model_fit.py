@@ -81,6 +81,8 @@ class FitOptions:
     defer: Tuple[str, ...] = ()
     #: each retriever's settings at linking time (``{"dense": {"model": DIR}}``)
     retrievers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: a fusion file (or ``genbioel:retrieval``) whose weights ``l2`` pulls toward instead of zero
+    anchor: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATOR_LISTS:
@@ -125,6 +127,8 @@ def fit_predictions(
         folds, dropped = [fold for fold, _ in kept], sum(n for _, n in kept)
     examples = [ex for fold in folds for ex in fold]
     sources = [GENERATOR, *(s for s in files if s != GENERATOR)]
+    anchor = FusionModel.load(options.anchor) if options.anchor else None
+    toward = dict(zip(anchor.features, anchor.weights)) if anchor is not None else None
     choice = None
     if alternatives:
         sources, choice = choose_sources(folds, kbs[0], alternatives, depth=options.depth, l2=options.l2)
@@ -135,14 +139,19 @@ def fit_predictions(
         depth=options.depth,
         l2=options.l2,
         retrievers={s: dict(options.retrievers.get(s, {})) for s in sources[1:]},
+        anchor=toward,
     )
     model = dataclasses.replace(model, generator=options.generator)
+    if options.anchor:
+        model.fit["anchor"] = str(options.anchor)
     if choice is not None:
         model.fit["choice"] = choice
     if options.generator_beams is not None:
         model.fit["generator_beams"] = options.generator_beams
     if options.cascade:
-        model = fit_cascade(model, examples, kbs[0], options.targets, l2=options.l2, defer=list(options.defer))
+        model = fit_cascade(
+            model, examples, kbs[0], options.targets, l2=options.l2, defer=list(options.defer), anchor=anchor
+        )
     return FittedFusion(model, sources, dropped)
 
 
