@@ -13,7 +13,8 @@
 # measure: per model and half, fit-fusion --model (forced-score cascade, MiniLM deferred) on one half, then
 # bench/cascade.py on the other: the forced ranking alone, the cascade, retrieval only, the retrieval pipeline.
 # python bench/generator_ranking_report.py OUT/metrics pools the halves. CROSSWALK=TSV (BC5CDR's legacy IDs) maps
-# the gold IDs of fit and measure alike.
+# the gold IDs of fit and measure alike. FIT_EXTRA="--anchor genbioel:retrieval --l2 0.1" (say) is added to every
+# fit-fusion call (use another OUT: finished files are reused).
 set -euo pipefail
 : "${FT:?}" "${CFG:?}" "${KB:?}" "${TRAIN:?}" "${FOLDS:?}" "${RETRIEVAL:?}" "${OUT:?}"
 export OMP_NUM_THREADS=1
@@ -47,7 +48,7 @@ if [[ " ${stages[*]} " == *" measure "* ]]; then
       C=$OUT/cascade_${m}_$i.json
       [ -f "$C" ] || python -m spacy_genbioel fit-fusion --model "${MODEL[$m]}" --config "$CFG" --kb "$KB" \
           --corpus "$FOLDS/fold-$i/train.txt" "${xwalk[@]}" --abbreviations --cascade --defer dense --generator forced \
-          --predictions "$OUT/fit-$m-$i" --out "$C"
+          --predictions "$OUT/fit-$m-$i" --out "$C" ${FIT_EXTRA:-}
       python bench/cascade.py --pipeline "$OUT/pkg_$m" --corpus "$FOLDS/fold-$i/heldout.txt" "${xwalk[@]}" --fusion "$C" \
           --cascade "$C" --pipeline-row "retrieval_pipeline=$RETRIEVAL" \
           --rows forced_alone,cascade,retrieval_only,retrieval_pipeline --repeats 2 \
