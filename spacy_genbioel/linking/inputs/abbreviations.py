@@ -39,7 +39,7 @@ def doc_long_forms(doc) -> Tuple[Dict[Tuple[int, int], str], Dict[str, str]]:
     minimum) is never found, and Schwartz-Hearst keeps the letters' order, so
     "myotonic dystrophy (DM)" is refused. :func:`supplement_long_forms` adds, for the
     short forms the detector did not define, the pairs the character-level pass finds
-    (:func:`~.short_forms.short_form_pairs` with ``inverted``): on NCBI-disease dev, 33
+    (:func:`~.short_forms.short_form_pairs` with ``inverted``): on NCBI-disease dev, 31
     deferred mentions ("A-T", "DM") that no retriever could link. A detector's long form
     that runs over a sentence end ("disorder. Myotonic dystrophy (DM)": a pipeline with
     no sentence splitter gives the detector whole documents) is dropped, and the pass,
