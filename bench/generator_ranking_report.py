@@ -3,7 +3,11 @@ fine-tuned model's cascade hands to the generator (the same mentions for every g
 and retrieval steps do not read it), with error classes there and which of them the forced ranking and
 retrieval's own ranking each get right::
 
-    python bench/generator_ranking_report.py OUT/metrics
+    python bench/generator_ranking_report.py OUT/metrics [--deferred-by NAME]
+
+Every pair ``half0_<name>.json``, ``half1_<name>.json`` in the folder is pooled: the script's own models first,
+then any other name (a cascade fitted elsewhere, say ``crossfit``, measured on the same halves). The deferred
+mentions are those of ``--deferred-by``'s cascade (default ``ft``, else the first name found).
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ def pooled(folder: Path, model: str) -> dict:
     return rows
 
 
+def measured(folder: Path) -> list:
+    """The names with both halves in ``folder``: :data:`MODELS` in their order, then the others sorted."""
+    names = {p.name[len("half1_") : -len(".json")] for p in folder.glob("half1_*.json")}
+    names = {n for n in names if (folder / f"half0_{n}.json").exists()}
+    return [m for m in MODELS if m in names] + sorted(names - set(MODELS))
+
+
 def recall_at_1(ranks, which) -> float:
     which = list(which)
     return sum(ranks[i] == 1 for i in which) / len(which) if which else float("nan")
@@ -37,11 +48,18 @@ def recall_at_1(ranks, which) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("metrics", type=Path)
+    parser.add_argument("--deferred-by", default=None, help="whose cascade's deferred mentions (default: ft)")
     args = parser.parse_args()
-    data = {m: pooled(args.metrics, m) for m in MODELS if (args.metrics / f"half1_{m}.json").exists()}
-    deferred = [i for i, p in enumerate(data["ft"]["cascade"]["path"]) if p not in ("early", "retrieval")]
-    every = range(len(data["ft"]["cascade"]["path"]))
-    print(f"{len(every)} mentions, {len(deferred)} deferred by the fine-tuned model's cascade")
+    names = measured(args.metrics)
+    if not names:
+        parser.error(f"{args.metrics}: no half0_<name>.json and half1_<name>.json pair")
+    data = {m: pooled(args.metrics, m) for m in names}
+    by = args.deferred_by or ("ft" if "ft" in data else names[0])
+    if by not in data or "cascade" not in data[by]:
+        parser.error(f"--deferred-by {by}: no cascade row among {', '.join(names)}")
+    deferred = [i for i, p in enumerate(data[by]["cascade"]["path"]) if p not in ("early", "retrieval")]
+    every = range(len(data[by]["cascade"]["path"]))
+    print(f"{len(every)} mentions, {len(deferred)} deferred by {by}'s cascade")
     for model, rows in data.items():
         for name, row in rows.items():
             classes = Counter(

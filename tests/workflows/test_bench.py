@@ -631,3 +631,38 @@ def test_abbreviation_audit_lists_what_the_pass_adds(tmp_path):
     assert report["added"] == [
         {"count": 1, "mention": "A-T", "long_form": "Ataxia-telangiectasia", "gold": "Ataxia Telangiectasia"}
     ]
+
+
+# -- bench/generator_ranking_report.py: halves pooled per name, deferred mentions of one cascade -----------------------
+def _half(path: Path, cascade_path, cascade_rank, forced_rank, retrieval_rank) -> None:
+    def row(ranks, paths=None):
+        return {"per_mention": {"rank": ranks, "path": paths or ["forced"] * len(ranks)}, "cpu_seconds": 1.0}
+
+    rows = {
+        "cascade": row(cascade_rank, cascade_path),
+        "forced_alone": row(forced_rank),
+        "retrieval_only": row(retrieval_rank),
+    }
+    path.write_text(json.dumps({"mentions": len(cascade_rank), "rows": rows}))
+
+
+def test_generator_ranking_report_pools_every_named_pair(tmp_path):
+    # ft defers the second mention of each half; crossfit (a name the script does not know) the first
+    for i in (0, 1):
+        _half(tmp_path / f"half{i}_ft.json", ["early", "forced"], [1, 0], [1, 1], [1, 2])
+        _half(tmp_path / f"half{i}_crossfit.json", ["forced", "early"], [1, 1], [2, 1], [1, 0])
+    (tmp_path / "half0_lonely.json").write_text("{}")  # one half only: not pooled
+    script = [sys.executable, str(BENCH / "generator_ranking_report.py"), str(tmp_path)]
+    out = subprocess.run(script, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[0] == "4 mentions, 2 deferred by ft's cascade"
+    assert "crossfit cascade" in out and "lonely" not in out
+    lines = {tuple(line.split()[:2]): line for line in out.splitlines()[1:]}
+    assert "recall@1 1.0000  deferred 1.0000" in lines[("crossfit", "cascade")]
+    assert "recall@1 0.5000  deferred 0.0000" in lines[("ft", "cascade")]
+    assert "'only forced first': 2" in lines[("ft", "deferred,")]
+    by = subprocess.run([*script, "--deferred-by", "crossfit"], capture_output=True, text=True, check=True).stdout
+    assert by.splitlines()[0] == "4 mentions, 2 deferred by crossfit's cascade"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    failed = subprocess.run(script[:2] + [str(empty)], capture_output=True, text=True)
+    assert failed.returncode == 2 and "no half0_<name>.json and half1_<name>.json pair" in failed.stderr
