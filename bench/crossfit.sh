@@ -10,7 +10,7 @@
 # Arguments / environment (`crossfit --help` says more): DATA (--data-dir), PRESET (--preset), K (--k),
 # PRETRAINED (--pretrained), CONFIG (--config), SECONDS_PER_FOLD (--seconds), OUT (--out), VARIANTS (--variants),
 # RESCNN_SECONDS (--rescnn-seconds), FOLD (--fold, one or more), FORCED (0: --no-forced), RESCNN_MODEL
-# (--rescnn-model), BEAMS (the 7th argument: --beams). "-" for an argument: its default.
+# (--rescnn-model), BEAMS (the 7th argument: --beams), ANCHOR (--anchor), L2 (--l2). "-" for an argument: its default.
 set -euo pipefail
 CORPUS=${1:?usage: bench/crossfit.sh ncbi|bc5cdr train|score|fit}
 STAGE=${2:?usage: bench/crossfit.sh ncbi|bc5cdr train|score|fit}
@@ -28,6 +28,8 @@ arg --config "${CONFIG:-}"
 arg --out "${OUT:-}"
 arg --variants "${VARIANTS:-}"
 arg --rescnn-model "${RESCNN_MODEL:-}"
+arg --anchor "${ANCHOR:-}"
+arg --l2 "${L2:-}"
 for fold in ${FOLD:-}; do ARGS+=(--fold "$fold"); done
 [ "${FORCED:-1}" != 0 ] || ARGS+=(--no-forced)
 exec $G crossfit "$STAGE" --corpus "$CORPUS" "${ARGS[@]}"

@@ -54,6 +54,14 @@ def _optional(text: str, kind: type, option: str) -> Optional[object]:
         raise typer.BadParameter(f"{option} {text!r}: a number, or null") from None
 
 
+def _anchor_file(anchor: str) -> None:
+    """Refuse, before hours of training, an ``--anchor`` that names no fusion file (ValueError)."""
+    from spacy_genbioel.linking.reranking.fusion import resolve_fusion_path
+
+    if not resolve_fusion_path(anchor).is_file():
+        raise ValueError(f"--anchor {anchor}: no such fusion file")
+
+
 def _threads() -> None:
     """One thread unless ``OMP_NUM_THREADS`` says otherwise, for the steps of this process and the ones it starts."""
     if "OMP_NUM_THREADS" not in os.environ:
@@ -124,6 +132,12 @@ def crossfit_cmd(
         help="Forced-score rows and the forced-score cascade (cascade_<variant>.json); the packages' cascade "
         "(fusion_<variant>.json) needs only the beam lists",
     ),
+    anchor: str = typer.Option(
+        "none",
+        help="fit: centre the fits' L2 penalty on this fusion's weights (a file, or genbioel:retrieval: the shipped "
+        "retrieval fusion; none: on zero), fit-fusion --anchor",
+    ),
+    l2: str = typer.Option("null", help="fit: the fits' L2 strength (null: fit-fusion's; with --anchor, say 0.1)"),
     out: Optional[Path] = typer.Option(None, help="Output folder (training/<corpus>/<preset>/crossfit)"),
     pretrained: Optional[Path] = typer.Option(
         None, help="Checkpoint the fold models start from (training/<corpus>/<preset>/pretrain/model)"
@@ -175,6 +189,8 @@ def crossfit_cmd(
             beams=_optional(beams, int, "--beams"),
             variants=_words(variants),
             forced=forced,
+            anchor=None if anchor.lower() in ("", "none", "null") else anchor,
+            l2=_optional(l2, float, "--l2"),
             out=out,
             pretrained=pretrained,
             config=config,
@@ -192,6 +208,8 @@ def crossfit_cmd(
             device=device,
         )
         _stages(stages, CROSSFIT_STAGES)
+        if settings.anchor and {"fit", "all"} & set(stages):
+            _anchor_file(settings.anchor)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     _run(crossfit_stage, settings, stages)

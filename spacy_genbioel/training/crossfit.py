@@ -171,6 +171,10 @@ class CrossfitSettings:
     beams: Optional[int] = None  # the fold generators' beam width and top-k (None: the model config's)
     variants: Tuple[str, ...] = VARIANTS
     forced: bool = True  # the forced-score rows and cascade_<variant>.json (the packages' cascade needs neither)
+    # fit: the L2 penalty centred on this fusion's weights (a file or ``genbioel:retrieval``; None: on zero), and
+    # its strength (None: fit-fusion's); fit-fusion --anchor, --l2
+    anchor: Optional[str] = None
+    l2: Optional[float] = None
     out: Optional[Path] = None  # training/<corpus>/<preset>/crossfit
     pretrained: Optional[Path] = None  # training/<corpus>/<preset>/pretrain/model
     config: Optional[Path] = None  # configs/finetune_<preset>.cfg
@@ -227,6 +231,7 @@ class CrossfitSettings:
             ),
             (any(not 0 <= i < self.k for i in self.folds), f"folds {list(self.folds)}: each in 0..{self.k - 1}"),
             (self.jobs < 0, f"jobs {self.jobs}: 0 (every fold at once) or more"),
+            (self.l2 is not None and not self.l2 > 0, f"l2 {self.l2}: above 0"),
         )
 
     @property
@@ -254,6 +259,13 @@ class CrossfitSettings:
 
     def walk(self) -> Tuple[str, ...]:
         return ("--crosswalk", str(self.crosswalk)) if self.crosswalk else ()
+
+    def penalty(self) -> Tuple[str, ...]:
+        """fit-fusion's options for the fits' L2 penalty (``--anchor``, ``--l2``), where set."""
+        return (
+            *(("--anchor", self.anchor) if self.anchor else ()),
+            *(("--l2", self.l2) if self.l2 is not None else ()),
+        )
 
 
 def retriever_sets(rescnn: bool) -> Tuple[str, ...]:
@@ -415,6 +427,7 @@ def fit_steps(s: CrossfitSettings) -> Iterator[Step]:
             *choose,
             *width,
             *DEFER,
+            *s.penalty(),
             "--out",
             fusion,
         )
@@ -431,6 +444,7 @@ def fit_steps(s: CrossfitSettings) -> Iterator[Step]:
                 "--generator",
                 "forced",
                 *DEFER,
+                *s.penalty(),
                 "--out",
                 s.out / f"cascade_{variant}.json",
             )

@@ -117,6 +117,7 @@ def test_settings_take_the_scripts_defaults_and_the_corpus_inputs():
         ({"folds": (2,)}, "folds [2]: each in 0..1"),
         ({"seconds": -1}, "negative seconds"),
         ({"jobs": -1}, "jobs -1"),
+        ({"l2": 0.0}, "l2 0.0: above 0"),
     ],
 )
 def test_settings_refuse_what_cannot_run(bad, message):
@@ -140,6 +141,9 @@ def test_commands_refuse_unknown_stages_corpora_and_values(tmp_path):
         (["crossfit", "nonsense"], "unknown stage"),
         (["crossfit", "train", "--corpus", "medmentions"], "unknown corpus"),
         (["crossfit", "fit", "--beams", "two"], "--beams 'two'"),
+        (["crossfit", "fit", "--l2", "much"], "--l2 'much'"),
+        (["crossfit", "fit", "--anchor", str(tmp_path / "missing.json")], "no such fusion file"),
+        (["crossfit", "all", "--anchor", "genbioel:nothing"], "no fusion of that name ships"),
         (["crossfit-folds", "nonsense"], "unknown stage"),
         (["crossfit-folds", "fusion", "--max-recall-loss", "lots"], "--max-recall-loss"),
         (["crossfit-folds", "fusion", "--folds-fit", "3"], "two folds"),
@@ -317,6 +321,24 @@ def test_fit_stage_fits_the_fusion_then_the_cascade_on_the_chosen_retrievers(tmp
         "tfidf",
         "dense",
     ] and "--alternative" not in fusion
+
+
+def test_fit_stage_centres_both_fits_penalty_on_the_anchor(tmp_path):
+    """--anchor and --l2 reach the beam fusion's fit and the forced cascade's alike; unset, neither is passed."""
+    s = CrossfitSettings(out=tmp_path / "cf", variants=("plain",), anchor="genbioel:retrieval", l2=0.1)
+    record = Recorder()
+    crossfit_stage(s, "fit", runner=record)
+    fits = record.commands("fit-fusion")
+    assert len(fits) == 2
+    for fit in fits:
+        assert option(fit, "--anchor") == "genbioel:retrieval" and option(fit, "--l2") == "0.1"
+        assert fit.index("--l2") < fit.index("--out")
+    plain = Recorder()
+    crossfit_stage(CrossfitSettings(out=tmp_path / "cf", variants=("plain",)), "fit", runner=plain)
+    assert all("--anchor" not in fit and "--l2" not in fit for fit in plain.commands("fit-fusion"))
+    alone = Recorder()
+    crossfit_stage(CrossfitSettings(out=tmp_path / "cf", variants=("plain",), l2=1.0), "fit", runner=alone)
+    assert all("--anchor" not in fit and option(fit, "--l2") == "1.0" for fit in alone.commands("fit-fusion"))
 
 
 def test_all_runs_the_stages_in_order_and_stops_at_a_failure(tmp_path):
@@ -610,6 +632,14 @@ def test_commands_run_their_stages_in_order_with_the_options_given(tmp_path, mon
     assert kb[1:3] == ["a.tsv", "mesh-tsv:b.tsv"] and "--no-abbreviations" in corpus
     assert option(corpus, "--crosswalk") == "../shared/data/vocab/bc5cdr_legacy_id_crosswalk.tsv"
     assert option(rescnn, "--data.refresh_pool") == "0"
+    fitted = Recorder()
+    monkeypatch.setattr(command, "run_here", fitted)
+    argv = ["crossfit", "fit", "--out", str(tmp_path / "cf"), "--variants", "plain"]
+    result = runner.invoke(app, [*argv, "--anchor", "genbioel:retrieval", "--l2", "0.1"])
+    assert result.exit_code == 0, result.output
+    assert [(option(c, "--anchor"), option(c, "--l2")) for c in fitted.commands("fit-fusion")] == [
+        ("genbioel:retrieval", "0.1")
+    ] * 2
 
 
 def test_every_planned_step_is_a_call_the_command_line_takes(tmp_path):

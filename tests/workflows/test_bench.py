@@ -183,6 +183,8 @@ def test_crossfit_wrapper_passes_the_scripts_arguments_and_environment(tmp_path)
         FORCED="0",
         FOLD="0 1",
         OUT="o",
+        ANCHOR="genbioel:retrieval",
+        L2="0.1",
     )
     assert call == [
         "crossfit",
@@ -199,6 +201,10 @@ def test_crossfit_wrapper_passes_the_scripts_arguments_and_environment(tmp_path)
         "o",
         "--variants",
         "plain",
+        "--anchor",
+        "genbioel:retrieval",
+        "--l2",
+        "0.1",
         "--fold",
         "0",
         "--fold",
