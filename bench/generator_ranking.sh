@@ -15,6 +15,10 @@
 # python bench/generator_ranking_report.py OUT/metrics pools the halves. CROSSWALK=TSV (BC5CDR's legacy IDs) maps
 # the gold IDs of fit and measure alike. FIT_EXTRA="--anchor genbioel:retrieval --l2 0.1" (say) is added to every
 # fit-fusion call (use another OUT: finished files are reused).
+# fitted: cascades fitted elsewhere (`crossfit`'s, on the training folds), FITTED="NAME=FUSION.json,CASCADE.json ...",
+# measured on both halves with FT's pipeline: the forced-score cascade (CASCADE: forced ranking alone, cascade,
+# retrieval only, the retrieval pipeline) -> half<i>_NAME.json, the beam cascade the packages ship (FUSION: cascade,
+# the beam fusion on every mention, retrieval only) -> half<i>_NAME_beam.json; the report sets them beside the rest.
 set -euo pipefail
 : "${FT:?}" "${CFG:?}" "${KB:?}" "${TRAIN:?}" "${FOLDS:?}" "${RETRIEVAL:?}" "${OUT:?}"
 export OMP_NUM_THREADS=1
@@ -53,6 +57,22 @@ if [[ " ${stages[*]} " == *" measure "* ]]; then
           --cascade "$C" --pipeline-row "retrieval_pipeline=$RETRIEVAL" \
           --rows forced_alone,cascade,retrieval_only,retrieval_pipeline --repeats 2 \
           --out "$OUT/metrics/half${i}_$m.json"
+    done
+  done
+fi
+if [[ " ${stages[*]} " == *" fitted "* ]]; then
+  [ -d "$OUT/pkg_ft" ] || python -m spacy_genbioel package --model "$FT" --config "$CFG" --kb "$KB" \
+      --out "$OUT/pkg_ft" --no-entity-ruler
+  for spec in ${FITTED:?FITTED="NAME=FUSION.json,CASCADE.json ..."}; do
+    name=${spec%%=*} files=${spec#*=}
+    fusion=${files%%,*} cascade=${files#*,}
+    for i in 0 1; do
+      half=(--pipeline "$OUT/pkg_ft" --corpus "$FOLDS/fold-$i/heldout.txt" "${xwalk[@]}" --repeats 1)
+      python bench/cascade.py "${half[@]}" --fusion "$fusion" --cascade "$cascade" \
+          --pipeline-row "retrieval_pipeline=$RETRIEVAL" --rows forced_alone,cascade,retrieval_only,retrieval_pipeline \
+          --out "$OUT/metrics/half${i}_$name.json"
+      python bench/cascade.py "${half[@]}" --fusion "$fusion" --cascade "$fusion" --rows cascade,fusion,retrieval_only \
+          --out "$OUT/metrics/half${i}_${name}_beam.json"
     done
   done
 fi
