@@ -148,8 +148,12 @@ def measure(pipeline: Path, settings: dict, mentions, repeats: int) -> dict:
             "recall@1": round(sum(h == 1 for h in deferred) / len(deferred), 4) if deferred else None,
         },
         # per mention, for recall on another row's deferred mentions: rank of the gold concept (0: not in
-        # the top 5) and the path
-        "per_mention": {"rank": [h or 0 for h in hits], "path": list(paths)},
+        # the top 5), the path and the first concept linked (error classes)
+        "per_mention": {
+            "rank": [h or 0 for h in hits],
+            "path": list(paths),
+            "top": [sorted(found[0].ids)[0] if found else None for found in results],
+        },
     }
 
 
@@ -237,6 +241,9 @@ def main() -> None:
         "pipeline": str(args.pipeline),
         "corpus": str(args.corpus),
         "mentions": len(mentions),
+        # what each per-mention list indexes: the mention as linked (short forms expanded) and its gold IDs
+        "mention_text": [m.text for m in mentions],
+        "mention_gold": [sorted(gold_id_set(m)) for m in mentions],
         "rows": {},
     }
     for name in chosen:

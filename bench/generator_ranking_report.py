@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -31,6 +32,28 @@ def pooled(folder: Path, model: str) -> dict:
             "per_cpu_second": sum(h["mentions"] for h in halves) / sum(p["cpu_seconds"] for p in per),
         }
     return rows
+
+
+def mentions(folder: Path, model: str) -> list:
+    """``(text, gold IDs)`` per pooled mention, where both halves recorded them (bench/cascade.py does now)."""
+    halves = [json.loads((folder / f"half{i}_{model}.json").read_text(encoding="utf8")) for i in (0, 1)]
+    if not all("mention_text" in h for h in halves):
+        return []
+    return [(t, g) for h in halves for t, g in zip(h["mention_text"], h["mention_gold"])]
+
+
+_CODE = re.compile(r"(?=.*\d)(?=.*[A-Za-z])")
+
+
+def error_class(text: str, gold) -> str:
+    """A mention's kind, by its surface alone: what the deferred errors are made of."""
+    if len(gold) > 1:
+        return "composite (several gold IDs)"
+    if len(text.split()) <= 2 and _CODE.match(text):
+        return "code or formula (letters and digits)"
+    if len(text) <= 5 or (text.isupper() and " " not in text):
+        return "short form left"
+    return "one word" if " " not in text else "phrase"
 
 
 def measured(folder: Path) -> list:
@@ -72,6 +95,24 @@ def main() -> None:
             )
         if "forced_alone" in rows and "retrieval_only" in rows:
             print(f"{model:6s} deferred, forced ranking vs retrieval's: {complementarity(rows, deferred)}")
+    found = mentions(args.metrics, by)
+    if found:
+        print(f"error classes of the {len(deferred)} deferred ({by}): mentions, first by each row, gold in no top 5")
+        for name, counts in by_class(found, data[by], deferred).items():
+            print(f"  {name:38s} {counts}")
+
+
+def by_class(found: list, rows: dict, which) -> dict:
+    """Per error class of ``which`` mentions: how many, how many each row puts first, and how many have gold in
+    no row's top 5."""
+    out: dict = {}
+    for i in which:
+        counts = out.setdefault(error_class(*found[i]), Counter())
+        counts["mentions"] += 1
+        for name, row in rows.items():
+            counts[f"{name} first"] += row["rank"][i] == 1
+        counts["gold in no top 5"] += not any(row["rank"][i] for row in rows.values())
+    return {k: dict(v) for k, v in sorted(out.items(), key=lambda kv: -kv[1]["mentions"])}
 
 
 def complementarity(rows: dict, which) -> dict:

@@ -1,6 +1,7 @@
 """The benchmark scripts parse, and refuse what they do not know, without running anything heavy."""
 
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +11,14 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _bench_module(script: str, name: str):
+    """A bench script imported as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.parametrize("script", sorted(BENCH.glob("*.sh")), ids=lambda p: p.name)
@@ -274,11 +283,8 @@ def test_aap_wrapper_passes_the_scripts_environment(tmp_path):
     "script, command", [("folds_report.py", "folds-report"), ("cascade_folds.py", "cascade-folds-report")]
 )
 def test_report_wrappers_run_the_package_commands(monkeypatch, script, command):
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location(script[:-3], BENCH / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _bench_module(script, script[:-3])
     calls = []
     monkeypatch.setattr(module, "app", lambda args, prog_name: calls.append(args))
     module.main(["metrics", "--json", "x.json"])
@@ -288,11 +294,8 @@ def test_report_wrappers_run_the_package_commands(monkeypatch, script, command):
 
 # -- bench/bart_large.py: a BART-large linker measured (issue 27, item 4) ---------------------------------------------
 def _bart_large():
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bart_large", BENCH / "bart_large.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _bench_module("bart_large.py", "bart_large")
     return module
 
 
@@ -548,11 +551,8 @@ def test_bart_large_stops_with_a_report_when_a_set_up_step_fails(tmp_path):
 
 
 def test_rescnn_bench_rows_carry_their_settings():
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("rescnn_bench", BENCH / "rescnn.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _bench_module("rescnn.py", "rescnn_bench")
     assert module.parse_row("rescnn") == ("rescnn", {})
     assert module.parse_row("rescnn/sparse_weight=0/index=faiss") == ("rescnn", {"sparse_weight": 0, "index": "faiss"})
     assert module.parse_row("dense/index=faiss/batch_size=64") == ("dense", {"index": "faiss", "batch_size": 64})
@@ -562,11 +562,8 @@ def test_rescnn_bench_rows_carry_their_settings():
 
 def test_cascade_bench_variants_name_their_rows():
     import argparse
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("cascade_bench", BENCH / "cascade.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _bench_module("cascade.py", "cascade_bench")
     assert module.variant("rescnn=f.json,c.json") == ("rescnn", "f.json", "c.json", 0)
     assert module.variant("b2=f.json,c.json,2") == ("b2", "f.json", "c.json", 2)
     for bad in ("rescnn=f.json", "b2=f.json,c.json,two"):
@@ -589,13 +586,10 @@ def test_cascade_bench_variants_name_their_rows():
 
 
 def test_name_cache_bench_encodes_only_the_names_the_derived_kb_adds(tmp_path):
-    import importlib.util
 
     from spacy_genbioel.kb.base import Concept, KnowledgeBase
 
-    spec = importlib.util.spec_from_file_location("name_cache_bench", BENCH / "name_cache.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _bench_module("name_cache.py", "name_cache_bench")
     base = KnowledgeBase([Concept("D1", ["heart attack", "myocardial infarction"]), Concept("D2", ["renal failure"])])
     derived = KnowledgeBase([*base, Concept("D3", ["lung disease"])])
     base.to_jsonl(tmp_path / "base.jsonl")
@@ -620,11 +614,8 @@ def test_name_cache_bench_encodes_only_the_names_the_derived_kb_adds(tmp_path):
 # -- bench/abbreviation_audit.py: what the character-level short-form pass adds ---------------------------------------
 def test_abbreviation_audit_lists_what_the_pass_adds(tmp_path):
     pytest.importorskip("scispacy")
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("abbreviation_audit", BENCH / "abbreviation_audit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _bench_module("abbreviation_audit.py", "abbreviation_audit")
     title = "Ataxia-telangiectasia (A-T) and cystic fibrosis (CF)."
     abstract = "A-T and CF patients. The disorder. Myotonic dystrophy (MDX) is not here."
     text = f"{title} {abstract}"
@@ -672,3 +663,31 @@ def test_generator_ranking_report_pools_every_named_pair(tmp_path):
     empty.mkdir()
     failed = subprocess.run(script[:2] + [str(empty)], capture_output=True, text=True)
     assert failed.returncode == 2 and "no half0_<name>.json and half1_<name>.json pair" in failed.stderr
+
+
+def test_generator_ranking_report_classes_the_deferred_errors(tmp_path):
+    # every mention deferred; the halves record what each mention was (bench/cascade.py's mention_text)
+    texts = [["Ro15-1788", "CY"], ["dilevalol", "heart damage"]]
+    golds = [[["D005442"], ["D003520"]], [["D007741"], ["D006331", "D009202"]]]
+    for i in (0, 1):
+        path = tmp_path / f"half{i}_ft.json"
+        _half(path, ["forced", "beam"], [1, 0], [1, 0], [0, 2] if i == 0 else [0, 0])
+        report = json.loads(path.read_text())
+        path.write_text(json.dumps({**report, "mention_text": texts[i], "mention_gold": golds[i]}))
+    module = _bench_module("generator_ranking_report.py", "ranking_report")
+    assert [module.error_class(t, g) for t, g in zip(texts[0] + texts[1], golds[0] + golds[1])] == [
+        "code or formula (letters and digits)",
+        "short form left",
+        "one word",
+        "composite (several gold IDs)",
+    ]
+    assert module.error_class("heart damage", ["D006331"]) == "phrase"
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "generator_ranking_report.py"), str(tmp_path)], capture_output=True, text=True
+    ).stdout
+    assert "error classes of the 4 deferred (ft)" in out
+    lines = {line.split("  {")[0].strip(): line for line in out.splitlines() if line.startswith("  ")}
+    assert "'mentions': 1, 'cascade first': 0, 'forced_alone first': 0" in lines["short form left"]
+    assert "'retrieval_only first': 0, 'gold in no top 5': 0" in lines["short form left"]  # retrieval ranks it 2nd
+    assert "'gold in no top 5': 1" in lines["composite (several gold IDs)"]
+    assert "'cascade first': 1" in lines["one word"]
