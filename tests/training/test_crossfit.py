@@ -116,6 +116,7 @@ def test_settings_take_the_scripts_defaults_and_the_corpus_inputs():
         ({"variants": ()}, "variants"),
         ({"folds": (2,)}, "folds [2]: each in 0..1"),
         ({"seconds": -1}, "negative seconds"),
+        ({"eval_mentions": -1}, "negative --eval-mentions"),
         ({"jobs": -1}, "jobs -1"),
         ({"l2": 0.0}, "l2 0.0: above 0"),
     ],
@@ -204,6 +205,7 @@ def test_train_stage_cuts_folds_once_and_trains_each_fold_in_its_log(tmp_path):
             and option(finetune, "--dev") == "corpus/ncbi/dev.jsonl"
         )
         assert (option(finetune, "--training.max_seconds"), option(finetune, "--training.seed")) == ("900", str(fold))
+        assert option(finetune, "--data.eval_mentions") == "300"  # the fold models' evaluations only report
         assert option(finetune, "--out") == str(tmp_path / f"cf/models/fold-{fold}")
     again = Recorder()
     crossfit_stage(s, "train", runner=again)
@@ -220,6 +222,7 @@ def test_fold_generators_take_the_final_models_angel_stage_and_are_the_ones_scor
     assert option(angel, "--model") == str(models / "model") and option(angel, "--out") == str(models / "angel")
     assert option(angel, "--config") == "configs/angel_rank_tiny.cfg" and option(angel, "--training.seed") == "1"
     assert option(angel, "--train") == str(tmp_path / "cf/folds/fold-1/corpus/train.jsonl")
+    assert option(angel, "--data.eval_mentions") == "300"
     assert record.steps[-1].done_when == models / "angel" / "result.json"
     scored = Recorder()
     crossfit_stage(s, "score", runner=scored)
