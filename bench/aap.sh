@@ -13,7 +13,7 @@
 # Environment (`crossfit-folds --help` says more): DATA (--data-dir), OUT (--out), FOLDS (--folds), FOLDS_FIT
 # (--folds-fit), JOBS (--jobs), PRETRAIN_STEPS / PRETRAIN_SECONDS, FINETUNE_STEPS / FINETUNE_SECONDS,
 # RESCNN_SECONDS, SEED, METRICS (--metrics), MAX_RECALL_LOSS (--max-recall-loss; set but empty: none),
-# EXTRA_ROWS (",cascade_grouped_loss": --extra-rows).
+# EXTRA_ROWS (",cascade_grouped_loss": --extra-rows), ANCHOR and L2 (the fits' penalty: "genbioel:retrieval", "0.1").
 set -euo pipefail
 STAGE=${1:?usage: bench/aap.sh prepare|folds|fusion|cascade}
 G=${G:-python -m spacy_genbioel}  # the CLI (a test puts a recorder here)
@@ -32,5 +32,7 @@ arg --rescnn-seconds "${RESCNN_SECONDS:-}"
 arg --seed "${SEED:-}"
 arg --metrics "${METRICS:-}"
 arg --extra-rows "${EXTRA_ROWS:-}"
+arg --anchor "${ANCHOR:-}"
+arg --l2 "${L2:-}"
 [ -z "${MAX_RECALL_LOSS+set}" ] || ARGS+=(--max-recall-loss "${MAX_RECALL_LOSS:-none}")
 exec $G crossfit-folds "$STAGE" "${ARGS[@]}"

@@ -54,6 +54,23 @@ def _optional(text: str, kind: type, option: str) -> Optional[object]:
         raise typer.BadParameter(f"{option} {text!r}: a number, or null") from None
 
 
+ANCHOR = typer.Option(
+    "none",
+    help="The fits: centre their L2 penalty on this fusion's weights (a file, or genbioel:retrieval: the shipped "
+    "retrieval fusion; none: on zero), fit-fusion --anchor",
+)
+L2 = typer.Option("null", help="The fits' L2 strength (null: fit-fusion's; with --anchor, say 0.1)")
+
+
+def _penalty(anchor: str, l2: str, fitting: bool) -> Tuple[Optional[str], Optional[float]]:
+    """``--anchor`` and ``--l2`` as the settings take them; an anchor file that is not there refused (ValueError)
+    before hours of training when the stages will ``fitting``."""
+    named = None if anchor.strip().lower() in ("", "none", "null") else anchor
+    if named and fitting:
+        _anchor_file(named)
+    return named, _optional(l2, float, "--l2")  # type: ignore[return-value]
+
+
 def _anchor_file(anchor: str) -> None:
     """Refuse, before hours of training, an ``--anchor`` that names no fusion file (ValueError)."""
     from spacy_genbioel.linking.reranking.fusion import resolve_fusion_path
@@ -132,12 +149,8 @@ def crossfit_cmd(
         help="Forced-score rows and the forced-score cascade (cascade_<variant>.json); the packages' cascade "
         "(fusion_<variant>.json) needs only the beam lists",
     ),
-    anchor: str = typer.Option(
-        "none",
-        help="fit: centre the fits' L2 penalty on this fusion's weights (a file, or genbioel:retrieval: the shipped "
-        "retrieval fusion; none: on zero), fit-fusion --anchor",
-    ),
-    l2: str = typer.Option("null", help="fit: the fits' L2 strength (null: fit-fusion's; with --anchor, say 0.1)"),
+    anchor: str = ANCHOR,
+    l2: str = L2,
     out: Optional[Path] = typer.Option(None, help="Output folder (training/<corpus>/<preset>/crossfit)"),
     pretrained: Optional[Path] = typer.Option(
         None, help="Checkpoint the fold models start from (training/<corpus>/<preset>/pretrain/model)"
@@ -183,6 +196,7 @@ def crossfit_cmd(
     from spacy_genbioel.training.crossfit import CROSSFIT_STAGES, CrossfitSettings, crossfit_stage
 
     try:
+        named, strength = _penalty(anchor, l2, fitting=bool({"fit", "all"} & set(stages)))
         settings = CrossfitSettings(
             corpus=corpus,
             data_dir=data_dir,
@@ -194,8 +208,8 @@ def crossfit_cmd(
             beams=_optional(beams, int, "--beams"),
             variants=_words(variants),
             forced=forced,
-            anchor=None if anchor.lower() in ("", "none", "null") else anchor,
-            l2=_optional(l2, float, "--l2"),
+            anchor=named,
+            l2=strength,
             out=out,
             pretrained=pretrained,
             config=config,
@@ -214,8 +228,6 @@ def crossfit_cmd(
             device=device,
         )
         _stages(stages, CROSSFIT_STAGES)
-        if settings.anchor and {"fit", "all"} & set(stages):
-            _anchor_file(settings.anchor)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     _run(crossfit_stage, settings, stages)
@@ -270,6 +282,8 @@ def crossfit_folds_cmd(
     cascade_bench: Path = typer.Option(
         Path("bench/cascade.py"), help="cascade: the bench script of a repository checkout"
     ),
+    anchor: str = ANCHOR,
+    l2: str = L2,
     device: str = typer.Option("cpu"),
     verbose: bool = VERBOSE,
 ) -> None:
@@ -281,6 +295,7 @@ def crossfit_folds_cmd(
     from spacy_genbioel.training.crossfit import FOLDS_STAGES, FoldsSettings, given_folds_stage
 
     try:
+        named, strength = _penalty(anchor, l2, fitting=bool({"fusion", "cascade", "all"} & set(stages)))
         settings = FoldsSettings(
             data_dir=data_dir,
             out=out,
@@ -304,6 +319,8 @@ def crossfit_folds_cmd(
             extra_rows=_words(extra_rows),
             cascade_bench=cascade_bench,
             device=device,
+            anchor=named,
+            l2=strength,
         )
         _stages(stages, FOLDS_STAGES)
     except ValueError as err:

@@ -265,11 +265,12 @@ class CrossfitSettings:
         return ("--crosswalk", str(self.crosswalk)) if self.crosswalk else ()
 
     def penalty(self) -> Tuple[str, ...]:
-        """fit-fusion's options for the fits' L2 penalty (``--anchor``, ``--l2``), where set."""
-        return (
-            *(("--anchor", self.anchor) if self.anchor else ()),
-            *(("--l2", self.l2) if self.l2 is not None else ()),
-        )
+        return fit_penalty(self.anchor, self.l2)
+
+
+def fit_penalty(anchor: Optional[str], l2: Optional[float]) -> Tuple[str, ...]:
+    """fit-fusion's options for the fits' L2 penalty (``--anchor``, ``--l2``), where set."""
+    return (*(("--anchor", anchor) if anchor else ()), *(("--l2", l2) if l2 is not None else ()))
 
 
 def retriever_sets(rescnn: bool) -> Tuple[str, ...]:
@@ -512,6 +513,10 @@ class FoldsSettings:
     cascade_bench: Path = Path("bench/cascade.py")
     device: str = "cpu"
     rescnn_config: Path = Path("configs/rescnn.cfg")
+    # fusion and cascade: the fits' L2 penalty centred on this fusion (``genbioel:retrieval``; None: on zero) and its
+    # strength (None: fit-fusion's), as crossfit's
+    anchor: Optional[str] = None
+    l2: Optional[float] = None
 
     def __post_init__(self) -> None:
         _check(
@@ -520,6 +525,7 @@ class FoldsSettings:
             (self.jobs < 1, f"jobs {self.jobs}: at least 1"),
             (len(self.folds_fit) < 2, "a fusion needs the predictions of two folds at least (folds_fit)"),
             (self.max_recall_loss is not None and self.max_recall_loss < 0, "max_recall_loss below 0"),
+            (self.l2 is not None and not self.l2 > 0, f"l2 {self.l2}: above 0"),
         )
 
     def fold_dir(self, i: int) -> Path:
@@ -705,6 +711,7 @@ def fusion_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
             *_others(s, i, variant, "genbioel")[1],
             "--exclude",
             fold / f"{variant}_genbioel.jsonl",
+            *fit_penalty(s.anchor, s.l2),
             "--out",
             fusion,
             done_when=fusion,
@@ -772,6 +779,7 @@ def cascade_steps(s: FoldsSettings, i: int) -> Iterator[Step]:
                 *DEFER,
                 "--exclude",
                 fold / f"{variant}_genbioel.jsonl",
+                *fit_penalty(s.anchor, s.l2),
                 *words,
                 "--out",
                 out,

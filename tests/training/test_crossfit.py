@@ -132,6 +132,7 @@ def test_folds_settings_refuse_what_cannot_run():
         ({"jobs": 0}, "jobs 0"),
         ({"folds_fit": (1,)}, "two folds"),
         ({"max_recall_loss": -0.1}, "below 0"),
+        ({"l2": 0.0}, "l2 0.0: above 0"),
     ):
         with pytest.raises(ValueError, match=message):
             FoldsSettings(**bad)
@@ -149,6 +150,8 @@ def test_commands_refuse_unknown_stages_corpora_and_values(tmp_path):
         (["crossfit-folds", "fusion", "--max-recall-loss", "lots"], "--max-recall-loss"),
         (["crossfit-folds", "fusion", "--folds-fit", "3"], "two folds"),
         (["crossfit-folds", "fusion", "cascade", "report"], "unknown stage 'report'"),
+        (["crossfit-folds", "cascade", "--anchor", str(tmp_path / "missing.json")], "no such fusion file"),
+        (["crossfit-folds", "fusion", "--l2", "much"], "--l2 'much'"),
     ):
         result = runner.invoke(app, [*argv, "--out", str(tmp_path / "out")])
         assert result.exit_code == 2 and message in result.output, (argv, result.output)
@@ -571,6 +574,21 @@ def test_cascade_with_a_recall_budget_fits_both_cascades(tmp_path):
         )
 
 
+def test_folds_fits_centre_their_penalty_on_the_anchor(tmp_path):
+    """crossfit-folds' fusion and cascade fits (the recall-budget one too) take --anchor and --l2 as crossfit's
+    do; unset, neither is passed, and the fold's other steps never get them."""
+    anchored = {"folds": (1,), "folds_fit": (0, 1, 2), "anchor": "genbioel:retrieval", "l2": 0.1}
+    for stage, fits in (("fusion", 2), ("cascade", 4)):
+        record = _folds(tmp_path / stage, stage, **anchored)
+        assert len(record.commands("fit-fusion")) == fits
+        for fit in record.commands("fit-fusion"):
+            assert option(fit, "--anchor") == "genbioel:retrieval" and option(fit, "--l2") == "0.1"
+            assert fit.index("--l2") < fit.index("--out")
+        assert all("--anchor" not in c for c in record.commands() if c[0] != "fit-fusion")
+        plain = _folds(tmp_path / f"{stage}-plain", stage, folds=(1,), folds_fit=(0, 1, 2))
+        assert all("--anchor" not in c and "--l2" not in c for c in plain.commands())
+
+
 def test_commands_run_their_stages_in_order_with_the_options_given(tmp_path, monkeypatch):
     import spacy_genbioel.cli.crossfit as command
 
@@ -594,9 +612,16 @@ def test_commands_run_their_stages_in_order_with_the_options_given(tmp_path, mon
             str(tmp_path / "m"),
             "--cascade-bench",
             str(ROOT / "bench" / "cascade.py"),
+            "--anchor",
+            "genbioel:retrieval",
+            "--l2",
+            "0.1",
         ],
     )
     assert result.exit_code == 0, result.output
+    assert {(option(c, "--anchor"), option(c, "--l2")) for c in record.commands("fit-fusion")} == {
+        ("genbioel:retrieval", "0.1")
+    }
     outs = [Path(option(c, "--out" if "--out" in c else "--json")).name for c in record.commands()]
     assert outs[:4] == [
         "fusion_plain.json",

@@ -253,6 +253,8 @@ def test_aap_wrapper_passes_the_scripts_environment(tmp_path):
         EXTRA_ROWS=",x_loss",
         FINETUNE_STEPS="300",
         JOBS="1",
+        ANCHOR="genbioel:retrieval",
+        L2="0.1",
     )
     assert call == [
         "crossfit-folds",
@@ -271,6 +273,10 @@ def test_aap_wrapper_passes_the_scripts_environment(tmp_path):
         "m",
         "--extra-rows",
         ",x_loss",
+        "--anchor",
+        "genbioel:retrieval",
+        "--l2",
+        "0.1",
     ]
     _parses(call)
     # MAX_RECALL_LOSS set but empty: the precision-targeted cascade alone
