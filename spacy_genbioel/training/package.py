@@ -117,6 +117,10 @@ def package(
         raise PackageError(f"{out}: a file, not a folder: the pipeline is written as a folder (give another path)")
     if model_dir is not None and not Path(model_dir).is_dir():
         raise PackageError(f"{model_dir}: model directory not found")
+    try:  # before the indexes are built: spaCy's to_disk makes the last folder only
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PackageError(f"{out}: cannot make its folder {out.parent} ({err.strerror})") from None
     inputs, max_source_tokens = InputBuilder(), 256
     if config_path:
         stage = load_stage_config(config_path)

@@ -101,6 +101,7 @@ def test_package_with_a_missing_model_or_out_a_file(tmp_path, small_kb):
     base = ["package", "--kb", tmp_path / "kb.jsonl", "--no-entity-ruler", "--no-abbreviations"]
     refused([*base, "--model", tmp_path / "missing", "--out", tmp_path / "out"], "missing: model directory not found")
     refused([*base, "--model", tmp_path / "model", "--out", tmp_path / "out_file"], "out_file: a file, not a folder")
+    refused([*base, "--model", tmp_path / "model", "--out", tmp_path / "out_file" / "pkg"], "cannot make its folder")
     refused([*base, "--model", tmp_path / "model", "--out", tmp_path / "out"], "No Hugging Face model")
 
 

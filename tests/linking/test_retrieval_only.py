@@ -297,9 +297,10 @@ def test_package_entity_types_keep_the_ruler_to_those_concepts(tmp_path):
     text = "Carbohydrates made the lupus and the unlabelled thing worse."
     assert CliRunner().invoke(app, [*args, "--out", str(tmp_path / "all")]).exit_code == 0
     assert [e.text for e in spacy.load(tmp_path / "all")(text).ents] == ["Carbohydrates", "lupus", "unlabelled thing"]
-    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "typed"), "--entity-types", "Disease"])
+    typed = tmp_path / "packages" / "typed"  # folders above the pipeline's are made
+    result = CliRunner().invoke(app, [*args, "--out", str(typed), "--entity-types", "Disease"])
     assert result.exit_code == 0, result.output
-    assert [(e.text, e.label_) for e in spacy.load(tmp_path / "typed")(text).ents] == [
+    assert [(e.text, e.label_) for e in spacy.load(typed)(text).ents] == [
         ("lupus", "Disease"),
         ("unlabelled thing", "ENTITY"),
     ]
